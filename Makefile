@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine:
+#   make quickstart   -> a small federated BO run with a plot and a summary
+#   make test         -> the test suite (what CI runs)
+# Both create/reuse .venv and install the package with the pinned CPU stack.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.fbo-installed
+OUT ?= runs/quickstart
+
+.PHONY: install quickstart test bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first and pinned, so no other requirement can pick a CUDA build
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e '.[dev,vision]'
+	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
+		echo "error: nvidia-* wheels were installed; check constraints.txt" >&2; exit 1; fi
+	touch $(STAMP)
+
+install: $(STAMP)
+
+quickstart: $(STAMP)
+	$(VENV)/bin/fbo-torch quickstart --out $(OUT)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,195 @@
+r"""Random Fourier features shared by every agent of a federation.
+
+The papers (FTS, Dai et al. 2020, appendix A; DP-FTS-DE, Dai et al. 2021) build
+one feature map for the squared-exponential kernel
+``k(x, x') = σ₀² exp(-‖(x - x') / ℓ‖² / 2)`` and have every agent use the *same*
+map, so that a weight vector ``ω`` drawn by one agent means the same function
+``φ(x)ᵀω`` to every other agent. Sharing the map amounts to sharing the spectral
+samples ``s_i`` and phases ``b_i``, i.e. the first layer of a one-hidden-layer
+network.
+
+We write this map ourselves rather than reuse ``gpytorch.kernels.RFFKernel`` or
+BoTorch's pathwise feature maps: those use ``[cos(Wx), sin(Wx)] / √D`` without
+phases, draw from the global RNG, and carry no identity that a message could be
+checked against. The papers' map is ``√(2σ₀²/M) · cos(Sx + b)`` with seeded draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fbo_torch.utils.validation import check_floating, check_int, check_last_dim, check_positive
+
+#: Bumped whenever the construction below changes, so old fingerprints never
+#: match maps drawn differently.
+_CONSTRUCTION_VERSION = 1
+
+
+class RandomFourierFeatures(nn.Module):
+    r"""The papers' random Fourier feature map ``φ: R^d → R^M``.
+
+    Spectral samples ``s_i ~ N(0, diag(ℓ)^-2)`` (one lengthscale, or one per
+    input dimension for ARD) and phases ``b_i ~ U(0, 2π)`` are drawn from a
+    dedicated CPU generator seeded with ``seed`` in float64, and only then cast to
+    ``dtype``/``device``. Every agent that builds the map with the same
+    arguments therefore gets the identical map, whatever its device.
+
+    ``φ(x) = √(2σ₀²/M) · cos(S x + b)`` with ``S`` the ``M x d`` matrix of
+    spectral samples, so that ``E[φ(x)ᵀφ(x')] = σ₀² exp(-‖(x-x')/ℓ‖²/2)``.
+
+    With ``normalize=True`` every feature vector is rescaled to
+    ``‖φ(x)‖² = σ₀²``, i.e. ``k̂(x, x) = σ₀²`` exactly. **This is what the papers
+    used** (FTS appendix A: "each set of random features φ(x) is then normalized
+    such that ‖φ(x)‖² = σ₀²"; the authors' code does the same), and it is the
+    default. ``normalize=False`` gives the plain Rahimi–Recht estimator, unbiased
+    for the kernel.
+
+    Args:
+        dim: Input dimension ``d``.
+        num_features: Number of features ``M``.
+        lengthscale: Positive scalar, or a sequence/tensor of ``d`` positive
+            values (ARD).
+        outputscale: Signal variance ``σ₀² > 0``.
+        seed: Integer seed that fixes ``S`` and ``b``.
+        normalize: Rescale each ``φ(x)`` to squared norm ``σ₀²`` (papers' choice).
+        dtype: Floating dtype of the stored parameters (float64 by default).
+        device: Device of the stored parameters.
+
+    Example:
+        >>> rff = RandomFourierFeatures(dim=2, num_features=100, lengthscale=0.2, seed=7)
+        >>> phi = rff(torch.rand(5, 2, dtype=torch.float64))  # 5 x 100
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_features: int,
+        lengthscale: float | Sequence[float] | Tensor = 1.0,
+        outputscale: float = 1.0,
+        seed: int = 0,
+        normalize: bool = True,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        dim = check_int("dim", dim, minimum=1)
+        num_features = check_int("num_features", num_features, minimum=1)
+        seed = check_int("seed", seed)
+        if not isinstance(normalize, bool):
+            raise TypeError(f"`normalize` must be a bool, got {type(normalize).__name__}.")
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(f"`dtype` must be a floating torch.dtype, got {dtype}.")
+        ls = torch.as_tensor(lengthscale, dtype=torch.float64).detach().cpu().reshape(-1)
+        if ls.numel() not in (1, dim):
+            raise ValueError(
+                f"`lengthscale` must be a scalar or have d = {dim} entries, got {ls.numel()}."
+            )
+        check_positive("lengthscale", ls)
+        check_positive("outputscale", outputscale)
+
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        base = torch.randn(num_features, dim, generator=gen, dtype=torch.float64)
+        phase = torch.rand(num_features, generator=gen, dtype=torch.float64) * (2 * math.pi)
+        spectral = base / ls.expand(dim)
+
+        self.dim = dim
+        self.num_features = num_features
+        self.seed = seed
+        self.normalize = normalize
+        factory = {"dtype": dtype, "device": device}
+        self.register_buffer("spectral", spectral.to(**factory))
+        self.register_buffer("phase", phase.to(**factory))
+        self.register_buffer("lengthscale", ls.expand(dim).clone().to(**factory))
+        self.register_buffer("outputscale", torch.tensor(float(outputscale), **factory))
+
+    # ------------------------------------------------------------------ map
+    def forward(self, X: Tensor) -> Tensor:
+        r"""Map inputs ``... x d`` to features ``... x M``.
+
+        The computation runs in ``X``'s dtype and on ``X``'s device.
+        """
+        check_floating("X", X)
+        check_last_dim("X", X, self.dim)
+        S = self.spectral.to(dtype=X.dtype, device=X.device)
+        b = self.phase.to(dtype=X.dtype, device=X.device)
+        s0sq = self.outputscale.to(dtype=X.dtype, device=X.device)
+        phi = torch.cos(X @ S.transpose(-1, -2) + b)
+        if self.normalize:
+            norm = phi.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(X.dtype).tiny)
+            return phi * (s0sq.sqrt() / norm)
+        return phi * torch.sqrt(2.0 * s0sq / self.num_features)
+
+    def kernel(self, X1: Tensor, X2: Tensor) -> Tensor:
+        r"""Approximate kernel matrix ``φ(X1) φ(X2)ᵀ`` of shape ``... x n1 x n2``."""
+        return self(X1) @ self(X2).transpose(-1, -2)
+
+    # ------------------------------------------------------------- identity
+    @property
+    def fingerprint(self) -> str:
+        r"""A stable 16-hex-digit hash of the map.
+
+        Computed from the shape, the normalization flag and the parameter values
+        rounded to float32, so maps built from the same arguments agree on any
+        device and in float32 or float64, while a different seed, lengthscale,
+        outputscale or ``M`` gives a different fingerprint.
+        """
+        h = hashlib.sha256()
+        h.update(
+            f"rff-v{_CONSTRUCTION_VERSION}|d={self.dim}|M={self.num_features}|"
+            f"norm={int(self.normalize)}".encode()
+        )
+        for t in (self.spectral, self.phase, self.outputscale.reshape(1)):
+            h.update(t.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    # ----------------------------------------------------------- state dict
+    def get_extra_state(self) -> dict[str, Any]:
+        return {
+            "dim": self.dim,
+            "num_features": self.num_features,
+            "seed": self.seed,
+            "normalize": self.normalize,
+        }
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        if state["dim"] != self.dim or state["num_features"] != self.num_features:
+            raise ValueError(
+                "state_dict is for a map with "
+                f"(dim={state['dim']}, num_features={state['num_features']}), this module has "
+                f"(dim={self.dim}, num_features={self.num_features})."
+            )
+        self.seed = int(state["seed"])
+        self.normalize = bool(state["normalize"])
+
+    @classmethod
+    def from_state_dict(
+        cls, state_dict: dict[str, Any], device: torch.device | str | None = None
+    ) -> RandomFourierFeatures:
+        """Rebuild a map from a ``state_dict`` (e.g. one received over the wire)."""
+        extra = state_dict["_extra_state"]
+        spectral = state_dict["spectral"]
+        rff = cls(
+            dim=extra["dim"],
+            num_features=extra["num_features"],
+            seed=extra["seed"],
+            normalize=extra["normalize"],
+            dtype=spectral.dtype,
+            device=device if device is not None else spectral.device,
+        )
+        rff.load_state_dict(state_dict)
+        return rff
+
+    def extra_repr(self) -> str:
+        ls = self.lengthscale
+        ls_repr = f"{ls[0].item():.4g}" if bool((ls == ls[0]).all()) else str([round(v, 4) for v in ls.tolist()])
+        return (
+            f"dim={self.dim}, num_features={self.num_features}, lengthscale={ls_repr}, "
+            f"outputscale={self.outputscale.item():.4g}, seed={self.seed}, normalize={self.normalize}, "
+            f"fingerprint={self.fingerprint}"
+        )

@@ -1,0 +1,3 @@
+from fbo_torch.kernels.rff_kernel import RFFKernel
+
+__all__ = ["RFFKernel"]

@@ -1,0 +1,72 @@
+r"""A GPyTorch kernel on the papers' shared random Fourier feature map."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gpytorch.kernels import Kernel
+from gpytorch.models.exact_prediction_strategies import LinearPredictionStrategy
+from linear_operator.operators import LowRankRootLinearOperator, MatmulLinearOperator, RootLinearOperator
+from torch import Tensor
+
+from fbo_torch.features import RandomFourierFeatures
+
+
+class RFFKernel(Kernel):
+    r"""``k(x, x') = φ(x)ᵀ φ(x')`` for a :class:`RandomFourierFeatures` map ``φ``.
+
+    ``SingleTaskGP(train_X, train_Y, covar_module=RFFKernel(features))`` is then
+    the RFF-approximated GP whose posterior equals the Bayesian linear regression
+    posterior of :class:`~fbo_torch.models.RFFBayesianLinear` (FTS appendix B).
+
+    Unlike ``gpytorch.kernels.RFFKernel`` (``[cos, sin]`` features drawn from the
+    global RNG), this uses the papers' seeded ``√(2σ₀²/M)·cos(Sx+b)`` map, so a
+    kernel built here matches the features every agent shares. The map is fixed:
+    lengthscale and signal variance are part of it, not learned. Wrap in
+    ``ScaleKernel`` to learn an output scale on top.
+
+    Args:
+        features: The shared feature map. Alternatively pass the
+            :class:`RandomFourierFeatures` arguments (``dim``, ``num_features``,
+            ``lengthscale``, ``outputscale``, ``seed``, ``normalize``) as keywords.
+    """
+
+    has_lengthscale = False
+
+    def __init__(self, features: RandomFourierFeatures | None = None, **kwargs: Any) -> None:
+        rff_keys = {"dim", "num_features", "lengthscale", "outputscale", "seed", "normalize", "dtype", "device"}
+        rff_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in rff_keys}
+        super().__init__(**kwargs)
+        if features is None:
+            if "dim" not in rff_kwargs or "num_features" not in rff_kwargs:
+                raise TypeError("RFFKernel needs `features` or at least `dim` and `num_features`.")
+            features = RandomFourierFeatures(**rff_kwargs)
+        elif rff_kwargs:
+            raise TypeError(f"Pass either `features` or feature arguments, not both (got {sorted(rff_kwargs)}).")
+        if not isinstance(features, RandomFourierFeatures):
+            raise TypeError(f"`features` must be a RandomFourierFeatures, got {type(features).__name__}.")
+        self.features = features
+
+    def forward(
+        self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False, **params: Any
+    ) -> Tensor:
+        if last_dim_is_batch:
+            raise NotImplementedError("RFFKernel does not support last_dim_is_batch.")
+        same = x1.shape == x2.shape and torch.equal(x1, x2)
+        z1 = self.features(x1)
+        z2 = z1 if same else self.features(x2)
+        if diag:
+            return (z1 * z2).sum(-1)
+        if same:
+            if z1.shape[-1] < z1.shape[-2]:
+                return LowRankRootLinearOperator(z1)
+            return RootLinearOperator(z1)
+        return MatmulLinearOperator(z1, z2.transpose(-1, -2))
+
+    def prediction_strategy(self, train_inputs, train_prior_dist, train_labels, likelihood):  # noqa: D102
+        return LinearPredictionStrategy(train_inputs, train_prior_dist, train_labels, likelihood)
+
+    @property
+    def num_features(self) -> int:
+        return self.features.num_features

@@ -1,0 +1,374 @@
+r"""Bayesian linear regression on shared random Fourier features, for N agents at once.
+
+With features ``φ`` and prior ``ω ~ N(0, I)``, agent ``n`` with data
+``(Φ_n, y_n)`` and noise variance ``σ_n²`` has the weight posterior (FTS eq. 2-3)
+
+    ω | D_n ~ N(ν_n, σ_n² Σ_n⁻¹),   Σ_n = Φ_nᵀΦ_n + σ_n² I,   ν_n = Σ_n⁻¹ Φ_nᵀ y_n,
+
+and the predictive ``f(x) ~ N(φ(x)ᵀν_n, σ_n² φ(x)ᵀ Σ_n⁻¹ φ(x))`` (appendix B).
+
+``RFFBayesianLinear`` holds all agents in one batch: ``Σ`` is stored only through
+its batched Cholesky factor ``L`` (``N x M x M``) and ``Φᵀy`` (``N x M``); every
+solve is triangular. Appending one observation per agent is an ``O(M²)``
+rank-one update of ``L`` (see :func:`cholesky_rank_one_update`), not a refit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from botorch.models.model import Model
+from botorch.posteriors.gpytorch import GPyTorchPosterior
+from gpytorch.distributions import MultivariateNormal
+from torch import Tensor
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.utils.validation import (
+    check_finite,
+    check_floating,
+    check_last_dim,
+    check_positive,
+    check_tensor,
+)
+
+
+def cholesky_rank_one_update(L: Tensor, x: Tensor) -> Tensor:
+    r"""Return the Cholesky factor of ``L Lᵀ + x xᵀ``, batched, in ``O(M²)``.
+
+    Writes ``LLᵀ + xxᵀ = L (I + ppᵀ) Lᵀ`` with ``p = L⁻¹x`` and uses the closed
+    form of the Cholesky factor ``C`` of ``I + ppᵀ``: with
+    ``t_k = 1 + Σ_{j≤k} p_j²`` (``t_0 = 1``),
+    ``C_kk = √(t_k / t_{k-1})`` and ``C_ik = p_i p_k / √(t_k t_{k-1})`` for ``i > k``.
+    Then ``L' = L C``; column ``k`` of ``L C`` is
+    ``C_kk L[:, k] + p_k/√(t_k t_{k-1}) Σ_{i>k} p_i L[:, i]``, a reverse cumulative
+    sum, so no ``M³`` product is formed. All steps are batched tensor ops.
+
+    Args:
+        L: ``batch x M x M`` lower-triangular Cholesky factors.
+        x: ``batch x M`` update vectors (zero rows leave ``L`` unchanged).
+
+    Returns:
+        ``batch x M x M`` lower-triangular factor of ``LLᵀ + xxᵀ``.
+    """
+    p = torch.linalg.solve_triangular(L, x.unsqueeze(-1), upper=False).squeeze(-1)
+    t = 1.0 + torch.cumsum(p * p, dim=-1)
+    t_prev = torch.cat([torch.ones_like(t[..., :1]), t[..., :-1]], dim=-1)
+    diag_scale = torch.sqrt(t / t_prev)
+    off_scale = p / torch.sqrt(t * t_prev)
+    Lp = L * p.unsqueeze(-2)  # column i scaled by p_i
+    # tail[..., r, k] = sum_{i > k} L[r, i] p_i  (exclusive reverse cumsum over columns)
+    rev = Lp.flip(-1).cumsum(-1).flip(-1)
+    tail = torch.cat([rev[..., 1:], torch.zeros_like(rev[..., :1])], dim=-1)
+    return L * diag_scale.unsqueeze(-2) + tail * off_scale.unsqueeze(-2)
+
+
+def _randn(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Standard normals with ``like``'s dtype/device, drawn from ``generator`` if given.
+
+    The draws are made on the generator's own device and then moved, so a CPU
+    generator gives the same numbers whatever device the model lives on.
+    """
+    if generator is None:
+        return torch.randn(shape, dtype=like.dtype, device=like.device)
+    z = torch.randn(shape, dtype=like.dtype, device=generator.device, generator=generator)
+    return z.to(like.device)
+
+
+class RFFBayesianLinear(Model):
+    r"""RFF Bayesian linear regression posteriors for a batch of ``N`` agents.
+
+    A BoTorch ``Model`` with ``batch_shape = [N]`` and one output. Agents may hold
+    different numbers of observations: pad ``train_X``/``train_Y`` to a common
+    ``n`` and pass ``lengths`` (valid prefix length per agent) or ``mask``
+    (``N x n`` booleans). Padded entries are ignored and may hold anything,
+    including NaN.
+
+    Args:
+        features: The shared :class:`~fbo_torch.features.RandomFourierFeatures`.
+        train_X: ``N x n x d`` inputs (``n x d`` for a single, unbatched agent).
+        train_Y: ``N x n x 1`` observations (``n x 1`` unbatched).
+        noise_variance: ``σ² > 0``, a float or a tensor of ``N`` per-agent values.
+        lengths: Optional ``N`` integers; agent ``i`` uses its first ``lengths[i]`` rows.
+        mask: Optional ``N x n`` booleans marking valid rows (instead of ``lengths``).
+
+    Example:
+        >>> rff = RandomFourierFeatures(dim=2, num_features=100, lengthscale=0.2, seed=0)
+        >>> model = RFFBayesianLinear(rff, train_X, train_Y, noise_variance=1e-2)
+        >>> omega = model.sample_weights()          # N x M, one draw per agent
+        >>> post = model.posterior(torch.rand(5, 2, dtype=torch.float64))  # batch N
+    """
+
+    def __init__(
+        self,
+        features: RandomFourierFeatures,
+        train_X: Tensor,
+        train_Y: Tensor,
+        noise_variance: float | Tensor,
+        lengths: Tensor | None = None,
+        mask: Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(features, RandomFourierFeatures):
+            raise TypeError(
+                f"`features` must be a RandomFourierFeatures, got {type(features).__name__}."
+            )
+        check_tensor("train_X", train_X)
+        check_tensor("train_Y", train_Y)
+        check_floating("train_X", train_X)
+        check_floating("train_Y", train_Y)
+        if train_X.ndim == 2 and train_Y.ndim == 2:
+            self._batched = False
+            train_X, train_Y = train_X.unsqueeze(0), train_Y.unsqueeze(0)
+            if mask is not None:
+                mask = mask.unsqueeze(0)
+        elif train_X.ndim == 3 and train_Y.ndim == 3:
+            self._batched = True
+        else:
+            raise ValueError(
+                "`train_X` and `train_Y` must be N x n x d and N x n x 1 (or n x d and n x 1), "
+                f"got shapes {tuple(train_X.shape)} and {tuple(train_Y.shape)}."
+            )
+        N, n, d = train_X.shape
+        if train_Y.shape != (N, n, 1):
+            raise ValueError(
+                f"`train_Y` must have shape {(N, n, 1) if self._batched else (n, 1)} to match "
+                f"`train_X` {tuple(train_X.shape) if self._batched else (n, d)}, got "
+                f"{tuple(train_Y.shape) if self._batched else tuple(train_Y.shape[1:])}."
+            )
+        check_last_dim("train_X", train_X, features.dim)
+        valid = self._make_mask(N, n, lengths, mask, train_X.device)
+        check_finite("train_X", torch.where(valid.unsqueeze(-1), train_X, 0.0))
+        check_finite("train_Y", torch.where(valid.unsqueeze(-1), train_Y, 0.0))
+
+        noise = torch.as_tensor(noise_variance, dtype=train_X.dtype, device=train_X.device)
+        if noise.ndim == 0:
+            noise = noise.expand(N).clone()
+        elif noise.shape != (N,):
+            raise ValueError(
+                f"`noise_variance` must be a float or a tensor of {N} per-agent values, "
+                f"got shape {tuple(noise.shape)}."
+            )
+        check_positive("noise_variance", noise)
+
+        self.features = features
+        self.register_buffer("noise_variance", noise)
+        self.register_buffer("train_X", train_X.detach().clone())
+        self.register_buffer("train_Y", train_Y.detach().clone())
+        self.register_buffer("mask", valid)
+        chol, rhs = self._factorize(self.train_X, self.train_Y, valid, noise)
+        self.register_buffer("chol", chol)  # L with L Lᵀ = Σ
+        self.register_buffer("rhs", rhs)  # Φᵀ y
+        self.register_buffer("_weight_mean", torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1))
+
+    # ---------------------------------------------------------------- setup
+    @staticmethod
+    def _make_mask(
+        N: int, n: int, lengths: Tensor | None, mask: Tensor | None, device: torch.device
+    ) -> Tensor:
+        if lengths is not None and mask is not None:
+            raise ValueError("Pass at most one of `lengths` and `mask`.")
+        if mask is not None:
+            check_tensor("mask", mask)
+            if mask.dtype != torch.bool or mask.shape != (N, n):
+                raise ValueError(
+                    f"`mask` must be a bool tensor of shape {(N, n)}, got {mask.dtype} {tuple(mask.shape)}."
+                )
+            return mask.to(device)
+        if lengths is None:
+            return torch.ones(N, n, dtype=torch.bool, device=device)
+        lengths = torch.as_tensor(lengths, device=device)
+        if lengths.shape != (N,) or lengths.is_floating_point():
+            raise ValueError(
+                f"`lengths` must be {N} integers (one per agent), got {lengths.dtype} {tuple(lengths.shape)}."
+            )
+        if ((lengths < 0) | (lengths > n)).any():
+            raise ValueError(f"`lengths` must lie in [0, n={n}], got {lengths.tolist()}.")
+        return torch.arange(n, device=device).expand(N, n) < lengths.unsqueeze(-1)
+
+    def _features_masked(self, X: Tensor, Y: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+        Xs = torch.where(valid.unsqueeze(-1), X, 0.0)
+        phi = self.features(Xs) * valid.unsqueeze(-1).to(X.dtype)
+        y = torch.where(valid, Y.squeeze(-1), 0.0)
+        return phi, y
+
+    def _factorize(self, X: Tensor, Y: Tensor, valid: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+        phi, y = self._features_masked(X, Y, valid)
+        M = self.features.num_features
+        eye = torch.eye(M, dtype=X.dtype, device=X.device)
+        sigma = phi.transpose(-1, -2) @ phi + noise.view(-1, 1, 1) * eye
+        chol = torch.linalg.cholesky(sigma)
+        rhs = (phi.transpose(-1, -2) @ y.unsqueeze(-1)).squeeze(-1)
+        return chol, rhs
+
+    # ------------------------------------------------------------ properties
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return torch.Size([self.num_agents]) if self._batched else torch.Size([])
+
+    @property
+    def num_agents(self) -> int:
+        return self.chol.shape[0]
+
+    @property
+    def lengths(self) -> Tensor:
+        """Number of observations of each agent (``N``)."""
+        return self.mask.sum(-1)
+
+    def _unbatch(self, t: Tensor) -> Tensor:
+        return t if self._batched else t.squeeze(0)
+
+    @property
+    def weight_mean(self) -> Tensor:
+        r"""Posterior mean ``ν`` of the weights, ``N x M`` (``M`` unbatched)."""
+        return self._unbatch(self._weight_mean)
+
+    @property
+    def weight_precision_cholesky(self) -> Tensor:
+        r"""Cholesky factor ``L`` of ``Σ = ΦᵀΦ + σ²I``, ``N x M x M``."""
+        return self._unbatch(self.chol)
+
+    def weight_covariance(self) -> Tensor:
+        r"""Posterior covariance ``σ² Σ⁻¹`` of the weights, ``N x M x M``.
+
+        Formed from the Cholesky factor (``cholesky_inverse``); meant for
+        diagnostics and for messages that must carry it, not for the hot path.
+        """
+        cov = self.noise_variance.view(-1, 1, 1) * torch.cholesky_inverse(self.chol)
+        return self._unbatch(cov)
+
+    # -------------------------------------------------------------- posterior
+    def posterior(
+        self,
+        X: Tensor,
+        output_indices: list[int] | None = None,
+        observation_noise: bool | Tensor = False,
+        posterior_transform: Any | None = None,
+        **kwargs: Any,
+    ) -> GPyTorchPosterior:
+        r"""Posterior of ``f(X) = φ(X)ᵀω`` for every agent.
+
+        Args:
+            X: ``batch_shape x q x d`` inputs; ``batch_shape`` must broadcast with
+                the model's ``N`` (e.g. ``q x d``, ``N x q x d`` or ``b x N x q x d``).
+            observation_noise: If True, add each agent's ``σ²`` to the diagonal.
+
+        Returns:
+            A ``GPyTorchPosterior`` with mean ``φᵀν`` and covariance
+            ``σ² φᵀ Σ⁻¹ φ``, batch shape ``broadcast(batch_shape, [N])``.
+        """
+        if output_indices is not None and list(output_indices) != [0]:
+            raise ValueError(f"`output_indices` must be None or [0] for a single-output model, got {output_indices}.")
+        check_tensor("X", X)
+        check_last_dim("X", X, self.features.dim)
+        if X.ndim < 2:
+            raise ValueError(f"`X` must be at least 2-dimensional (q x d), got shape {tuple(X.shape)}.")
+        phi = self.features(X.to(self.chol))  # ... x q x M
+        nu, chol, noise = self._weight_mean, self.chol, self.noise_variance.view(-1, 1, 1)
+        if not self._batched:
+            nu, chol, noise = nu[0], chol[0], noise[0]
+        mean = (phi @ nu.unsqueeze(-1)).squeeze(-1)
+        v = torch.linalg.solve_triangular(chol, phi.transpose(-1, -2), upper=False)  # ... x M x q
+        cov = noise * (v.transpose(-1, -2) @ v)
+        if observation_noise is True:
+            cov = cov + noise * torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
+        elif isinstance(observation_noise, Tensor):
+            cov = cov + torch.diag_embed(observation_noise.squeeze(-1).expand(cov.shape[:-1]))
+        posterior = GPyTorchPosterior(MultivariateNormal(mean, cov))
+        if posterior_transform is not None:
+            return posterior_transform(posterior)
+        return posterior
+
+    # --------------------------------------------------------------- sampling
+    def sample_weights(
+        self, sample_shape: torch.Size = torch.Size(), generator: torch.Generator | None = None
+    ) -> Tensor:
+        r"""Draw ``ω ~ N(ν, σ² Σ⁻¹)`` for every agent at once.
+
+        ``ω = ν + σ L⁻ᵀ ε`` with ``ε ~ N(0, I)``: one batched triangular solve.
+
+        Args:
+            sample_shape: Leading shape of independent draws.
+            generator: Optional ``torch.Generator`` for reproducible draws (its
+                device may differ from the model's).
+
+        Returns:
+            ``*sample_shape x N x M`` draws (``*sample_shape x M`` unbatched).
+        """
+        sample_shape = torch.Size(sample_shape)
+        N, M = self._weight_mean.shape
+        eps = _randn(sample_shape + torch.Size([N, M, 1]), self.chol, generator)
+        z = torch.linalg.solve_triangular(self.chol.mT, eps, upper=True).squeeze(-1)
+        omega = self._weight_mean + self.noise_variance.sqrt().unsqueeze(-1) * z
+        return omega if self._batched else omega.squeeze(-2)
+
+    # ----------------------------------------------------------------- update
+    def update(self, X: Tensor, Y: Tensor, mask: Tensor | None = None) -> RFFBayesianLinear:
+        r"""Add new observations in place with rank-one Cholesky updates.
+
+        Args:
+            X: ``N x k x d`` new inputs (``k x d`` unbatched); usually ``k = 1``.
+            Y: ``N x k x 1`` new observations.
+            mask: Optional ``N x k`` booleans; agents with ``False`` get no new point.
+
+        Returns:
+            ``self`` (updated), so calls can be chained.
+
+        Cost is ``O(k M²)`` per agent; the result equals a refit on all data to
+        round-off (tests check this).
+        """
+        check_tensor("X", X)
+        check_tensor("Y", Y)
+        if not self._batched:
+            X, Y = X.unsqueeze(0), Y.unsqueeze(0)
+            mask = mask.unsqueeze(0) if mask is not None else None
+        N = self.num_agents
+        if X.ndim != 3 or X.shape[0] != N or Y.shape != (N, X.shape[1], 1):
+            raise ValueError(
+                f"`X` and `Y` must be N x k x d and N x k x 1 with N = {N}, got "
+                f"{tuple(X.shape)} and {tuple(Y.shape)}."
+            )
+        check_last_dim("X", X, self.features.dim)
+        k = X.shape[1]
+        if mask is None:
+            mask = torch.ones(N, k, dtype=torch.bool, device=self.chol.device)
+        elif mask.shape != (N, k) or mask.dtype != torch.bool:
+            raise ValueError(f"`mask` must be a bool tensor of shape {(N, k)}, got {mask.dtype} {tuple(mask.shape)}.")
+        X, Y, mask = X.to(self.chol), Y.to(self.chol), mask.to(self.chol.device)
+        check_finite("X", torch.where(mask.unsqueeze(-1), X, 0.0))
+        check_finite("Y", torch.where(mask.unsqueeze(-1), Y, 0.0))
+        phi, y = self._features_masked(X, Y, mask)
+        chol = self.chol
+        for j in range(k):
+            chol = cholesky_rank_one_update(chol, phi[:, j])
+        self.chol = chol
+        self.rhs = self.rhs + (phi.transpose(-1, -2) @ y.unsqueeze(-1)).squeeze(-1)
+        self._weight_mean = torch.cholesky_solve(self.rhs.unsqueeze(-1), chol).squeeze(-1)
+        self.train_X = torch.cat([self.train_X, X], dim=1)
+        self.train_Y = torch.cat([self.train_Y, Y], dim=1)
+        self.mask = torch.cat([self.mask, mask], dim=1)
+        return self
+
+    def condition_on_observations(self, X: Tensor, Y: Tensor, **kwargs: Any) -> RFFBayesianLinear:
+        r"""BoTorch-style conditioning: a *new* model with ``(X, Y)`` added."""
+        new = RFFBayesianLinear.__new__(RFFBayesianLinear)
+        Model.__init__(new)
+        new._batched = self._batched
+        new.features = self.features
+        for name, buf in self.named_buffers(recurse=False):
+            new.register_buffer(name, buf.clone())
+        return new.update(X, Y, mask=kwargs.get("mask"))
+
+    def refit(self) -> RFFBayesianLinear:
+        """Recompute the factorization from all stored data (reference path)."""
+        chol, rhs = self._factorize(self.train_X, self.train_Y, self.mask, self.noise_variance)
+        self.chol, self.rhs = chol, rhs
+        self._weight_mean = torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1)
+        return self
+
+    def transform_inputs(self, X: Tensor, input_transform: Any | None = None) -> Tensor:  # noqa: D102
+        return X

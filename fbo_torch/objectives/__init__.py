@@ -1,0 +1,3 @@
+from fbo_torch.objectives.base import Objective
+
+__all__ = ["Objective"]

@@ -1,0 +1,110 @@
+r"""The interface every federated objective implements.
+
+An objective bundles the black-box functions of ``num_agents`` agents that share
+one box domain. All agents are evaluated in one call, which is what lets the
+runners batch a whole federation:
+
+    values = objective(X)        # X: num_agents x q x d  ->  num_agents x q
+
+Values are *to be maximized* (e.g. AUC or validation accuracy for tuning tasks).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor
+
+from fbo_torch.utils.validation import check_finite, check_in_bounds, check_tensor
+
+
+class Objective(ABC):
+    r"""Black-box functions of ``num_agents`` agents on a common domain.
+
+    Subclasses implement :meth:`_evaluate` and set ``bounds`` (``2 x d``) and
+    ``num_agents``; they may set ``optimum`` (per-agent maximum of the
+    noiseless function) and ``candidates`` (a finite domain ``C x d``).
+
+    Attributes:
+        bounds: ``2 x d`` lower/upper bounds of the domain.
+        num_agents: Number of agents.
+        optimum: ``num_agents`` maximum values, or ``None`` when unknown.
+        candidates: ``C x d`` finite domain, or ``None`` for a continuous box.
+        value_name: What a value is (``"f"``, ``"AUC"``, ``"accuracy"``).
+    """
+
+    bounds: Tensor
+    num_agents: int
+    optimum: Tensor | None = None
+    candidates: Tensor | None = None
+    value_name: str = "f"
+
+    @property
+    def dim(self) -> int:
+        return self.bounds.shape[-1]
+
+    def __call__(self, X: Tensor, agents: Tensor | None = None) -> Tensor:
+        r"""Noisy observations for all agents (or the subset ``agents``).
+
+        Args:
+            X: ``k x q x d`` inputs, one row of ``q`` points per agent, where
+                ``k = num_agents`` or ``k = len(agents)``.
+            agents: Optional ``k`` agent indices (long tensor).
+
+        Returns:
+            ``k x q`` observed values (to maximize), on ``X``'s device/dtype.
+        """
+        X, agents = self._check(X, agents)
+        return self._evaluate(X, agents, noise=True)
+
+    def evaluate_true(self, X: Tensor, agents: Tensor | None = None) -> Tensor:
+        """Noiseless values (same shapes as :meth:`__call__`)."""
+        X, agents = self._check(X, agents)
+        return self._evaluate(X, agents, noise=False)
+
+    def loss(self, best_values: Tensor, agents: Tensor | None = None) -> Tensor:
+        r"""What the papers plot, lower is better, from the best value found so far.
+
+        Simple regret ``optimum - best`` when the optimum is known; otherwise
+        ``-best``. Tuning objectives override this (e.g. ``1 - AUC``).
+
+        Args:
+            best_values: ``... x k`` best (noiseless) values per agent.
+            agents: The agents the last dimension refers to (default: all).
+        """
+        if self.optimum is None:
+            return -best_values
+        opt = self.optimum.to(best_values)
+        if agents is not None:
+            opt = opt[agents.to(opt.device)]
+        return opt - best_values
+
+    @property
+    def loss_name(self) -> str:
+        return "simple regret" if self.optimum is not None else f"-{self.value_name}"
+
+    @abstractmethod
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        """Evaluate validated ``X`` (``k x q x d``) for the ``k`` agents in ``agents``."""
+
+    # ------------------------------------------------------------------ checks
+    def _check(self, X: Tensor, agents: Tensor | None) -> tuple[Tensor, Tensor]:
+        check_tensor("X", X)
+        if agents is None:
+            agents = torch.arange(self.num_agents, device=X.device)
+        else:
+            agents = torch.as_tensor(agents, device=X.device).reshape(-1)
+            if agents.is_floating_point() or agents.dtype == torch.bool:
+                raise TypeError(f"`agents` must hold integer indices, got dtype {agents.dtype}.")
+            if ((agents < 0) | (agents >= self.num_agents)).any():
+                raise ValueError(f"`agents` must lie in [0, {self.num_agents}), got {agents.tolist()}.")
+        k = agents.numel()
+        if X.ndim != 3 or X.shape[0] != k or X.shape[-1] != self.dim:
+            raise ValueError(
+                f"`X` must have shape k x q x d = {k} x q x {self.dim} (one row of q points per "
+                f"agent), got {tuple(X.shape)}."
+            )
+        check_finite("X", X)
+        check_in_bounds("X", X, self.bounds)
+        return X, agents

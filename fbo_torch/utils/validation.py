@@ -1,0 +1,120 @@
+r"""Argument checks shared across the package.
+
+Every public entry point validates what users hand it and raises ``TypeError``
+(wrong kind of object) or ``ValueError`` (right kind, bad value) with a message
+that names the argument and says what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+def check_tensor(name: str, value: object) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__}.")
+    return value
+
+
+def check_ndim(name: str, value: Tensor, ndim: int, layout: str) -> Tensor:
+    check_tensor(name, value)
+    if value.ndim != ndim:
+        raise ValueError(
+            f"`{name}` must have {ndim} dimensions ({layout}), got shape {tuple(value.shape)}."
+        )
+    return value
+
+
+def check_finite(name: str, value: Tensor) -> Tensor:
+    if not torch.isfinite(value).all():
+        bad = (~torch.isfinite(value)).sum().item()
+        raise ValueError(f"`{name}` must be finite; it holds {bad} NaN/inf value(s).")
+    return value
+
+
+def check_floating(name: str, value: Tensor) -> Tensor:
+    if not value.is_floating_point():
+        raise TypeError(f"`{name}` must be a floating-point tensor, got dtype {value.dtype}.")
+    return value
+
+
+def check_positive(name: str, value: float | Tensor, allow_zero: bool = False) -> None:
+    """Check a scalar or every entry of a tensor is positive (or >= 0)."""
+    if isinstance(value, Tensor):
+        ok = (value >= 0).all() if allow_zero else (value > 0).all()
+        finite = torch.isfinite(value).all()
+        ok = bool(ok and finite)
+        shown = value.tolist() if value.numel() <= 8 else f"tensor of shape {tuple(value.shape)}"
+    else:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.") from None
+        ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+        shown = value
+    if not ok:
+        rel = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"`{name}` must be finite and {rel}, got {shown}.")
+
+
+def check_probability(name: str, value: float, open_left: bool = False, open_right: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.") from None
+    lo_ok = v > 0 if open_left else v >= 0
+    hi_ok = v < 1 if open_right else v <= 1
+    if not (math.isfinite(v) and lo_ok and hi_ok):
+        interval = ("(" if open_left else "[") + "0, 1" + (")" if open_right else "]")
+        raise ValueError(f"`{name}` must lie in {interval}, got {value}.")
+    return v
+
+
+def check_int(name: str, value: object, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
+        isinstance(value, Tensor) and value.numel() == 1 and not value.is_floating_point()
+    ):
+        raise TypeError(f"`{name}` must be an integer, got {type(value).__name__}.")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"`{name}` must be >= {minimum}, got {v}.")
+    return v
+
+
+def check_bounds(name: str, bounds: Tensor, dim: int | None = None) -> Tensor:
+    check_ndim(name, bounds, 2, "2 x d: lower and upper bounds")
+    if bounds.shape[0] != 2:
+        raise ValueError(f"`{name}` must have shape 2 x d, got {tuple(bounds.shape)}.")
+    if dim is not None and bounds.shape[-1] != dim:
+        raise ValueError(f"`{name}` must have {dim} columns, got {bounds.shape[-1]}.")
+    check_finite(name, bounds)
+    if not (bounds[1] > bounds[0]).all():
+        raise ValueError(f"`{name}`: every upper bound must exceed its lower bound, got {bounds.tolist()}.")
+    return bounds
+
+
+def check_in_bounds(name: str, X: Tensor, bounds: Tensor, atol: float = 1e-9) -> None:
+    lo = bounds[0].to(X)
+    hi = bounds[1].to(X)
+    if ((X < lo - atol) | (X > hi + atol)).any():
+        raise ValueError(
+            f"`{name}` has points outside the bounds {bounds.tolist()} "
+            f"(min {X.amin().item():.4g}, max {X.amax().item():.4g})."
+        )
+
+
+def check_last_dim(name: str, X: Tensor, dim: int) -> None:
+    if X.shape[-1] != dim:
+        raise ValueError(
+            f"`{name}` must have d = {dim} features in its last dimension, got shape {tuple(X.shape)}."
+        )
+
+
+def as_int_sequence(name: str, values: Sequence[int] | Tensor) -> list[int]:
+    if isinstance(values, Tensor):
+        values = values.tolist()
+    return [check_int(f"{name}[{i}]", v) for i, v in enumerate(values)]

@@ -1,0 +1,21 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_cuda = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "cuda" in item.keywords and not HAS_CUDA:
+            item.add_marker(skip_cuda)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)

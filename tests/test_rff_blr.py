@@ -1,0 +1,232 @@
+import math
+
+import pytest
+import torch
+from botorch.models import SingleTaskGP
+from botorch.posteriors.gpytorch import GPyTorchPosterior
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.kernels import RFFKernel
+from fbo_torch.models import RFFBayesianLinear, cholesky_rank_one_update
+
+f64 = torch.float64
+
+
+def make_data(N=4, n=12, d=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(N, n, d, generator=g, dtype=f64)
+    Y = torch.sin(6 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(N, n, 1, generator=g, dtype=f64)
+    return X, Y
+
+
+@pytest.fixture
+def rff():
+    return RandomFourierFeatures(dim=2, num_features=40, lengthscale=0.25, seed=3)
+
+
+def test_posterior_equals_gp_with_rff_kernel_matrix(rff):
+    # FTS appendix B: φᵀν and σ²φᵀΣ⁻¹φ are the GP posterior with kernel ΦΦᵀ
+    X, Y = make_data()
+    noise = 0.05
+    model = RFFBayesianLinear(rff, X, Y, noise)
+    Xs = torch.rand(4, 9, 2, dtype=f64)
+    post = model.posterior(Xs)
+    Phi, phis = rff(X), rff(Xs)
+    K = Phi @ Phi.mT + noise * torch.eye(X.shape[1], dtype=f64)
+    Lk = torch.linalg.cholesky(K)
+    ks = Phi @ phis.mT  # N x n x q
+    alpha = torch.cholesky_solve(Y, Lk)
+    mean_gp = (ks.mT @ alpha).squeeze(-1)
+    V = torch.linalg.solve_triangular(Lk, ks, upper=False)
+    cov_gp = phis @ phis.mT - V.mT @ V
+    torch.testing.assert_close(post.mean.squeeze(-1), mean_gp, atol=1e-8, rtol=0)
+    torch.testing.assert_close(post.mvn.covariance_matrix, cov_gp, atol=1e-8, rtol=0)
+    assert isinstance(post, GPyTorchPosterior)
+    assert post.mean.shape == (4, 9, 1) and post.variance.shape == (4, 9, 1)
+
+
+def test_posterior_matches_singletaskgp_with_rff_kernel(rff):
+    X, Y = make_data(N=3)
+    noise = 0.02
+    model = RFFBayesianLinear(rff, X, Y, noise)
+    gp = SingleTaskGP(
+        X, Y, train_Yvar=torch.full_like(Y, noise), covar_module=RFFKernel(rff), outcome_transform=None
+    ).eval()
+    gp.mean_module.constant.data.fill_(0.0)
+    Xs = torch.rand(3, 5, 2, dtype=f64)
+    p1, p2 = model.posterior(Xs), gp.posterior(Xs)
+    torch.testing.assert_close(p1.mean, p2.mean, atol=1e-8, rtol=0)
+    torch.testing.assert_close(p1.variance, p2.variance, atol=1e-8, rtol=0)
+
+
+def test_rff_kernel_values_and_construction(rff):
+    k = RFFKernel(rff)
+    X1, X2 = torch.rand(5, 2, dtype=f64), torch.rand(3, 2, dtype=f64)
+    torch.testing.assert_close(k(X1, X2).to_dense(), rff(X1) @ rff(X2).T)
+    torch.testing.assert_close(k(X1, X1).to_dense(), rff(X1) @ rff(X1).T)
+    torch.testing.assert_close(k(X1, X1, diag=True), torch.ones(5, dtype=f64))  # normalized: k(x,x)=σ₀²
+    k2 = RFFKernel(dim=2, num_features=40, lengthscale=0.25, seed=3)
+    assert k2.features.fingerprint == rff.fingerprint
+    with pytest.raises(TypeError):
+        RFFKernel()
+    with pytest.raises(TypeError, match="not both"):
+        RFFKernel(rff, seed=1)
+
+
+def test_batched_equals_single_agent_models(rff):
+    X, Y = make_data(N=5)
+    batched = RFFBayesianLinear(rff, X, Y, torch.tensor([0.01, 0.02, 0.03, 0.04, 0.05], dtype=f64))
+    Xs = torch.rand(6, 2, dtype=f64)
+    post = batched.posterior(Xs)
+    assert batched.batch_shape == torch.Size([5]) and batched.num_outputs == 1
+    for i in range(5):
+        single = RFFBayesianLinear(rff, X[i], Y[i], 0.01 * (i + 1))
+        assert single.batch_shape == torch.Size([])
+        torch.testing.assert_close(batched.weight_mean[i], single.weight_mean, atol=1e-10, rtol=0)
+        sp = single.posterior(Xs)
+        torch.testing.assert_close(post.mean[i], sp.mean, atol=1e-10, rtol=0)
+        torch.testing.assert_close(post.mvn.covariance_matrix[i], sp.mvn.covariance_matrix, atol=1e-10, rtol=0)
+
+
+def test_unequal_lengths_and_mask(rff):
+    X, Y = make_data(N=3, n=10)
+    lengths = torch.tensor([10, 4, 0])
+    Xp, Yp = X.clone(), Y.clone()
+    Xp[1, 4:] = float("nan")  # padding may hold anything
+    Yp[1, 4:] = float("inf")
+    m = RFFBayesianLinear(rff, Xp, Yp, 0.01, lengths=lengths)
+    torch.testing.assert_close(m.lengths, lengths)
+    ref0 = RFFBayesianLinear(rff, X[0], Y[0], 0.01)
+    ref1 = RFFBayesianLinear(rff, X[1, :4], Y[1, :4], 0.01)
+    torch.testing.assert_close(m.weight_mean[0], ref0.weight_mean)
+    torch.testing.assert_close(m.weight_mean[1], ref1.weight_mean)
+    # an agent with no data has the prior: ν = 0, cov = I
+    torch.testing.assert_close(m.weight_mean[2], torch.zeros(40, dtype=f64))
+    torch.testing.assert_close(m.weight_covariance()[2], torch.eye(40, dtype=f64))
+    mask = torch.arange(10).expand(3, 10) < lengths.unsqueeze(-1)
+    m2 = RFFBayesianLinear(rff, Xp, Yp, 0.01, mask=mask)
+    torch.testing.assert_close(m2.weight_mean, m.weight_mean)
+
+
+def test_incremental_update_equals_refit(rff):
+    X, Y = make_data(N=4, n=30)
+    m = RFFBayesianLinear(rff, X[:, :5], Y[:, :5], 0.01)
+    for j in range(5, 30):
+        m.update(X[:, j : j + 1], Y[:, j : j + 1])
+    ref = RFFBayesianLinear(rff, X, Y, 0.01)
+    torch.testing.assert_close(m.chol, ref.chol, atol=1e-10, rtol=0)
+    torch.testing.assert_close(m.weight_mean, ref.weight_mean, atol=1e-9, rtol=0)
+    assert m.train_X.shape == (4, 30, 2) and bool(m.mask.all())
+    # masked update: only some agents get a point; k = 2 points at once
+    Xn, Yn = make_data(N=4, n=2, seed=7)
+    mask = torch.tensor([[True, True], [False, False], [True, False], [False, True]])
+    m.update(Xn, Yn, mask=mask)
+    torch.testing.assert_close(m.lengths, torch.tensor([32, 30, 31, 31]))
+    ref2 = RFFBayesianLinear(rff, m.train_X, m.train_Y, 0.01, mask=m.mask)
+    torch.testing.assert_close(m.chol, ref2.chol, atol=1e-10, rtol=0)
+    torch.testing.assert_close(m.weight_mean, ref2.weight_mean, atol=1e-9, rtol=0)
+
+
+def test_condition_on_observations_returns_new_model(rff):
+    X, Y = make_data(N=2, n=6)
+    m = RFFBayesianLinear(rff, X[:, :5], Y[:, :5], 0.01)
+    m2 = m.condition_on_observations(X[:, 5:], Y[:, 5:])
+    assert m.train_X.shape[1] == 5 and m2.train_X.shape[1] == 6
+    torch.testing.assert_close(m2.weight_mean, RFFBayesianLinear(rff, X, Y, 0.01).weight_mean)
+
+
+def test_rank_one_update_formula():
+    g = torch.Generator().manual_seed(1)
+    A = torch.randn(7, 20, 20, generator=g, dtype=f64)
+    S = A @ A.mT + 0.1 * torch.eye(20, dtype=f64)
+    x = torch.randn(7, 20, generator=g, dtype=f64)
+    x[3] = 0.0
+    L = torch.linalg.cholesky(S)
+    L2 = cholesky_rank_one_update(L, x)
+    torch.testing.assert_close(L2, torch.linalg.cholesky(S + x.unsqueeze(-1) * x.unsqueeze(-2)), atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(L2[3], L[3])
+    assert torch.equal(L2, torch.tril(L2))
+
+
+def test_sample_weights_moments(rff):
+    # empirical mean/cov of ω draws vs ν and σ²Σ⁻¹, tolerances from the sample size
+    X, Y = make_data(N=2, n=15)
+    noise = 0.05
+    m = RFFBayesianLinear(rff, X, Y, noise)
+    S = 40000
+    gen = torch.Generator().manual_seed(0)
+    w = m.sample_weights(torch.Size([S]), generator=gen)
+    assert w.shape == (S, 2, 40)
+    Phi = rff(X)
+    Sigma = Phi.mT @ Phi + noise * torch.eye(40, dtype=f64)
+    cov = noise * torch.linalg.solve(Sigma, torch.eye(40, dtype=f64).expand(2, 40, 40))
+    nu = torch.linalg.solve(Sigma, Phi.mT @ Y).squeeze(-1)
+    sd = cov.diagonal(dim1=-2, dim2=-1).sqrt()
+    z_mean = (w.mean(0) - nu) / (sd / math.sqrt(S))
+    assert z_mean.abs().max() < 4.5  # 80 coordinates, each ~N(0,1)
+    centered = w - w.mean(0)
+    emp = torch.einsum("sni,snj->nij", centered, centered) / (S - 1)
+    se = ((cov**2 + sd.unsqueeze(-1) ** 2 * sd.unsqueeze(-2) ** 2) / S).sqrt()
+    assert ((emp - cov) / se).abs().max() < 5.5  # 3200 entries, ~N(0,1) each
+    # reproducible with a generator
+    w1 = m.sample_weights(torch.Size([3]), generator=torch.Generator().manual_seed(4))
+    w2 = m.sample_weights(torch.Size([3]), generator=torch.Generator().manual_seed(4))
+    assert torch.equal(w1, w2)
+
+
+def test_device_dtype_follow_inputs(device, rff):
+    X, Y = make_data(N=3)
+    rff_d = RandomFourierFeatures(dim=2, num_features=40, lengthscale=0.25, seed=3, device=device)
+    m = RFFBayesianLinear(rff_d, X.to(device), Y.to(device), 0.01)
+    w = m.sample_weights(generator=torch.Generator().manual_seed(0))
+    assert w.device.type == device.type and w.dtype == f64
+    ref = RFFBayesianLinear(rff, X, Y, 0.01)
+    torch.testing.assert_close(w.cpu(), ref.sample_weights(generator=torch.Generator().manual_seed(0)))
+    post = m.posterior(torch.rand(4, 2, dtype=f64, device=device))
+    assert post.mean.device.type == device.type
+    m.update(X[:, :1].to(device), Y[:, :1].to(device))
+    assert m.chol.device.type == device.type
+
+
+@pytest.mark.cuda
+def test_cuda_batched_matches_cpu(rff):
+    X, Y = make_data(N=6, n=20)
+    mc = RFFBayesianLinear(rff, X, Y, 0.01)
+    mg = RFFBayesianLinear(RandomFourierFeatures(2, 40, lengthscale=0.25, seed=3, device="cuda"), X.cuda(), Y.cuda(), 0.01)
+    torch.testing.assert_close(mg.weight_mean.cpu(), mc.weight_mean, atol=1e-9, rtol=0)
+
+
+def test_validation_errors(rff):
+    X, Y = make_data(N=2, n=5)
+    bad = Y.clone()
+    bad[0, 2] = float("nan")
+    with pytest.raises(ValueError, match="train_Y.*NaN"):
+        RFFBayesianLinear(rff, X, bad, 0.01)
+    bad[0, 2] = float("inf")
+    with pytest.raises(ValueError, match="train_Y"):
+        RFFBayesianLinear(rff, X, bad, 0.01)
+    with pytest.raises(ValueError, match="train_X"):
+        RFFBayesianLinear(rff, X[0, 0], Y, 0.01)
+    with pytest.raises(ValueError, match="train_Y"):
+        RFFBayesianLinear(rff, X, Y[:, :4], 0.01)
+    with pytest.raises(ValueError, match="d = 2"):
+        RFFBayesianLinear(rff, torch.rand(2, 5, 3, dtype=f64), Y, 0.01)
+    with pytest.raises(ValueError, match="noise_variance"):
+        RFFBayesianLinear(rff, X, Y, 0.0)
+    with pytest.raises(ValueError, match="noise_variance"):
+        RFFBayesianLinear(rff, X, Y, torch.tensor([0.1, -0.1], dtype=f64))
+    with pytest.raises(ValueError, match="noise_variance"):
+        RFFBayesianLinear(rff, X, Y, torch.tensor([0.1, 0.1, 0.1], dtype=f64))
+    with pytest.raises(TypeError, match="features"):
+        RFFBayesianLinear("rff", X, Y, 0.01)
+    with pytest.raises(ValueError, match="lengths"):
+        RFFBayesianLinear(rff, X, Y, 0.01, lengths=torch.tensor([6, 1]))
+    with pytest.raises(ValueError, match="at most one"):
+        RFFBayesianLinear(rff, X, Y, 0.01, lengths=torch.tensor([5, 1]), mask=torch.ones(2, 5, dtype=torch.bool))
+    m = RFFBayesianLinear(rff, X, Y, 0.01)
+    with pytest.raises(ValueError, match="N x k x d"):
+        m.update(X[:1, :1], Y[:1, :1])
+    with pytest.raises(ValueError, match="Y"):
+        m.update(X[:, :1], torch.full_like(Y[:, :1], float("nan")))
+    with pytest.raises(ValueError, match="d = 2"):
+        m.posterior(torch.rand(3, 4, dtype=f64))

@@ -1,11 +1,28 @@
-r"""The ``fbo-torch`` command line."""
+r"""The ``fbo-torch`` command line.
+
+Commands:
+    run CONFIG --out DIR     run a YAML experiment (see ``configs/``)
+    quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
+    privacy                  ε of a DP-FTS-DE setting under each accountant
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+from importlib import resources
+from pathlib import Path
 
 import fbo_torch
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, type=Path, help="output folder (results.json, regret.png, checkpoints)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
+    p.add_argument("--seeds", type=int, default=None, metavar="K", help="override the number of initializations per target")
+    p.add_argument("--resume", action="store_true", help="continue from checkpoints in --out")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,8 +31,74 @@ def build_parser() -> argparse.ArgumentParser:
         description="Federated Bayesian optimization (FTS, DP-FTS-DE) on PyTorch/BoTorch.",
     )
     parser.add_argument("--version", action="version", version=f"fbo_torch {fbo_torch.__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a YAML experiment", description="Run a YAML experiment config.")
+    run.add_argument("config", type=Path, help="experiment YAML (see configs/)")
+    _add_run_args(run)
+
+    qs = sub.add_parser("quickstart", help="a small federated run with a plot and a summary")
+    qs.add_argument("--out", type=Path, default=Path("runs/quickstart"), help="output folder")
+    qs.add_argument("--no-progress", action="store_true")
+
+    pv = sub.add_parser("privacy", help="epsilon of a DP-FTS-DE setting under each accountant")
+    pv.add_argument("--sample-rate", "-q", type=float, required=True)
+    pv.add_argument("--noise-multiplier", "-z", type=float, required=True)
+    pv.add_argument("--steps", "-T", type=int, required=True)
+    pv.add_argument("--num-agents", "-N", type=int, default=None, help="sets delta = 1/N^1.1")
+    pv.add_argument("--delta", type=float, default=None)
     return parser
+
+
+def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, resume: bool, progress: bool) -> int:
+    import yaml
+
+    from fbo_torch.experiments.config import ConfigError, load_config
+    from fbo_torch.experiments.report import summary_table
+    from fbo_torch.experiments.run import run_experiment
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    resolved = cfg.resolved()
+    if device:
+        resolved["device"] = device
+    if seeds is not None:
+        if seeds < 1:
+            print("error: --seeds must be >= 1", file=sys.stderr)
+            return 2
+        for sc in resolved["scenarios"]:
+            sc["runs"]["num_inits"] = seeds
+    print("# resolved config")
+    print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
+    t0 = time.perf_counter()
+    try:
+        results = run_experiment(cfg, out, device=device, seeds=seeds, resume=resume, progress=progress)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print()
+    print(summary_table(results))
+    print(f"\nfinished in {time.perf_counter() - t0:.1f} s")
+    print(f"results: {out / 'results.json'}")
+    print(f"plot:    {out / 'regret.png'}")
+    return 0
+
+
+def _cmd_privacy(args: argparse.Namespace) -> int:
+    from fbo_torch.privacy import ACCOUNTANTS, compute_epsilon, default_delta
+
+    if args.delta is None and args.num_agents is None:
+        print("error: give --delta or --num-agents", file=sys.stderr)
+        return 2
+    delta = args.delta if args.delta is not None else default_delta(args.num_agents)
+    print(f"q={args.sample_rate} z={args.noise_multiplier} T={args.steps} delta={delta:.4g}")
+    for name in ACCOUNTANTS:
+        eps = compute_epsilon(args.sample_rate, args.noise_multiplier, args.steps, delta, accountant=name)
+        print(f"  {name:<12} epsilon = {eps:.3f}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return 0
+    if args.command == "run":
+        return _cmd_run(args.config, args.out, args.device, args.seeds, args.resume, not args.no_progress)
+    if args.command == "quickstart":
+        cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")
+        with resources.as_file(cfg) as path:
+            code = _cmd_run(Path(path), args.out, None, None, False, not args.no_progress)
+        if code == 0:
+            print("\nOpen the plot above to see simple regret per iteration (lower is better).")
+        return code
+    if args.command == "privacy":
+        return _cmd_privacy(args)
+    parser.error(f"unknown command {args.command!r}")
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,7 +31,7 @@ from torch import Tensor
 from fbo_torch.utils.validation import check_bounds, check_finite, check_floating, check_ndim
 
 #: Parameter groups carried over when warm-starting from a previous fit.
-_HYPER_PREFIXES = ("covar_module.", "likelihood.", "mean_module.")
+HYPER_PREFIXES = ("covar_module.", "likelihood.", "mean_module.")
 
 
 def build_agent_gps(
@@ -83,9 +83,12 @@ def build_agent_gps(
     )
 
 
-def warm_start(model: SingleTaskGP, previous: SingleTaskGP) -> SingleTaskGP:
-    """Copy kernel, likelihood and mean hyperparameters of ``previous`` into ``model``."""
-    state = {k: v for k, v in previous.state_dict().items() if k.startswith(_HYPER_PREFIXES)}
+def warm_start(model: SingleTaskGP, previous: SingleTaskGP | dict[str, Tensor]) -> SingleTaskGP:
+    """Copy kernel, likelihood and mean hyperparameters of ``previous`` (a model
+    or its ``state_dict``) into ``model``; data and outcome-transform statistics
+    are not copied."""
+    source = previous if isinstance(previous, dict) else previous.state_dict()
+    state = {k: v for k, v in source.items() if k.startswith(HYPER_PREFIXES)}
     model.load_state_dict(state, strict=False)
     return model
 
@@ -95,7 +98,7 @@ def fit_agent_gps(
     train_Y: Tensor,
     bounds: Tensor | None = None,
     covar_module: Kernel | None = None,
-    previous: SingleTaskGP | None = None,
+    previous: SingleTaskGP | dict[str, Tensor] | None = None,
     refit: bool = True,
     train_Yvar: Tensor | None = None,
 ) -> SingleTaskGP:
@@ -106,8 +109,8 @@ def fit_agent_gps(
         train_Y: ``N x n x 1`` observations.
         bounds: Optional ``2 x d`` domain bounds (inputs normalized to the unit cube).
         covar_module: Optional kernel; default RBF/ARD (BoTorch defaults).
-        previous: A previously fitted model for the same agents; its
-            hyperparameters initialize the new model (warm start).
+        previous: A previously fitted model for the same agents (or its
+            ``state_dict``); its hyperparameters initialize the new model.
         refit: If False and ``previous`` is given, reuse its hyperparameters
             without optimizing (cheap rounds between refits).
         train_Yvar: Optional known noise variances.

@@ -1,3 +1,53 @@
-from fbo_torch.objectives.base import Objective
+r"""Federated objectives: all agents' black-box functions, evaluated at once."""
 
-__all__ = ["Objective"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from fbo_torch.objectives.base import Objective
+from fbo_torch.objectives.har import HARLogReg
+from fbo_torch.objectives.landmine import LandmineSVM
+from fbo_torch.objectives.search_space import Integer, Real, SearchSpace, TuningObjective
+from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
+
+#: Objective ``type`` names used in YAML configs -> "module:Class" (imported on demand).
+REGISTRY = {
+    "gp_grid": "fbo_torch.objectives.synthetic:GPSampleGridFederation",
+    "gp_continuous": "fbo_torch.objectives.synthetic:GPSampleContinuousFederation",
+    "landmine": "fbo_torch.objectives.landmine:LandmineSVM",
+    "har": "fbo_torch.objectives.har:HARLogReg",
+    "digits_cnn": "fbo_torch.objectives.vision:DigitsCNN",
+    "emnist_cnn": "fbo_torch.objectives.vision:EMNISTCNN",
+}
+
+
+def objective_class(type_name: str) -> type:
+    """The objective class registered under ``type_name``."""
+    if type_name not in REGISTRY:
+        raise ValueError(f"unknown objective type {type_name!r}; expected one of {sorted(REGISTRY)}.")
+    module, cls = REGISTRY[type_name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def build_objective(spec: dict[str, Any]) -> Objective:
+    """Build an objective from a config mapping ``{type: ..., **kwargs}``."""
+    spec = dict(spec)
+    cls = objective_class(spec.pop("type"))
+    return cls(**spec)
+
+
+__all__ = [
+    "GPSampleContinuousFederation",
+    "GPSampleGridFederation",
+    "HARLogReg",
+    "Integer",
+    "LandmineSVM",
+    "Objective",
+    "REGISTRY",
+    "Real",
+    "SearchSpace",
+    "TuningObjective",
+    "build_objective",
+    "objective_class",
+]

@@ -84,6 +84,23 @@ class Objective(ABC):
     def loss_name(self) -> str:
         return "simple regret" if self.optimum is not None else f"-{self.value_name}"
 
+    # ------------------------------------------------------ observation noise
+    #: Generator of the observation noise (None for deterministic objectives).
+    noise_generator: torch.Generator | None = None
+
+    def reseed(self, seed: int) -> None:
+        """Restart the observation-noise stream (runners call this per method,
+        so every method sees a reproducible stream)."""
+        if self.noise_generator is not None:
+            self.noise_generator.manual_seed(int(seed))
+
+    def rng_state(self) -> Tensor | None:
+        return None if self.noise_generator is None else self.noise_generator.get_state()
+
+    def set_rng_state(self, state: Tensor | None) -> None:
+        if state is not None and self.noise_generator is not None:
+            self.noise_generator.set_state(state)
+
     @abstractmethod
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
         """Evaluate validated ``X`` (``k x q x d``) for the ``k`` agents in ``agents``."""

@@ -1,0 +1,135 @@
+r"""Federated Thompson sampling as a BoTorch acquisition function (FTS, Algorithm 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from botorch.acquisition import AcquisitionFunction
+from botorch.models.model import Model
+from botorch.sampling.pathwise import draw_matheron_paths
+from botorch.utils.transforms import t_batch_mode_transform
+from torch import Tensor
+
+from fbo_torch.acquisition.rff_thompson import _check_features, _omega_from
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.messages import AgentMessage, stack_omegas
+from fbo_torch.federation.schedules import OWN, AgentDistribution, draw_sources
+from fbo_torch.utils.validation import check_int, check_probability
+
+
+class FederatedThompsonSampling(AcquisitionFunction):
+    r"""One FTS iteration's acquisition for a target agent.
+
+    At construction, for each of the ``q`` candidates independently, draws
+    ``r ~ U(0, 1)``: if ``r ≤ p_t`` the candidate maximizes a pathwise posterior
+    sample of the target's own ``model`` (line 4); otherwise it draws an agent
+    ``n ~ P_N`` and maximizes ``φ(x)ᵀω_n`` (line 6). ``forward`` returns the sum
+    over the q candidates of their functions, so ``optimize_acqf`` maximizes each
+    one independently.
+
+    Args:
+        model: The target agent's GP (any single-output BoTorch GP that
+            pathwise sampling supports, e.g. ``SingleTaskGP``), unbatched.
+        messages: ``N x M`` tensor of received weight vectors, or a sequence of
+            :class:`~fbo_torch.federation.AgentMessage` (fingerprints are checked
+            against ``features``).
+        features: The shared :class:`RandomFourierFeatures`.
+        p_t: Probability in ``[0, 1]`` of using the own GP sample.
+        agent_probs: ``P_N`` over the ``N`` messages (uniform by default); must
+            be non-negative and sum to 1. Zero entries (stragglers) are never chosen.
+        generator: Optional ``torch.Generator``; it drives ``r``, the agent draw
+            and (through a derived seed) the GP sample, so construction is
+            reproducible.
+        q: Number of candidates (independent draws) for parallel evaluations.
+
+    Attributes:
+        source: ``"own"`` or the chosen message index (q = 1).
+        sources: List of the q sources.
+
+    Example:
+        >>> acqf = FederatedThompsonSampling(gp, messages, rff, p_t=0.5)
+        >>> x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=10, raw_samples=512)
+        >>> acqf.source   # log it; in one-shot mode remove that message afterwards
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        messages: Tensor | Sequence[AgentMessage],
+        features: RandomFourierFeatures,
+        p_t: float,
+        agent_probs: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        q: int = 1,
+    ) -> None:
+        features = _check_features(features)
+        super().__init__(model=model)
+        if model.num_outputs != 1 or len(model.batch_shape) > 0:
+            raise ValueError(
+                "`model` must be a single-output, unbatched GP of the target agent "
+                f"(got num_outputs={model.num_outputs}, batch_shape={tuple(model.batch_shape)})."
+            )
+        if isinstance(messages, Tensor):
+            omegas = _omega_from(features, messages, name="messages")
+            if omegas.ndim != 2:
+                raise ValueError(f"`messages` must be an N x M tensor, got shape {tuple(omegas.shape)}.")
+            if omegas.shape[0] == 0:
+                raise ValueError("`messages` is empty: at least one agent message is needed.")
+        else:
+            omegas = stack_omegas(list(messages), fingerprint=features.fingerprint)
+        q = check_int("q", q, minimum=1)
+        p_t = check_probability("p_t", p_t)
+        N = omegas.shape[0]
+        if agent_probs is not None:
+            if not isinstance(agent_probs, Tensor) or agent_probs.ndim != 1:
+                raise ValueError(f"`agent_probs` must be a tensor of {N} probabilities.")
+            agent_probs = agent_probs.expand(q, -1)
+        dist = AgentDistribution(N, probs=agent_probs, batch_shape=torch.Size([q]))
+        if bool(dist.is_empty.any()):
+            raise ValueError("`agent_probs` gives probability 0 to every agent.")
+        sources = draw_sources(p_t, dist, generator=generator)
+
+        self.features = features
+        self.p_t = p_t
+        self.register_buffer("omegas", omegas)
+        self.sources: list[str | int] = ["own" if int(s) == OWN else int(s) for s in sources]
+        own = [j for j, s in enumerate(self.sources) if s == "own"]
+        self._own_slots = own
+        self._agent_slots = [j for j, s in enumerate(self.sources) if s != "own"]
+        self.paths = None
+        if own:
+            seed = None
+            if generator is not None:
+                seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device).item())
+            devices = [omegas.device] if omegas.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices, enabled=seed is not None):
+                if seed is not None:
+                    torch.manual_seed(seed)
+                self.paths = draw_matheron_paths(model, sample_shape=torch.Size([len(own)]))
+
+    @property
+    def source(self) -> str | int:
+        if len(self.sources) != 1:
+            raise AttributeError("`source` is defined for q = 1; use `sources` for q > 1.")
+        return self.sources[0]
+
+    @property
+    def q(self) -> int:
+        return len(self.sources)
+
+    @t_batch_mode_transform()
+    def forward(self, X: Tensor) -> Tensor:
+        r"""Sum over candidates of each candidate's sampled function; ``b x q x d`` → ``b``."""
+        if X.shape[-2] != self.q:
+            raise ValueError(f"This acquisition was drawn for q = {self.q} candidates, got X with q = {X.shape[-2]}.")
+        total = torch.zeros(X.shape[:-2], dtype=X.dtype, device=X.device)
+        if self._own_slots:
+            X_own = X[..., self._own_slots, :].unsqueeze(-2)  # b x q_own x 1 x d
+            total = total + self.paths(X_own).squeeze(-1).sum(-1)
+        if self._agent_slots:
+            idx = torch.tensor([self.sources[j] for j in self._agent_slots], device=X.device)
+            omega = self.omegas.to(X)[idx]  # q_agent x M
+            phi = self.features(X[..., self._agent_slots, :])  # b x q_agent x M
+            total = total + (phi * omega).sum(-1).sum(-1)
+        return total

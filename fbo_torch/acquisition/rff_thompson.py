@@ -1,0 +1,143 @@
+r"""Acquisition functions on received RFF weight vectors: ``x ↦ φ(x)ᵀω``.
+
+A message ``ω_n`` from agent ``n`` *is* a Thompson sample of that agent's
+RFF-approximated GP posterior, so maximizing ``φ(x)ᵀω_n`` is FTS Algorithm 1,
+line 6. :class:`PiecewiseRFFThompsonSample` is the DP-FTS-DE agent's function
+``x ↦ φ(x)ᵀω^(i[x])`` built from one broadcast vector per sub-region.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from botorch.acquisition import AcquisitionFunction
+from botorch.models.deterministic import GenericDeterministicModel
+from botorch.utils.transforms import t_batch_mode_transform
+from torch import Tensor
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.messages import AgentMessage
+from fbo_torch.utils.validation import check_finite, check_tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fbo_torch.federation.partition import SubRegionPartition
+
+
+def _check_features(features: object) -> RandomFourierFeatures:
+    if not isinstance(features, RandomFourierFeatures):
+        raise TypeError(f"`features` must be a RandomFourierFeatures, got {type(features).__name__}.")
+    return features
+
+
+def _omega_from(features: RandomFourierFeatures, omega: Tensor | AgentMessage, name: str = "omega") -> Tensor:
+    if isinstance(omega, AgentMessage):
+        if omega.fingerprint != features.fingerprint:
+            raise ValueError(
+                f"The message from agent {omega.agent_id} was built on a different random-feature map "
+                f"(fingerprint {omega.fingerprint} != {features.fingerprint})."
+            )
+        omega = omega.omega
+    check_tensor(name, omega)
+    if omega.shape[-1] != features.num_features:
+        raise ValueError(
+            f"`{name}` must have M = {features.num_features} entries in its last dimension, "
+            f"got shape {tuple(omega.shape)}."
+        )
+    check_finite(name, omega)
+    return omega
+
+
+class RFFThompsonSample(AcquisitionFunction):
+    r"""``x ↦ φ(x)ᵀω``: maximize a received RFF weight vector.
+
+    Follows BoTorch's acquisition conventions: ``forward`` takes
+    ``b x q x d`` and returns ``b``, written in torch ops so ``optimize_acqf``
+    gets gradients. With ``q > 1`` pass ``omega`` as ``q x M`` (one vector per
+    candidate, as in parallel Thompson sampling); the value is the sum over the
+    q candidates, so each is maximized independently.
+
+    The function is wrapped as a ``GenericDeterministicModel`` in ``self.model``.
+
+    Args:
+        features: The shared feature map ``φ``.
+        omega: ``M`` weights, ``q x M`` weights, or an :class:`AgentMessage`
+            (whose fingerprint must match ``features``).
+
+    Example:
+        >>> acqf = RFFThompsonSample(rff, omega)
+        >>> x, val = optimize_acqf(acqf, bounds, q=1, num_restarts=10, raw_samples=512)
+    """
+
+    def __init__(self, features: RandomFourierFeatures, omega: Tensor | AgentMessage) -> None:
+        features = _check_features(features)
+        omega = _omega_from(features, omega)
+        if omega.ndim not in (1, 2):
+            raise ValueError(f"`omega` must be M or q x M, got shape {tuple(omega.shape)}.")
+        model = GenericDeterministicModel(f=self._function_values, num_outputs=1)
+        super().__init__(model=model)
+        self.features = features
+        self.register_buffer("omega", omega)
+
+    def _function_values(self, X: Tensor) -> Tensor:
+        phi = self.features(X)
+        omega = self.omega.to(phi)
+        if omega.ndim == 1:
+            return (phi @ omega).unsqueeze(-1)
+        return (phi * omega).sum(-1, keepdim=True)
+
+    @t_batch_mode_transform()
+    def forward(self, X: Tensor) -> Tensor:
+        r"""Evaluate ``Σ_j φ(x_j)ᵀω_j`` on ``b x q x d`` candidates, returning ``b``."""
+        if self.omega.ndim == 2 and X.shape[-2] != self.omega.shape[0]:
+            raise ValueError(f"`omega` holds {self.omega.shape[0]} vectors but X has q = {X.shape[-2]}.")
+        return self._function_values(X).squeeze(-1).sum(-1)
+
+
+class PiecewiseRFFThompsonSample(AcquisitionFunction):
+    r"""``x ↦ φ(x)ᵀω^(i[x])``: the DP-FTS-DE agent's function (Algorithm 2, line 8).
+
+    The server broadcasts one vector per sub-region; a point uses the vector of
+    the sub-region it lies in. The function is smooth inside each sub-region
+    and jumps across borders, so maximize it one sub-region at a time (see
+    :meth:`region_bounds`) and keep the best.
+
+    Args:
+        features: The shared feature map.
+        omegas: ``P x M`` broadcast vectors.
+        partition: The :class:`~fbo_torch.federation.SubRegionPartition` with
+            ``P`` sub-regions.
+    """
+
+    def __init__(self, features: RandomFourierFeatures, omegas: Tensor, partition: SubRegionPartition) -> None:
+        features = _check_features(features)
+        omegas = _omega_from(features, omegas, name="omegas")
+        if omegas.ndim != 2 or omegas.shape[0] != partition.num_regions:
+            raise ValueError(
+                f"`omegas` must be P x M with P = {partition.num_regions} sub-regions, got {tuple(omegas.shape)}."
+            )
+        model = GenericDeterministicModel(f=lambda X: self._function_values(X).unsqueeze(-1), num_outputs=1)
+        super().__init__(model=model)
+        self.features = features
+        self.partition = partition
+        self.register_buffer("omegas", omegas)
+
+    def _function_values(self, X: Tensor) -> Tensor:
+        phi = self.features(X)  # ... x M
+        region = self.partition.region_of(X)  # ...
+        omega = self.omegas.to(phi)[region]  # ... x M
+        return (phi * omega).sum(-1)
+
+    @t_batch_mode_transform()
+    def forward(self, X: Tensor) -> Tensor:
+        return self._function_values(X).sum(-1)
+
+    def region_bounds(self) -> Tensor:
+        """``P x 2 x d`` bounds of the sub-regions (one optimization each)."""
+        return self.partition.region_bounds()
+
+    def region_acquisition(self, region: int) -> RFFThompsonSample:
+        r"""``x ↦ φ(x)ᵀω^(region)``: the smooth piece to maximize over
+        ``region_bounds()[region]``; the best of the ``P`` maxima is the maximum
+        of the piecewise function (up to points on shared borders)."""
+        return RFFThompsonSample(self.features, self.omegas[region])

@@ -1,0 +1,313 @@
+r"""YAML experiment configurations: schema, validation and resolution.
+
+An experiment file looks like::
+
+    experiment: fts              # fts | dp_fts_de
+    name: fts_synthetic_fig1
+    seed: 0
+    objective: {type: gp_grid, num_groups: 5, agents_per_group: 51}
+    runs: {num_inits: 5}
+    history: {mode: random, t_n: 40}
+    optimizer: {raw_samples: 1024, num_restarts: 8}
+    defaults: {num_iterations: 50, p_t: 1-1/sqrt(t)}   # shared method settings
+    scenarios:                   # optional: panels with overrides
+      - name: "d_n = 0.02, t_n = 40"
+        objective: {perturbation: 0.02}
+        history: {t_n: 40}
+        methods:
+          - {name: TS, algorithm: ts}
+          - {name: "FTS (M=50)", algorithm: fts, num_features: 50}
+
+Without ``scenarios``, a top-level ``methods`` list forms one scenario.
+Unknown keys and bad values raise :class:`ConfigError` naming the offending
+entry (and the closest valid key).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXPERIMENTS = ("fts", "dp_fts_de")
+TOP_KEYS = (
+    "experiment", "name", "description", "seed", "device", "checkpoint_every", "objective", "runs", "history",
+    "optimizer", "defaults", "scenarios", "methods", "privacy",
+)
+SCENARIO_KEYS = ("name", "objective", "history", "defaults", "methods", "runs")
+
+
+class ConfigError(ValueError):
+    """An experiment configuration is invalid; the message names the entry."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``1e-6`` as a string; this loader reads it as a float."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML with floats such as ``1e-6`` read as numbers."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _suggest(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_keys(where: str, section: dict[str, Any], allowed: list[str] | tuple[str, ...]) -> None:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(section).__name__}.")
+    allowed = list(allowed)
+    for key in section:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key {key!r}{_suggest(str(key), allowed)}; allowed: {sorted(allowed)}.")
+
+
+def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:
+    r"""Instantiate ``cls`` from ``values``, turning unknown keys and bad values into :class:`ConfigError`."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    check_keys(where, values, names)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def check_callable_kwargs(where: str, fn: Any, kwargs: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
+    """Unknown keyword arguments of ``fn`` (a class or function) raise :class:`ConfigError`."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+    allowed = [n for n in params if n not in ("self",) + skip]
+    check_keys(where, kwargs, allowed)
+
+
+@dataclasses.dataclass
+class RunsConfig:
+    r"""Which repetitions to run.
+
+    Attributes:
+        targets: ``"auto"`` (the objective's own targets, or the first
+            ``num_targets`` agents), or an explicit list of agent indices (FTS).
+        num_targets: With ``"auto"`` on objectives without built-in targets.
+        num_inits: Random initializations per target (``--seeds`` overrides).
+    """
+
+    targets: Any = "auto"
+    num_targets: int | None = None
+    num_inits: int = 5
+
+    def __post_init__(self) -> None:
+        if self.targets != "auto" and not (
+            isinstance(self.targets, list) and all(isinstance(t, int) and t >= 0 for t in self.targets) and self.targets
+        ):
+            raise ValueError(f"`targets` must be 'auto' or a non-empty list of agent indices, got {self.targets!r}.")
+        if not isinstance(self.num_inits, int) or self.num_inits < 1:
+            raise ValueError(f"`num_inits` must be an integer >= 1, got {self.num_inits!r}.")
+        if self.num_targets is not None and (not isinstance(self.num_targets, int) or self.num_targets < 1):
+            raise ValueError(f"`num_targets` must be an integer >= 1, got {self.num_targets!r}.")
+
+
+@dataclasses.dataclass
+class HistoryConfig:
+    r"""How the other agents got their observations before FTS (FTS experiments)."""
+
+    mode: str = "random"
+    t_n: int = 40
+    num_init: int = 3
+    gp_kernel: str = "botorch"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("random", "ts"):
+            raise ValueError(f"`mode` must be 'random' or 'ts', got {self.mode!r}.")
+        if not isinstance(self.t_n, int) or self.t_n < 1:
+            raise ValueError(f"`t_n` must be an integer >= 1, got {self.t_n!r}.")
+        if not isinstance(self.num_init, int) or self.num_init < 1:
+            raise ValueError(f"`num_init` must be an integer >= 1, got {self.num_init!r}.")
+
+
+@dataclasses.dataclass
+class OptimizerConfig:
+    r"""Acquisition maximization on continuous domains (see :func:`fbo_torch.optim.maximize_batched`)."""
+
+    raw_samples: int = 1024
+    num_restarts: int = 8
+    refine: str | None = "adam"
+    maxiter: int = 100
+    lr: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.refine not in ("adam", "lbfgsb", None):
+            raise ValueError(f"`refine` must be 'adam', 'lbfgsb' or null, got {self.refine!r}.")
+        for name in ("raw_samples", "num_restarts", "maxiter"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1, got {v!r}.")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ValueError(f"`lr` must be > 0, got {self.lr!r}.")
+
+
+@dataclasses.dataclass
+class Scenario:
+    """One resolved panel of an experiment."""
+
+    name: str
+    objective: dict[str, Any]
+    history: HistoryConfig
+    runs: RunsConfig
+    methods: list[tuple[str, Any]]  # (label, settings dataclass)
+
+
+@dataclasses.dataclass
+class ExperimentConfig:
+    """A resolved, validated experiment."""
+
+    experiment: str
+    name: str
+    seed: int
+    device: str
+    checkpoint_every: int
+    optimizer: OptimizerConfig
+    privacy: dict[str, Any]
+    scenarios: list[Scenario]
+    raw: dict[str, Any]
+
+    def resolved(self) -> dict[str, Any]:
+        """The fully expanded configuration (what the CLI echoes and stores)."""
+        return {
+            "experiment": self.experiment,
+            "name": self.name,
+            "seed": self.seed,
+            "device": self.device,
+            "checkpoint_every": self.checkpoint_every,
+            "optimizer": dataclasses.asdict(self.optimizer),
+            "privacy": self.privacy,
+            "scenarios": [
+                {
+                    "name": s.name,
+                    "objective": s.objective,
+                    "history": dataclasses.asdict(s.history),
+                    "runs": dataclasses.asdict(s.runs),
+                    "methods": [{"name": n, **dataclasses.asdict(m)} for n, m in s.methods],
+                }
+                for s in self.scenarios
+            ],
+        }
+
+
+def _settings_class(experiment: str) -> type:
+    if experiment == "fts":
+        from fbo_torch.runners.fts import FTSSettings
+
+        return FTSSettings
+    from fbo_torch.runners.dp_fts_de import DPFTSDESettings
+
+    return DPFTSDESettings
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    out.update(copy.deepcopy(over or {}))
+    return out
+
+
+def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    r"""Validate a configuration mapping and resolve scenarios and methods."""
+    check_keys(source, raw, TOP_KEYS)
+    experiment = raw.get("experiment")
+    if experiment not in EXPERIMENTS:
+        raise ConfigError(f"{source}: `experiment` must be one of {list(EXPERIMENTS)}, got {experiment!r}.")
+    name = str(raw.get("name") or Path(source).stem)
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"{source}: `seed` must be a non-negative integer, got {seed!r}.")
+    device = raw.get("device", "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"{source}: `device` must be 'cpu' or 'cuda', got {device!r}.")
+    checkpoint_every = raw.get("checkpoint_every", 5)
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise ConfigError(f"{source}: `checkpoint_every` must be an integer >= 0, got {checkpoint_every!r}.")
+    optimizer = build_dataclass(OptimizerConfig, raw.get("optimizer") or {}, f"{source}: optimizer")
+    privacy = raw.get("privacy") or {}
+    check_keys(f"{source}: privacy", privacy, ("accountant", "delta", "max_epsilon", "extra_accountants"))
+
+    if "objective" not in raw or not isinstance(raw["objective"], dict) or "type" not in raw["objective"]:
+        raise ConfigError(f"{source}: `objective` must be a mapping with a `type`.")
+    settings_cls = _settings_class(experiment)
+    scenarios_raw = raw.get("scenarios")
+    if scenarios_raw is None:
+        if not raw.get("methods"):
+            raise ConfigError(f"{source}: give `methods` (a list) or `scenarios`.")
+        scenarios_raw = [{"name": name, "methods": raw["methods"]}]
+    elif raw.get("methods"):
+        raise ConfigError(f"{source}: give either top-level `methods` or `scenarios`, not both.")
+    if not isinstance(scenarios_raw, list) or not scenarios_raw:
+        raise ConfigError(f"{source}: `scenarios` must be a non-empty list.")
+
+    from fbo_torch.objectives import objective_class
+
+    scenarios = []
+    for i, sc in enumerate(scenarios_raw):
+        where = f"{source}: scenarios[{i}]"
+        check_keys(where, sc, SCENARIO_KEYS)
+        objective = _merge(raw["objective"], sc.get("objective"))
+        try:
+            cls = objective_class(objective["type"])
+        except ValueError as err:
+            raise ConfigError(f"{where}: objective: {err}") from None
+        kwargs = {k: v for k, v in objective.items() if k != "type"}
+        check_callable_kwargs(f"{where}: objective ({objective['type']})", cls, kwargs)
+        history = build_dataclass(HistoryConfig, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history")
+        runs = build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")
+        defaults = _merge(raw.get("defaults") or {}, sc.get("defaults"))
+        methods_raw = sc.get("methods")
+        if not isinstance(methods_raw, list) or not methods_raw:
+            raise ConfigError(f"{where}: `methods` must be a non-empty list.")
+        methods, labels = [], set()
+        for j, m in enumerate(methods_raw):
+            mw = f"{where}: methods[{j}]"
+            if not isinstance(m, dict) or "name" not in m:
+                raise ConfigError(f"{mw}: each method needs a `name`.")
+            label = str(m["name"])
+            if label in labels:
+                raise ConfigError(f"{mw}: duplicate method name {label!r}.")
+            labels.add(label)
+            values = _merge(defaults, {k: v for k, v in m.items() if k != "name"})
+            methods.append((label, build_dataclass(settings_cls, values, mw)))
+        scenarios.append(Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods))
+    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, optimizer, privacy, scenarios, raw)
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate a YAML experiment file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist.")
+    try:
+        raw = load_yaml(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level.")
+    return parse_config(raw, source=str(path))

@@ -1,0 +1,228 @@
+r"""The two choices an FTS agent makes every iteration (FTS Algorithm 1, lines 2-6).
+
+* ``p_t``: with probability ``p_t`` the agent maximizes a sample of its own GP,
+  otherwise it uses another agent's message. :class:`PtSchedule` gives the
+  papers' sequences (``1 - 1/√t``, ``1 - 1/t²``, ``1 - 1/t``), a constant, or any
+  callable.
+* ``P_N``: which agent's message to use. :class:`AgentDistribution` holds the
+  probabilities for a batch of independent runs, supports stragglers (missing
+  messages get probability 0) and the paper's one-shot communication (a used
+  message is removed and ``P_N`` renormalized).
+
+:func:`draw_sources` combines both into one vectorized draw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fbo_torch.utils.validation import check_int, check_probability, check_tensor
+
+#: Source code meaning "the agent's own GP sample" in :func:`draw_sources`.
+OWN = -1
+
+_NAMED = {
+    "1-1/sqrt(t)": lambda t: 1.0 - 1.0 / math.sqrt(t),
+    "1-1/t^2": lambda t: 1.0 - 1.0 / t**2,
+    "1-1/t": lambda t: 1.0 - 1.0 / t,
+}
+_ALIASES = {
+    "sqrt": "1-1/sqrt(t)",
+    "1-1/t**2": "1-1/t^2",
+    "square": "1-1/t^2",
+    "inverse": "1-1/t",
+}
+
+
+class PtSchedule:
+    r"""A sequence ``p_t`` (``t = 1, 2, ...``) of probabilities of using the own GP.
+
+    Args:
+        spec: One of ``"1-1/sqrt(t)"``, ``"1-1/t^2"``, ``"1-1/t"`` (the papers'
+            sequences), a float in ``[0, 1]`` (constant), or a callable
+            ``t -> p_t``.
+        p1_equals_p2: For the named sequences, set ``p_1 = p_2`` as in the FTS
+            paper (otherwise ``p_1 = 0``: the first iteration always uses the
+            other agents, as DP-FTS-DE's "``1 - p_t = 1/√t`` for all t" reads).
+
+    Example:
+        >>> PtSchedule("1-1/sqrt(t)")(1)   # = p_2 = 1 - 1/√2
+        0.2928932188134524
+    """
+
+    def __init__(self, spec: str | float | Callable[[int], float], p1_equals_p2: bool = True) -> None:
+        self.p1_equals_p2 = bool(p1_equals_p2)
+        if isinstance(spec, str):
+            key = spec.replace(" ", "")
+            key = _ALIASES.get(key, key)
+            if key not in _NAMED:
+                raise ValueError(
+                    f"Unknown `p_t` schedule {spec!r}; expected one of {sorted(_NAMED)}, a number "
+                    "in [0, 1], or a callable t -> p_t."
+                )
+            self.name = key
+            self._fn = _NAMED[key]
+        elif callable(spec):
+            self.name = getattr(spec, "__name__", "callable")
+            self._fn = spec
+            self.p1_equals_p2 = False
+        else:
+            p = check_probability("p_t", spec)
+            self.name = f"constant({p:g})"
+            self._fn = lambda t, p=p: p
+            self.p1_equals_p2 = False
+
+    def __call__(self, t: int) -> float:
+        t = check_int("t", t, minimum=1)
+        if t == 1 and self.p1_equals_p2:
+            t = 2
+        p = float(self._fn(t))
+        return check_probability(f"p_t at t={t}", p)
+
+    def __repr__(self) -> str:
+        return f"PtSchedule({self.name!r}, p1_equals_p2={self.p1_equals_p2})"
+
+
+class AgentDistribution:
+    r"""``P_N`` over ``N`` agents for a batch of independent runs.
+
+    Args:
+        num_agents: ``N``.
+        probs: Optional ``batch_shape x N`` (or ``N``) non-negative preferences
+            summing to 1 along the last dimension; uniform by default.
+        batch_shape: Batch shape when ``probs`` is not given.
+        device: Device of the internal tensors.
+
+    The distribution actually sampled is ``probs`` restricted to the agents
+    still *available* (not missing, not used up in one-shot mode),
+    renormalized. A run with no available agent has ``is_empty`` true.
+    """
+
+    def __init__(
+        self,
+        num_agents: int,
+        probs: Tensor | None = None,
+        batch_shape: torch.Size = torch.Size(),
+        device: torch.device | str | None = None,
+    ) -> None:
+        N = check_int("num_agents", num_agents, minimum=1)
+        if probs is None:
+            probs = torch.full((*batch_shape, N), 1.0 / N, dtype=torch.float64, device=device)
+        else:
+            check_tensor("agent_probs", probs)
+            probs = probs.to(dtype=torch.float64, device=device)
+            if probs.shape[-1] != N:
+                raise ValueError(f"`agent_probs` must have {N} entries in its last dimension, got {tuple(probs.shape)}.")
+            if not torch.isfinite(probs).all() or (probs < 0).any():
+                raise ValueError("`agent_probs` must be finite and non-negative.")
+            sums = probs.sum(-1)
+            if not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):
+                raise ValueError(f"`agent_probs` must sum to 1 over agents, got sums {sums.flatten()[:5].tolist()}.")
+        self.num_agents = N
+        self.base = probs
+        self.available = probs > 0
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.base.shape[:-1]
+
+    @property
+    def probs(self) -> Tensor:
+        """Renormalized probabilities over available agents (zeros for empty runs)."""
+        w = torch.where(self.available, self.base, torch.zeros_like(self.base))
+        total = w.sum(-1, keepdim=True)
+        return torch.where(total > 0, w / total.clamp_min(1e-300), torch.zeros_like(w))
+
+    @property
+    def is_empty(self) -> Tensor:
+        """``batch_shape`` booleans: no agent left to sample."""
+        return ~(self.available & (self.base > 0)).any(-1)
+
+    def mark_missing(self, agents: Tensor | list[int]) -> AgentDistribution:
+        r"""Stragglers: give ``agents`` probability 0 (``agents`` may be an index
+        list for every run, or a ``batch_shape x N`` boolean mask)."""
+        mask = self._as_mask(agents)
+        self.available = self.available & ~mask
+        return self
+
+    def remove(self, agents: Tensor) -> AgentDistribution:
+        r"""One-shot communication: remove the used message of each run.
+
+        Args:
+            agents: ``batch_shape`` agent indices, one per run; entries equal to
+                :data:`OWN` (``-1``) leave that run unchanged.
+        """
+        agents = torch.as_tensor(agents, device=self.base.device).reshape(self.batch_shape)
+        valid = agents >= 0
+        idx = agents.clamp_min(0).unsqueeze(-1)
+        used = torch.zeros_like(self.available).scatter(-1, idx, valid.unsqueeze(-1))
+        self.available = self.available & ~used
+        return self
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        r"""Draw one agent per run (``batch_shape`` long tensor; ``-1`` for empty runs)."""
+        p = self.probs.reshape(-1, self.num_agents)
+        empty = p.sum(-1) <= 0
+        safe = torch.where(empty.unsqueeze(-1), torch.ones_like(p), p)
+        if generator is not None and generator.device != safe.device:
+            draw = torch.multinomial(safe.to(generator.device), 1, generator=generator).to(safe.device)
+        else:
+            draw = torch.multinomial(safe, 1, generator=generator)
+        draw = torch.where(empty.unsqueeze(-1), torch.full_like(draw, OWN), draw)
+        return draw.reshape(self.batch_shape)
+
+    def _as_mask(self, agents: Any) -> Tensor:
+        if isinstance(agents, Tensor) and agents.dtype == torch.bool:
+            return agents.to(self.base.device).expand_as(self.available)
+        idx = torch.as_tensor(agents, dtype=torch.long, device=self.base.device).reshape(-1)
+        if ((idx < 0) | (idx >= self.num_agents)).any():
+            raise ValueError(f"agent indices must lie in [0, {self.num_agents}), got {idx.tolist()}.")
+        mask = torch.zeros(self.num_agents, dtype=torch.bool, device=self.base.device)
+        mask[idx] = True
+        return mask.expand_as(self.available)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"base": self.base.clone(), "available": self.available.clone()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.base = state["base"].to(self.base.device)
+        self.available = state["available"].to(self.base.device)
+
+
+def _uniform(shape: torch.Size, device: torch.device, generator: torch.Generator | None) -> Tensor:
+    if generator is None:
+        return torch.rand(shape, dtype=torch.float64, device=device)
+    return torch.rand(shape, dtype=torch.float64, device=generator.device, generator=generator).to(device)
+
+
+def draw_sources(
+    p_t: float | Tensor, distribution: AgentDistribution, generator: torch.Generator | None = None
+) -> Tensor:
+    r"""FTS Algorithm 1, lines 2-6, for every run of a batch at once.
+
+    Draws ``r ~ U(0, 1)``; if ``r ≤ p_t`` the source is the agent's own GP
+    (:data:`OWN`), else an agent ``n ~ P_N``. Runs whose ``P_N`` is empty (all
+    messages used or missing) fall back to their own GP.
+
+    Args:
+        p_t: Probability of using the own GP (float, or ``batch_shape`` tensor).
+        distribution: ``P_N`` for the batch.
+        generator: Optional generator for reproducibility.
+
+    Returns:
+        ``batch_shape`` long tensor of sources (``-1`` = own, else agent index).
+    """
+    device = distribution.base.device
+    if not isinstance(p_t, Tensor):
+        p_t = torch.tensor(check_probability("p_t", p_t), dtype=torch.float64, device=device)
+    elif ((p_t < 0) | (p_t > 1)).any() or not torch.isfinite(p_t).all():
+        raise ValueError("`p_t` must lie in [0, 1].")
+    r = _uniform(distribution.batch_shape, device, generator)
+    agents = distribution.sample(generator)
+    own = r <= p_t.to(device)
+    return torch.where(own, torch.full_like(agents, OWN), agents)

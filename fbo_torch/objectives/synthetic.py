@@ -1,0 +1,223 @@
+r"""Synthetic federations of GP-sampled functions (FTS App. D.1, DP-FTS-DE App. C.2.1).
+
+A *group* is one federation: a function ``f`` sampled from a GP with an SE
+kernel and normalized to ``[0, 1]``, and agents whose functions are perturbed
+copies ``g_n = f ± d_n`` (FTS: agent 0 of each group is the target and keeps
+``f`` itself; DP-FTS-DE: every agent is perturbed). Several groups (different
+sampled ``f``) live in one objective so that independent repetitions run as one
+batch; :attr:`group_of_agent` and :attr:`targets` describe the layout.
+
+* :class:`GPSampleGridFederation` — the papers' setting: a 1-D grid of
+  ``|X| = 1000`` points in ``[0, 1]``; ``g_n(x) = f(x) + s_n(x) d_n`` with an
+  independent fair coin ``s_n(x) ∈ {-1, +1}`` per input, so
+  ``max_x |f - g_n| = d_n`` exactly.
+* :class:`GPSampleContinuousFederation` — a continuous ``[0, 1]^D`` version
+  (D = 2, 5, ...), so that the continuous maximization path is exercised:
+  ``f`` is a GP sample represented with many random Fourier features (a
+  different, private map; not the one agents share), and
+  ``g_n = f + d_n h_n`` with ``h_n`` a smooth random function scaled to
+  ``max |h_n| ≈ 1``.
+
+Observations add ``N(0, σ²)`` noise (``σ² = 0.01`` in the papers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from linear_operator.utils.cholesky import psd_safe_cholesky
+from torch import Tensor
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.objectives.base import Objective
+from fbo_torch.optim.batched import maximize_batched
+from fbo_torch.utils.validation import check_int, check_positive
+
+
+class _GroupedSynthetic(Objective):
+    """Shared layout and noise handling of the synthetic federations."""
+
+    def _setup_groups(
+        self,
+        num_groups: int,
+        agents_per_group: int,
+        perturbation: float | Tensor,
+        perturb_first: bool,
+        noise_variance: float,
+        seed: int,
+    ) -> Tensor:
+        self.num_groups = check_int("num_groups", num_groups, minimum=1)
+        self.agents_per_group = check_int("agents_per_group", agents_per_group, minimum=1)
+        self.num_agents = self.num_groups * self.agents_per_group
+        check_positive("noise_variance", noise_variance, allow_zero=True)
+        self.noise_variance = float(noise_variance)
+        self.seed = int(seed)
+        d = torch.as_tensor(perturbation, dtype=torch.float64).reshape(-1)
+        if d.numel() == 1:
+            d = d.expand(self.agents_per_group).clone()
+        if d.numel() != self.agents_per_group:
+            raise ValueError(
+                f"`perturbation` must be a number or {self.agents_per_group} values (one per agent of a group), "
+                f"got {d.numel()}."
+            )
+        if (d < 0).any() or not torch.isfinite(d).all():
+            raise ValueError("`perturbation` values d_n must be finite and >= 0.")
+        if not perturb_first:
+            d = d.clone()
+            d[0] = 0.0
+        self.perturbation = d.repeat(self.num_groups)  # A
+        self.group_of_agent = torch.arange(self.num_groups).repeat_interleave(self.agents_per_group)
+        self.targets = torch.arange(self.num_groups) * self.agents_per_group
+        self.noise_generator = torch.Generator().manual_seed(self.seed + 1)
+        return self.perturbation
+
+    def members(self, group: int) -> Tensor:
+        """Agent indices of ``group``."""
+        return torch.arange(self.agents_per_group) + group * self.agents_per_group
+
+    def _add_noise(self, values: Tensor, noise: bool) -> Tensor:
+        if not noise or self.noise_variance == 0.0:
+            return values
+        eps = torch.randn(values.shape, dtype=values.dtype, generator=self.noise_generator)
+        return values + math.sqrt(self.noise_variance) * eps.to(values.device)
+
+
+class GPSampleGridFederation(_GroupedSynthetic):
+    r"""GP-sampled functions on a 1-D grid and their perturbed copies.
+
+    Args:
+        num_groups: Independent sampled functions ``f`` (e.g. 5).
+        agents_per_group: Agents per group, including the target (FTS: N + 1 = 51;
+            DP-FTS-DE: N = 200).
+        perturbation: ``d_n``, a number or one value per agent of a group.
+        perturb_first: Whether agent 0 of a group is perturbed too (False: it is
+            the FTS target and keeps ``f``; True: DP-FTS-DE, every agent perturbed).
+        grid_size: ``|X|``, grid points in ``[0, 1]`` (1000 in the papers).
+        lengthscale: SE lengthscale of the GP ``f`` is drawn from (0.03).
+        noise_variance: Observation noise ``σ²`` (0.01).
+        seed: Seed for the functions, coin flips and observation noise.
+    """
+
+    def __init__(
+        self,
+        num_groups: int = 1,
+        agents_per_group: int = 51,
+        perturbation: float | Tensor = 0.02,
+        perturb_first: bool = False,
+        grid_size: int = 1000,
+        lengthscale: float = 0.03,
+        noise_variance: float = 0.01,
+        seed: int = 0,
+    ) -> None:
+        check_int("grid_size", grid_size, minimum=2)
+        check_positive("lengthscale", lengthscale)
+        d = self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed)
+        gen = torch.Generator().manual_seed(self.seed)
+        grid = torch.linspace(0.0, 1.0, grid_size, dtype=torch.float64)
+        K = torch.exp(-0.5 * ((grid.unsqueeze(-1) - grid.unsqueeze(-2)) / lengthscale) ** 2)
+        L = psd_safe_cholesky(K, jitter=1e-10, max_tries=8)
+        f = (L @ torch.randn(grid_size, self.num_groups, generator=gen, dtype=torch.float64)).T  # G x C
+        f = (f - f.amin(-1, keepdim=True)) / (f.amax(-1, keepdim=True) - f.amin(-1, keepdim=True))
+        signs = torch.randint(0, 2, (self.num_agents, grid_size), generator=gen).to(torch.float64) * 2 - 1
+        self.functions = f
+        self.values = f[self.group_of_agent] + signs * d.unsqueeze(-1)  # A x C
+        self.candidates = grid.unsqueeze(-1)
+        self.bounds = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+        self.optimum = self.values.amax(-1)
+        self.lengthscale = float(lengthscale)
+
+    def grid_index(self, X: Tensor) -> Tensor:
+        """Nearest grid index of each point (``... x 1`` → ``...``)."""
+        C = self.candidates.shape[0]
+        return torch.round(X[..., 0].detach() * (C - 1)).long().clamp(0, C - 1)
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        idx = self.grid_index(X).cpu()  # k x q
+        vals = self.values[agents.cpu().unsqueeze(-1), idx]
+        return self._add_noise(vals, noise).to(X)
+
+
+class GPSampleContinuousFederation(_GroupedSynthetic):
+    r"""GP-sampled functions on ``[0, 1]^D`` and smooth perturbed copies.
+
+    ``f`` of each group is a draw from a GP with an SE kernel (lengthscale
+    ``lengthscale``), represented by ``num_basis`` random Fourier features; it
+    is normalized to ``[0, 1]`` with its range estimated by a dense batched
+    search. Agent ``n`` has ``g_n = f + d_n h_n`` where ``h_n`` is an independent
+    smooth draw (lengthscale ``perturbation_lengthscale``) scaled so that its
+    estimated ``max |h_n| = 1``. ``optimum`` is estimated the same way (dense
+    random search refined by gradient ascent) and is therefore a numerical
+    estimate, accurate to the refinement tolerance.
+
+    Args:
+        dim: ``D``.
+        num_groups, agents_per_group, perturbation, perturb_first,
+        noise_variance, seed: as in :class:`GPSampleGridFederation`.
+        lengthscale: SE lengthscale of ``f``.
+        num_basis: Random features representing each sampled function.
+    """
+
+    def __init__(
+        self,
+        dim: int = 2,
+        num_groups: int = 1,
+        agents_per_group: int = 51,
+        perturbation: float | Tensor = 0.02,
+        perturb_first: bool = False,
+        lengthscale: float = 0.1,
+        perturbation_lengthscale: float | None = None,
+        num_basis: int = 1024,
+        noise_variance: float = 0.01,
+        seed: int = 0,
+    ) -> None:
+        dim = check_int("dim", dim, minimum=1)
+        check_positive("lengthscale", lengthscale)
+        num_basis = check_int("num_basis", num_basis, minimum=16)
+        d = self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed)
+        self.bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
+        self.lengthscale = float(lengthscale)
+        gen = torch.Generator().manual_seed(self.seed)
+        self._basis_f = RandomFourierFeatures(dim, num_basis, lengthscale, seed=self.seed + 101, normalize=False)
+        pl = perturbation_lengthscale or lengthscale
+        self._basis_h = RandomFourierFeatures(dim, num_basis, pl, seed=self.seed + 202, normalize=False)
+        w_f = torch.randn(self.num_groups, num_basis, generator=gen, dtype=torch.float64)
+        w_h = torch.randn(self.num_agents, num_basis, generator=gen, dtype=torch.float64)
+        opt_gen = torch.Generator().manual_seed(self.seed + 303)
+
+        def raw_f(X: Tensor, w: Tensor) -> Tensor:
+            return (self._basis_f(X) * w.unsqueeze(-2)).sum(-1)
+
+        # normalize f to [0, 1] over the domain (range estimated numerically)
+        fmax = self._extreme(lambda X: raw_f(X, w_f), self.num_groups, opt_gen)
+        fmin = -self._extreme(lambda X: -raw_f(X, w_f), self.num_groups, opt_gen)
+        self._f_shift, self._f_scale = fmin, fmax - fmin
+        self._w_f = w_f
+        # scale each perturbation function to max |h_n| = 1
+        hmax = self._extreme(lambda X: (self._basis_h(X) * w_h.unsqueeze(-2)).sum(-1), self.num_agents, opt_gen)
+        hmin = -self._extreme(lambda X: -(self._basis_h(X) * w_h.unsqueeze(-2)).sum(-1), self.num_agents, opt_gen)
+        self._w_h = w_h / torch.maximum(hmax.abs(), hmin.abs()).unsqueeze(-1)
+        self.optimum = self._extreme(lambda X: self._true(X, torch.arange(self.num_agents)), self.num_agents, opt_gen)
+
+    def _extreme(self, fn, batch: int, gen: torch.Generator) -> Tensor:
+        raw = 4096 if self.dim <= 2 else 8192
+        _, vals = maximize_batched(
+            fn, self.bounds, batch, raw_samples=raw, num_restarts=8, refine="adam", maxiter=150, lr=0.005,
+            generator=gen,
+        )
+        return vals
+
+    def f(self, X: Tensor, groups: Tensor) -> Tensor:
+        """Normalized group functions ``f_g`` at ``k x q x D`` points (``k`` groups)."""
+        w = self._w_f.to(X)[groups]
+        raw = (self._basis_f(X) * w.unsqueeze(-2)).sum(-1)
+        return (raw - self._f_shift.to(X)[groups].unsqueeze(-1)) / self._f_scale.to(X)[groups].unsqueeze(-1)
+
+    def _true(self, X: Tensor, agents: Tensor) -> Tensor:
+        agents = agents.to(X.device)
+        groups = self.group_of_agent.to(X.device)[agents]
+        h = (self._basis_h(X) * self._w_h.to(X)[agents].unsqueeze(-2)).sum(-1)
+        return self.f(X, groups) + self.perturbation.to(X)[agents].unsqueeze(-1) * h
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        return self._add_noise(self._true(X, agents), noise)

@@ -1,0 +1,372 @@
+r"""Federated Thompson sampling for target agents, and the standard-TS baseline.
+
+One :class:`FTSRunner` runs ``R`` independent repetitions at once — every
+(target agent, initialization) pair — as one batch: the targets' GPs are one
+batched ``SingleTaskGP``, their Thompson samples are maximized together, and
+the messages of all other agents are drawn from one batched
+:class:`~fbo_torch.models.RFFBayesianLinear`.
+
+The other agents' observations (``t_n`` of them) come from a
+:class:`FederationHistory`, built once per experiment and shared by every
+method so that comparisons see the same messages' sources:
+
+* ``"random"``: ``t_n`` random noisy observations per agent (FTS App. D.1);
+* ``"ts"``: every agent has run ``t_n`` iterations of standard TS from a few
+  random points (FTS Sec. 5.2, "each of whom has completed a BO task").
+
+Communication is ``"one-shot"`` (messages drawn once before FTS starts; a used
+message is removed from ``P_N``; Sec. 3.1) or ``"every-round"`` (the other
+agents keep running TS and send a fresh draw before every iteration; App. D.2.1).
+When every message of a run is used up, that run continues with its own GP.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
+from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.objectives.base import Objective
+from fbo_torch.runners.common import AgentGPs, Domain, derive_seed, maximize_own_samples, maximize_rff_samples
+from fbo_torch.utils.validation import check_int
+
+ALGORITHMS = ("ts", "fts")
+COMMUNICATION = ("one-shot", "every-round")
+HISTORIES = ("random", "ts")
+
+
+@dataclass
+class FTSSettings:
+    r"""Settings of one method in an FTS experiment.
+
+    Attributes:
+        algorithm: ``"fts"`` or ``"ts"`` (standard TS, no communication).
+        num_iterations: BO iterations ``T`` after initialization.
+        num_init: Random initial points of each target.
+        num_features: ``M``, random Fourier features shared by all agents.
+        rff_lengthscale / rff_outputscale / rff_seed / rff_normalize: The shared map.
+        rff_noise_variance: ``σ²`` in the agents' RFF posteriors.
+        p_t: ``p_t`` schedule (see :class:`PtSchedule`).
+        p1_equals_p2: Use ``p_1 = p_2`` for the named schedules (FTS paper).
+        communication: ``"one-shot"`` or ``"every-round"``.
+        gp_kernel / gp_refit_every: The target GP (see :class:`AgentGPs`).
+    """
+
+    algorithm: str = "fts"
+    num_iterations: int = 50
+    num_init: int = 1
+    num_features: int = 100
+    rff_lengthscale: float = 0.03
+    rff_outputscale: float = 1.0
+    rff_seed: int = 0
+    rff_normalize: bool = True
+    rff_noise_variance: float = 0.01
+    p_t: Any = "1-1/sqrt(t)"
+    p1_equals_p2: bool = True
+    communication: str = "one-shot"
+    gp_kernel: str = "botorch"
+    gp_refit_every: int = 1
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"`algorithm` must be one of {ALGORITHMS}, got {self.algorithm!r}.")
+        if self.communication not in COMMUNICATION:
+            raise ValueError(f"`communication` must be one of {COMMUNICATION}, got {self.communication!r}.")
+        check_int("num_iterations", self.num_iterations, minimum=1)
+        check_int("num_init", self.num_init, minimum=1)
+        check_int("num_features", self.num_features, minimum=1)
+        PtSchedule(self.p_t, self.p1_equals_p2)  # validates
+
+    def features(self, dim: int, device: torch.device | str | None = None) -> RandomFourierFeatures:
+        return RandomFourierFeatures(
+            dim, self.num_features, lengthscale=self.rff_lengthscale, outputscale=self.rff_outputscale,
+            seed=self.rff_seed, normalize=self.rff_normalize, device=device,
+        )
+
+
+class FederationHistory:
+    r"""The other agents' observations, shared by every method of an experiment.
+
+    Args:
+        objective: The federation.
+        domain: Its search domain.
+        t_n: Observations per agent.
+        mode: ``"random"`` or ``"ts"``.
+        num_init: Random points before TS (``"ts"`` mode).
+        gp_kernel: Kernel of the agents' GPs (``"ts"`` mode).
+        seed: Seed of this history.
+        device: Where tensors live.
+    """
+
+    def __init__(
+        self,
+        objective: Objective,
+        domain: Domain,
+        t_n: int,
+        mode: str = "random",
+        num_init: int = 3,
+        gp_kernel: str = "botorch",
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if mode not in HISTORIES:
+            raise ValueError(f"`history` must be one of {HISTORIES}, got {mode!r}.")
+        t_n = check_int("t_n", t_n, minimum=1)
+        self.mode, self.t_n = mode, t_n
+        gen = torch.Generator().manual_seed(int(seed))
+        A = objective.num_agents
+        n0 = t_n if mode == "random" else min(num_init, t_n)
+        X = domain.random(A, n0, generator=gen)
+        Y = objective(X).unsqueeze(-1)
+        gps = AgentGPs(domain.bounds, kernel=gp_kernel)
+        for _ in range(t_n - n0):
+            gps.update(X, Y)
+            X_next, _ = maximize_own_samples(gps.model, domain, seed=derive_seed(gen), generator=gen)
+            y = objective(X_next.unsqueeze(1))
+            X = torch.cat([X, X_next.unsqueeze(1)], dim=1)
+            Y = torch.cat([Y, y.unsqueeze(-1)], dim=1)
+        self.train_X, self.train_Y = X.to(device), Y.to(device)
+
+
+@dataclass
+class FTSResult:
+    r"""Per-run records of one method.
+
+    Attributes:
+        name: Method label.
+        loss: ``R x (T+1)`` loss (simple regret, or e.g. 1 − AUC) of the best
+            query so far; column 0 is after initialization.
+        best_value: ``R x (T+1)`` best noiseless value so far.
+        sources: ``R x T`` source of each query (``-1`` own GP, else agent index).
+        queries: ``R x (n_init + T) x d`` queried points.
+        targets: ``R`` target agent of each run; ``inits``: ``R`` initialization index.
+        wall_time: Seconds spent.
+        parameters_per_agent: Numbers each other agent sends per message (``M``; 0 for TS).
+    """
+
+    name: str
+    loss: Tensor
+    best_value: Tensor
+    sources: Tensor
+    queries: Tensor
+    targets: Tensor
+    inits: Tensor
+    wall_time: float
+    parameters_per_agent: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+class FTSRunner:
+    r"""Runs FTS (or TS) for ``R = len(targets) x num_inits`` repetitions at once.
+
+    Args:
+        objective: The federation (all agents, shared domain).
+        settings: :class:`FTSSettings`.
+        targets: Target agent indices (each run's target).
+        num_inits: Initializations per target.
+        history: The other agents' observations (required for FTS).
+        others: Optional ``len(targets) x A`` booleans: agents whose messages a
+            target may use (default: all other agents of the same group, where
+            the objective defines ``group_of_agent``, else all other agents).
+        domain: Search domain (default: from the objective).
+        seed: Seed of initial points, message draws and decisions. Initial
+            points depend only on ``seed``, so every method starts alike.
+        device: ``"cpu"`` or ``"cuda"``.
+        name: Label for results.
+    """
+
+    def __init__(
+        self,
+        objective: Objective,
+        settings: FTSSettings,
+        targets: Tensor,
+        num_inits: int,
+        history: FederationHistory | None = None,
+        others: Tensor | None = None,
+        domain: Domain | None = None,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        name: str | None = None,
+    ) -> None:
+        self.objective, self.settings = objective, settings
+        self.device = torch.device(device)
+        self.name = name or settings.algorithm.upper()
+        self.domain = (domain or Domain(objective.bounds, objective.candidates)).to(self.device)
+        targets = torch.as_tensor(targets, dtype=torch.long).reshape(-1)
+        num_inits = check_int("num_inits", num_inits, minimum=1)
+        A = objective.num_agents
+        if ((targets < 0) | (targets >= A)).any():
+            raise ValueError(f"`targets` must lie in [0, {A}), got {targets.tolist()}.")
+        G = targets.numel()
+        self.targets = targets.repeat_interleave(num_inits).to(self.device)  # R
+        self.inits = torch.arange(num_inits).repeat(G).to(self.device)
+        R = self.targets.numel()
+        self.schedule = PtSchedule(settings.p_t, settings.p1_equals_p2)
+        self.t = 0
+        self.seed = int(seed)
+
+        init_gen = torch.Generator().manual_seed(self.seed)
+        self.X = self.domain.random(R, settings.num_init, generator=init_gen)
+        objective.reseed(self.seed + 7)
+        self.Y = objective(self.X, agents=self.targets).unsqueeze(-1)
+        F = objective.evaluate_true(self.X, agents=self.targets)
+        self.best = F.max(-1).values.unsqueeze(-1)  # R x 1 (column per iteration)
+        self.sources = torch.empty(R, 0, dtype=torch.long, device=self.device)
+        self.gps = AgentGPs(self.domain.bounds, kernel=settings.gp_kernel, refit_every=settings.gp_refit_every)
+        self.gen = torch.Generator().manual_seed(self.seed + 3)
+        self.others_gen = torch.Generator().manual_seed(self.seed + 4)
+        self.wall_time = 0.0
+
+        self.features = None
+        self.dist = None
+        if settings.algorithm == "fts":
+            if history is None:
+                raise ValueError("FTS needs a FederationHistory with the other agents' observations.")
+            if others is None:
+                others = self._default_others(targets)
+            others = torch.as_tensor(others, dtype=torch.bool).to(self.device)
+            if others.shape != (G, A):
+                raise ValueError(f"`others` must be {G} x {A} booleans, got {tuple(others.shape)}.")
+            mask = others.repeat_interleave(num_inits, dim=0)
+            mask[torch.arange(R, device=self.device), self.targets] = False  # never a target's own message
+            if not mask.any(-1).all():
+                raise ValueError("Every target needs at least one other agent to receive messages from.")
+            probs = mask.to(torch.float64) / mask.sum(-1, keepdim=True)
+            self.dist = AgentDistribution(A, probs=probs, device=self.device)
+            self.features = settings.features(objective.dim, device=self.device)
+            self.others_X, self.others_Y = history.train_X.to(self.device), history.train_Y.to(self.device)
+            self.rff_model = RFFBayesianLinear(
+                self.features, self.others_X, self.others_Y, settings.rff_noise_variance
+            )
+            self.msg_gen = torch.Generator().manual_seed(self.seed + 2)
+            self.omegas = self.rff_model.sample_weights(torch.Size([R]), generator=self.msg_gen)  # R x A x M
+            self.others_gps = AgentGPs(self.domain.bounds, kernel=settings.gp_kernel)
+
+    def _default_others(self, targets: Tensor) -> Tensor:
+        A = self.objective.num_agents
+        groups = getattr(self.objective, "group_of_agent", None)
+        if groups is None:
+            return torch.ones(targets.numel(), A, dtype=torch.bool)
+        return groups.unsqueeze(0) == groups[targets].unsqueeze(-1)
+
+    @property
+    def num_runs(self) -> int:
+        return self.targets.numel()
+
+    @property
+    def done(self) -> bool:
+        return self.t >= self.settings.num_iterations
+
+    def step(self) -> None:
+        """One BO iteration for every run."""
+        t0 = time.perf_counter()
+        self.t += 1
+        t = self.t
+        model = self.gps.update(self.X, self.Y)
+        R = self.num_runs
+        if self.settings.algorithm == "ts":
+            sources = torch.full((R,), OWN, dtype=torch.long, device=self.device)
+        else:
+            sources = draw_sources(self.schedule(t), self.dist, generator=self.gen)
+        X_next = torch.empty(R, self.objective.dim, dtype=self.X.dtype, device=self.device)
+        own = sources == OWN
+        if bool(own.any()):
+            X_own, _ = maximize_own_samples(model, self.domain, seed=derive_seed(self.gen), generator=self.gen)
+            X_next[own] = X_own[own]
+        if bool((~own).any()):
+            runs = torch.nonzero(~own).squeeze(-1)
+            omega = self.omegas[runs, sources[runs]]
+            X_msg, _ = maximize_rff_samples(self.features, omega, self.domain, generator=self.gen)
+            X_next[runs] = X_msg
+            if self.settings.communication == "one-shot":
+                self.dist.remove(sources)
+        y = self.objective(X_next.unsqueeze(1), agents=self.targets)
+        f = self.objective.evaluate_true(X_next.unsqueeze(1), agents=self.targets)
+        self.X = torch.cat([self.X, X_next.unsqueeze(1)], dim=1)
+        self.Y = torch.cat([self.Y, y.unsqueeze(-1)], dim=1)
+        self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f)], dim=1)
+        self.sources = torch.cat([self.sources, sources.unsqueeze(-1)], dim=1)
+        if self.settings.algorithm == "fts" and self.settings.communication == "every-round":
+            self._others_step()
+        self.wall_time += time.perf_counter() - t0
+
+    def _others_step(self) -> None:
+        """The other agents run one TS iteration each and send fresh draws."""
+        model = self.others_gps.update(self.others_X, self.others_Y)
+        X_next, _ = maximize_own_samples(model, self.domain, seed=derive_seed(self.others_gen), generator=self.others_gen)
+        y = self.objective(X_next.unsqueeze(1))
+        self.others_X = torch.cat([self.others_X, X_next.unsqueeze(1)], dim=1)
+        self.others_Y = torch.cat([self.others_Y, y.unsqueeze(-1).unsqueeze(-1)], dim=1)
+        self.rff_model.update(X_next.unsqueeze(1), y.unsqueeze(-1).unsqueeze(-1))
+        self.omegas = self.rff_model.sample_weights(torch.Size([self.num_runs]), generator=self.msg_gen)
+
+    def run(self, callback: Callable[[FTSRunner], None] | None = None) -> FTSResult:
+        """Iterate until ``num_iterations``; ``callback(self)`` after each step."""
+        while not self.done:
+            self.step()
+            if callback is not None:
+                callback(self)
+        return self.result()
+
+    def result(self) -> FTSResult:
+        loss = self.objective.loss(self.best.T, agents=self.targets).T  # loss() wants agents last
+        M = self.settings.num_features if self.settings.algorithm == "fts" else 0
+        return FTSResult(
+            name=self.name,
+            loss=loss.cpu(),
+            best_value=self.best.cpu(),
+            sources=self.sources.cpu(),
+            queries=self.X.cpu(),
+            targets=self.targets.cpu(),
+            inits=self.inits.cpu(),
+            wall_time=self.wall_time,
+            parameters_per_agent=M,
+            settings=asdict(self.settings),
+        )
+
+    # ----------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly where this runner is."""
+        state = {
+            "t": self.t,
+            "X": self.X, "Y": self.Y, "best": self.best, "sources": self.sources,
+            "gen": self.gen.get_state(), "others_gen": self.others_gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "objective_rng": self.objective.rng_state(),
+            "gps": self.gps.state_dict(),
+            "wall_time": self.wall_time,
+        }
+        if self.settings.algorithm == "fts":
+            state.update(
+                dist=self.dist.state_dict(), omegas=self.omegas, msg_gen=self.msg_gen.get_state(),
+                others_X=self.others_X, others_Y=self.others_Y, others_gps=self.others_gps.state_dict(),
+            )
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        dev = self.device
+        self.t = int(state["t"])
+        self.X, self.Y = state["X"].to(dev), state["Y"].to(dev)
+        self.best, self.sources = state["best"].to(dev), state["sources"].to(dev)
+        self.gen.set_state(state["gen"])
+        self.others_gen.set_state(state["others_gen"])
+        torch.set_rng_state(state["torch_rng"])
+        self.objective.set_rng_state(state["objective_rng"])
+        self.wall_time = float(state["wall_time"])
+        self.gps.load_state_dict(state["gps"])
+        if self.settings.algorithm == "fts":
+            self.dist.load_state_dict(state["dist"])
+            self.omegas = state["omegas"].to(dev)
+            self.msg_gen.set_state(state["msg_gen"])
+            self.others_X, self.others_Y = state["others_X"].to(dev), state["others_Y"].to(dev)
+            self.rff_model = RFFBayesianLinear(
+                self.features, self.others_X, self.others_Y, self.settings.rff_noise_variance
+            )
+            self.others_gps.load_state_dict(state["others_gps"])

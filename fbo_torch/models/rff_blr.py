@@ -21,6 +21,7 @@ import torch
 from botorch.models.model import Model
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from gpytorch.distributions import MultivariateNormal
+from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
@@ -278,7 +279,8 @@ class RFFBayesianLinear(Model):
             cov = cov + noise * torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
         elif isinstance(observation_noise, Tensor):
             cov = cov + torch.diag_embed(observation_noise.squeeze(-1).expand(cov.shape[:-1]))
-        posterior = GPyTorchPosterior(MultivariateNormal(mean, cov))
+        # a lazy covariance: no Cholesky (which may need jitter when q > M) until one is needed
+        posterior = GPyTorchPosterior(MultivariateNormal(mean, DenseLinearOperator(cov)))
         if posterior_transform is not None:
             return posterior_transform(posterior)
         return posterior

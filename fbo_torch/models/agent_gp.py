@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
+from functools import partial
 
 import torch
 from botorch.exceptions.errors import ModelFittingError
@@ -22,7 +23,7 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
-from botorch.sampling.pathwise import draw_matheron_paths
+from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
 from botorch.sampling.pathwise.paths import SamplePath
 from gpytorch.kernels import Kernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
@@ -144,7 +145,10 @@ def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
 
 
 def draw_thompson_paths(
-    model: SingleTaskGP, sample_shape: torch.Size = torch.Size(), seed: int | None = None
+    model: SingleTaskGP,
+    sample_shape: torch.Size = torch.Size(),
+    seed: int | None = None,
+    num_features: int | None = None,
 ) -> SamplePath:
     r"""Draw Thompson samples of every agent's GP posterior as sample paths.
 
@@ -156,11 +160,18 @@ def draw_thompson_paths(
         model: A batched GP (``batch_shape = [N]``), e.g. from :func:`fit_agent_gps`.
         sample_shape: Shape of independent draws per agent.
         seed: Optional seed (the global RNG state is left untouched when given).
+        num_features: Random features of the pathwise prior draw (BoTorch's
+            default, 1024, when None); fewer is cheaper and coarser.
 
     Returns:
         A ``SamplePath``; called on ``N x C x d`` (or ``C x d``) inputs it
         returns ``*sample_shape x N x C`` values in the original outcome scale.
     """
     device = next(model.parameters()).device
-    with _seeded(seed, device):
-        return draw_matheron_paths(model, sample_shape=torch.Size(sample_shape))
+    # no_grad: the paths' weights become constants, so the paths can be
+    # differentiated w.r.t. their inputs any number of times (optimizers do)
+    kwargs = {}
+    if num_features is not None:
+        kwargs["prior_sampler"] = partial(draw_kernel_feature_paths, num_features=int(num_features))
+    with _seeded(seed, device), torch.no_grad():
+        return draw_matheron_paths(model, sample_shape=torch.Size(sample_shape), **kwargs)

@@ -123,13 +123,17 @@ def maximize_rff_samples(
 
 
 def maximize_own_samples(
-    model: SingleTaskGP, domain: Domain, seed: int | None = None, generator: torch.Generator | None = None
+    model: SingleTaskGP,
+    domain: Domain,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    num_features: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""One Thompson sample per agent of a batched GP, and each sample's maximizer.
 
     Returns ``(X, values)`` with ``X`` of shape ``B x d``.
     """
-    paths = draw_thompson_paths(model, seed=seed)
+    paths = draw_thompson_paths(model, seed=seed, num_features=num_features)
     B = model.batch_shape[0]
 
     def fn(X: Tensor) -> Tensor:

@@ -57,6 +57,8 @@ class FTSSettings:
         p1_equals_p2: Use ``p_1 = p_2`` for the named schedules (FTS paper).
         communication: ``"one-shot"`` or ``"every-round"``.
         gp_kernel / gp_refit_every: The target GP (see :class:`AgentGPs`).
+        gp_sample_features: Random features of the pathwise prior in each GP
+            Thompson sample (None: BoTorch's default, 1024).
     """
 
     algorithm: str = "fts"
@@ -73,6 +75,7 @@ class FTSSettings:
     communication: str = "one-shot"
     gp_kernel: str = "botorch"
     gp_refit_every: int = 1
+    gp_sample_features: int | None = None
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -121,6 +124,7 @@ class FederationHistory:
         t_n = check_int("t_n", t_n, minimum=1)
         self.mode, self.t_n = mode, t_n
         gen = torch.Generator().manual_seed(int(seed))
+        objective.reseed(int(seed) + 11)  # the same history for every method of an experiment
         A = objective.num_agents
         n0 = t_n if mode == "random" else min(num_init, t_n)
         X = domain.random(A, n0, generator=gen)
@@ -278,7 +282,10 @@ class FTSRunner:
         X_next = torch.empty(R, self.objective.dim, dtype=self.X.dtype, device=self.device)
         own = sources == OWN
         if bool(own.any()):
-            X_own, _ = maximize_own_samples(model, self.domain, seed=derive_seed(self.gen), generator=self.gen)
+            X_own, _ = maximize_own_samples(
+                model, self.domain, seed=derive_seed(self.gen), generator=self.gen,
+                num_features=self.settings.gp_sample_features,
+            )
             X_next[own] = X_own[own]
         if bool((~own).any()):
             runs = torch.nonzero(~own).squeeze(-1)
@@ -300,11 +307,14 @@ class FTSRunner:
     def _others_step(self) -> None:
         """The other agents run one TS iteration each and send fresh draws."""
         model = self.others_gps.update(self.others_X, self.others_Y)
-        X_next, _ = maximize_own_samples(model, self.domain, seed=derive_seed(self.others_gen), generator=self.others_gen)
+        X_next, _ = maximize_own_samples(
+            model, self.domain, seed=derive_seed(self.others_gen), generator=self.others_gen,
+            num_features=self.settings.gp_sample_features,
+        )
         y = self.objective(X_next.unsqueeze(1))
         self.others_X = torch.cat([self.others_X, X_next.unsqueeze(1)], dim=1)
-        self.others_Y = torch.cat([self.others_Y, y.unsqueeze(-1).unsqueeze(-1)], dim=1)
-        self.rff_model.update(X_next.unsqueeze(1), y.unsqueeze(-1).unsqueeze(-1))
+        self.others_Y = torch.cat([self.others_Y, y.unsqueeze(-1)], dim=1)
+        self.rff_model.update(X_next.unsqueeze(1), y.unsqueeze(-1))
         self.omegas = self.rff_model.sample_weights(torch.Size([self.num_runs]), generator=self.msg_gen)
 
     def run(self, callback: Callable[[FTSRunner], None] | None = None) -> FTSResult:

@@ -1,0 +1,199 @@
+r"""The DP-FTS-DE central server (DP-FTS-DE Algorithm 1, lines 5-12).
+
+Each round the server receives one vector ``ω_n`` per agent and releases ``P``
+vectors, one per sub-region, through a single Poisson-subsampled Gaussian
+mechanism (McMahan et al. 2018's DP-FedAvg with the unbiased estimator):
+
+1. **Subsample**: each agent joins with probability ``q``.
+2. **Clip**: ``ω̂_n = ω_n / max(1, ‖ω_n‖ / (S/√P))``, so the joint vector
+   ``(N φ_n^(i) ω̂_n)_i`` has norm at most ``N φ_max S``.
+3. **Aggregate**: ``ω^(i) = Σ_{n sampled} φ_n^(i) ω̂_n / q``.
+4. **Noise**: add ``N(0, (z φ_max S / q)²)`` to every entry, with
+   ``φ_max = max_{i,n} φ_n^(i)``.
+
+The privacy loss of the releases is accounted by :mod:`fbo_torch.privacy`
+(one step with ``(z, q)`` per round). ``z = 0`` is the non-private FTS-DE;
+``P = 1`` is DP-FTS.
+
+**When no agent is sampled**, the aggregate is the empty sum, 0, and the
+release is pure noise. This is simply the mechanism's output for that draw of
+the subsample, which the privacy analysis already covers; substituting
+anything else (the authors' code substitutes a random vector) would either be
+equivalent to more noise or depend on data outside the sample. The server
+does not tell agents that the sample was empty: the sample size is itself
+private information. Such rounds are visible in :attr:`DPAggregator.history`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fbo_torch.utils.validation import check_finite, check_int, check_probability, check_tensor
+
+RegionWeights = Tensor | Callable[[int], Tensor]
+
+
+@dataclass
+class AggregationRecord:
+    r"""What one round of the server did (batch dimensions of the input kept).
+
+    Attributes:
+        round: Round index.
+        sampled: ``... x N`` booleans, agents in the Poisson sample.
+        num_sampled: ``...`` sample sizes.
+        clipped: ``... x N`` booleans, sampled agents whose vector was clipped.
+        fraction_clipped: ``...`` clipped / sampled (0 when none sampled).
+        noise_std: Standard deviation of the added noise, ``z φ_max S / q``.
+    """
+
+    round: int
+    sampled: Tensor
+    num_sampled: Tensor
+    clipped: Tensor
+    fraction_clipped: Tensor
+    noise_std: float
+
+
+def clip_vectors(omegas: Tensor, max_norm: float) -> tuple[Tensor, Tensor]:
+    r"""Clip each vector (last dimension) to L2 norm ``max_norm``.
+
+    Returns ``(clipped, was_clipped)``; vectors within the bound are unchanged.
+    """
+    norms = omegas.norm(dim=-1, keepdim=True)
+    scale = torch.clamp(max_norm / norms.clamp_min(torch.finfo(omegas.dtype).tiny), max=1.0)
+    return omegas * scale, (norms.squeeze(-1) > max_norm)
+
+
+class DPAggregator:
+    r"""The central server of DP-FTS-DE.
+
+    Args:
+        sample_rate: ``q ∈ (0, 1]``, Poisson sampling probability of each agent.
+        clip_norm: ``S > 0``; each vector is clipped to ``S/√P``.
+            ``float('inf')`` disables clipping (only meaningful with ``z = 0``).
+        noise_multiplier: ``z >= 0``; ``0`` gives the non-private FTS-DE.
+        region_weights: ``P x N`` weights whose rows sum to 1, or a callable
+            ``round -> P x N`` (e.g. :class:`~fbo_torch.federation.ExplorationWeights`).
+
+    Example:
+        >>> server = DPAggregator(0.25, clip_norm=11.0, noise_multiplier=1.0, region_weights=weights)
+        >>> broadcast = server.aggregate(omegas, round=t, generator=gen)   # P x M
+    """
+
+    def __init__(
+        self,
+        sample_rate: float,
+        clip_norm: float,
+        noise_multiplier: float,
+        region_weights: RegionWeights,
+    ) -> None:
+        self.sample_rate = check_probability("sample_rate", sample_rate, open_left=True)
+        try:
+            S = float(clip_norm)
+        except (TypeError, ValueError):
+            raise TypeError(f"`clip_norm` must be a number, got {type(clip_norm).__name__}.") from None
+        if not S > 0 or math.isnan(S):
+            raise ValueError(f"`clip_norm` S must be > 0, got {clip_norm}.")
+        try:
+            z = float(noise_multiplier)
+        except (TypeError, ValueError):
+            raise TypeError(f"`noise_multiplier` must be a number, got {type(noise_multiplier).__name__}.") from None
+        if not (z >= 0 and math.isfinite(z)):
+            raise ValueError(f"`noise_multiplier` z must be finite and >= 0, got {noise_multiplier}.")
+        if math.isinf(S) and z > 0:
+            raise ValueError("`clip_norm` must be finite when `noise_multiplier` > 0 (the noise scales with S).")
+        if not (isinstance(region_weights, Tensor) or callable(region_weights)):
+            raise TypeError("`region_weights` must be a P x N tensor or a callable round -> P x N tensor.")
+        self.clip_norm, self.noise_multiplier = S, z
+        self.region_weights = region_weights
+        if isinstance(region_weights, Tensor):
+            self._check_weights(region_weights)
+        self.history: list[AggregationRecord] = []
+
+    @staticmethod
+    def _check_weights(W: Tensor, num_agents: int | None = None) -> Tensor:
+        check_tensor("region_weights", W)
+        if W.ndim != 2:
+            raise ValueError(f"`region_weights` must be P x N, got shape {tuple(W.shape)}.")
+        if W.shape[0] < 1 or W.shape[1] < 1:
+            raise ValueError(f"`region_weights` needs P >= 1 regions and N >= 1 agents, got shape {tuple(W.shape)}.")
+        if num_agents is not None and W.shape[1] != num_agents:
+            raise ValueError(f"`region_weights` has {W.shape[1]} columns but {num_agents} agents sent vectors.")
+        check_finite("region_weights", W)
+        if (W < 0).any():
+            raise ValueError("`region_weights` must be non-negative.")
+        sums = W.sum(-1)
+        if not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):
+            raise ValueError(f"each row of `region_weights` must sum to 1, got {sums.tolist()}.")
+        return W
+
+    def weights(self, round: int) -> Tensor:
+        """The ``P x N`` weights used in round ``round``."""
+        W = self.region_weights(round) if callable(self.region_weights) else self.region_weights
+        return self._check_weights(W)
+
+    def noise_std(self, weights: Tensor) -> float:
+        r"""``z φ_max S / q``."""
+        if self.noise_multiplier == 0:
+            return 0.0
+        return self.noise_multiplier * float(weights.max()) * self.clip_norm / self.sample_rate
+
+    def aggregate(self, omegas: Tensor, round: int = 0, generator: torch.Generator | None = None) -> Tensor:
+        r"""One server round.
+
+        Args:
+            omegas: ``... x N x M`` vectors from ``N`` agents (leading dimensions
+                are independent federations, e.g. repetitions).
+            round: Round index (selects the weights of a schedule).
+            generator: Optional generator for the subsample and the noise.
+
+        Returns:
+            ``... x P x M`` broadcast vectors, on ``omegas``' device and dtype.
+        """
+        check_tensor("omegas", omegas)
+        if omegas.ndim < 2:
+            raise ValueError(f"`omegas` must be N x M (or ... x N x M), got shape {tuple(omegas.shape)}.")
+        check_finite("omegas", omegas)
+        round = check_int("round", round, minimum=0)
+        N = omegas.shape[-2]
+        W = self.weights(round)
+        self._check_weights(W, num_agents=N)
+        W = W.to(omegas)
+        P = W.shape[0]
+        batch = omegas.shape[:-1]  # ... x N
+        u = self._rand(batch, omegas, generator)
+        sampled = u < self.sample_rate
+        clipped, was_clipped = clip_vectors(omegas, self.clip_norm / math.sqrt(P))
+        masked = clipped * sampled.unsqueeze(-1).to(omegas.dtype)
+        out = (W @ masked) / self.sample_rate  # ... x P x M
+        std = self.noise_std(W)
+        if std > 0:
+            out = out + std * self._randn(out.shape, omegas, generator)
+        num = sampled.sum(-1)
+        n_clip = (was_clipped & sampled).sum(-1)
+        frac = torch.where(num > 0, n_clip.to(omegas.dtype) / num.clamp_min(1).to(omegas.dtype), torch.zeros_like(num, dtype=omegas.dtype))
+        self.history.append(AggregationRecord(round, sampled, num, was_clipped & sampled, frac, std))
+        return out
+
+    @staticmethod
+    def _rand(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
+        if generator is None:
+            return torch.rand(shape, dtype=like.dtype, device=like.device)
+        return torch.rand(shape, dtype=like.dtype, device=generator.device, generator=generator).to(like.device)
+
+    @staticmethod
+    def _randn(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
+        if generator is None:
+            return torch.randn(shape, dtype=like.dtype, device=like.device)
+        return torch.randn(shape, dtype=like.dtype, device=generator.device, generator=generator).to(like.device)
+
+    def __repr__(self) -> str:
+        return (
+            f"DPAggregator(sample_rate={self.sample_rate}, clip_norm={self.clip_norm}, "
+            f"noise_multiplier={self.noise_multiplier})"
+        )

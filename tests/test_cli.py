@@ -1,0 +1,151 @@
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fbo_torch.cli import main
+from fbo_torch.experiments.config import ConfigError, load_config, parse_config
+
+FTS_TINY = """
+experiment: fts
+name: tiny
+seed: 1
+objective: {type: gp_grid, num_groups: 2, agents_per_group: 5, grid_size: 100, perturbation: 0.02}
+runs: {num_inits: 2}
+history: {mode: random, t_n: 15}
+defaults: {num_iterations: 3, rff_noise_variance: 1e-2}
+scenarios:
+  - name: small M
+    methods:
+      - {name: TS, algorithm: ts}
+      - {name: FTS M=20, algorithm: fts, num_features: 20}
+  - name: large d_n
+    objective: {perturbation: 1.2}
+    methods:
+      - {name: FTS fast p_t, algorithm: fts, num_features: 20, p_t: 1-1/t^2}
+"""
+
+DP_TINY = """
+experiment: dp_fts_de
+name: tiny-dp
+objective: {type: gp_grid, num_groups: 1, agents_per_group: 6, grid_size: 100, perturb_first: true}
+runs: {num_inits: 2}
+privacy: {accountant: rdp-classic, extra_accountants: [rdp]}
+defaults: {num_iterations: 3, num_init: 3, num_features: 20}
+methods:
+  - {name: TS, algorithm: ts}
+  - {name: FTS-DE P=2, algorithm: fts_de, num_regions: 2}
+  - {name: DP-FTS-DE, algorithm: fts_de, num_regions: 2, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 5.0}
+"""
+
+
+def write(tmp_path, text, name="cfg.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_fts_cli_end_to_end(tmp_path, capsys):
+    cfg = write(tmp_path, FTS_TINY)
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--seeds", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "# resolved config" in printed and "rff_noise_variance: 0.01" in printed
+    res = json.loads((out / "results.json").read_text())
+    assert [s["name"] for s in res["scenarios"]] == ["small M", "large d_n"]
+    ts, fts = res["scenarios"][0]["methods"]
+    for m in (ts, fts):
+        assert len(m["simple_regret_mean"]) == 4 and len(m["simple_regret_stderr"]) == 4
+        assert len(m["runs"]) == 4 and all(len(r) == 4 for r in m["runs"])  # 2 targets x 2 inits
+        assert all(x >= -1e-12 for x in m["simple_regret_mean"])
+        assert len(m["sources"]) == 4 and len(m["sources"][0]) == 3
+    assert all(s == -1 for row in ts["sources"] for s in row)
+    assert fts["parameters_per_agent"] == 20
+    assert res["environment"]["torch"] and res["config"]["scenarios"][1]["objective"]["perturbation"] == 1.2
+    png = (out / "regret.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    assert (out / "summary.txt").read_text().count("FTS") >= 2
+
+
+def test_dp_cli_end_to_end_and_resume(tmp_path):
+    cfg = write(tmp_path, DP_TINY)
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    ts, de, dp = res["scenarios"][0]["methods"]
+    assert ts["epsilon_final"] is None and de["epsilon_final"] is None
+    assert dp["accountant"] == "rdp-classic" and len(dp["epsilon"]) == 3
+    assert dp["epsilon"] == sorted(dp["epsilon"]) and dp["epsilon_final"] > 0
+    assert dp["epsilon_other_accountants"]["rdp"] < dp["epsilon_final"]
+    assert len(dp["fraction_clipped"]) == 3 and 0 <= dp["fraction_clipped_mean"] <= 1
+    assert dp["delta"] == pytest.approx(1 / 6**1.1)
+    assert len(dp["runs"]) == 12  # 2 repetitions x 6 agents
+    for name in ("regret.png", "privacy_utility.png", "epsilon.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    # resuming a finished run re-uses the records
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--resume"]) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["scenarios"][0]["methods"][2]["loss_mean"] == dp["loss_mean"]
+
+
+@pytest.mark.parametrize(
+    "patch, match",
+    [
+        ("objective: {type: gp_grid, agents_per_grup: 5}", "unknown key 'agents_per_grup'.*agents_per_group"),
+        ("objective: {type: nope}", "unknown objective type"),
+        ("runs: {num_inits: 0}", "num_inits"),
+        ("defaults: {num_iterations: 3, p_t: 7}", "p_t"),
+        ("defaults: {num_iterations: 3, algoritm: ts}", "unknown key 'algoritm'"),
+        ("seed: -3", "seed"),
+        ("history: {mode: telepathy}", "mode"),
+        ("optimizer: {refine: newton}", "refine"),
+    ],
+)
+def test_config_errors_are_clear(tmp_path, patch, match):
+    text = FTS_TINY
+    key = patch.split(":")[0]
+    lines = [ln for ln in text.splitlines() if not ln.startswith(key + ":")]
+    text = "\n".join(lines) + "\n" + patch + "\n"
+    if key == "objective" and "type: gp_grid" in patch:
+        text = text.replace("    objective: {perturbation: 1.2}\n", "")
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(tmp_path, text))
+
+
+def test_config_structure_errors():
+    with pytest.raises(ConfigError, match="experiment"):
+        parse_config({"experiment": "bo", "objective": {"type": "gp_grid"}, "methods": [{"name": "a"}]})
+    with pytest.raises(ConfigError, match="methods"):
+        parse_config({"experiment": "fts", "objective": {"type": "gp_grid"}})
+    with pytest.raises(ConfigError, match="duplicate"):
+        parse_config({"experiment": "fts", "objective": {"type": "gp_grid"},
+                      "methods": [{"name": "a", "algorithm": "ts"}, {"name": "a", "algorithm": "ts"}]})
+    with pytest.raises(ConfigError, match="clip_norm"):
+        parse_config({"experiment": "dp_fts_de", "objective": {"type": "gp_grid"},
+                      "methods": [{"name": "a", "noise_multiplier": 1.0}]})
+
+
+def test_cli_errors_and_help(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    proc = subprocess.run([sys.executable, "-m", "fbo_torch.cli", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "quickstart" in proc.stdout and "run" in proc.stdout
+
+
+def test_repo_configs_validate():
+    root = Path(__file__).resolve().parents[1]
+    configs = sorted((root / "configs").glob("*.yaml"))
+    assert configs, "configs/ is empty"
+    for path in configs:
+        cfg = load_config(path)
+        assert cfg.scenarios and all(s.methods for s in cfg.scenarios)
+
+
+def test_privacy_command(capsys):
+    assert main(["privacy", "-q", "0.25", "-z", "1.0", "-T", "40", "-N", "200"]) == 0
+    out = capsys.readouterr().out
+    line = [ln for ln in out.splitlines() if "rdp-classic" in ln][0]
+    assert math.isclose(float(line.split("=")[-1]), 9.91, abs_tol=0.005)

@@ -24,11 +24,17 @@ def rff():
     return RandomFourierFeatures(dim=2, num_features=40, lengthscale=0.25, seed=3)
 
 
-def test_posterior_equals_gp_with_rff_kernel_matrix(rff):
+@pytest.fixture(params=["weight", "dual"])
+def rep(request):
+    """Both exact representations must give the same posterior."""
+    return request.param
+
+
+def test_posterior_equals_gp_with_rff_kernel_matrix(rff, rep):
     # FTS appendix B: φᵀν and σ²φᵀΣ⁻¹φ are the GP posterior with kernel ΦΦᵀ
     X, Y = make_data()
     noise = 0.05
-    model = RFFBayesianLinear(rff, X, Y, noise)
+    model = RFFBayesianLinear(rff, X, Y, noise, representation=rep)
     Xs = torch.rand(4, 9, 2, dtype=f64)
     post = model.posterior(Xs)
     Phi, phis = rff(X), rff(Xs)
@@ -73,14 +79,14 @@ def test_rff_kernel_values_and_construction(rff):
         RFFKernel(rff, seed=1)
 
 
-def test_batched_equals_single_agent_models(rff):
+def test_batched_equals_single_agent_models(rff, rep):
     X, Y = make_data(N=5)
-    batched = RFFBayesianLinear(rff, X, Y, torch.tensor([0.01, 0.02, 0.03, 0.04, 0.05], dtype=f64))
+    batched = RFFBayesianLinear(rff, X, Y, torch.tensor([0.01, 0.02, 0.03, 0.04, 0.05], dtype=f64), representation=rep)
     Xs = torch.rand(6, 2, dtype=f64)
     post = batched.posterior(Xs)
     assert batched.batch_shape == torch.Size([5]) and batched.num_outputs == 1
     for i in range(5):
-        single = RFFBayesianLinear(rff, X[i], Y[i], 0.01 * (i + 1))
+        single = RFFBayesianLinear(rff, X[i], Y[i], 0.01 * (i + 1), representation=rep)
         assert single.batch_shape == torch.Size([])
         torch.testing.assert_close(batched.weight_mean[i], single.weight_mean, atol=1e-10, rtol=0)
         sp = single.posterior(Xs)
@@ -88,32 +94,32 @@ def test_batched_equals_single_agent_models(rff):
         torch.testing.assert_close(post.mvn.covariance_matrix[i], sp.mvn.covariance_matrix, atol=1e-10, rtol=0)
 
 
-def test_unequal_lengths_and_mask(rff):
+def test_unequal_lengths_and_mask(rff, rep):
     X, Y = make_data(N=3, n=10)
     lengths = torch.tensor([10, 4, 0])
     Xp, Yp = X.clone(), Y.clone()
     Xp[1, 4:] = float("nan")  # padding may hold anything
     Yp[1, 4:] = float("inf")
-    m = RFFBayesianLinear(rff, Xp, Yp, 0.01, lengths=lengths)
+    m = RFFBayesianLinear(rff, Xp, Yp, 0.01, lengths=lengths, representation=rep)
     torch.testing.assert_close(m.lengths, lengths)
-    ref0 = RFFBayesianLinear(rff, X[0], Y[0], 0.01)
-    ref1 = RFFBayesianLinear(rff, X[1, :4], Y[1, :4], 0.01)
+    ref0 = RFFBayesianLinear(rff, X[0], Y[0], 0.01, representation=rep)
+    ref1 = RFFBayesianLinear(rff, X[1, :4], Y[1, :4], 0.01, representation=rep)
     torch.testing.assert_close(m.weight_mean[0], ref0.weight_mean)
     torch.testing.assert_close(m.weight_mean[1], ref1.weight_mean)
     # an agent with no data has the prior: ν = 0, cov = I
     torch.testing.assert_close(m.weight_mean[2], torch.zeros(40, dtype=f64))
     torch.testing.assert_close(m.weight_covariance()[2], torch.eye(40, dtype=f64))
     mask = torch.arange(10).expand(3, 10) < lengths.unsqueeze(-1)
-    m2 = RFFBayesianLinear(rff, Xp, Yp, 0.01, mask=mask)
+    m2 = RFFBayesianLinear(rff, Xp, Yp, 0.01, mask=mask, representation=rep)
     torch.testing.assert_close(m2.weight_mean, m.weight_mean)
 
 
-def test_incremental_update_equals_refit(rff):
+def test_incremental_update_equals_refit(rff, rep):
     X, Y = make_data(N=4, n=30)
-    m = RFFBayesianLinear(rff, X[:, :5], Y[:, :5], 0.01)
+    m = RFFBayesianLinear(rff, X[:, :5], Y[:, :5], 0.01, representation=rep)
     for j in range(5, 30):
         m.update(X[:, j : j + 1], Y[:, j : j + 1])
-    ref = RFFBayesianLinear(rff, X, Y, 0.01)
+    ref = RFFBayesianLinear(rff, X, Y, 0.01, representation=rep)
     torch.testing.assert_close(m.chol, ref.chol, atol=1e-10, rtol=0)
     torch.testing.assert_close(m.weight_mean, ref.weight_mean, atol=1e-9, rtol=0)
     assert m.train_X.shape == (4, 30, 2) and bool(m.mask.all())
@@ -122,17 +128,17 @@ def test_incremental_update_equals_refit(rff):
     mask = torch.tensor([[True, True], [False, False], [True, False], [False, True]])
     m.update(Xn, Yn, mask=mask)
     torch.testing.assert_close(m.lengths, torch.tensor([32, 30, 31, 31]))
-    ref2 = RFFBayesianLinear(rff, m.train_X, m.train_Y, 0.01, mask=m.mask)
+    ref2 = RFFBayesianLinear(rff, m.train_X, m.train_Y, 0.01, mask=m.mask, representation=rep)
     torch.testing.assert_close(m.chol, ref2.chol, atol=1e-10, rtol=0)
     torch.testing.assert_close(m.weight_mean, ref2.weight_mean, atol=1e-9, rtol=0)
 
 
-def test_condition_on_observations_returns_new_model(rff):
+def test_condition_on_observations_returns_new_model(rff, rep):
     X, Y = make_data(N=2, n=6)
-    m = RFFBayesianLinear(rff, X[:, :5], Y[:, :5], 0.01)
+    m = RFFBayesianLinear(rff, X[:, :5], Y[:, :5], 0.01, representation=rep)
     m2 = m.condition_on_observations(X[:, 5:], Y[:, 5:])
     assert m.train_X.shape[1] == 5 and m2.train_X.shape[1] == 6
-    torch.testing.assert_close(m2.weight_mean, RFFBayesianLinear(rff, X, Y, 0.01).weight_mean)
+    torch.testing.assert_close(m2.weight_mean, RFFBayesianLinear(rff, X, Y, 0.01, representation=rep).weight_mean)
 
 
 def test_rank_one_update_formula():
@@ -148,11 +154,11 @@ def test_rank_one_update_formula():
     assert torch.equal(L2, torch.tril(L2))
 
 
-def test_sample_weights_moments(rff):
+def test_sample_weights_moments(rff, rep):
     # empirical mean/cov of ω draws vs ν and σ²Σ⁻¹, tolerances from the sample size
     X, Y = make_data(N=2, n=15)
     noise = 0.05
-    m = RFFBayesianLinear(rff, X, Y, noise)
+    m = RFFBayesianLinear(rff, X, Y, noise, representation=rep)
     S = 40000
     gen = torch.Generator().manual_seed(0)
     w = m.sample_weights(torch.Size([S]), generator=gen)
@@ -174,13 +180,13 @@ def test_sample_weights_moments(rff):
     assert torch.equal(w1, w2)
 
 
-def test_device_dtype_follow_inputs(device, rff):
+def test_device_dtype_follow_inputs(device, rff, rep):
     X, Y = make_data(N=3)
     rff_d = RandomFourierFeatures(dim=2, num_features=40, lengthscale=0.25, seed=3, device=device)
-    m = RFFBayesianLinear(rff_d, X.to(device), Y.to(device), 0.01)
+    m = RFFBayesianLinear(rff_d, X.to(device), Y.to(device), 0.01, representation=rep)
     w = m.sample_weights(generator=torch.Generator().manual_seed(0))
     assert w.device.type == device.type and w.dtype == f64
-    ref = RFFBayesianLinear(rff, X, Y, 0.01)
+    ref = RFFBayesianLinear(rff, X, Y, 0.01, representation=rep)
     torch.testing.assert_close(w.cpu(), ref.sample_weights(generator=torch.Generator().manual_seed(0)))
     post = m.posterior(torch.rand(4, 2, dtype=f64, device=device))
     assert post.mean.device.type == device.type
@@ -230,3 +236,26 @@ def test_validation_errors(rff):
         m.update(X[:, :1], torch.full_like(Y[:, :1], float("nan")))
     with pytest.raises(ValueError, match="d = 2"):
         m.posterior(torch.rand(3, 4, dtype=f64))
+
+
+def test_representations_agree(rff):
+    # weight-space and function-space forms are the same posterior
+    X, Y = make_data(N=3, n=15)
+    lengths = torch.tensor([15, 9, 1])
+    w = RFFBayesianLinear(rff, X, Y, 0.03, lengths=lengths, representation="weight")
+    d = RFFBayesianLinear(rff, X, Y, 0.03, lengths=lengths, representation="dual")
+    assert d.representation == "dual" and RFFBayesianLinear(rff, X, Y, 0.03).representation == "dual"  # n < M
+    assert RFFBayesianLinear(rff, make_data(n=45)[0], make_data(n=45)[1], 0.03).representation == "weight"
+    torch.testing.assert_close(w.weight_mean, d.weight_mean, atol=1e-9, rtol=0)
+    torch.testing.assert_close(w.weight_covariance(), d.weight_covariance(), atol=1e-9, rtol=0)
+    torch.testing.assert_close(w.chol, d.chol, atol=1e-9, rtol=0)
+    Xs = torch.rand(3, 4, 2, dtype=f64)
+    pw, pd = w.posterior(Xs), d.posterior(Xs)
+    torch.testing.assert_close(pw.mean, pd.mean, atol=1e-9, rtol=0)
+    torch.testing.assert_close(pw.mvn.covariance_matrix, pd.mvn.covariance_matrix, atol=1e-9, rtol=0)
+    Xn, Yn = make_data(N=3, n=1, seed=5)
+    w.update(Xn, Yn)
+    d.update(Xn, Yn, mask=torch.tensor([[True], [True], [True]]))
+    torch.testing.assert_close(w.weight_mean, d.weight_mean, atol=1e-9, rtol=0)
+    with pytest.raises(ValueError, match="representation"):
+        RFFBayesianLinear(rff, X, Y, 0.03, representation="primal")

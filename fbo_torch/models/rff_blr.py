@@ -7,10 +7,23 @@ With features ``φ`` and prior ``ω ~ N(0, I)``, agent ``n`` with data
 
 and the predictive ``f(x) ~ N(φ(x)ᵀν_n, σ_n² φ(x)ᵀ Σ_n⁻¹ φ(x))`` (appendix B).
 
-``RFFBayesianLinear`` holds all agents in one batch: ``Σ`` is stored only through
-its batched Cholesky factor ``L`` (``N x M x M``) and ``Φᵀy`` (``N x M``); every
-solve is triangular. Appending one observation per agent is an ``O(M²)``
-rank-one update of ``L`` (see :func:`cholesky_rank_one_update`), not a refit.
+``RFFBayesianLinear`` holds all agents in one batch, in one of two exact
+representations (every solve is triangular; no explicit inverse is formed):
+
+* **weight space** (``representation="weight"``): ``Σ`` through its batched
+  Cholesky factor ``L`` (``N x M x M``) and ``Φᵀy``. Appending one observation
+  per agent is an ``O(M²)`` rank-one update of ``L``
+  (:func:`cholesky_rank_one_update`), not a refit.
+* **function space** (``representation="dual"``): ``Φ`` (``N x n x M``) and the
+  Cholesky factor of ``K = ΦΦᵀ + σ²I`` (``N x n x n``), the appendix-B form.
+  ``ν = Φᵀ K⁻¹ y`` and ω is drawn by Matheron's rule,
+  ``ω = ω₀ + Φᵀ K⁻¹ (y − Φω₀ − ε)`` with ``ω₀ ~ N(0, I)``, ``ε ~ N(0, σ²I)``,
+  which has exactly the law ``N(ν, σ²Σ⁻¹)``. Appending an observation extends
+  the factor by one row (``O(n² + nM)``). With ``n < M`` this is cheaper in time
+  and memory (``N·n·M`` instead of ``N·M²`` numbers), which is what makes
+  ``M = 1000`` with thousands of agents fit in memory.
+
+``representation="auto"`` (default) picks the dual form when ``n < M``.
 """
 
 from __future__ import annotations
@@ -64,6 +77,28 @@ def cholesky_rank_one_update(L: Tensor, x: Tensor) -> Tensor:
     return L * diag_scale.unsqueeze(-2) + tail * off_scale.unsqueeze(-2)
 
 
+def cholesky_append_row(kchol: Tensor, Phi: Tensor, phi_new: Tensor, noise: Tensor) -> Tensor:
+    r"""Extend the Cholesky factor of ``K = ΦΦᵀ + σ²I`` by one observation, batched.
+
+    With ``k = Φ φ_new`` and ``κ = φ_newᵀφ_new + σ²``, the new factor is
+    ``[[L, 0], [lᵀ, √(κ − lᵀl)]]`` with ``l = L⁻¹k``: ``O(n² + nM)`` per agent.
+
+    Args:
+        kchol: ``N x n x n`` lower factors; Phi: ``N x n x M``; phi_new: ``N x M``;
+        noise: ``N`` noise variances.
+    """
+    k = (Phi @ phi_new.unsqueeze(-1))  # N x n x 1
+    kappa = (phi_new * phi_new).sum(-1) + noise
+    l = torch.linalg.solve_triangular(kchol, k, upper=False).squeeze(-1)  # N x n
+    d = torch.sqrt((kappa - (l * l).sum(-1)).clamp_min(torch.finfo(kchol.dtype).tiny))
+    N, n = l.shape
+    out = kchol.new_zeros(N, n + 1, n + 1)
+    out[:, :n, :n] = kchol
+    out[:, n, :n] = l
+    out[:, n, n] = d
+    return out
+
+
 def _randn(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
     """Standard normals with ``like``'s dtype/device, drawn from ``generator`` if given.
 
@@ -92,6 +127,8 @@ class RFFBayesianLinear(Model):
         noise_variance: ``σ² > 0``, a float or a tensor of ``N`` per-agent values.
         lengths: Optional ``N`` integers; agent ``i`` uses its first ``lengths[i]`` rows.
         mask: Optional ``N x n`` booleans marking valid rows (instead of ``lengths``).
+        representation: ``"weight"``, ``"dual"`` or ``"auto"`` (dual when
+            ``n < M``); both are exact and give the same posterior.
 
     Example:
         >>> rff = RandomFourierFeatures(dim=2, num_features=100, lengthscale=0.2, seed=0)
@@ -108,8 +145,11 @@ class RFFBayesianLinear(Model):
         noise_variance: float | Tensor,
         lengths: Tensor | None = None,
         mask: Tensor | None = None,
+        representation: str = "auto",
     ) -> None:
         super().__init__()
+        if representation not in ("auto", "weight", "dual"):
+            raise ValueError(f"`representation` must be 'auto', 'weight' or 'dual', got {representation!r}.")
         if not isinstance(features, RandomFourierFeatures):
             raise TypeError(
                 f"`features` must be a RandomFourierFeatures, got {type(features).__name__}."
@@ -157,10 +197,24 @@ class RFFBayesianLinear(Model):
         self.register_buffer("train_X", train_X.detach().clone())
         self.register_buffer("train_Y", train_Y.detach().clone())
         self.register_buffer("mask", valid)
-        chol, rhs = self._factorize(self.train_X, self.train_Y, valid, noise)
-        self.register_buffer("chol", chol)  # L with L Lᵀ = Σ
-        self.register_buffer("rhs", rhs)  # Φᵀ y
-        self.register_buffer("_weight_mean", torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1))
+        if representation == "auto":
+            representation = "dual" if n < features.num_features else "weight"
+        self.representation = representation
+        self._register_factors(*self._factorize(self.train_X, self.train_Y, valid, noise))
+
+    def _register_factors(self, *factors: Tensor) -> None:
+        if self.representation == "weight":
+            chol, rhs = factors
+            self.register_buffer("_chol", chol)  # L with L Lᵀ = Σ
+            self.register_buffer("rhs", rhs)  # Φᵀ y
+            self.register_buffer("_weight_mean", torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1))
+        else:
+            phi, y, kchol = factors
+            self.register_buffer("phi", phi)  # N x n x M, zero rows for padding
+            self.register_buffer("y", y)  # N x n, zeros for padding
+            self.register_buffer("kchol", kchol)  # chol of ΦΦᵀ + σ²I
+            alpha = torch.cholesky_solve(y.unsqueeze(-1), kchol)
+            self.register_buffer("_weight_mean", (phi.mT @ alpha).squeeze(-1))
 
     # ---------------------------------------------------------------- setup
     @staticmethod
@@ -193,8 +247,12 @@ class RFFBayesianLinear(Model):
         y = torch.where(valid, Y.squeeze(-1), 0.0)
         return phi, y
 
-    def _factorize(self, X: Tensor, Y: Tensor, valid: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+    def _factorize(self, X: Tensor, Y: Tensor, valid: Tensor, noise: Tensor) -> tuple[Tensor, ...]:
         phi, y = self._features_masked(X, Y, valid)
+        if self.representation == "dual":
+            n = phi.shape[-2]
+            eye = torch.eye(n, dtype=X.dtype, device=X.device)
+            return phi, y, torch.linalg.cholesky(phi @ phi.mT + noise.view(-1, 1, 1) * eye)
         M = self.features.num_features
         eye = torch.eye(M, dtype=X.dtype, device=X.device)
         sigma = phi.transpose(-1, -2) @ phi + noise.view(-1, 1, 1) * eye
@@ -213,7 +271,19 @@ class RFFBayesianLinear(Model):
 
     @property
     def num_agents(self) -> int:
-        return self.chol.shape[0]
+        return self._weight_mean.shape[0]
+
+    @property
+    def chol(self) -> Tensor:
+        r"""Batched Cholesky factor ``L`` of ``Σ = ΦᵀΦ + σ²I`` (``N x M x M``).
+
+        Stored in the weight representation; formed on demand in the dual one.
+        """
+        if self.representation == "weight":
+            return self._chol
+        M = self.features.num_features
+        eye = torch.eye(M, dtype=self.phi.dtype, device=self.phi.device)
+        return torch.linalg.cholesky(self.phi.mT @ self.phi + self.noise_variance.view(-1, 1, 1) * eye)
 
     @property
     def lengths(self) -> Tensor:
@@ -239,6 +309,10 @@ class RFFBayesianLinear(Model):
         Formed from the Cholesky factor (``cholesky_inverse``); meant for
         diagnostics and for messages that must carry it, not for the hot path.
         """
+        if self.representation == "dual":  # Woodbury: σ²Σ⁻¹ = I − Φᵀ K⁻¹ Φ
+            V = torch.linalg.solve_triangular(self.kchol, self.phi, upper=False)
+            eye = torch.eye(self.phi.shape[-1], dtype=self.phi.dtype, device=self.phi.device)
+            return self._unbatch(eye - V.mT @ V)
         cov = self.noise_variance.view(-1, 1, 1) * torch.cholesky_inverse(self.chol)
         return self._unbatch(cov)
 
@@ -268,13 +342,21 @@ class RFFBayesianLinear(Model):
         check_last_dim("X", X, self.features.dim)
         if X.ndim < 2:
             raise ValueError(f"`X` must be at least 2-dimensional (q x d), got shape {tuple(X.shape)}.")
-        phi = self.features(X.to(self.chol))  # ... x q x M
-        nu, chol, noise = self._weight_mean, self.chol, self.noise_variance.view(-1, 1, 1)
-        if not self._batched:
-            nu, chol, noise = nu[0], chol[0], noise[0]
+        phi = self.features(X.to(self._weight_mean))  # ... x q x M
+        nu, noise = self._weight_mean, self.noise_variance.view(-1, 1, 1)
+        if self.representation == "weight":
+            chol = self._chol
+            if not self._batched:
+                nu, chol, noise = nu[0], chol[0], noise[0]
+            v = torch.linalg.solve_triangular(chol, phi.transpose(-1, -2), upper=False)  # ... x M x q
+            cov = noise * (v.transpose(-1, -2) @ v)
+        else:  # appendix B: φᵀφ' − k̂ᵀ(K̂ + σ²I)⁻¹k̂'
+            Phi, kchol = self.phi, self.kchol
+            if not self._batched:
+                nu, Phi, kchol, noise = nu[0], Phi[0], kchol[0], noise[0]
+            v = torch.linalg.solve_triangular(kchol, Phi @ phi.transpose(-1, -2), upper=False)  # ... x n x q
+            cov = phi @ phi.transpose(-1, -2) - v.transpose(-1, -2) @ v
         mean = (phi @ nu.unsqueeze(-1)).squeeze(-1)
-        v = torch.linalg.solve_triangular(chol, phi.transpose(-1, -2), upper=False)  # ... x M x q
-        cov = noise * (v.transpose(-1, -2) @ v)
         if observation_noise is True:
             cov = cov + noise * torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
         elif isinstance(observation_noise, Tensor):
@@ -303,9 +385,18 @@ class RFFBayesianLinear(Model):
         """
         sample_shape = torch.Size(sample_shape)
         N, M = self._weight_mean.shape
-        eps = _randn(sample_shape + torch.Size([N, M, 1]), self.chol, generator)
-        z = torch.linalg.solve_triangular(self.chol.mT, eps, upper=True).squeeze(-1)
-        omega = self._weight_mean + self.noise_variance.sqrt().unsqueeze(-1) * z
+        if self.representation == "weight":
+            eps = _randn(sample_shape + torch.Size([N, M, 1]), self._chol, generator)
+            z = torch.linalg.solve_triangular(self._chol.mT, eps, upper=True).squeeze(-1)
+            omega = self._weight_mean + self.noise_variance.sqrt().unsqueeze(-1) * z
+        else:  # Matheron's rule in weight space
+            n = self.phi.shape[-2]
+            w0 = _randn(sample_shape + torch.Size([N, M]), self.phi, generator)
+            eps = _randn(sample_shape + torch.Size([N, n]), self.phi, generator)
+            eps = eps * self.noise_variance.sqrt().unsqueeze(-1) * self.mask.to(eps.dtype)
+            resid = self.y - (self.phi @ w0.unsqueeze(-1)).squeeze(-1) - eps  # ... x N x n
+            alpha = torch.cholesky_solve(resid.unsqueeze(-1), self.kchol)
+            omega = w0 + (self.phi.mT @ alpha).squeeze(-1)
         return omega if self._batched else omega.squeeze(-2)
 
     # ----------------------------------------------------------------- update
@@ -337,19 +428,30 @@ class RFFBayesianLinear(Model):
         check_last_dim("X", X, self.features.dim)
         k = X.shape[1]
         if mask is None:
-            mask = torch.ones(N, k, dtype=torch.bool, device=self.chol.device)
+            mask = torch.ones(N, k, dtype=torch.bool, device=self._weight_mean.device)
         elif mask.shape != (N, k) or mask.dtype != torch.bool:
             raise ValueError(f"`mask` must be a bool tensor of shape {(N, k)}, got {mask.dtype} {tuple(mask.shape)}.")
-        X, Y, mask = X.to(self.chol), Y.to(self.chol), mask.to(self.chol.device)
+        like = self._weight_mean
+        X, Y, mask = X.to(like), Y.to(like), mask.to(like.device)
         check_finite("X", torch.where(mask.unsqueeze(-1), X, 0.0))
         check_finite("Y", torch.where(mask.unsqueeze(-1), Y, 0.0))
         phi, y = self._features_masked(X, Y, mask)
-        chol = self.chol
-        for j in range(k):
-            chol = cholesky_rank_one_update(chol, phi[:, j])
-        self.chol = chol
-        self.rhs = self.rhs + (phi.transpose(-1, -2) @ y.unsqueeze(-1)).squeeze(-1)
-        self._weight_mean = torch.cholesky_solve(self.rhs.unsqueeze(-1), chol).squeeze(-1)
+        if self.representation == "weight":
+            chol = self._chol
+            for j in range(k):
+                chol = cholesky_rank_one_update(chol, phi[:, j])
+            self._chol = chol
+            self.rhs = self.rhs + (phi.transpose(-1, -2) @ y.unsqueeze(-1)).squeeze(-1)
+            self._weight_mean = torch.cholesky_solve(self.rhs.unsqueeze(-1), chol).squeeze(-1)
+        else:
+            kchol = self.kchol
+            for j in range(k):
+                kchol = cholesky_append_row(kchol, self.phi, phi[:, j], self.noise_variance)
+                self.phi = torch.cat([self.phi, phi[:, j : j + 1]], dim=1)
+            self.kchol = kchol
+            self.y = torch.cat([self.y, y], dim=1)
+            alpha = torch.cholesky_solve(self.y.unsqueeze(-1), kchol)
+            self._weight_mean = (self.phi.mT @ alpha).squeeze(-1)
         self.train_X = torch.cat([self.train_X, X], dim=1)
         self.train_Y = torch.cat([self.train_Y, Y], dim=1)
         self.mask = torch.cat([self.mask, mask], dim=1)
@@ -360,6 +462,7 @@ class RFFBayesianLinear(Model):
         new = RFFBayesianLinear.__new__(RFFBayesianLinear)
         Model.__init__(new)
         new._batched = self._batched
+        new.representation = self.representation
         new.features = self.features
         for name, buf in self.named_buffers(recurse=False):
             new.register_buffer(name, buf.clone())
@@ -367,9 +470,8 @@ class RFFBayesianLinear(Model):
 
     def refit(self) -> RFFBayesianLinear:
         """Recompute the factorization from all stored data (reference path)."""
-        chol, rhs = self._factorize(self.train_X, self.train_Y, self.mask, self.noise_variance)
-        self.chol, self.rhs = chol, rhs
-        self._weight_mean = torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1)
+        factors = self._factorize(self.train_X, self.train_Y, self.mask, self.noise_variance)
+        self._register_factors(*factors)
         return self
 
     def transform_inputs(self, X: Tensor, input_transform: Any | None = None) -> Tensor:  # noqa: D102

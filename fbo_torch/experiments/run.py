@@ -79,14 +79,14 @@ def _run_fts_scenario(
     cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, ckpt_dir: Path,
     resume: bool, progress: bool, log: Callable[[str], None],
 ) -> dict[str, Any]:
-    from fbo_torch.runners.fts import FederationHistory, FTSRunner
+    from fbo_torch.runners.fts import FEDERATED, FederationHistory, FTSRunner
 
     objective = build_objective(sc.objective)
     domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.__dict__)
     targets = _targets(objective, sc.runs)
     seed = cfg.seed + 1000 * si
     history = None
-    if any(m.algorithm == "fts" for _, m in sc.methods):
+    if any(m.algorithm in FEDERATED for _, m in sc.methods):
         h = sc.history
         t0 = time.perf_counter()
         history = FederationHistory(
@@ -131,9 +131,11 @@ def _run_fts_scenario(
                 "queries": res.queries.tolist(),
                 "best_value_runs": res.best_value.tolist(),
                 "wall_time_s": res.wall_time,
+                "elapsed_s": res.elapsed,
                 "parameters_per_agent": res.parameters_per_agent,
             },
         )
+        log(f"  {label}: final {objective.loss_name} {record['loss_mean'][-1]:.4f}, {res.wall_time:.1f} s")
         _save_checkpoint(ckpt, {"record": record})
         methods.append(record)
     bar.close()

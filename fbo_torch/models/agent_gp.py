@@ -68,19 +68,40 @@ def build_agent_gps(
         )
     check_finite("train_X", train_X)
     check_finite("train_Y", train_Y)
-    input_transform = None
-    if bounds is not None:
-        check_bounds("bounds", bounds, dim=d)
-        bounds = bounds.to(train_X)
-        if not (bool((bounds[0] == 0).all()) and bool((bounds[1] == 1).all())):
-            input_transform = Normalize(d=d, bounds=bounds)
     return SingleTaskGP(
         train_X,
         train_Y,
         train_Yvar=train_Yvar,
         covar_module=covar_module,
         outcome_transform=Standardize(m=1, batch_shape=torch.Size([N])),
-        input_transform=input_transform,
+        input_transform=_input_transform(bounds, d, train_X),
+    )
+
+
+def _input_transform(bounds: Tensor | None, d: int, like: Tensor) -> Normalize | None:
+    """``Normalize`` to the unit cube when ``bounds`` is given and is not already it."""
+    if bounds is None:
+        return None
+    check_bounds("bounds", bounds, dim=d)
+    bounds = bounds.to(like)
+    if bool((bounds[0] == 0).all()) and bool((bounds[1] == 1).all()):
+        return None
+    return Normalize(d=d, bounds=bounds)
+
+
+def build_single_gp(
+    train_X: Tensor, train_Y: Tensor, bounds: Tensor | None = None, covar_module: Kernel | None = None
+) -> SingleTaskGP:
+    r"""One agent's unbatched GP (``n x d``, ``n x 1``), configured like :func:`build_agent_gps`."""
+    check_ndim("train_X", train_X, 2, "n x d")
+    check_ndim("train_Y", train_Y, 2, "n x 1")
+    check_finite("train_Y", train_Y)
+    return SingleTaskGP(
+        train_X,
+        train_Y,
+        covar_module=covar_module,
+        outcome_transform=Standardize(m=1),
+        input_transform=_input_transform(bounds, train_X.shape[-1], train_X),
     )
 
 

@@ -286,6 +286,21 @@ class AgentRFFPosteriors(Model):
     def num_features(self) -> int:
         return self.weight_mean.shape[1]
 
+    def subset(self, indices: Tensor | Sequence[int]) -> AgentRFFPosteriors:
+        r"""The posteriors of the agents at ``indices`` (e.g. a target's peers)."""
+        idx = torch.as_tensor(indices, dtype=torch.long, device=self.weight_mean.device).reshape(-1)
+        if idx.numel() == 0:
+            raise ValueError("`indices` is empty: a subset needs at least one agent.")
+        pick = idx.tolist()
+        return type(self).from_factors(
+            self.features,
+            self.weight_mean[idx],
+            self.covariance_factor[idx],
+            incumbents=None if self.incumbents is None else self.incumbents[idx],
+            agent_ids=[self.agent_ids[i] for i in pick],
+            noise_variances=None if self.noise_variances is None else self.noise_variances[idx],
+        )
+
     def weight_covariance(self) -> Tensor:
         r"""The covariances ``C_n = R_n R_nᵀ``, ``N x M x M`` (diagnostics only)."""
         return self.covariance_factor @ self.covariance_factor.mT

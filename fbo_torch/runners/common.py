@@ -20,7 +20,7 @@ from gpytorch.kernels import RBFKernel, ScaleKernel
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.models.agent_gp import HYPER_PREFIXES, draw_thompson_paths, fit_agent_gps
+from fbo_torch.models.agent_gp import HYPER_PREFIXES, build_single_gp, draw_thompson_paths, fit_agent_gps
 from fbo_torch.optim.batched import DEFAULT_MAX_POINTS, maximize_batched, maximize_discrete
 from fbo_torch.utils.validation import check_bounds
 
@@ -142,7 +142,54 @@ def maximize_own_samples(
     return domain.maximize(fn, B, generator=generator)
 
 
-def make_covar_module(kind: str, dim: int, batch: int) -> Any:
+def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator | None = None) -> Tensor:
+    r"""Maximize one BoTorch acquisition function (``b x 1 x d -> b``) over ``domain``.
+
+    Exact on a finite domain (scored in chunks); ``optimize_acqf`` on a box.
+    Returns the ``d``-vector maximizer.
+    """
+    from botorch.optim import optimize_acqf
+
+    if domain.candidates is not None:
+        C = domain.candidates
+        chunk = max(1, domain.max_points)
+        with torch.no_grad():
+            vals = torch.cat([acqf(C[s : s + chunk].unsqueeze(-2)) for s in range(0, C.shape[0], chunk)])
+        return C[vals.argmax()]
+    seed = derive_seed(generator) if generator is not None else None
+    with torch.random.fork_rng(enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        X, _ = optimize_acqf(
+            acqf, domain.bounds, q=1, num_restarts=domain.num_restarts, raw_samples=domain.raw_samples
+        )
+    return X.squeeze(0).detach()
+
+
+def unbatch_gp(batched: SingleTaskGP, index: int, train_X: Tensor, train_Y: Tensor, bounds: Tensor, kernel: str) -> SingleTaskGP:
+    r"""Agent ``index`` of a batched GP as an unbatched ``SingleTaskGP`` on its data.
+
+    Hyperparameters are sliced from the batched model (no refit), so acquisition
+    functions that need an unbatched model (RGPE, TAF) reuse one batched fit.
+    """
+    B = batched.batch_shape[0]
+    covar = make_covar_module(kernel, train_X.shape[-1], None)
+    model = build_single_gp(train_X, train_Y, bounds=bounds, covar_module=covar)
+    target = model.state_dict()
+    state = {}
+    for k, v in batched.state_dict().items():
+        if not k.startswith(HYPER_PREFIXES) or k not in target:
+            continue
+        t = target[k]
+        if v.shape == t.shape:
+            state[k] = v
+        elif v.ndim >= 1 and v.shape[0] == B and v[index].numel() == t.numel():
+            state[k] = v[index].reshape(t.shape)
+    model.load_state_dict(state, strict=False)
+    return model.eval()
+
+
+def make_covar_module(kind: str, dim: int, batch: int | None) -> Any:
     r"""The agents' GP kernel.
 
     ``"botorch"``: BoTorch's default (RBF/ARD with a dimension-scaled LogNormal
@@ -153,8 +200,9 @@ def make_covar_module(kind: str, dim: int, batch: int) -> Any:
     if kind == "botorch":
         return None
     if kind == "rbf":
-        base = RBFKernel(ard_num_dims=dim, batch_shape=torch.Size([batch]), lengthscale_constraint=GreaterThan(1e-3))
-        return ScaleKernel(base, batch_shape=torch.Size([batch]))
+        shape = torch.Size([batch]) if batch is not None else torch.Size([])
+        base = RBFKernel(ard_num_dims=dim, batch_shape=shape, lengthscale_constraint=GreaterThan(1e-3))
+        return ScaleKernel(base, batch_shape=shape)
     raise ValueError(f"Unknown GP kernel {kind!r}; expected 'botorch' or 'rbf'.")
 
 

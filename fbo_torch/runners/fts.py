@@ -37,7 +37,9 @@ from fbo_torch.objectives.base import Objective
 from fbo_torch.runners.common import AgentGPs, Domain, derive_seed, maximize_own_samples, maximize_rff_samples
 from fbo_torch.utils.validation import check_int
 
-ALGORITHMS = ("ts", "fts")
+ALGORITHMS = ("ts", "fts", "rgpe", "taf")
+#: Methods whose other agents send messages.
+FEDERATED = ("fts", "rgpe", "taf")
 COMMUNICATION = ("one-shot", "every-round")
 HISTORIES = ("random", "ts")
 
@@ -47,7 +49,11 @@ class FTSSettings:
     r"""Settings of one method in an FTS experiment.
 
     Attributes:
-        algorithm: ``"fts"`` or ``"ts"`` (standard TS, no communication).
+        algorithm: ``"fts"``; ``"ts"`` (standard TS, no communication); or the
+            FTS paper's adapted baselines ``"rgpe"`` (ranking-weighted GP
+            ensemble + LogEI) and ``"taf"`` (transfer acquisition function), for
+            which agents send their whole RFF posterior (``M + M²`` numbers;
+            TAF also its incumbent).
         num_iterations: BO iterations ``T`` after initialization.
         num_init: Random initial points of each target.
         num_features: ``M``, random Fourier features shared by all agents.
@@ -76,6 +82,8 @@ class FTSSettings:
     gp_kernel: str = "botorch"
     gp_refit_every: int = 1
     gp_sample_features: int | None = None
+    rgpe_samples: int = 256
+    taf_bandwidth: float = 0.5
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -85,7 +93,16 @@ class FTSSettings:
         check_int("num_iterations", self.num_iterations, minimum=1)
         check_int("num_init", self.num_init, minimum=1)
         check_int("num_features", self.num_features, minimum=1)
+        check_int("rgpe_samples", self.rgpe_samples, minimum=1)
+        if not self.taf_bandwidth > 0:
+            raise ValueError(f"`taf_bandwidth` must be > 0, got {self.taf_bandwidth!r}.")
         PtSchedule(self.p_t, self.p1_equals_p2)  # validates
+
+    @property
+    def parameters_per_agent(self) -> int:
+        """Numbers each other agent sends per message."""
+        M = self.num_features
+        return {"ts": 0, "fts": M, "rgpe": M + M * M, "taf": M + M * M + 1}[self.algorithm]
 
     def features(self, dim: int, device: torch.device | str | None = None) -> RandomFourierFeatures:
         return RandomFourierFeatures(
@@ -148,10 +165,12 @@ class FTSResult:
         loss: ``R x (T+1)`` loss (simple regret, or e.g. 1 − AUC) of the best
             query so far; column 0 is after initialization.
         best_value: ``R x (T+1)`` best noiseless value so far.
-        sources: ``R x T`` source of each query (``-1`` own GP, else agent index).
+        sources: ``R x T`` source of each query (``-1`` own GP, else agent index;
+            ``-1`` throughout for TS, RGPE and TAF).
         queries: ``R x (n_init + T) x d`` queried points.
         targets: ``R`` target agent of each run; ``inits``: ``R`` initialization index.
         wall_time: Seconds spent.
+        elapsed: ``T`` cumulative seconds after each iteration (all runs together).
         parameters_per_agent: Numbers each other agent sends per message (``M``; 0 for TS).
     """
 
@@ -165,6 +184,7 @@ class FTSResult:
     wall_time: float
     parameters_per_agent: int
     settings: dict[str, Any] = field(default_factory=dict)
+    elapsed: list[float] = field(default_factory=list)
 
 
 class FTSRunner:
@@ -227,10 +247,11 @@ class FTSRunner:
         self.gen = torch.Generator().manual_seed(self.seed + 3)
         self.others_gen = torch.Generator().manual_seed(self.seed + 4)
         self.wall_time = 0.0
+        self.elapsed: list[float] = []
 
         self.features = None
         self.dist = None
-        if settings.algorithm == "fts":
+        if settings.algorithm in FEDERATED:
             if history is None:
                 raise ValueError("FTS needs a FederationHistory with the other agents' observations.")
             if others is None:
@@ -244,14 +265,24 @@ class FTSRunner:
                 raise ValueError("Every target needs at least one other agent to receive messages from.")
             probs = mask.to(torch.float64) / mask.sum(-1, keepdim=True)
             self.dist = AgentDistribution(A, probs=probs, device=self.device)
+            self.peers = [torch.nonzero(row).squeeze(-1) for row in mask]
             self.features = settings.features(objective.dim, device=self.device)
             self.others_X, self.others_Y = history.train_X.to(self.device), history.train_Y.to(self.device)
             self.rff_model = RFFBayesianLinear(
                 self.features, self.others_X, self.others_Y, settings.rff_noise_variance
             )
             self.msg_gen = torch.Generator().manual_seed(self.seed + 2)
-            self.omegas = self.rff_model.sample_weights(torch.Size([R]), generator=self.msg_gen)  # R x A x M
             self.others_gps = AgentGPs(self.domain.bounds, kernel=settings.gp_kernel)
+            self._receive_messages()
+
+    def _receive_messages(self) -> None:
+        """Messages from the other agents' current posteriors: ω draws (FTS) or whole posteriors."""
+        if self.settings.algorithm == "fts":
+            self.omegas = self.rff_model.sample_weights(torch.Size([self.num_runs]), generator=self.msg_gen)
+        else:
+            from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
+
+            self.posteriors = AgentRFFPosteriors.from_model(self.rff_model)
 
     def _default_others(self, targets: Tensor) -> Tensor:
         A = self.objective.num_agents
@@ -275,6 +306,9 @@ class FTSRunner:
         t = self.t
         model = self.gps.update(self.X, self.Y)
         R = self.num_runs
+        if self.settings.algorithm in ("rgpe", "taf"):
+            self._transfer_step(model)
+            return
         if self.settings.algorithm == "ts":
             sources = torch.full((R,), OWN, dtype=torch.long, device=self.device)
         else:
@@ -294,15 +328,43 @@ class FTSRunner:
             X_next[runs] = X_msg
             if self.settings.communication == "one-shot":
                 self.dist.remove(sources)
+        self._observe(X_next, sources, t0)
+
+    def _observe(self, X_next: Tensor, sources: Tensor, t0: float) -> None:
         y = self.objective(X_next.unsqueeze(1), agents=self.targets)
         f = self.objective.evaluate_true(X_next.unsqueeze(1), agents=self.targets)
         self.X = torch.cat([self.X, X_next.unsqueeze(1)], dim=1)
         self.Y = torch.cat([self.Y, y.unsqueeze(-1)], dim=1)
         self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f)], dim=1)
         self.sources = torch.cat([self.sources, sources.unsqueeze(-1)], dim=1)
-        if self.settings.algorithm == "fts" and self.settings.communication == "every-round":
+        if self.settings.algorithm in FEDERATED and self.settings.communication == "every-round":
             self._others_step()
         self.wall_time += time.perf_counter() - t0
+        self.elapsed.append(self.wall_time)
+
+    def _transfer_step(self, batched_gp: Any) -> None:
+        r"""RGPE / TAF: one acquisition per run (each run has its own target data);
+        within a run every agent's posterior is evaluated in one batched op."""
+        from botorch.acquisition import LogExpectedImprovement
+
+        from fbo_torch.acquisition.rgpe import RGPE
+        from fbo_torch.acquisition.taf import TransferAcquisitionFunction
+        from fbo_torch.runners.common import maximize_acquisition, unbatch_gp
+
+        t0 = time.perf_counter()
+        s = self.settings
+        X_next = torch.empty(self.num_runs, self.objective.dim, dtype=self.X.dtype, device=self.device)
+        for r in range(self.num_runs):
+            gp = unbatch_gp(batched_gp, r, self.X[r], self.Y[r], self.domain.bounds, s.gp_kernel)
+            peers = self.posteriors.subset(self.peers[r])
+            if s.algorithm == "rgpe":
+                model = RGPE.from_data(gp, peers, self.X[r], self.Y[r], num_samples=s.rgpe_samples, generator=self.gen)
+                acqf = LogExpectedImprovement(model, best_f=self.Y[r].max())
+            else:
+                acqf = TransferAcquisitionFunction(gp, peers, self.X[r], self.Y[r], bandwidth=s.taf_bandwidth)
+            X_next[r] = maximize_acquisition(acqf, self.domain, generator=self.gen)
+        sources = torch.full((self.num_runs,), OWN, dtype=torch.long, device=self.device)
+        self._observe(X_next, sources, t0)
 
     def _others_step(self) -> None:
         """The other agents run one TS iteration each and send fresh draws."""
@@ -315,7 +377,7 @@ class FTSRunner:
         self.others_X = torch.cat([self.others_X, X_next.unsqueeze(1)], dim=1)
         self.others_Y = torch.cat([self.others_Y, y.unsqueeze(-1)], dim=1)
         self.rff_model.update(X_next.unsqueeze(1), y.unsqueeze(-1))
-        self.omegas = self.rff_model.sample_weights(torch.Size([self.num_runs]), generator=self.msg_gen)
+        self._receive_messages()
 
     def run(self, callback: Callable[[FTSRunner], None] | None = None) -> FTSResult:
         """Iterate until ``num_iterations``; ``callback(self)`` after each step."""
@@ -327,7 +389,6 @@ class FTSRunner:
 
     def result(self) -> FTSResult:
         loss = self.objective.loss(self.best.T, agents=self.targets).T  # loss() wants agents last
-        M = self.settings.num_features if self.settings.algorithm == "fts" else 0
         return FTSResult(
             name=self.name,
             loss=loss.cpu(),
@@ -337,8 +398,9 @@ class FTSRunner:
             targets=self.targets.cpu(),
             inits=self.inits.cpu(),
             wall_time=self.wall_time,
-            parameters_per_agent=M,
+            parameters_per_agent=self.settings.parameters_per_agent,
             settings=asdict(self.settings),
+            elapsed=list(self.elapsed),
         )
 
     # ----------------------------------------------------------- checkpoints
@@ -352,11 +414,13 @@ class FTSRunner:
             "objective_rng": self.objective.rng_state(),
             "gps": self.gps.state_dict(),
             "wall_time": self.wall_time,
+            "elapsed": self.elapsed,
         }
-        if self.settings.algorithm == "fts":
+        if self.settings.algorithm in FEDERATED:
             state.update(
-                dist=self.dist.state_dict(), omegas=self.omegas, msg_gen=self.msg_gen.get_state(),
+                dist=self.dist.state_dict(), msg_gen=self.msg_gen.get_state(),
                 others_X=self.others_X, others_Y=self.others_Y, others_gps=self.others_gps.state_dict(),
+                omegas=getattr(self, "omegas", None),
             )
         return state
 
@@ -370,13 +434,17 @@ class FTSRunner:
         torch.set_rng_state(state["torch_rng"])
         self.objective.set_rng_state(state["objective_rng"])
         self.wall_time = float(state["wall_time"])
+        self.elapsed = list(state["elapsed"])
         self.gps.load_state_dict(state["gps"])
-        if self.settings.algorithm == "fts":
+        if self.settings.algorithm in FEDERATED:
             self.dist.load_state_dict(state["dist"])
-            self.omegas = state["omegas"].to(dev)
             self.msg_gen.set_state(state["msg_gen"])
             self.others_X, self.others_Y = state["others_X"].to(dev), state["others_Y"].to(dev)
             self.rff_model = RFFBayesianLinear(
                 self.features, self.others_X, self.others_Y, self.settings.rff_noise_variance
             )
             self.others_gps.load_state_dict(state["others_gps"])
+            if self.settings.algorithm == "fts":
+                self.omegas = state["omegas"].to(dev)
+            else:
+                self._receive_messages()

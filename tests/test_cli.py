@@ -115,6 +115,13 @@ def test_config_errors_are_clear(tmp_path, patch, match):
         load_config(write(tmp_path, text))
 
 
+def test_unset_environment_variable_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("FBO_NOT_SET_ANYWHERE", raising=False)
+    text = "experiment: dp_fts_de\nobjective: {type: har, path: ${FBO_NOT_SET_ANYWHERE}}\nmethods: [{name: TS, algorithm: ts}]\n"
+    with pytest.raises(ConfigError, match="FBO_NOT_SET_ANYWHERE"):
+        load_config(write(tmp_path, text))
+
+
 def test_config_structure_errors():
     with pytest.raises(ConfigError, match="experiment"):
         parse_config({"experiment": "bo", "objective": {"type": "gp_grid"}, "methods": [{"name": "a"}]})
@@ -135,10 +142,12 @@ def test_cli_errors_and_help(tmp_path, capsys):
     assert proc.returncode == 0 and "quickstart" in proc.stdout and "run" in proc.stdout
 
 
-def test_repo_configs_validate():
+def test_repo_configs_validate(monkeypatch, tmp_path):
     root = Path(__file__).resolve().parents[1]
     configs = sorted((root / "configs").glob("*.yaml"))
     assert configs, "configs/ is empty"
+    monkeypatch.setenv("FBO_HAR_PATH", str(tmp_path))
+    monkeypatch.setenv("FBO_EMNIST_ROOT", str(tmp_path))
     for path in configs:
         cfg = load_config(path)
         assert cfg.scenarios and all(s.methods for s in cfg.scenarios)

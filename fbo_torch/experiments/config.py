@@ -29,6 +29,7 @@ import copy
 import dataclasses
 import difflib
 import inspect
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -299,8 +300,22 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     return ExperimentConfig(experiment, name, seed, device, checkpoint_every, optimizer, privacy, scenarios, raw)
 
 
+def _expand_env(value: Any, where: str) -> Any:
+    """Expand ``${VAR}`` in string values; an unset variable is a clear error."""
+    if isinstance(value, dict):
+        return {k: _expand_env(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str) and "$" in value:
+        for name in re.findall(r"\$\{(\w+)\}", value):
+            if name not in os.environ:
+                raise ConfigError(f"{where}: environment variable {name} is not set (used as ${{{name}}}).")
+        return os.path.expandvars(value)
+    return value
+
+
 def load_config(path: str | Path) -> ExperimentConfig:
-    """Read and validate a YAML experiment file."""
+    """Read and validate a YAML experiment file (``${VAR}`` values come from the environment)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist.")
@@ -310,4 +325,4 @@ def load_config(path: str | Path) -> ExperimentConfig:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level.")
-    return parse_config(raw, source=str(path))
+    return parse_config(_expand_env(raw, str(path)), source=str(path))

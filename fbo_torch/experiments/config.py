@@ -152,16 +152,17 @@ class HistoryConfig:
 class OptimizerConfig:
     r"""Acquisition maximization on continuous domains (see :func:`fbo_torch.optim.maximize_batched`)."""
 
-    raw_samples: int = 1024
-    num_restarts: int = 8
+    raw_samples: int = 512
+    num_restarts: int = 4
     refine: str | None = "adam"
-    maxiter: int = 100
-    lr: float = 0.01
+    maxiter: int = 50
+    lr: float = 0.02
+    raw_samples_rff: int = 4096
 
     def __post_init__(self) -> None:
         if self.refine not in ("adam", "lbfgsb", None):
             raise ValueError(f"`refine` must be 'adam', 'lbfgsb' or null, got {self.refine!r}.")
-        for name in ("raw_samples", "num_restarts", "maxiter"):
+        for name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"`{name}` must be an integer >= 1, got {v!r}.")

@@ -10,6 +10,7 @@ r"""Building blocks shared by the federated BO runners.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,17 +40,21 @@ class Domain:
         candidates: Optional ``C x d`` finite domain; maximization over it is exact.
         raw_samples, num_restarts, refine, maxiter, lr: Settings of
             :func:`~fbo_torch.optim.maximize_batched` for continuous domains.
+        raw_samples_rff: Raw points for the cheap ``φ(x)ᵀω`` functions (messages,
+            server broadcasts), which are ``M``-feature dot products and can
+            afford a denser search than GP samples.
         max_points: Memory cap on points per batched evaluation.
     """
 
     bounds: Tensor
     candidates: Tensor | None = None
-    raw_samples: int = 1024
-    num_restarts: int = 8
+    raw_samples: int = 512
+    num_restarts: int = 4
     refine: str | None = "adam"
-    maxiter: int = 100
-    lr: float = 0.01
+    maxiter: int = 50
+    lr: float = 0.02
     max_points: int = DEFAULT_MAX_POINTS
+    raw_samples_rff: int = 4096
 
     def __post_init__(self) -> None:
         check_bounds("bounds", self.bounds)
@@ -64,10 +69,7 @@ class Domain:
 
     def to(self, device: torch.device | str, dtype: torch.dtype = torch.float64) -> Domain:
         cands = None if self.candidates is None else self.candidates.to(device=device, dtype=dtype)
-        return Domain(
-            self.bounds.to(device=device, dtype=dtype), cands, self.raw_samples, self.num_restarts,
-            self.refine, self.maxiter, self.lr, self.max_points,
-        )
+        return dataclasses.replace(self, bounds=self.bounds.to(device=device, dtype=dtype), candidates=cands)
 
     def random(self, batch: int, n: int, generator: torch.Generator | None = None) -> Tensor:
         r"""``batch x n x d`` uniform random points of the domain."""
@@ -87,7 +89,12 @@ class Domain:
         return self.bounds[0] + u * (self.bounds[1] - self.bounds[0])
 
     def maximize(
-        self, fn, batch: int, generator: torch.Generator | None = None, region_bounds: Tensor | None = None
+        self,
+        fn,
+        batch: int,
+        generator: torch.Generator | None = None,
+        region_bounds: Tensor | None = None,
+        raw_samples: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         r"""Maximize ``batch`` functions ``fn: batch x C x d -> batch x C``.
 
@@ -107,7 +114,7 @@ class Domain:
             return maximize_discrete(masked, self.candidates, batch, max_points=batch * self.candidates.shape[0])
         bounds = self.bounds if region_bounds is None else region_bounds
         return maximize_batched(
-            fn, bounds, batch_size=batch, raw_samples=self.raw_samples, num_restarts=self.num_restarts,
+            fn, bounds, batch_size=batch, raw_samples=raw_samples or self.raw_samples, num_restarts=self.num_restarts,
             refine=self.refine, maxiter=self.maxiter, lr=self.lr, max_points=self.max_points, generator=generator,
         )
 
@@ -119,7 +126,42 @@ def maximize_rff_samples(
     def fn(X: Tensor) -> Tensor:
         return (features(X) * omegas.to(X).unsqueeze(-2)).sum(-1)
 
-    return domain.maximize(fn, omegas.shape[0], generator=generator)
+    return domain.maximize(fn, omegas.shape[0], generator=generator, raw_samples=domain.raw_samples_rff)
+
+
+def maximize_broadcast(
+    features: RandomFourierFeatures,
+    broadcast: Tensor,
+    region_bounds: Tensor,
+    domain: Domain,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    r"""Maximize the DP-FTS-DE agent function ``x ↦ φ(x)ᵀω^(i[x])`` for ``R`` federations.
+
+    One bounded maximization of ``φᵀω^(i)`` over sub-region ``i`` per region
+    and federation (all ``R·P`` at once), best region kept. The broadcast is
+    the same for every agent of a federation, so this is done once per
+    federation, not once per agent.
+
+    Args:
+        features: The shared map.
+        broadcast: ``R x P x M`` server output.
+        region_bounds: ``P x 2 x d`` sub-region boxes.
+        domain: The search domain.
+
+    Returns:
+        ``(X, values)``: ``R x d`` maximizers and ``R`` values.
+    """
+    R, P, M = broadcast.shape
+    omegas = broadcast.reshape(R * P, M)
+
+    def fn(X: Tensor) -> Tensor:
+        return (features(X) * omegas.to(X).unsqueeze(-2)).sum(-1)
+
+    rb = region_bounds.to(domain.bounds).repeat(R, 1, 1) if P > 1 else None
+    X, vals = domain.maximize(fn, R * P, generator=generator, region_bounds=rb, raw_samples=domain.raw_samples_rff)
+    best_vals, best = vals.view(R, P).max(-1)
+    return X.view(R, P, -1)[torch.arange(R, device=X.device), best], best_vals
 
 
 def maximize_own_samples(

@@ -158,11 +158,12 @@ class OptimizerConfig:
     maxiter: int = 50
     lr: float = 0.02
     raw_samples_rff: int = 4096
+    maxiter_rff: int = 200
 
     def __post_init__(self) -> None:
         if self.refine not in ("adam", "lbfgsb", None):
             raise ValueError(f"`refine` must be 'adam', 'lbfgsb' or null, got {self.refine!r}.")
-        for name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff"):
+        for name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff", "maxiter_rff"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"`{name}` must be an integer >= 1, got {v!r}.")

@@ -70,11 +70,13 @@ def cholesky_rank_one_update(L: Tensor, x: Tensor) -> Tensor:
     t_prev = torch.cat([torch.ones_like(t[..., :1]), t[..., :-1]], dim=-1)
     diag_scale = torch.sqrt(t / t_prev)
     off_scale = p / torch.sqrt(t * t_prev)
-    Lp = L * p.unsqueeze(-2)  # column i scaled by p_i
-    # tail[..., r, k] = sum_{i > k} L[r, i] p_i  (exclusive reverse cumsum over columns)
-    rev = Lp.flip(-1).cumsum(-1).flip(-1)
-    tail = torch.cat([rev[..., 1:], torch.zeros_like(rev[..., :1])], dim=-1)
-    return L * diag_scale.unsqueeze(-2) + tail * off_scale.unsqueeze(-2)
+    # tail[..., r, k] = sum_{i > k} L[r, i] p_i  = (row total) - (inclusive cumsum);
+    # computed in place to keep the number of M x M temporaries at three
+    Lp = L * p.unsqueeze(-2)
+    tail = torch.cumsum(Lp, dim=-1).neg_().add_(Lp.sum(-1, keepdim=True))
+    del Lp
+    out = tail.mul_(off_scale.unsqueeze(-2)).add_(L * diag_scale.unsqueeze(-2))
+    return out.tril_()
 
 
 def cholesky_append_row(kchol: Tensor, Phi: Tensor, phi_new: Tensor, noise: Tensor) -> Tensor:
@@ -97,6 +99,18 @@ def cholesky_append_row(kchol: Tensor, Phi: Tensor, phi_new: Tensor, noise: Tens
     out[:, n, :n] = l
     out[:, n, n] = d
     return out
+
+
+#: Bytes of ``M x M`` temporaries per chunk of agents in the weight-space update.
+#: Chunking keeps temporaries below the allocator's large-allocation threshold
+#: region, where every call otherwise pays fresh page faults.
+CHUNK_BYTES = 32 * 2**20
+
+
+def _agent_chunks(N: int, M: int, itemsize: int = 8) -> list[tuple[int, int]]:
+    """Agent ranges whose ``M x M`` temporaries stay within :data:`CHUNK_BYTES`."""
+    per = max(1, CHUNK_BYTES // max(1, M * M * itemsize))
+    return [(lo, min(N, lo + per)) for lo in range(0, N, per)]
 
 
 def _randn(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -438,8 +452,11 @@ class RFFBayesianLinear(Model):
         phi, y = self._features_masked(X, Y, mask)
         if self.representation == "weight":
             chol = self._chol
-            for j in range(k):
-                chol = cholesky_rank_one_update(chol, phi[:, j])
+            for lo, hi in _agent_chunks(N, self.features.num_features):
+                c = chol[lo:hi]
+                for j in range(k):
+                    c = cholesky_rank_one_update(c, phi[lo:hi, j])
+                chol[lo:hi] = c  # in place: no second N x M x M buffer
             self._chol = chol
             self.rhs = self.rhs + (phi.transpose(-1, -2) @ y.unsqueeze(-1)).squeeze(-1)
             self._weight_mean = torch.cholesky_solve(self.rhs.unsqueeze(-1), chol).squeeze(-1)

@@ -43,6 +43,8 @@ class Domain:
         raw_samples_rff: Raw points for the cheap ``φ(x)ᵀω`` functions (messages,
             server broadcasts), which are ``M``-feature dot products and can
             afford a denser search than GP samples.
+        maxiter_rff: Refinement steps for those functions (enough for Adam's
+            decaying steps to match L-BFGS-B's precision).
         max_points: Memory cap on points per batched evaluation.
     """
 
@@ -55,6 +57,7 @@ class Domain:
     lr: float = 0.02
     max_points: int = DEFAULT_MAX_POINTS
     raw_samples_rff: int = 4096
+    maxiter_rff: int = 200
 
     def __post_init__(self) -> None:
         check_bounds("bounds", self.bounds)
@@ -95,6 +98,7 @@ class Domain:
         generator: torch.Generator | None = None,
         region_bounds: Tensor | None = None,
         raw_samples: int | None = None,
+        maxiter: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         r"""Maximize ``batch`` functions ``fn: batch x C x d -> batch x C``.
 
@@ -115,7 +119,7 @@ class Domain:
         bounds = self.bounds if region_bounds is None else region_bounds
         return maximize_batched(
             fn, bounds, batch_size=batch, raw_samples=raw_samples or self.raw_samples, num_restarts=self.num_restarts,
-            refine=self.refine, maxiter=self.maxiter, lr=self.lr, max_points=self.max_points, generator=generator,
+            refine=self.refine, maxiter=maxiter or self.maxiter, lr=self.lr, max_points=self.max_points, generator=generator,
         )
 
 
@@ -126,7 +130,7 @@ def maximize_rff_samples(
     def fn(X: Tensor) -> Tensor:
         return (features(X) * omegas.to(X).unsqueeze(-2)).sum(-1)
 
-    return domain.maximize(fn, omegas.shape[0], generator=generator, raw_samples=domain.raw_samples_rff)
+    return domain.maximize(fn, omegas.shape[0], generator=generator, raw_samples=domain.raw_samples_rff, maxiter=domain.maxiter_rff)
 
 
 def maximize_broadcast(
@@ -159,7 +163,8 @@ def maximize_broadcast(
         return (features(X) * omegas.to(X).unsqueeze(-2)).sum(-1)
 
     rb = region_bounds.to(domain.bounds).repeat(R, 1, 1) if P > 1 else None
-    X, vals = domain.maximize(fn, R * P, generator=generator, region_bounds=rb, raw_samples=domain.raw_samples_rff)
+    X, vals = domain.maximize(fn, R * P, generator=generator, region_bounds=rb, raw_samples=domain.raw_samples_rff, maxiter=domain.maxiter_rff
+    )
     best_vals, best = vals.view(R, P).max(-1)
     return X.view(R, P, -1)[torch.arange(R, device=X.device), best], best_vals
 

@@ -71,3 +71,37 @@ def test_posterior_sampling_quick(tmp_path):
     assert t["torch_num_threads"] == 1
     assert "posterior_sampling.py" in data["command"] and "--quick" in data["command"]
     assert data["goal"]["target_ratio"] == 50 and data["goal"]["at_N"] == 1000
+
+
+def _run_quick(script: str, tmp_path: Path) -> dict:
+    env = dict(os.environ, MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1 and list(tmp_path.glob("*.png"))
+    return json.loads(files[0].read_text())
+
+
+def test_round_time_quick(tmp_path):
+    res = _run_quick("round_time.py", tmp_path)
+    assert res["machine"]["cpu_count"] >= 1 and res["machine"]["command"]
+    cells = res["cells"]
+    assert [(c["N"], c["M"], c["d"]) for c in cells] == [(8, 16, 1), (8, 16, 2)]
+    for c in cells:
+        assert set(c["phases_s"]) == {"posterior_update", "sampling", "server", "acq_server", "gp_update", "acq_own", "gp_refit"}
+        assert all(v > 0 for v in c["phases_s"].values())
+        expected = sum(v for k, v in c["phases_s"].items() if k != "gp_refit") + c["phases_s"]["gp_refit"] / c["refit_every"]
+        assert math.isclose(c["round_s"], expected, rel_tol=1e-9)
+
+
+def test_reference_loop_quick(tmp_path):
+    res = _run_quick("reference_loop.py", tmp_path)
+    assert set(res["ours"]) == {"1", "2"} and res["reference"]["agents_timed"] == 3
+    for t, s in res["speedup_per_agent_round"].items():
+        assert math.isclose(s, res["reference"]["per_agent_ms"] / res["ours"][t]["per_agent_ms"], rel_tol=1e-9)
+    assert [q["lengthscale"] for q in res["quality"]] == [0.1, 0.01]
+    for q in res["quality"]:
+        assert 0 <= q["fraction_ours_at_least_as_good"] <= 1 and q["functions"] == 3

@@ -171,7 +171,7 @@ def test_partition_regions():
 
 def test_server_noiseless_full_participation_is_weighted_average_of_clipped():
     rng = np.random.default_rng(9)
-    N, M, P, S = 5, 6, 4, 4.0
+    M, P, S = 6, 4, 4.0
     omegas = [rng.normal(size=M) * s for s in (0.1, 1.0, 3.0, 0.5, 10.0)]
     W = R.de_weights([0, 1, 2, 3, 0], P, a=3.0)
     np.testing.assert_allclose(W.sum(1), 1.0)

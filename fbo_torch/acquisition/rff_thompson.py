@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
 from botorch.acquisition import AcquisitionFunction
 from botorch.models.deterministic import GenericDeterministicModel
 from botorch.utils.transforms import t_batch_mode_transform

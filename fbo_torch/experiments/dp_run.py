@@ -3,12 +3,10 @@ r"""DP-FTS-DE experiments: running scenarios, privacy records and privacy plots.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 
 from fbo_torch.experiments.config import ExperimentConfig, Scenario
 from fbo_torch.experiments.report import mean_stderr, summarize_curves
@@ -37,7 +35,7 @@ def run_dp_scenario(
     cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, ckpt_dir: Path,
     resume: bool, progress: bool, log: Callable[[str], None],
 ) -> dict[str, Any]:
-    from fbo_torch.experiments.run import _load_checkpoint, _Progress, _save_checkpoint
+    from fbo_torch.experiments.run import run_methods
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 
     objective = build_objective(sc.objective)
@@ -47,45 +45,27 @@ def run_dp_scenario(
     accountant = privacy.get("accountant", "rdp")
     extra = list(privacy.get("extra_accountants", []))
     delta = privacy.get("delta")
-    total = sum(m.num_iterations for _, m in sc.methods)
-    bar = _Progress(total, f"[{si + 1}/{len(cfg.scenarios)}] {sc.name}", progress)
-    methods = []
-    for mi, (label, settings) in enumerate(sc.methods):
-        ckpt = ckpt_dir / f"scenario{si}_method{mi}.pt"
-        state = _load_checkpoint(ckpt) if resume else None
-        if state is not None and "record" in state:
-            methods.append(state["record"])
-            bar.update(settings.num_iterations)
-            continue
-        runner = DPFTSDERunner(
+
+    def make_runner(label: str, settings: Any) -> DPFTSDERunner:
+        return DPFTSDERunner(
             objective, settings, num_inits, domain=domain, seed=seed, device=device, name=label,
             accountant=accountant, delta=delta,
         )
-        if state is not None and "runner" in state:
-            runner.load_state_dict(state["runner"])
-            bar.update(runner.t)
 
-        def callback(r: DPFTSDERunner, ckpt: Path = ckpt) -> None:
-            eps = r.epsilons[-1] if r.epsilons else float("nan")
-            bar.update(1, method=r.name, eps=f"{eps:.2f}" if math.isfinite(eps) else "-")
-            if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
-                _save_checkpoint(ckpt, {"runner": r.state_dict()})
-
-        t0 = time.perf_counter()
-        res = runner.run(callback)
+    def make_record(label: str, settings: Any, runner: DPFTSDERunner) -> dict[str, Any]:
+        res = runner.result()
         releases = int(sum(res.released))
-        R, N = num_inits, objective.num_agents
-        per_run = res.loss.view(R, N, -1).mean(1)  # agent-averaged curve of each repetition
+        N = objective.num_agents
+        per_run = res.loss.view(num_inits, N, -1).mean(1)  # agent-averaged curve of each repetition
         run_mean, run_se = mean_stderr(per_run)
-        server_frac = res.used_server.double().mean(0).tolist()
-        record = summarize_curves(
+        return summarize_curves(
             label,
             res.loss,
             objective.loss_name,
             extra={
                 "settings": res.settings,
                 "num_agents": N,
-                "num_repetitions": R,
+                "num_repetitions": num_inits,
                 "stderr_over": "all (repetition, agent) curves",
                 "repetition_mean": run_mean,
                 "repetition_stderr": run_se,
@@ -99,16 +79,13 @@ def run_dp_scenario(
                 "fraction_clipped": _finite_or_none(res.fraction_clipped),
                 "fraction_clipped_mean": _nanmean(res.fraction_clipped),
                 "num_sampled": _finite_or_none(res.num_sampled),
-                "fraction_queries_from_server": server_frac,
+                "fraction_queries_from_server": res.used_server.double().mean(0).tolist(),
                 "wall_time_s": res.wall_time,
                 "parameters_per_agent": res.parameters_per_agent,
             },
         )
-        log(f"  {label}: final {objective.loss_name} {record['loss_mean'][-1]:.4f}, "
-            f"eps {record['epsilon_final']}, {time.perf_counter() - t0:.1f} s")
-        _save_checkpoint(ckpt, {"record": record})
-        methods.append(record)
-    bar.close()
+
+    methods = run_methods(cfg, si, sc, ckpt_dir, resume, progress, make_runner, make_record, log)
     return {"name": sc.name, "objective": sc.objective, "num_runs": num_inits, "methods": methods}
 
 

@@ -75,6 +75,58 @@ def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def run_methods(
+    cfg: ExperimentConfig,
+    si: int,
+    sc: Scenario,
+    ckpt_dir: Path,
+    resume: bool,
+    progress: bool,
+    make_runner: Callable[[str, Any], Any],
+    make_record: Callable[[str, Any, Any], dict[str, Any]],
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    r"""Run a scenario's methods with progress, checkpoints and resume.
+
+    ``make_runner(label, settings)`` builds a runner (``step``/``run``/``t``/``done``,
+    ``state_dict``/``load_state_dict``); ``make_record(label, settings, runner)``
+    turns a finished runner into its JSON record. Finished methods are stored
+    in their checkpoint and not re-run on resume; unfinished ones continue from
+    their last checkpoint.
+    """
+    total = sum(m.num_iterations for _, m in sc.methods)
+    bar = _Progress(total, f"[{si + 1}/{len(cfg.scenarios)}] {sc.name}", progress)
+    records = []
+    for mi, (label, settings) in enumerate(sc.methods):
+        ckpt = ckpt_dir / f"scenario{si}_method{mi}.pt"
+        state = _load_checkpoint(ckpt) if resume else None
+        if state is not None and "record" in state:
+            records.append(state["record"])
+            bar.update(settings.num_iterations)
+            continue
+        runner = make_runner(label, settings)
+        if state is not None and "runner" in state:
+            runner.load_state_dict(state["runner"])
+            bar.update(runner.t)
+
+        def callback(r: Any, ckpt: Path = ckpt) -> None:
+            postfix = {"method": r.name}
+            eps = getattr(r, "epsilons", None)
+            if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
+                postfix["eps"] = f"{eps[-1]:.2f}"
+            bar.update(1, **postfix)
+            if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
+                _save_checkpoint(ckpt, {"runner": r.state_dict()})
+
+        runner.run(callback)
+        record = make_record(label, settings, runner)
+        log(f"  {label}: final {record['loss_name']} {record['loss_mean'][-1]:.4f}, {record['wall_time_s']:.1f} s")
+        _save_checkpoint(ckpt, {"record": record})
+        records.append(record)
+    bar.close()
+    return records
+
+
 def _run_fts_scenario(
     cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, ckpt_dir: Path,
     resume: bool, progress: bool, log: Callable[[str], None],
@@ -94,31 +146,16 @@ def _run_fts_scenario(
             seed=seed + 17, device=device,
         )
         log(f"  other agents' histories ({h.mode}, t_n={h.t_n}) built in {time.perf_counter() - t0:.1f} s")
-    total = sum(m.num_iterations for _, m in sc.methods)
-    bar = _Progress(total, f"[{si + 1}/{len(cfg.scenarios)}] {sc.name}", progress)
-    methods = []
-    for mi, (label, settings) in enumerate(sc.methods):
-        ckpt = ckpt_dir / f"scenario{si}_method{mi}.pt"
-        state = _load_checkpoint(ckpt) if resume else None
-        if state is not None and "record" in state:
-            methods.append(state["record"])
-            bar.update(settings.num_iterations)
-            continue
-        runner = FTSRunner(
+
+    def make_runner(label: str, settings: Any) -> FTSRunner:
+        return FTSRunner(
             objective, settings, targets, num_inits, history=history, domain=domain, seed=seed,
             device=device, name=label,
         )
-        if state is not None and "runner" in state:
-            runner.load_state_dict(state["runner"])
-            bar.update(runner.t)
 
-        def callback(r: FTSRunner, ckpt: Path = ckpt) -> None:
-            bar.update(1, method=r.name)
-            if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
-                _save_checkpoint(ckpt, {"runner": r.state_dict()})
-
-        res = runner.run(callback)
-        record = summarize_curves(
+    def make_record(label: str, settings: Any, runner: FTSRunner) -> dict[str, Any]:
+        res = runner.result()
+        return summarize_curves(
             label,
             res.loss,
             objective.loss_name,
@@ -135,10 +172,8 @@ def _run_fts_scenario(
                 "parameters_per_agent": res.parameters_per_agent,
             },
         )
-        log(f"  {label}: final {objective.loss_name} {record['loss_mean'][-1]:.4f}, {res.wall_time:.1f} s")
-        _save_checkpoint(ckpt, {"record": record})
-        methods.append(record)
-    bar.close()
+
+    methods = run_methods(cfg, si, sc, ckpt_dir, resume, progress, make_runner, make_record, log)
     return {"name": sc.name, "objective": sc.objective, "num_runs": int(targets.numel() * num_inits), "methods": methods}
 
 

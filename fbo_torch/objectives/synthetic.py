@@ -175,7 +175,7 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
         dim = check_int("dim", dim, minimum=1)
         check_positive("lengthscale", lengthscale)
         num_basis = check_int("num_basis", num_basis, minimum=16)
-        d = self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed)
+        self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed)
         self.bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
         self.lengthscale = float(lengthscale)
         gen = torch.Generator().manual_seed(self.seed)

@@ -36,13 +36,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.aggregator import DPAggregator
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.objectives.base import Objective
+from fbo_torch.runners.settings import MethodSettings
 from fbo_torch.runners.common import AgentGPs, Domain, derive_seed, maximize_broadcast, maximize_own_samples
 from fbo_torch.utils.validation import check_int, check_probability
 
@@ -50,40 +50,31 @@ ALGORITHMS = ("ts", "fts_de")
 
 
 @dataclass
-class DPFTSDESettings:
-    r"""Settings of one method in a DP-FTS-DE experiment.
+class DPFTSDESettings(MethodSettings):
+    r"""Settings of one method in a DP-FTS-DE experiment (plus those of :class:`MethodSettings`).
 
     ``algorithm="fts_de"`` covers the papers' family: FTS (``num_regions=1``,
     ``noise_multiplier=0``), FTS-DE (``num_regions>1``, ``noise_multiplier=0``),
     DP-FTS (``num_regions=1``, ``z>0``) and DP-FTS-DE. ``"ts"`` is standard TS.
+    The defaults follow the DP-FTS-DE synthetic setting (``T = 40``,
+    ``N_init = 10``, ``M = 50``, ``1 - p_t = 1/√t`` for all t, so ``p_1 = 0``).
 
     Attributes:
-        num_iterations: Rounds ``T`` after initialization.
-        num_init: ``N_init`` initial points per agent.
-        num_features / rff_*: The shared random-feature map and ``σ²``.
         num_regions: ``P`` sub-regions.
         distributed_init: Initial points inside each agent's assigned region.
         weights: ``"adaptive"``, ``"fixed"`` or ``"uniform"`` (see ExplorationWeights).
         weight_a, weight_b, const_rounds, decay_rounds: The weight schedule.
         sample_rate: ``q``. noise_multiplier: ``z``. clip_norm: ``S`` (None: no clipping).
-        p_t / p1_equals_p2: Probability of the own GP (DP-FTS-DE: ``1 - p_t = 1/√t``
-            for all t, so ``p_1 = 0`` by default).
         local_threshold: Stop using the server once ``1 - p_t`` falls below it.
         max_epsilon: Stop releasing before ε would exceed this (needs ``z > 0``).
-        gp_kernel / gp_refit_every: The agents' own GPs.
-        gp_sample_features: Random features of the pathwise prior in each GP
-            Thompson sample (512; None: BoTorch's default, 1024, about 2x slower).
     """
 
     algorithm: str = "fts_de"
     num_iterations: int = 40
     num_init: int = 10
     num_features: int = 50
-    rff_lengthscale: float = 0.03
-    rff_outputscale: float = 1.0
-    rff_seed: int = 0
-    rff_normalize: bool = True
-    rff_noise_variance: float = 0.01
+    p1_equals_p2: bool = False
+    gp_refit_every: int = 5
     num_regions: int = 1
     distributed_init: bool = True
     weights: str = "adaptive"
@@ -94,20 +85,13 @@ class DPFTSDESettings:
     sample_rate: float = 1.0
     noise_multiplier: float = 0.0
     clip_norm: float | None = None
-    p_t: Any = "1-1/sqrt(t)"
-    p1_equals_p2: bool = False
     local_threshold: float = 0.0
     max_epsilon: float | None = None
-    gp_kernel: str = "botorch"
-    gp_refit_every: int = 5
-    gp_sample_features: int | None = 512
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"`algorithm` must be one of {ALGORITHMS}, got {self.algorithm!r}.")
-        check_int("num_iterations", self.num_iterations, minimum=1)
-        check_int("num_init", self.num_init, minimum=1)
-        check_int("num_features", self.num_features, minimum=1)
+        super().__post_init__()
         check_int("num_regions", self.num_regions, minimum=1)
         check_probability("sample_rate", self.sample_rate, open_left=True)
         if not (isinstance(self.noise_multiplier, (int, float)) and self.noise_multiplier >= 0):
@@ -121,17 +105,10 @@ class DPFTSDESettings:
         check_probability("local_threshold", self.local_threshold)
         if self.weights not in ExplorationWeights.MODES:
             raise ValueError(f"`weights` must be one of {ExplorationWeights.MODES}, got {self.weights!r}.")
-        PtSchedule(self.p_t, self.p1_equals_p2)
 
     @property
     def is_private(self) -> bool:
         return self.algorithm == "fts_de" and self.noise_multiplier > 0
-
-    def features(self, dim: int, device: torch.device | str | None = None) -> RandomFourierFeatures:
-        return RandomFourierFeatures(
-            dim, self.num_features, lengthscale=self.rff_lengthscale, outputscale=self.rff_outputscale,
-            seed=self.rff_seed, normalize=self.rff_normalize, device=device,
-        )
 
 
 @dataclass

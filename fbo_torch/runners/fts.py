@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.objectives.base import Objective
+from fbo_torch.runners.settings import MethodSettings
 from fbo_torch.runners.common import AgentGPs, Domain, derive_seed, maximize_own_samples, maximize_rff_samples
 from fbo_torch.utils.validation import check_int
 
@@ -45,8 +45,8 @@ HISTORIES = ("random", "ts")
 
 
 @dataclass
-class FTSSettings:
-    r"""Settings of one method in an FTS experiment.
+class FTSSettings(MethodSettings):
+    r"""Settings of one method in an FTS experiment (plus those of :class:`MethodSettings`).
 
     Attributes:
         algorithm: ``"fts"``; ``"ts"`` (standard TS, no communication); or the
@@ -54,34 +54,13 @@ class FTSSettings:
             ensemble + LogEI) and ``"taf"`` (transfer acquisition function), for
             which agents send their whole RFF posterior (``M + M²`` numbers;
             TAF also its incumbent).
-        num_iterations: BO iterations ``T`` after initialization.
-        num_init: Random initial points of each target.
-        num_features: ``M``, random Fourier features shared by all agents.
-        rff_lengthscale / rff_outputscale / rff_seed / rff_normalize: The shared map.
-        rff_noise_variance: ``σ²`` in the agents' RFF posteriors.
-        p_t: ``p_t`` schedule (see :class:`PtSchedule`).
-        p1_equals_p2: Use ``p_1 = p_2`` for the named schedules (FTS paper).
         communication: ``"one-shot"`` or ``"every-round"``.
-        gp_kernel / gp_refit_every: The target GP (see :class:`AgentGPs`).
-        gp_sample_features: Random features of the pathwise prior in each GP
-            Thompson sample (512; None: BoTorch's default, 1024, about 2x slower).
+        rgpe_samples: Posterior samples for RGPE's ranking weights.
+        taf_bandwidth: TAF's kernel bandwidth ``ρ``.
     """
 
     algorithm: str = "fts"
-    num_iterations: int = 50
-    num_init: int = 1
-    num_features: int = 100
-    rff_lengthscale: float = 0.03
-    rff_outputscale: float = 1.0
-    rff_seed: int = 0
-    rff_normalize: bool = True
-    rff_noise_variance: float = 0.01
-    p_t: Any = "1-1/sqrt(t)"
-    p1_equals_p2: bool = True
     communication: str = "one-shot"
-    gp_kernel: str = "botorch"
-    gp_refit_every: int = 1
-    gp_sample_features: int | None = 512
     rgpe_samples: int = 256
     taf_bandwidth: float = 0.5
 
@@ -90,25 +69,16 @@ class FTSSettings:
             raise ValueError(f"`algorithm` must be one of {ALGORITHMS}, got {self.algorithm!r}.")
         if self.communication not in COMMUNICATION:
             raise ValueError(f"`communication` must be one of {COMMUNICATION}, got {self.communication!r}.")
-        check_int("num_iterations", self.num_iterations, minimum=1)
-        check_int("num_init", self.num_init, minimum=1)
-        check_int("num_features", self.num_features, minimum=1)
+        super().__post_init__()
         check_int("rgpe_samples", self.rgpe_samples, minimum=1)
         if not self.taf_bandwidth > 0:
             raise ValueError(f"`taf_bandwidth` must be > 0, got {self.taf_bandwidth!r}.")
-        PtSchedule(self.p_t, self.p1_equals_p2)  # validates
 
     @property
     def parameters_per_agent(self) -> int:
         """Numbers each other agent sends per message."""
         M = self.num_features
         return {"ts": 0, "fts": M, "rgpe": M + M * M, "taf": M + M * M + 1}[self.algorithm]
-
-    def features(self, dim: int, device: torch.device | str | None = None) -> RandomFourierFeatures:
-        return RandomFourierFeatures(
-            dim, self.num_features, lengthscale=self.rff_lengthscale, outputscale=self.rff_outputscale,
-            seed=self.rff_seed, normalize=self.rff_normalize, device=device,
-        )
 
 
 class FederationHistory:

@@ -1,0 +1,62 @@
+r"""Settings shared by every method of the runners: the shared features and the agents' GPs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.schedules import PtSchedule
+from fbo_torch.utils.validation import check_int
+
+
+@dataclass
+class MethodSettings:
+    r"""Fields common to :class:`~fbo_torch.runners.fts.FTSSettings` and
+    :class:`~fbo_torch.runners.dp_fts_de.DPFTSDESettings`.
+
+    Attributes:
+        num_iterations: BO iterations (rounds) ``T`` after initialization.
+        num_init: Random initial points per agent.
+        num_features: ``M``, random Fourier features shared by all agents.
+        rff_lengthscale / rff_outputscale / rff_seed / rff_normalize: The shared map.
+        rff_noise_variance: ``σ²`` in the agents' RFF posteriors.
+        p_t / p1_equals_p2: Probability of using the own GP (see :class:`PtSchedule`).
+        gp_kernel / gp_refit_every: The agents' own GPs (see ``AgentGPs``).
+        gp_sample_features: Random features of the pathwise prior in each GP
+            Thompson sample (512; None: BoTorch's default, 1024, about 2x slower).
+    """
+
+    num_iterations: int = 50
+    num_init: int = 1
+    num_features: int = 100
+    rff_lengthscale: float = 0.03
+    rff_outputscale: float = 1.0
+    rff_seed: int = 0
+    rff_normalize: bool = True
+    rff_noise_variance: float = 0.01
+    p_t: Any = "1-1/sqrt(t)"
+    p1_equals_p2: bool = True
+    gp_kernel: str = "botorch"
+    gp_refit_every: int = 1
+    gp_sample_features: int | None = 512
+
+    def __post_init__(self) -> None:
+        check_int("num_iterations", self.num_iterations, minimum=1)
+        check_int("num_init", self.num_init, minimum=1)
+        check_int("num_features", self.num_features, minimum=1)
+        check_int("gp_refit_every", self.gp_refit_every, minimum=0)
+        if self.gp_sample_features is not None:
+            check_int("gp_sample_features", self.gp_sample_features, minimum=1)
+        if self.gp_kernel not in ("botorch", "rbf"):
+            raise ValueError(f"`gp_kernel` must be 'botorch' or 'rbf', got {self.gp_kernel!r}.")
+        PtSchedule(self.p_t, self.p1_equals_p2)  # validates
+
+    def features(self, dim: int, device: torch.device | str | None = None) -> RandomFourierFeatures:
+        """The shared random-feature map these settings describe."""
+        return RandomFourierFeatures(
+            dim, self.num_features, lengthscale=self.rff_lengthscale, outputscale=self.rff_outputscale,
+            seed=self.rff_seed, normalize=self.rff_normalize, device=device,
+        )

@@ -3,6 +3,7 @@ r"""The ``fbo-torch`` command line.
 Commands:
     run CONFIG --out DIR     run a YAML experiment (see ``configs/``)
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
+    report DIR               redraw plots and summary from DIR/results.json
     privacy                  ε of a DP-FTS-DE setting under each accountant
 """
 
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     qs = sub.add_parser("quickstart", help="a small federated run with a plot and a summary")
     qs.add_argument("--out", type=Path, default=Path("runs/quickstart"), help="output folder")
     qs.add_argument("--no-progress", action="store_true")
+
+    rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json")
+    rp.add_argument("out", type=Path, help="a run's output folder")
 
     pv = sub.add_parser("privacy", help="epsilon of a DP-FTS-DE setting under each accountant")
     pv.add_argument("--sample-rate", "-q", type=float, required=True)
@@ -118,6 +122,20 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if args.command == "privacy":
         return _cmd_privacy(args)
+    if args.command == "report":
+        import json
+
+        from fbo_torch.experiments.report import summary_table
+        from fbo_torch.experiments.run import render_reports
+
+        path = args.out / "results.json"
+        if not path.is_file():
+            print(f"error: {path} does not exist", file=sys.stderr)
+            return 2
+        results = json.loads(path.read_text())
+        render_reports(results, args.out)
+        print(summary_table(results))
+        return 0
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -58,7 +58,7 @@ def run_dp_scenario(
         N = objective.num_agents
         per_run = res.loss.view(num_inits, N, -1).mean(1)  # agent-averaged curve of each repetition
         run_mean, run_se = mean_stderr(per_run)
-        return summarize_curves(
+        record = summarize_curves(
             label,
             res.loss,
             objective.loss_name,
@@ -66,7 +66,6 @@ def run_dp_scenario(
                 "settings": res.settings,
                 "num_agents": N,
                 "num_repetitions": num_inits,
-                "stderr_over": "all (repetition, agent) curves",
                 "repetition_mean": run_mean,
                 "repetition_stderr": run_se,
                 "accountant": res.accountant,
@@ -84,6 +83,15 @@ def run_dp_scenario(
                 "parameters_per_agent": res.parameters_per_agent,
             },
         )
+        # Agents of one repetition share every broadcast, so their curves are not
+        # independent: the standard error is taken over repetitions (of the
+        # agent-averaged curves); the per-curve one is kept for reference.
+        record["agent_level_stderr"] = record["loss_stderr"]
+        record["loss_stderr"] = run_se
+        if "simple_regret_stderr" in record:
+            record["simple_regret_stderr"] = run_se
+        record["stderr_over"] = "repetitions (agent-averaged curves)"
+        return record
 
     methods = run_methods(cfg, si, sc, ckpt_dir, resume, progress, make_runner, make_record, log)
     return {"name": sc.name, "objective": sc.objective, "num_runs": num_inits, "methods": methods}
@@ -95,46 +103,55 @@ def _nanmean(values: list[float]) -> float | None:
 
 
 def plot_privacy(results: dict[str, Any], out: Path) -> None:
-    r"""``privacy_utility.png`` (ε vs final loss) and ``epsilon.png`` (ε per round)."""
+    r"""``privacy_utility.png`` (ε vs final loss, every private method of every
+    scenario, non-private methods as dashed lines) and ``epsilon.png`` (ε per round)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scenarios = results["scenarios"]
-    n = len(scenarios)
-    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 3.9), squeeze=False)
-    fig2, axes2 = plt.subplots(1, n, figsize=(5.2 * n, 3.6), squeeze=False)
-    for ax, ax2, sc in zip(axes[0], axes2[0], scenarios):
-        private = [m for m in sc["methods"] if m.get("epsilon_final") is not None]
-        for m in sc["methods"]:
-            if m.get("epsilon_final") is None:
-                ax.axhline(m["loss_mean"][-1], ls="--", lw=1.2, label=f"{m['name']} (no DP)", color=None)
-        if private:
-            xs = [m["epsilon_final"] for m in private]
-            ys = [m["loss_mean"][-1] for m in private]
-            es = [m["loss_stderr"][-1] for m in private]
-            ax.errorbar(xs, ys, yerr=es, fmt="o", capsize=3, label="DP-FTS-DE")
-            for m, x, y in zip(private, xs, ys):
-                ax.annotate(m["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-            for m in private:
-                eps = [e if e is not None else float("nan") for e in m["epsilon"]]
-                ax2.plot(range(1, len(eps) + 1), eps, label=m["name"])
-        acc = private[0]["accountant"] if private else ""
-        ax.set_xlabel(f"privacy loss ε ({acc})")
-        ax.set_ylabel(f"final {sc['methods'][0]['loss_name']}")
-        ax.set_title(sc["name"], fontsize=10)
-        ax.grid(alpha=0.3)
+    private = [(sc["name"], m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is not None]
+    public = [(sc["name"], m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is None]
+    loss_name = results["scenarios"][0]["methods"][0]["loss_name"]
+    acc = private[0][1]["accountant"] if private else ""
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    seen = set()
+    for _, m in public:
+        if m["name"] in seen:
+            continue
+        seen.add(m["name"])
+        line = ax.axhline(m["loss_mean"][-1], ls="--", lw=1.0)
+        ax.text(1.0, m["loss_mean"][-1], f" {m['name']} (no DP)", transform=ax.get_yaxis_transform(),
+                fontsize=7, va="center", color=line.get_color())
+    groups: dict[str, list] = {}
+    for sc_name, m in private:
+        groups.setdefault(sc_name, []).append(m)
+    for sc_name, ms in groups.items():
+        ax.errorbar([m["epsilon_final"] for m in ms], [m["loss_mean"][-1] for m in ms],
+                    yerr=[m["loss_stderr"][-1] for m in ms], fmt="o", capsize=3, label=sc_name)
+        for m in ms:
+            ax.annotate(m["name"], (m["epsilon_final"], m["loss_mean"][-1]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+    ax.set_xlabel(f"privacy loss ε ({acc}, δ = 1/N^1.1)")
+    ax.set_ylabel(f"final {loss_name}")
+    ax.set_title(f"{results.get('name', '')}: privacy vs utility", fontsize=10)
+    ax.grid(alpha=0.3)
+    if private:
         ax.legend(fontsize=7)
-        ax2.set_xlabel("round")
-        ax2.set_ylabel(f"ε ({acc})")
-        ax2.set_title(sc["name"], fontsize=10)
-        ax2.grid(alpha=0.3)
-        if private:
-            ax2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(Path(out) / "privacy_utility.png", dpi=120)
-    fig2.tight_layout()
-    fig2.savefig(Path(out) / "epsilon.png", dpi=120)
     plt.close(fig)
-    plt.close(fig2)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for sc_name, m in private:
+        eps = [e if e is not None else float("nan") for e in m["epsilon"]]
+        ax.plot(range(1, len(eps) + 1), eps, label=f"{m['name']}")
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"ε ({acc})")
+    ax.set_title("privacy loss after each round", fontsize=10)
+    ax.grid(alpha=0.3)
+    if private:
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(Path(out) / "epsilon.png", dpi=120)
+    plt.close(fig)

@@ -130,6 +130,44 @@ def plot_curves(results: dict[str, Any], path: Path, title: str | None = None, l
     return Path(path)
 
 
+def plot_message_length(results: dict[str, Any], path: Path) -> Path:
+    r"""FTS paper Fig. 2: final loss vs numbers sent per agent, one marker per method family,
+    plus loss vs wall-clock time (Fig. 3)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sc = results["scenarios"][0]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fams: dict[str, list] = {}
+    for m in sc["methods"]:
+        fams.setdefault(m["settings"].get("algorithm", m["name"]).upper(), []).append(m)
+    for fam, ms in fams.items():
+        ms = sorted(ms, key=lambda m: m["parameters_per_agent"])
+        x = [max(m["parameters_per_agent"], 1) for m in ms]
+        axes[0].errorbar(x, [m["loss_mean"][-1] for m in ms], yerr=[m["loss_stderr"][-1] for m in ms],
+                         fmt="o-", capsize=3, label=fam)
+        for m in ms:
+            t = m.get("elapsed_s") or []
+            if t and "M=100" in m["name"] or (t and fam == "TS"):
+                axes[1].plot(t, m["loss_mean"][1:], label=m["name"])
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("numbers sent per agent (message length; TS: none, drawn at 1)")
+    axes[0].set_ylabel(f"final {sc['methods'][0]['loss_name']}")
+    axes[0].set_title(sc["name"], fontsize=10)
+    axes[1].set_xlabel("wall-clock seconds (all runs of the batch together)")
+    axes[1].set_ylabel(sc["methods"][0]["loss_name"])
+    axes[1].set_xscale("log")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
 def summary_table(results: dict[str, Any]) -> str:
     r"""A plain-text table: final loss ± stderr, time and message size per method."""
     lines = []

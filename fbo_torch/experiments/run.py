@@ -18,7 +18,14 @@ import torch
 import yaml
 
 from fbo_torch.experiments.config import ExperimentConfig, Scenario
-from fbo_torch.experiments.report import environment, plot_curves, summarize_curves, summary_table, write_json
+from fbo_torch.experiments.report import (
+    environment,
+    plot_curves,
+    plot_message_length,
+    summarize_curves,
+    summary_table,
+    write_json,
+)
 from fbo_torch.objectives import build_objective
 from fbo_torch.objectives.base import Objective
 from fbo_torch.runners.common import Domain
@@ -234,10 +241,18 @@ def run_experiment(
         write_json(out / "results.json", results)
     results["wall_time_s"] = time.perf_counter() - t_start
     write_json(out / "results.json", results)
-    plot_curves(results, out / "regret.png", title=cfg.name)
-    if cfg.experiment == "dp_fts_de":
+    render_reports(results, out)
+    return results
+
+
+def render_reports(results: dict[str, Any], out: str | Path) -> None:
+    """(Re)draw the plots and the text summary of a finished ``results.json``."""
+    out = Path(out)
+    plot_curves(results, out / "regret.png", title=results.get("name"))
+    if results.get("experiment") == "dp_fts_de":
         from fbo_torch.experiments.dp_run import plot_privacy
 
         plot_privacy(results, out)
+    elif any(m["settings"].get("algorithm") in ("rgpe", "taf") for sc in results["scenarios"] for m in sc["methods"]):
+        plot_message_length(results, out / "message_length.png")
     (out / "summary.txt").write_text(summary_table(results) + "\n")
-    return results

@@ -1,0 +1,51 @@
+r"""Copy a finished run's report into ``benchmarks/results/NAME/`` in committable size.
+
+Keeps the plots, the summary and ``results.json`` without the bulkiest raw
+records (per-agent curves of DP runs, queried points); per-run curves of FTS
+runs and per-repetition curves of DP runs stay.
+
+    python benchmarks/collect_results.py runs/fts_synthetic fts_synthetic
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DROP = ("queries", "best_value_runs")
+
+
+def compact(results: dict) -> dict:
+    out = json.loads(json.dumps(results))
+    for sc in out["scenarios"]:
+        for m in sc["methods"]:
+            for key in DROP:
+                m.pop(key, None)
+            if "repetition_mean" in m:  # DP: agents x repetitions curves -> repetition curves
+                m.pop("runs", None)
+    out["note"] = f"compacted by benchmarks/collect_results.py (dropped: {', '.join(DROP)}, per-agent curves of DP runs)"
+    return out
+
+
+def main(src: str, name: str) -> int:
+    src_dir, dst = Path(src), ROOT / "benchmarks" / "results" / name
+    dst.mkdir(parents=True, exist_ok=True)
+    results = json.loads((src_dir / "results.json").read_text())
+    (dst / "results.json").write_text(json.dumps(compact(results), indent=1))
+    for f in src_dir.glob("*.png"):
+        shutil.copy(f, dst / f.name)
+    for f in ("summary.txt", "config.resolved.yaml"):
+        if (src_dir / f).exists():
+            shutil.copy(src_dir / f, dst / f)
+    print(f"wrote {dst}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        print(__doc__)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1], sys.argv[2]))

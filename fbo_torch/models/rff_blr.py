@@ -14,12 +14,15 @@ representations (every solve is triangular; no explicit inverse is formed):
   Cholesky factor ``L`` (``N x M x M``) and ``Φᵀy``. Appending one observation
   per agent is an ``O(M²)`` rank-one update of ``L``
   (:func:`cholesky_rank_one_update`), not a refit.
-* **function space** (``representation="dual"``): ``Φ`` (``N x n x M``) and the
-  Cholesky factor of ``K = ΦΦᵀ + σ²I`` (``N x n x n``), the appendix-B form.
-  ``ν = Φᵀ K⁻¹ y`` and ω is drawn by Matheron's rule,
-  ``ω = ω₀ + Φᵀ K⁻¹ (y − Φω₀ − ε)`` with ``ω₀ ~ N(0, I)``, ``ε ~ N(0, σ²I)``,
-  which has exactly the law ``N(ν, σ²Σ⁻¹)``. Appending an observation extends
-  the factor by one row (``O(n² + nM)``). With ``n < M`` this is cheaper in time
+* **function space** (``representation="dual"``), the appendix-B form: the
+  Cholesky factor ``L`` of ``K = ΦΦᵀ + σ²I`` (``N x n x n``) and the whitened
+  ``V = L⁻¹Φ`` (``N x n x M``) and ``z = L⁻¹y``. Then ``ν = Vᵀz``, the
+  covariance is ``σ²Σ⁻¹ = I − VᵀV`` (Woodbury), and ω is drawn by Matheron's
+  rule ``ω = ω₀ + Vᵀ(z − Vω₀ − L⁻¹ε)`` with ``ω₀ ~ N(0, I)``, ``ε ~ N(0, σ²I)``,
+  exactly ``N(ν, σ²Σ⁻¹)``. Appending an observation adds one row to ``L``,
+  ``V`` and ``z`` with matrix-vector products only (``l = Vφ``,
+  ``d = √(φᵀφ + σ² − lᵀl)``, ``v = (φ − Vᵀl)/d``, ``z' = (y − lᵀz)/d``): no
+  triangular solve, ``O(nM)`` per agent. With ``n < M`` this is cheaper in time
   and memory (``N·n·M`` instead of ``N·M²`` numbers), which is what makes
   ``M = 1000`` with thousands of agents fit in memory.
 
@@ -79,32 +82,29 @@ def cholesky_rank_one_update(L: Tensor, x: Tensor) -> Tensor:
     return out.tril_()
 
 
-def cholesky_append_row(kchol: Tensor, Phi: Tensor, phi_new: Tensor, noise: Tensor) -> Tensor:
-    r"""Extend the Cholesky factor of ``K = ΦΦᵀ + σ²I`` by one observation, batched.
+def whitened_new_row(V: Tensor, phi_new: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+    r"""The new row of the Cholesky factor of ``K = ΦΦᵀ + σ²I`` for one more observation.
 
-    With ``k = Φ φ_new`` and ``κ = φ_newᵀφ_new + σ²``, the new factor is
-    ``[[L, 0], [lᵀ, √(κ − lᵀl)]]`` with ``l = L⁻¹k``: ``O(n² + nM)`` per agent.
+    With ``V = L⁻¹Φ`` the off-diagonal part is ``l = L⁻¹Φφ = Vφ`` (a
+    matrix-vector product, no triangular solve) and the diagonal
+    ``d = √(φᵀφ + σ² − lᵀl)``: ``O(nM)`` per agent, batched.
 
     Args:
-        kchol: ``N x n x n`` lower factors; Phi: ``N x n x M``; phi_new: ``N x M``;
-        noise: ``N`` noise variances.
+        V: ``N x n x M`` whitened features; phi_new: ``N x M``; noise: ``N``.
+
+    Returns:
+        ``(l, d)``: ``N x n`` and ``N``.
     """
-    k = (Phi @ phi_new.unsqueeze(-1))  # N x n x 1
+    l = (V @ phi_new.unsqueeze(-1)).squeeze(-1)
     kappa = (phi_new * phi_new).sum(-1) + noise
-    l = torch.linalg.solve_triangular(kchol, k, upper=False).squeeze(-1)  # N x n
-    d = torch.sqrt((kappa - (l * l).sum(-1)).clamp_min(torch.finfo(kchol.dtype).tiny))
-    N, n = l.shape
-    out = kchol.new_zeros(N, n + 1, n + 1)
-    out[:, :n, :n] = kchol
-    out[:, n, :n] = l
-    out[:, n, n] = d
-    return out
+    d = torch.sqrt((kappa - (l * l).sum(-1)).clamp_min(torch.finfo(V.dtype).tiny))
+    return l, d
 
 
 #: Bytes of ``M x M`` temporaries per chunk of agents in the weight-space update.
 #: Chunking keeps temporaries below the allocator's large-allocation threshold
 #: region, where every call otherwise pays fresh page faults.
-CHUNK_BYTES = 32 * 2**20
+CHUNK_BYTES = 4 * 2**20
 
 
 def _agent_chunks(N: int, M: int, itemsize: int = 8) -> list[tuple[int, int]]:
@@ -208,9 +208,12 @@ class RFFBayesianLinear(Model):
 
         self.features = features
         self.register_buffer("noise_variance", noise)
-        self.register_buffer("train_X", train_X.detach().clone())
-        self.register_buffer("train_Y", train_Y.detach().clone())
-        self.register_buffer("mask", valid)
+        # growable storage: column capacity >= n, the first _n columns are in use, so
+        # appending an observation writes in place instead of copying everything
+        self._n = n
+        self.register_buffer("_train_X", train_X.detach().clone())
+        self.register_buffer("_train_Y", train_Y.detach().clone())
+        self.register_buffer("_mask", valid.clone())
         if representation == "auto":
             representation = "dual" if n < features.num_features else "weight"
         self.representation = representation
@@ -223,12 +226,68 @@ class RFFBayesianLinear(Model):
             self.register_buffer("rhs", rhs)  # Φᵀ y
             self.register_buffer("_weight_mean", torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1))
         else:
-            phi, y, kchol = factors
-            self.register_buffer("phi", phi)  # N x n x M, zero rows for padding
-            self.register_buffer("y", y)  # N x n, zeros for padding
-            self.register_buffer("kchol", kchol)  # chol of ΦΦᵀ + σ²I
-            alpha = torch.cholesky_solve(y.unsqueeze(-1), kchol)
-            self.register_buffer("_weight_mean", (phi.mT @ alpha).squeeze(-1))
+            V, z, kchol = factors
+            self.register_buffer("_V", V)  # L⁻¹Φ, N x n x M (zero rows for padding)
+            self.register_buffer("_z", z)  # L⁻¹y, N x n
+            self.register_buffer("_kchol", kchol)  # L: chol of ΦΦᵀ + σ²I
+            self.register_buffer("_weight_mean", (V.mT @ z.unsqueeze(-1)).squeeze(-1))
+
+    # ------------------------------------------------------- growable storage
+    _GROW = {"_train_X": 1, "_train_Y": 1, "_mask": 1, "_V": 1, "_z": 1, "_kchol": 2}
+
+    @property
+    def train_X(self) -> Tensor:
+        """``N x n x d`` inputs (padded entries are not used)."""
+        return self._train_X[:, : self._n]
+
+    @property
+    def train_Y(self) -> Tensor:
+        return self._train_Y[:, : self._n]
+
+    @property
+    def mask(self) -> Tensor:
+        """``N x n`` booleans: which entries are observations."""
+        return self._mask[:, : self._n]
+
+    @property
+    def V(self) -> Tensor:
+        """Dual representation: whitened features ``L⁻¹Φ`` (``N x n x M``)."""
+        return self._V[:, : self._n]
+
+    @property
+    def z(self) -> Tensor:
+        """Dual representation: whitened observations ``L⁻¹y`` (``N x n``)."""
+        return self._z[:, : self._n]
+
+    @property
+    def kchol(self) -> Tensor:
+        """Dual representation: Cholesky factor of ``ΦΦᵀ + σ²I`` (``N x n x n``)."""
+        return self._kchol[:, : self._n, : self._n]
+
+    def _reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more columns (capacity doubles, amortized O(1) appends)."""
+        cap = self._train_X.shape[1]
+        need = self._n + extra
+        if need <= cap:
+            return
+        new_cap = max(need, 2 * cap, 8)
+        for name, ndims in self._GROW.items():
+            old = getattr(self, name, None)
+            if old is None:
+                continue
+            shape = list(old.shape)
+            for k in range(1, 1 + ndims):
+                shape[k] = new_cap
+            new = old.new_zeros(shape)
+            idx = (slice(None),) + (slice(0, self._n),) * ndims
+            new[idx] = old[idx]
+            setattr(self, name, new)
+
+    def get_extra_state(self) -> dict:
+        return {"n": self._n, "representation": self.representation, "batched": self._batched}
+
+    def set_extra_state(self, state: dict) -> None:
+        self._n, self.representation, self._batched = int(state["n"]), state["representation"], bool(state["batched"])
 
     # ---------------------------------------------------------------- setup
     @staticmethod
@@ -266,7 +325,10 @@ class RFFBayesianLinear(Model):
         if self.representation == "dual":
             n = phi.shape[-2]
             eye = torch.eye(n, dtype=X.dtype, device=X.device)
-            return phi, y, torch.linalg.cholesky(phi @ phi.mT + noise.view(-1, 1, 1) * eye)
+            kchol = torch.linalg.cholesky(phi @ phi.mT + noise.view(-1, 1, 1) * eye)
+            V = torch.linalg.solve_triangular(kchol, phi, upper=False)
+            z = torch.linalg.solve_triangular(kchol, y.unsqueeze(-1), upper=False).squeeze(-1)
+            return V, z, kchol
         M = self.features.num_features
         eye = torch.eye(M, dtype=X.dtype, device=X.device)
         sigma = phi.transpose(-1, -2) @ phi + noise.view(-1, 1, 1) * eye
@@ -296,8 +358,9 @@ class RFFBayesianLinear(Model):
         if self.representation == "weight":
             return self._chol
         M = self.features.num_features
-        eye = torch.eye(M, dtype=self.phi.dtype, device=self.phi.device)
-        return torch.linalg.cholesky(self.phi.mT @ self.phi + self.noise_variance.view(-1, 1, 1) * eye)
+        phi = self.kchol @ self.V  # Φ = L V
+        eye = torch.eye(M, dtype=phi.dtype, device=phi.device)
+        return torch.linalg.cholesky(phi.mT @ phi + self.noise_variance.view(-1, 1, 1) * eye)
 
     @property
     def lengths(self) -> Tensor:
@@ -324,8 +387,8 @@ class RFFBayesianLinear(Model):
         diagnostics and for messages that must carry it, not for the hot path.
         """
         if self.representation == "dual":  # Woodbury: σ²Σ⁻¹ = I − Φᵀ K⁻¹ Φ
-            V = torch.linalg.solve_triangular(self.kchol, self.phi, upper=False)
-            eye = torch.eye(self.phi.shape[-1], dtype=self.phi.dtype, device=self.phi.device)
+            V = self.V
+            eye = torch.eye(V.shape[-1], dtype=V.dtype, device=V.device)
             return self._unbatch(eye - V.mT @ V)
         cov = self.noise_variance.view(-1, 1, 1) * torch.cholesky_inverse(self.chol)
         return self._unbatch(cov)
@@ -364,11 +427,11 @@ class RFFBayesianLinear(Model):
                 nu, chol, noise = nu[0], chol[0], noise[0]
             v = torch.linalg.solve_triangular(chol, phi.transpose(-1, -2), upper=False)  # ... x M x q
             cov = noise * (v.transpose(-1, -2) @ v)
-        else:  # appendix B: φᵀφ' − k̂ᵀ(K̂ + σ²I)⁻¹k̂'
-            Phi, kchol = self.phi, self.kchol
+        else:  # appendix B: φᵀφ' − k̂ᵀ(K̂ + σ²I)⁻¹k̂' with L⁻¹k̂ = Vφ
+            V = self.V
             if not self._batched:
-                nu, Phi, kchol, noise = nu[0], Phi[0], kchol[0], noise[0]
-            v = torch.linalg.solve_triangular(kchol, Phi @ phi.transpose(-1, -2), upper=False)  # ... x n x q
+                nu, V = nu[0], V[0]
+            v = V @ phi.transpose(-1, -2)  # ... x n x q
             cov = phi @ phi.transpose(-1, -2) - v.transpose(-1, -2) @ v
         mean = (phi @ nu.unsqueeze(-1)).squeeze(-1)
         if observation_noise is True:
@@ -403,14 +466,16 @@ class RFFBayesianLinear(Model):
             eps = _randn(sample_shape + torch.Size([N, M, 1]), self._chol, generator)
             z = torch.linalg.solve_triangular(self._chol.mT, eps, upper=True).squeeze(-1)
             omega = self._weight_mean + self.noise_variance.sqrt().unsqueeze(-1) * z
-        else:  # Matheron's rule in weight space
-            n = self.phi.shape[-2]
-            w0 = _randn(sample_shape + torch.Size([N, M]), self.phi, generator)
-            eps = _randn(sample_shape + torch.Size([N, n]), self.phi, generator)
+        else:  # Matheron's rule: ω = ω₀ + Vᵀ(z − Vω₀ − L⁻¹ε)
+            V = self.V
+            n = V.shape[-2]
+            w0 = _randn(sample_shape + torch.Size([N, M]), V, generator)
+            eps = _randn(sample_shape + torch.Size([N, n]), V, generator)
             eps = eps * self.noise_variance.sqrt().unsqueeze(-1) * self.mask.to(eps.dtype)
-            resid = self.y - (self.phi @ w0.unsqueeze(-1)).squeeze(-1) - eps  # ... x N x n
-            alpha = torch.cholesky_solve(resid.unsqueeze(-1), self.kchol)
-            omega = w0 + (self.phi.mT @ alpha).squeeze(-1)
+            kchol = self.kchol.contiguous()
+            white = torch.linalg.solve_triangular(kchol, eps.unsqueeze(-1), upper=False).squeeze(-1)
+            resid = self.z - (V @ w0.unsqueeze(-1)).squeeze(-1) - white  # ... x N x n
+            omega = w0 + (V.mT @ resid.unsqueeze(-1)).squeeze(-1)
         return omega if self._batched else omega.squeeze(-2)
 
     # ----------------------------------------------------------------- update
@@ -460,18 +525,23 @@ class RFFBayesianLinear(Model):
             self._chol = chol
             self.rhs = self.rhs + (phi.transpose(-1, -2) @ y.unsqueeze(-1)).squeeze(-1)
             self._weight_mean = torch.cholesky_solve(self.rhs.unsqueeze(-1), chol).squeeze(-1)
-        else:
-            kchol = self.kchol
+        self._reserve(k)
+        n0 = self._n
+        if self.representation == "dual":
             for j in range(k):
-                kchol = cholesky_append_row(kchol, self.phi, phi[:, j], self.noise_variance)
-                self.phi = torch.cat([self.phi, phi[:, j : j + 1]], dim=1)
-            self.kchol = kchol
-            self.y = torch.cat([self.y, y], dim=1)
-            alpha = torch.cholesky_solve(self.y.unsqueeze(-1), kchol)
-            self._weight_mean = (self.phi.mT @ alpha).squeeze(-1)
-        self.train_X = torch.cat([self.train_X, X], dim=1)
-        self.train_Y = torch.cat([self.train_Y, Y], dim=1)
-        self.mask = torch.cat([self.mask, mask], dim=1)
+                n = n0 + j
+                V, z = self._V[:, :n], self._z[:, :n]
+                l, d = whitened_new_row(V, phi[:, j], self.noise_variance)
+                self._V[:, n] = (phi[:, j] - (V.mT @ l.unsqueeze(-1)).squeeze(-1)) / d.unsqueeze(-1)
+                self._z[:, n] = (y[:, j] - (l * z).sum(-1)) / d
+                self._kchol[:, n, :n] = l
+                self._kchol[:, n, n] = d
+        self._train_X[:, n0 : n0 + k] = X
+        self._train_Y[:, n0 : n0 + k] = Y
+        self._mask[:, n0 : n0 + k] = mask
+        self._n = n0 + k
+        if self.representation == "dual":
+            self._weight_mean = (self.V.mT @ self.z.unsqueeze(-1)).squeeze(-1)
         return self
 
     def condition_on_observations(self, X: Tensor, Y: Tensor, **kwargs: Any) -> RFFBayesianLinear:
@@ -480,6 +550,7 @@ class RFFBayesianLinear(Model):
         Model.__init__(new)
         new._batched = self._batched
         new.representation = self.representation
+        new._n = self._n
         new.features = self.features
         for name, buf in self.named_buffers(recurse=False):
             new.register_buffer(name, buf.clone())
@@ -487,6 +558,7 @@ class RFFBayesianLinear(Model):
 
     def refit(self) -> RFFBayesianLinear:
         """Recompute the factorization from all stored data (reference path)."""
+        self._train_X, self._train_Y, self._mask = self.train_X.clone(), self.train_Y.clone(), self.mask.clone()
         factors = self._factorize(self.train_X, self.train_Y, self.mask, self.noise_variance)
         self._register_factors(*factors)
         return self

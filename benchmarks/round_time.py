@@ -82,6 +82,7 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
     from fbo_torch.federation import DPAggregator, SubRegionPartition, exploration_weights
     from fbo_torch.models.agent_gp import fit_agent_gps
     from fbo_torch.runners.common import Domain, maximize_broadcast, maximize_own_samples
+    from fbo_torch.runners.settings import MethodSettings
 
     dev = torch.device(device)
     f64 = torch.float64
@@ -116,7 +117,7 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
         bc = clock("server", lambda: server.aggregate(omegas.unsqueeze(0), round=1, generator=gen))
         clock("acq_server", lambda: maximize_broadcast(rff, bc, part.region_bounds(), domain, generator=gen))
         g = clock("gp_update", lambda: fit_agent_gps(X, Y, previous=hyper, refit=False))
-        clock("acq_own", lambda: maximize_own_samples(g, domain, seed=1, generator=gen, num_features=512))
+        clock("acq_own", lambda: maximize_own_samples(g, domain, seed=1, generator=gen, num_features=MethodSettings.gp_sample_features))
         clock("gp_refit", lambda: fit_agent_gps(X, Y, previous=hyper, refit=True))
         return t
 
@@ -186,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         for D in args.D:
             for N in sorted(args.N):
                 key = (M, D)
-                if key in last:
+                if key in last:  # cell time ~ (repeats + warm-up) rounds incl. a full refit, linear in N
                     prevN, prevT = last[key]
-                    predicted = prevT * N / prevN * 1.5 + 10
+                    predicted = prevT * N / prevN * (4 if N <= 1000 else 2) + 15
                     if predicted > args.cell_budget:
                         cells.append({"N": N, "M": M, "d": D, "skipped": f"predicted {predicted:.0f} s > budget {args.cell_budget:.0f} s"})
                         print(f"N={N:>6} M={M:>5} D={D:>2}  skipped (predicted {predicted:.0f} s)", flush=True)
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 res = json.loads(line[0][len("CELL_RESULT "):])
                 res["cell_wall_s"] = wall
                 cells.append(res)
-                last[key] = (N, wall)
+                last[key] = (N, sum(res["phases_s"].values()))
                 ph = res["phases_s"]
                 print(
                     f"N={N:>6} M={M:>5} D={D:>2}  round {res['round_s']:8.3f} s  ({res['per_agent_ms']:.3f} ms/agent)  "

@@ -155,7 +155,7 @@ class OptimizerConfig:
     raw_samples: int = 512
     num_restarts: int = 4
     refine: str | None = "adam"
-    maxiter: int = 50
+    maxiter: int = 30
     lr: float = 0.02
     raw_samples_rff: int = 4096
     maxiter_rff: int = 200

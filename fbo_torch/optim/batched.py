@@ -38,7 +38,7 @@ except Exception:  # pragma: no cover - depends on the SciPy version
 BatchedFunction = Callable[[Tensor], Tensor]
 
 #: Default cap on points per call of ``fn`` during raw scoring (B x chunk).
-DEFAULT_MAX_POINTS = 2**15  # larger chunks got slower (memory bandwidth) on a 2-core CPU
+DEFAULT_MAX_POINTS = 2**11  # B x chunk points per call; larger chunks page-fault (mmap) on every call
 
 
 def _expand_bounds(bounds: Tensor, batch_size: int | None) -> Tensor:

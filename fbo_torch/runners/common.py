@@ -53,7 +53,7 @@ class Domain:
     raw_samples: int = 512
     num_restarts: int = 4
     refine: str | None = "adam"
-    maxiter: int = 50
+    maxiter: int = 30
     lr: float = 0.02
     max_points: int = DEFAULT_MAX_POINTS
     raw_samples_rff: int = 4096

@@ -24,6 +24,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=None, metavar="K", help="override the number of initializations per target")
     p.add_argument("--resume", action="store_true", help="continue from checkpoints in --out")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--threads", type=int, default=None, metavar="K",
+                   help="torch CPU threads (1 is often faster for these many small operations, "
+                        "and much faster when other processes share the cores)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if getattr(args, "threads", None):
+        import torch
+
+        if args.threads < 1:
+            parser.error("--threads must be >= 1")
+        torch.set_num_threads(args.threads)
     if args.command == "run":
         return _cmd_run(args.config, args.out, args.device, args.seeds, args.resume, not args.no_progress)
     if args.command == "quickstart":

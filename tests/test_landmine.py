@@ -167,3 +167,15 @@ def test_missing_file(tmp_path, monkeypatch):
     savemat(bad, {"x": np.zeros(3)})
     with pytest.raises(ValueError, match="feature"):
         LandmineSVM(path=bad)
+
+
+def test_repeated_configurations_are_looked_up():
+    obj = LandmineSVM(path=DATA, fields=[0, 1])
+    X = torch.tensor([[[0.3, 0.6], [0.3, 0.6]], [[0.3, 0.6], [0.9, 0.1]]], dtype=torch.float64)
+    first = obj(X)
+    assert first[0, 0] == first[0, 1]
+    assert len(obj._cache) == 3  # (0, x), (1, x), (1, x')
+    obj._CACHE_SIZE = 3  # overflow clears the cache but keeps the answers right
+    torch.testing.assert_close(obj(X.flip(1)), first.flip(1))
+    fresh = LandmineSVM(path=DATA, fields=[0, 1])
+    torch.testing.assert_close(fresh(X), first)

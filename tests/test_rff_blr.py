@@ -8,6 +8,7 @@ from botorch.posteriors.gpytorch import GPyTorchPosterior
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.kernels import RFFKernel
 from fbo_torch.models import RFFBayesianLinear, cholesky_rank_one_update
+from fbo_torch.models.rff_blr import cholesky_solve_vec
 
 f64 = torch.float64
 
@@ -131,6 +132,31 @@ def test_incremental_update_equals_refit(rff, rep):
     ref2 = RFFBayesianLinear(rff, m.train_X, m.train_Y, 0.01, mask=m.mask, representation=rep)
     torch.testing.assert_close(m.chol, ref2.chol, atol=1e-10, rtol=0)
     torch.testing.assert_close(m.weight_mean, ref2.weight_mean, atol=1e-9, rtol=0)
+
+
+def test_reserve_avoids_reallocation_and_keeps_results(rff, rep):
+    X, Y = make_data(N=3, n=12)
+    m = RFFBayesianLinear(rff, X[:, :4], Y[:, :4], 0.01, representation=rep).reserve(8)
+    assert m.train_X.shape == (3, 4, 2)  # the view shows the data only
+    ptr = m._train_X.data_ptr()
+    for j in range(4, 12):
+        m.update(X[:, j : j + 1], Y[:, j : j + 1])
+    assert m._train_X.data_ptr() == ptr  # no update reallocated
+    ref = RFFBayesianLinear(rff, X, Y, 0.01, representation=rep)
+    torch.testing.assert_close(m.weight_mean, ref.weight_mean, atol=1e-9, rtol=0)
+    # reserving less than the free capacity, or zero, is a no-op
+    assert m.reserve(0) is m
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="extra"):
+            m.reserve(bad)
+
+
+def test_cholesky_solve_vec_matches_torch():
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(5, 9, 9, generator=g, dtype=f64)
+    L = torch.linalg.cholesky(A @ A.mT + torch.eye(9, dtype=f64))
+    b = torch.randn(5, 9, generator=g, dtype=f64)
+    torch.testing.assert_close(cholesky_solve_vec(L, b), torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1))
 
 
 def test_condition_on_observations_returns_new_model(rff, rep):

@@ -217,6 +217,7 @@ class DPFTSDERunner:
         if settings.algorithm == "fts_de":
             self.features = settings.features(objective.dim, device=self.device)
             self.rff = RFFBayesianLinear(self.features, self.X, self.Y, settings.rff_noise_variance)
+            self.rff.reserve(settings.num_iterations)  # no reallocation inside the rounds
             membership = self.partition.membership(self.assignment)
             weights = ExplorationWeights(
                 membership, settings.weight_a, settings.weight_b, settings.const_rounds, settings.decay_rounds,
@@ -384,3 +385,4 @@ class DPFTSDERunner:
             self.ledger.load_state_dict(state["ledger"])
         if self.settings.algorithm == "fts_de":
             self.rff = RFFBayesianLinear(self.features, self.X, self.Y, self.settings.rff_noise_variance)
+            self.rff.reserve(max(0, self.settings.num_iterations - self.t))

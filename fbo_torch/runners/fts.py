@@ -244,6 +244,8 @@ class FTSRunner:
             self.rff_model = RFFBayesianLinear(
                 self.features, self.others_X, self.others_Y, settings.rff_noise_variance
             )
+            if settings.communication == "every-round":  # per-round refreshes append in place
+                self.rff_model.reserve(settings.num_iterations)
             self.msg_gen = torch.Generator().manual_seed(self.seed + 2)
             self.others_gps = AgentGPs(self.domain.bounds, kernel=settings.gp_kernel)
             self._receive_messages()
@@ -417,6 +419,8 @@ class FTSRunner:
             self.rff_model = RFFBayesianLinear(
                 self.features, self.others_X, self.others_Y, self.settings.rff_noise_variance
             )
+            if self.settings.communication == "every-round":
+                self.rff_model.reserve(max(0, self.settings.num_iterations - self.t))
             self.others_gps.load_state_dict(state["others_gps"])
             if self.settings.algorithm == "fts":
                 self.omegas = state["omegas"].to(dev)

@@ -565,12 +565,12 @@ class RFFBayesianLinear(Model):
                 self._z[:, n] = (y[:, j] - (l * z).sum(-1)) / d
                 self._kchol[:, n, :n] = l
                 self._kchol[:, n, n] = d
+                # ν = Vᵀz gains the new row's term: one pass over the new row, not over V
+                self._weight_mean = self._weight_mean + self._V[:, n] * self._z[:, n].unsqueeze(-1)
         self._train_X[:, n0 : n0 + k] = X
         self._train_Y[:, n0 : n0 + k] = Y
         self._mask[:, n0 : n0 + k] = mask
         self._n = n0 + k
-        if self.representation == "dual":
-            self._weight_mean = (self.V.mT @ self.z.unsqueeze(-1)).squeeze(-1)
         return self
 
     def condition_on_observations(self, X: Tensor, Y: Tensor, **kwargs: Any) -> RFFBayesianLinear:

@@ -119,11 +119,15 @@ class RandomFourierFeatures(nn.Module):
         S = self.spectral.to(dtype=X.dtype, device=X.device)
         b = self.phase.to(dtype=X.dtype, device=X.device)
         s0sq = self.outputscale.to(dtype=X.dtype, device=X.device)
-        phi = torch.cos(X @ S.transpose(-1, -2) + b)
+        # one fused X Sᵀ + b; without autograd the cos and the scaling run in place (one buffer)
+        lin = torch.addmm(b, X.reshape(-1, self.dim), S.transpose(-1, -2)).view(*X.shape[:-1], -1)
+        inplace = not (torch.is_grad_enabled() and (X.requires_grad or S.requires_grad or b.requires_grad))
+        phi = lin.cos_() if inplace else torch.cos(lin)
         if self.normalize:
-            norm = phi.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(X.dtype).tiny)
-            return phi * (s0sq.sqrt() / norm)
-        return phi * torch.sqrt(2.0 * s0sq / self.num_features)
+            scale = s0sq.sqrt() / phi.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(X.dtype).tiny)
+        else:
+            scale = torch.sqrt(2.0 * s0sq / self.num_features)
+        return phi.mul_(scale) if inplace else phi * scale
 
     def kernel(self, X1: Tensor, X2: Tensor) -> Tensor:
         r"""Approximate kernel matrix ``φ(X1) φ(X2)ᵀ`` of shape ``... x n1 x n2``."""

@@ -149,3 +149,34 @@ def test_forward_validation():
         rff(torch.rand(4, 3, dtype=f64))
     with pytest.raises(TypeError, match="floating"):
         rff(torch.ones(4, 2, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_in_place_path_equals_autograd_path_and_gradient_is_exact(normalize):
+    # without autograd the map runs cos/scale in place; with X.requires_grad it must not,
+    # and both paths give the same features; the gradient matches the closed form
+    rff = RandomFourierFeatures(3, 9, lengthscale=0.4, outputscale=1.7, seed=5, normalize=normalize)
+    X = torch.rand(2, 4, 3, dtype=f64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = rff(X)
+    Xg = X.clone().requires_grad_(True)
+    phi = rff(Xg)
+    assert phi.requires_grad
+    torch.testing.assert_close(phi.detach(), plain, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rff(X), plain, rtol=1e-12, atol=1e-12)  # grad mode on, X without grad
+    w = torch.randn(9, dtype=f64, generator=torch.Generator().manual_seed(2))
+    (phi @ w).sum().backward()
+    if not normalize:  # d/dx sum_i w_i c cos(s_i x + b_i) = -c sum_i w_i sin(s_i x + b_i) s_i
+        c = math.sqrt(2 * 1.7 / 9)
+        expected = -(c * w * torch.sin(X @ rff.spectral.T + rff.phase)) @ rff.spectral
+        torch.testing.assert_close(Xg.grad, expected)
+    else:  # central differences through the no-grad (in-place) path
+        h, num = 1e-6, torch.zeros_like(X)
+        with torch.no_grad():
+            for idx in torch.cartesian_prod(*[torch.arange(k) for k in X.shape]).tolist():
+                e = torch.zeros_like(X)
+                e[tuple(idx)] = h
+                num[tuple(idx)] = ((rff(X + e) @ w).sum() - (rff(X - e) @ w).sum()) / (2 * h)
+        torch.testing.assert_close(Xg.grad, num, rtol=1e-6, atol=1e-8)
+    # a single point (d,) maps to (M,)
+    assert rff(X[0, 0]).shape == (9,)

@@ -43,15 +43,14 @@ Writes ``benchmarks/results/baselines_scaling_<device>.json`` and ``.png``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from round_time import machine_info  # sibling script: benchmarks/ is sys.path[0] when run
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("target_gp", "peers", "rgpe_weights", "rgpe_maximize", "taf_construct", "taf_maximize")
@@ -61,34 +60,6 @@ TOTALS = {
     "rgpe_acq_s": ("rgpe_weights", "rgpe_maximize"),
     "taf_acq_s": ("taf_construct", "taf_maximize"),
 }
-
-
-def machine_info(device: str) -> dict:
-    import numpy
-    import torch
-
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "device": device,
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.executable).name] + sys.argv),
-    }
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
 # ---------------------------------------------------------------------- cell

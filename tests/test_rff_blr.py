@@ -206,6 +206,39 @@ def test_sample_weights_moments(rff, rep):
     assert torch.equal(w1, w2)
 
 
+def test_sample_weights_base_samples_are_batch_independent(rff, rep):
+    # ω is a deterministic function of the base samples: agent 2's draw is the same whether it is
+    # drawn in a batch of four or alone, and the draws have the posterior's moments (checked above
+    # for the generator path, which uses the same formula)
+    X, Y = make_data(N=4, n=12)
+    m = RFFBayesianLinear(rff, X, Y, 0.05, representation=rep)
+    base = torch.randn(4, 40 + 12, generator=torch.Generator().manual_seed(1), dtype=f64)
+    w = m.sample_weights(base_samples=base)
+    single = RFFBayesianLinear(rff, X[2], Y[2], 0.05, representation=rep)
+    w2 = single.sample_weights(base_samples=base[2])
+    assert w2.shape == (40,)
+    # same data and normals, a batch of 1 vs 4: equal to float64 round-off of O(n M) sums
+    torch.testing.assert_close(w2, w[2], atol=1e-10, rtol=1e-10)
+    with pytest.raises(ValueError, match="base_samples"):
+        m.sample_weights(base_samples=base[:, :40])
+    # zero base samples give the posterior mean
+    torch.testing.assert_close(m.sample_weights(base_samples=torch.zeros_like(base)), m.weight_mean)
+
+
+def test_update_with_masked_nan_without_validation(rff, rep):
+    # an engine that masks failed evaluations may pass NaN where the mask is False
+    X, Y = make_data(N=3, n=10)
+    m = RFFBayesianLinear(rff, X[:, :8], Y[:, :8], 0.05, representation=rep)
+    Yn = Y[:, 8:9].clone()
+    Yn[1] = float("nan")
+    mask = torch.tensor([[True], [False], [True]])
+    m.update(X[:, 8:9], Yn, mask=mask, validate=False)
+    ref = RFFBayesianLinear(rff, X[:, :9], Y[:, :9], 0.05, mask=torch.cat([torch.ones(3, 8, dtype=torch.bool), mask], 1),
+                            representation=rep)
+    torch.testing.assert_close(m.weight_mean, ref.weight_mean, atol=1e-10, rtol=1e-8)
+    assert torch.isfinite(m.weight_mean).all()
+
+
 def test_device_dtype_follow_inputs(device, rff, rep):
     X, Y = make_data(N=3)
     rff_d = RandomFourierFeatures(dim=2, num_features=40, lengthscale=0.25, seed=3, device=device)

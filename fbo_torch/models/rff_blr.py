@@ -479,7 +479,10 @@ class RFFBayesianLinear(Model):
 
     # --------------------------------------------------------------- sampling
     def sample_weights(
-        self, sample_shape: torch.Size = torch.Size(), generator: torch.Generator | None = None
+        self,
+        sample_shape: torch.Size = torch.Size(),
+        generator: torch.Generator | None = None,
+        base_samples: Tensor | None = None,
     ) -> Tensor:
         r"""Draw ``ω ~ N(ν, σ² Σ⁻¹)`` for every agent at once.
 
@@ -489,21 +492,42 @@ class RFFBayesianLinear(Model):
             sample_shape: Leading shape of independent draws.
             generator: Optional ``torch.Generator`` for reproducible draws (its
                 device may differ from the model's).
+            base_samples: Optional ``*sample_shape x N x (M + n)`` standard
+                normals to use instead of drawing (``n`` = stored observations;
+                the weight representation uses the first ``M``, the dual one
+                all ``M + n``). The draw is then a deterministic function of
+                them, so callers with their own random streams (e.g. one keyed
+                stream per agent) get the same ``ω`` however agents are batched.
 
         Returns:
             ``*sample_shape x N x M`` draws (``*sample_shape x M`` unbatched).
         """
         sample_shape = torch.Size(sample_shape)
         N, M = self._weight_mean.shape
+        n = self._n
+        if base_samples is not None:
+            check_tensor("base_samples", base_samples)
+            if not self._batched:
+                base_samples = base_samples.unsqueeze(-2)
+            if base_samples.shape != sample_shape + torch.Size([N, M + n]):
+                expected = tuple(sample_shape) + ((N,) if self._batched else ()) + (M + n,)
+                raise ValueError(f"`base_samples` must have shape {expected} (M + n = {M} + {n}), got "
+                                 f"{tuple(base_samples.shape)}.")
+            base_samples = base_samples.to(self._weight_mean)
         if self.representation == "weight":
-            eps = _randn(sample_shape + torch.Size([N, M, 1]), self._chol, generator)
+            if base_samples is None:
+                eps = _randn(sample_shape + torch.Size([N, M, 1]), self._chol, generator)
+            else:
+                eps = base_samples[..., :M].unsqueeze(-1)
             z = torch.linalg.solve_triangular(self._chol.mT, eps, upper=True).squeeze(-1)
             omega = self._weight_mean + self.noise_variance.sqrt().unsqueeze(-1) * z
         else:  # Matheron's rule: ω = ω₀ + Vᵀ(z − Vω₀ − L⁻¹ε)
             V = self.V
-            n = V.shape[-2]
-            w0 = _randn(sample_shape + torch.Size([N, M]), V, generator)
-            eps = _randn(sample_shape + torch.Size([N, n]), V, generator)
+            if base_samples is None:
+                w0 = _randn(sample_shape + torch.Size([N, M]), V, generator)
+                eps = _randn(sample_shape + torch.Size([N, n]), V, generator)
+            else:
+                w0, eps = base_samples[..., :M], base_samples[..., M:]
             eps = eps * self.noise_variance.sqrt().unsqueeze(-1) * self.mask.to(eps.dtype)
             kchol = self.kchol.contiguous()
             white = torch.linalg.solve_triangular(kchol, eps.unsqueeze(-1), upper=False).squeeze(-1)
@@ -513,13 +537,18 @@ class RFFBayesianLinear(Model):
         return omega if self._batched else omega.squeeze(-2)
 
     # ----------------------------------------------------------------- update
-    def update(self, X: Tensor, Y: Tensor, mask: Tensor | None = None) -> RFFBayesianLinear:
+    def update(
+        self, X: Tensor, Y: Tensor, mask: Tensor | None = None, validate: bool = True
+    ) -> RFFBayesianLinear:
         r"""Add new observations in place with rank-one Cholesky updates.
 
         Args:
             X: ``N x k x d`` new inputs (``k x d`` unbatched); usually ``k = 1``.
             Y: ``N x k x 1`` new observations.
             mask: Optional ``N x k`` booleans; agents with ``False`` get no new point.
+            validate: Check that the unmasked values are finite. The check reads a
+                device tensor on the host (a synchronization on CUDA); engines that
+                mask out failed evaluations themselves pass ``False``.
 
         Returns:
             ``self`` (updated), so calls can be chained.
@@ -546,8 +575,9 @@ class RFFBayesianLinear(Model):
             raise ValueError(f"`mask` must be a bool tensor of shape {(N, k)}, got {mask.dtype} {tuple(mask.shape)}.")
         like = self._weight_mean
         X, Y, mask = X.to(like), Y.to(like), mask.to(like.device)
-        check_finite("X", torch.where(mask.unsqueeze(-1), X, 0.0))
-        check_finite("Y", torch.where(mask.unsqueeze(-1), Y, 0.0))
+        if validate:
+            check_finite("X", torch.where(mask.unsqueeze(-1), X, 0.0))
+            check_finite("Y", torch.where(mask.unsqueeze(-1), Y, 0.0))
         phi, y = self._features_masked(X, Y, mask)
         if self.representation == "weight":
             chol = self._chol

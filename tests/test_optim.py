@@ -4,7 +4,10 @@ from botorch.optim import optimize_acqf
 
 from fbo_torch.acquisition import RFFThompsonSample
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.models.rff_paths import RFFSamplePaths
 from fbo_torch.optim import maximize_batched, maximize_discrete, score_chunked
+from fbo_torch.optim.batched import boltzmann_restarts, raw_points, sobol_points
+from fbo_torch.utils import keyed_random as kr
 from fbo_torch.runners.common import Domain, maximize_rff_samples
 
 f64 = torch.float64
@@ -40,7 +43,7 @@ def test_discrete_maximization_is_exact(problem):
     torch.testing.assert_close(X, C[vals.argmax(-1)])
 
 
-@pytest.mark.parametrize("refine", ["adam", "lbfgsb"])
+@pytest.mark.parametrize("refine", ["qn", "adam", "lbfgsb"])
 def test_batched_maximizer_matches_optimize_acqf(problem, refine):
     # each of the 6 problems solved at once reaches what optimize_acqf reaches one by one
     rff, omegas, fn = problem
@@ -78,3 +81,60 @@ def test_validation():
         maximize_batched(lambda X: X.sum(-1), BOUNDS.flip(0), 2)
     with pytest.raises(ValueError, match="refine"):
         maximize_batched(lambda X: X.sum(-1), BOUNDS, 2, refine="newton")
+
+
+def test_rff_sample_paths_values_and_closed_form_gradient(problem):
+    rff, omegas, fn = problem
+    paths = RFFSamplePaths(rff, omegas)
+    X = torch.rand(6, 9, 2, dtype=f64, requires_grad=True)
+    f, g = paths.value_and_grad(X.detach())
+    torch.testing.assert_close(f, fn(X.detach()), atol=1e-13, rtol=1e-12)
+    (g_ref,) = torch.autograd.grad(fn(X).sum(), X)
+    torch.testing.assert_close(g, g_ref, atol=1e-12, rtol=1e-10)
+    plain = RFFSamplePaths(RandomFourierFeatures(2, 60, lengthscale=0.15, seed=4, normalize=False), omegas)
+    f2, g2 = plain.value_and_grad(X.detach())
+    (g2_ref,) = torch.autograd.grad(plain(X).sum(), X)
+    torch.testing.assert_close(g2, g2_ref, atol=1e-12, rtol=1e-10)
+    with pytest.raises(ValueError, match="omegas"):
+        RFFSamplePaths(rff, omegas[:, :10])
+
+
+def test_keyed_maximization_of_one_problem_does_not_depend_on_the_batch(problem):
+    rff, omegas, _ = problem
+    keys = kr.fold(kr.root_key(0, "test"), torch.arange(6))
+    X, v = maximize_batched(RFFSamplePaths(rff, omegas), BOUNDS, 6, raw_samples=256, num_restarts=4, keys=keys)
+    X3, v3 = maximize_batched(RFFSamplePaths(rff, omegas[3:4]), BOUNDS, 1, raw_samples=256, num_restarts=4, keys=keys[3:4])
+    torch.testing.assert_close(X3[0], X[3], atol=1e-12, rtol=0)
+    torch.testing.assert_close(v3[0], v[3], atol=1e-12, rtol=0)
+
+
+def test_raw_points_are_shifted_sobol_sets():
+    keys = kr.fold(kr.root_key(1, "raw"), torch.arange(3))
+    U = raw_points(keys, 64, 2, f64)
+    assert U.shape == (3, 64, 2) and ((U >= 0) & (U < 1)).all()
+    assert not torch.equal(U[0], U[1])
+    # the unrotated set is a (0, 6, 2)-net: one point in each cell of an 8 x 8 grid
+    base = sobol_points(64, 2, f64, torch.device("cpu"))
+    cells = (base * 8).floor()
+    assert torch.unique(cells[:, 0] * 8 + cells[:, 1]).numel() == 64
+    # each problem's set is that net rotated modulo 1 by its own shift
+    shift = torch.remainder(U[:, :1] - base[:1], 1.0)
+    torch.testing.assert_close(torch.remainder(base + shift, 1.0), U, atol=1e-15, rtol=0)
+
+
+def test_boltzmann_restarts_follow_botorchs_distribution():
+    # C = 5 values; the best is always kept, the other pick ~ exp(eta z) over the rest
+    vals = torch.tensor([0.0, 1.0, 2.0, 0.5, 3.0], dtype=f64)
+    S = 20000
+    keys = kr.fold(kr.root_key(2, "bz"), torch.arange(S))
+    idx = boltzmann_restarts(vals.expand(S, 5), 2, keys, eta=1.0)
+    assert (idx == 4).any(-1).all()  # the best
+    other = torch.where(idx[:, 0] == 4, idx[:, 1], idx[:, 0])
+    z = (vals - vals.mean()) / vals.std()
+    p = torch.exp(z[:4]) / torch.exp(z[:4]).sum()
+    freq = torch.bincount(other, minlength=5)[:4].to(f64) / S
+    se = (p * (1 - p) / S).sqrt()
+    assert ((freq - p).abs() / se).max() < 4.5
+    # constant values: uniform choice; non-finite values are not chosen
+    flat = boltzmann_restarts(torch.tensor([[1.0, 1.0, float("nan"), 1.0]], dtype=f64), 3, keys[:1])
+    assert 2 not in flat.tolist()[0]

@@ -5,16 +5,26 @@ sampled function. Instead of ``B`` calls to ``optimize_acqf``, the functions
 are evaluated together: ``fn`` maps ``B x C x d`` candidates (``C`` per
 problem) to ``B x C`` values in one tensor computation.
 
-:func:`maximize_batched` does what ``optimize_acqf`` does — score many raw
-random points, keep the best as restarts, refine them with a gradient method —
-for all ``B`` problems together:
+:func:`maximize_batched` does what ``optimize_acqf`` does, for all ``B``
+problems together and without reading a device value on the host:
 
-* raw scoring is chunked so that ``B x chunk`` points per call stay within a
-  memory budget;
-* refinement uses BoTorch's batched L-BFGS-B (``fmin_l_bfgs_b_batched``:
-  every problem keeps its own line search and stopping rule) or, on request or
-  when that is unavailable, a projected Adam loop that runs entirely on the
-  tensors' device with no host synchronization.
+* **raw points**: a scrambled Sobol set (BoTorch draws its raw samples from
+  Sobol too), shifted modulo 1 per problem by a random vector from the
+  problem's key (a Cranley–Patterson rotation), so every agent searches its
+  own low-discrepancy set and the draw is reproducible on any device;
+* **restart selection**: BoTorch's Boltzmann rule (``initialize_q_batch``:
+  sample without replacement with probability ``∝ exp(η·z)`` of the
+  standardized values, always keeping the best), sampled exactly by
+  Gumbel-top-k from the problem's key. BoTorch's implementation tests
+  ``std == 0`` on the host and samples from the global RNG;
+* **refinement**: batched box-constrained BFGS
+  (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`) — every restart of
+  every problem converges on its own, the line search evaluates all its
+  candidate steps in one call — with the closed-form gradient of ``fn`` when
+  it has a ``value_and_grad`` method (:class:`~fbo_torch.models.rff_paths.RFFSamplePaths`,
+  :class:`~fbo_torch.models.batched_gp.GPThompsonPaths`), else autograd.
+  ``"adam"`` (projected Adam) and ``"lbfgsb"`` (BoTorch's batched SciPy
+  L-BFGS-B, host-side) remain as references.
 
 Problems may have their own boxes (``B x 2 x d`` bounds); optimization runs in
 each problem's unit cube so one set of bounds serves them all.
@@ -28,6 +38,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fbo_torch.optim.quasi_newton import minimize_batched
+from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_tensor
 
 try:  # BoTorch's batched L-BFGS-B (guarded by BoTorch for supported SciPy versions)
@@ -37,11 +49,188 @@ except Exception:  # pragma: no cover - depends on the SciPy version
 
 BatchedFunction = Callable[[Tensor], Tensor]
 
-#: Default cap on points per call of ``fn`` during raw scoring (B x chunk).
+#: Default cap on points per call of ``fn`` during raw scoring (B x chunk) on a CPU.
 DEFAULT_MAX_POINTS = 2**11  # B x chunk points per call; larger chunks page-fault (mmap) on every call
+#: The same cap on a GPU, where every call is a handful of kernel launches: large
+#: enough that N = 1,000 agents x 512 raw points are one call (~1 GB of float64 features).
+DEFAULT_MAX_POINTS_CUDA = 2**20
+
+REFINE = ("qn", "adam", "lbfgsb", None)
 
 
-def _expand_bounds(bounds: Tensor, batch_size: int | None) -> Tensor:
+def default_max_points(device: torch.device | str) -> int:
+    """The scoring chunk cap for ``device`` (see :data:`DEFAULT_MAX_POINTS`)."""
+    return DEFAULT_MAX_POINTS_CUDA if torch.device(device).type == "cuda" else DEFAULT_MAX_POINTS
+
+
+_SOBOL_CACHE: dict[tuple, Tensor] = {}
+
+
+def sobol_points(n: int, d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    r"""``n x d`` scrambled Sobol points in ``[0, 1)^d`` (seed 0), cached per shape/device."""
+    key = (n, d, dtype, str(device))
+    pts = _SOBOL_CACHE.get(key)
+    if pts is None:
+        eng = torch.quasirandom.SobolEngine(d, scramble=True, seed=0)
+        pts = eng.draw(n, dtype=torch.float64).to(dtype=dtype, device=device)
+        if len(_SOBOL_CACHE) > 64:
+            _SOBOL_CACHE.clear()
+        _SOBOL_CACHE[key] = pts
+    return pts
+
+
+def raw_points(keys: Tensor, n: int, d: int, dtype: torch.dtype) -> Tensor:
+    r"""``B x n x d`` raw points in the unit cube: the Sobol set rotated by a keyed shift per problem."""
+    base = sobol_points(n, d, dtype, keys.device)
+    shift = kr.uniform(kr.fold(keys, "raw-shift"), d, dtype=dtype)  # B x d
+    return torch.remainder(base.unsqueeze(0) + shift.unsqueeze(-2), 1.0)
+
+
+def boltzmann_restarts(values: Tensor, k: int, keys: Tensor, eta: float = 1.0) -> Tensor:
+    r"""Indices of ``k`` restarts per problem (``B x C`` values → ``B x k``), BoTorch's rule.
+
+    Without replacement with probability ``∝ exp(η z)`` of the standardized
+    values (Gumbel-top-k), the best raw point always included; a problem with
+    constant values picks uniformly. Non-finite values are never picked unless
+    nothing else is left.
+    """
+    finite = torch.isfinite(values)
+    v = torch.where(finite, values, 0.0)
+    cnt = finite.sum(-1, keepdim=True).clamp_min(1)
+    mean = v.sum(-1, keepdim=True) / cnt
+    std = torch.sqrt((torch.where(finite, v - mean, 0.0) ** 2).sum(-1, keepdim=True) / (cnt - 1).clamp_min(1))
+    z = torch.where(std > 0, (v - mean) / std.clamp_min(torch.finfo(v.dtype).tiny), 0.0)
+    g = kr.gumbel(kr.fold(keys, "restarts"), values.shape[-1], dtype=v.dtype)
+    logits = torch.where(finite, eta * z + g, -torch.inf)
+    best = torch.where(finite, values, -torch.inf).argmax(-1, keepdim=True)
+    logits = logits.scatter(-1, best, torch.inf)
+    return logits.topk(k, dim=-1).indices
+
+
+def maximize_batched(
+    fn: BatchedFunction,
+    bounds: Tensor,
+    batch_size: int | None = None,
+    raw_samples: int = 1024,
+    num_restarts: int = 8,
+    refine: str | None = "qn",
+    maxiter: int = 100,
+    lr: float = 0.01,
+    max_points: int | None = None,
+    generator: torch.Generator | None = None,
+    keys: Tensor | None = None,
+    eta: float = 1.0,
+    validate: bool = True,
+) -> tuple[Tensor, Tensor]:
+    r"""Multi-start maximization of ``B`` independent functions at once.
+
+    Args:
+        fn: Batched function ``B x C x d -> B x C`` (differentiable in its
+            input for gradient refinement, or with a ``value_and_grad`` method
+            returning values and input gradients). Problem ``b`` must only
+            depend on row ``b`` of the input.
+        bounds: ``2 x d`` (shared) or ``B x 2 x d`` per-problem boxes.
+        batch_size: ``B`` (required with shared bounds).
+        raw_samples: Raw (Sobol) points scored per problem.
+        num_restarts: Restarts refined per problem (Boltzmann-selected).
+        refine: ``"qn"`` (batched BFGS on the device, default), ``"adam"``
+            (projected Adam, ``maxiter`` steps), ``"lbfgsb"`` (BoTorch's batched
+            SciPy L-BFGS-B, on the host), or ``None`` (raw points only).
+        maxiter: Iteration cap for the refinement.
+        lr: Adam step size in unit-cube coordinates (``"adam"`` only).
+        max_points: Cap on ``B x chunk`` points per ``fn`` call while scoring
+            (default by device: :func:`default_max_points`).
+        generator: Optional generator for the problems' keys (when ``keys`` is not given).
+        keys: Optional ``B`` int64 keys of the problems' random streams (raw
+            point shifts, restart selection): with keys, problem ``b``'s result
+            does not depend on the other problems in the batch.
+        eta: Boltzmann temperature of the restart selection (BoTorch's default 1).
+        validate: Check that every box is non-empty (reads a device value: engines
+            that built their boxes themselves pass ``False`` to avoid the synchronization).
+
+    Returns:
+        ``(X_best, values)``: ``B x d`` maximizers inside their boxes and ``B``
+        values ``fn`` takes there.
+    """
+    bounds = _expand_bounds(bounds, batch_size, validate)
+    B, _, d = bounds.shape
+    raw_samples = check_int("raw_samples", raw_samples, minimum=1)
+    k = min(check_int("num_restarts", num_restarts, minimum=1), raw_samples)
+    if refine not in REFINE:
+        raise ValueError(f"`refine` must be one of {REFINE}, got {refine!r}.")
+    if max_points is None:
+        max_points = default_max_points(bounds.device)
+    if keys is None:
+        keys = kr.keys_from_generator((B,), generator, device=bounds.device)
+    elif keys.shape != (B,) or keys.dtype != torch.int64:
+        raise ValueError(f"`keys` must be {B} int64 keys (one per problem), got {keys.dtype} {tuple(keys.shape)}.")
+    lo, width = bounds[:, 0:1, :], bounds[:, 1:2, :] - bounds[:, 0:1, :]
+    vg = getattr(fn, "value_and_grad", None)
+
+    def fn_unit(U: Tensor) -> Tensor:  # B x C x d in unit coordinates
+        return fn(lo + U * width)
+
+    U_raw = raw_points(keys.to(bounds.device), raw_samples, d, bounds.dtype)
+    vals = score_chunked(fn_unit, U_raw, max_points)
+    top_idx = boltzmann_restarts(vals, k, keys.to(bounds.device), eta)
+    top_vals = vals.gather(1, top_idx)
+    U0 = U_raw.gather(1, top_idx.unsqueeze(-1).expand(B, k, d))
+
+    if refine is None:
+        U_fin, v_fin = U0, top_vals
+    elif refine == "qn":
+        U_fin, v_fin = _refine_qn(fn_unit, vg, lo, width, U0, maxiter)
+    elif refine == "lbfgsb" and fmin_l_bfgs_b_batched is not None:
+        U_fin = _refine_lbfgsb(fn_unit, U0, maxiter)
+        with torch.no_grad():
+            v_fin = fn_unit(U_fin)
+    else:
+        U_fin = _refine_adam(fn_unit, U0, maxiter, lr)
+        with torch.no_grad():
+            v_fin = fn_unit(U_fin)
+    # keep the raw point where refinement did not improve (Adam is not monotone)
+    better = v_fin >= top_vals
+    U_fin = torch.where(better.unsqueeze(-1), U_fin, U0)
+    v_fin = torch.where(better, v_fin, top_vals)
+    best, j = v_fin.max(dim=-1)
+    U_best = U_fin.gather(1, j.view(B, 1, 1).expand(B, 1, d)).squeeze(1)
+    X_best = lo.squeeze(1) + U_best * width.squeeze(1)
+    return X_best.detach(), best.detach()
+
+
+def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tensor, maxiter: int) -> tuple[Tensor, Tensor]:
+    """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn)."""
+    B, k, d = U0.shape
+
+    def value_and_grad(x: Tensor) -> tuple[Tensor, Tensor]:
+        U = x.view(B, k, d)
+        if vg is not None:
+            f, g = vg(lo + U * width)
+            g = g * width
+        else:
+            with torch.enable_grad():
+                Ug = U.detach().requires_grad_(True)
+                f = fn_unit(Ug)
+                (g,) = torch.autograd.grad(f.sum(), Ug)
+            f = f.detach()
+        return -f.reshape(-1), -g.reshape(-1, d)
+
+    def values(xs: Tensor) -> Tensor:  # K x (B*k) x d -> K x (B*k): one call of fn on B x (K*k) points
+        K = xs.shape[0]
+        U = xs.view(K, B, k, d).permute(1, 0, 2, 3).reshape(B, K * k, d)
+        with torch.no_grad():
+            f = fn_unit(U)
+        f = torch.where(torch.isnan(f), torch.full_like(f, -torch.inf), f)
+        return -f.view(B, K, k).permute(1, 0, 2).reshape(K, B * k)
+
+    res = minimize_batched(
+        value_and_grad, U0.reshape(B * k, d), values=values, lower=0.0, upper=1.0, maxiter=maxiter,
+        init_step=0.05, gtol=1e-9, ftol=1e-12,
+    )
+    return res.x.view(B, k, d), -res.fun.view(B, k)
+
+
+def _expand_bounds(bounds: Tensor, batch_size: int | None, validate: bool = True) -> Tensor:
     check_tensor("bounds", bounds)
     if bounds.ndim == 2:
         if batch_size is None:
@@ -51,15 +240,9 @@ def _expand_bounds(bounds: Tensor, batch_size: int | None) -> Tensor:
         raise ValueError(f"`bounds` must be 2 x d or B x 2 x d, got shape {tuple(bounds.shape)}.")
     elif batch_size is not None and bounds.shape[0] != batch_size:
         raise ValueError(f"`bounds` has {bounds.shape[0]} problems but batch_size = {batch_size}.")
-    if not (bounds[:, 1] > bounds[:, 0]).all():
+    if validate and not (bounds[:, 1] > bounds[:, 0]).all():  # reads a device value (a sync on CUDA)
         raise ValueError("`bounds`: every upper bound must exceed its lower bound.")
     return bounds
-
-
-def _uniform(shape: tuple[int, ...], like: Tensor, generator: torch.Generator | None) -> Tensor:
-    if generator is None:
-        return torch.rand(shape, dtype=like.dtype, device=like.device)
-    return torch.rand(shape, dtype=like.dtype, device=generator.device, generator=generator).to(like.device)
 
 
 def score_chunked(fn: BatchedFunction, X: Tensor, max_points: int = DEFAULT_MAX_POINTS) -> Tensor:
@@ -97,75 +280,6 @@ def maximize_discrete(
     best, idx = vals.max(dim=-1)
     X_best = candidates.gather(1, idx.view(B, 1, 1).expand(B, 1, candidates.shape[-1])).squeeze(1)
     return X_best, best
-
-
-def maximize_batched(
-    fn: BatchedFunction,
-    bounds: Tensor,
-    batch_size: int | None = None,
-    raw_samples: int = 1024,
-    num_restarts: int = 8,
-    refine: str | None = "lbfgsb",
-    maxiter: int = 200,
-    lr: float = 0.01,
-    max_points: int = DEFAULT_MAX_POINTS,
-    generator: torch.Generator | None = None,
-) -> tuple[Tensor, Tensor]:
-    r"""Multi-start maximization of ``B`` independent functions at once.
-
-    Args:
-        fn: Batched function ``B x C x d -> B x C`` (differentiable in its
-            input for gradient refinement). Problem ``b`` must only depend on
-            row ``b`` of the input.
-        bounds: ``2 x d`` (shared) or ``B x 2 x d`` per-problem boxes.
-        batch_size: ``B`` (required with shared bounds).
-        raw_samples: Uniform random points scored per problem.
-        num_restarts: Best raw points refined per problem.
-        refine: ``"lbfgsb"`` (BoTorch's batched L-BFGS-B), ``"adam"`` (projected
-            Adam on-device, fixed ``maxiter`` steps), or ``None`` (raw points only).
-        maxiter: Iteration cap for the refinement.
-        lr: Adam step size in unit-cube coordinates.
-        max_points: Cap on ``B x chunk`` points per ``fn`` call while scoring.
-        generator: Optional generator for the raw points.
-
-    Returns:
-        ``(X_best, values)``: ``B x d`` maximizers inside their boxes and ``B``
-        values ``fn`` takes there.
-    """
-    bounds = _expand_bounds(bounds, batch_size)
-    B, _, d = bounds.shape
-    raw_samples = check_int("raw_samples", raw_samples, minimum=1)
-    k = min(check_int("num_restarts", num_restarts, minimum=1), raw_samples)
-    lo, width = bounds[:, 0:1, :], bounds[:, 1:2, :] - bounds[:, 0:1, :]
-
-    def fn_unit(U: Tensor) -> Tensor:
-        return fn(lo + U * width)
-
-    U_raw = _uniform((B, raw_samples, d), bounds, generator)
-    vals = score_chunked(fn_unit, U_raw, max_points)
-    top_vals, top_idx = vals.topk(k, dim=-1)
-    U0 = U_raw.gather(1, top_idx.unsqueeze(-1).expand(B, k, d))
-
-    if refine is None:
-        U_fin, v_fin = U0, top_vals
-    elif refine == "lbfgsb" and fmin_l_bfgs_b_batched is not None:
-        U_fin = _refine_lbfgsb(fn_unit, U0, maxiter)
-        with torch.no_grad():
-            v_fin = fn_unit(U_fin)
-    elif refine in ("lbfgsb", "adam"):
-        U_fin = _refine_adam(fn_unit, U0, maxiter, lr)
-        with torch.no_grad():
-            v_fin = fn_unit(U_fin)
-    else:
-        raise ValueError(f"`refine` must be 'lbfgsb', 'adam' or None, got {refine!r}.")
-    # keep the raw point where refinement did not improve (Adam is not monotone)
-    better = v_fin >= top_vals
-    U_fin = torch.where(better.unsqueeze(-1), U_fin, U0)
-    v_fin = torch.where(better, v_fin, top_vals)
-    best, j = v_fin.max(dim=-1)
-    U_best = U_fin.gather(1, j.view(B, 1, 1).expand(B, 1, d)).squeeze(1)
-    X_best = lo.squeeze(1) + U_best * width.squeeze(1)
-    return X_best.detach(), best.detach()
 
 
 def _refine_lbfgsb(fn_unit: BatchedFunction, U0: Tensor, maxiter: int) -> Tensor:

@@ -1,0 +1,168 @@
+import math
+import warnings
+from functools import partial
+
+import pytest
+import torch
+from botorch.fit import fit_gpytorch_mll
+from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from fbo_torch.models.batched_gp import BatchedExactGP, GPSpec, GPThompsonPaths
+from fbo_torch.utils import keyed_random as kr
+
+f64 = torch.float64
+
+
+def _data(B=6, n=15, d=3, seed=0, lo=-1.0, hi=2.0):
+    g = torch.Generator().manual_seed(seed)
+    X = lo + (hi - lo) * torch.rand(B, n, d, generator=g, dtype=f64)
+    Y = torch.sin(2 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(B, n, 1, generator=g, dtype=f64)
+    bounds = torch.tensor([[lo] * d, [hi] * d], dtype=f64)
+    return X, Y, bounds
+
+
+def _gpytorch_mll(model):
+    model.train()
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    with torch.no_grad():
+        return mll(model(*model.train_inputs), model.train_targets)
+
+
+@pytest.mark.parametrize("spec", ["botorch", "rbf"])
+def test_mll_equals_gpytorch(spec):
+    X, Y, bounds = _data()
+    gp = BatchedExactGP(X, Y, bounds, spec=spec)
+    gp.params = gp.params + 0.3 * torch.randn(gp.params.shape, generator=torch.Generator().manual_seed(1), dtype=f64)
+    ref = _gpytorch_mll(gp.to_botorch())
+    # without priors the two are the same float64 computation (Cholesky of a 15 x 15 matrix):
+    # agreement to ~1e-13. GPyTorch stores the LogNormal priors' loc/scale in float32
+    # (relative error 6e-8 on loc ~ 1.96), which moves log p(ℓ) by ~1e-7 per dimension.
+    tol = 1e-6 if gp.spec.priors else 1e-11
+    torch.testing.assert_close(gp.mll(), ref, atol=tol, rtol=0)
+
+
+def test_masked_observations_equal_dropping_them():
+    X, Y, bounds = _data(B=3, n=12)
+    mask = torch.ones(3, 12, dtype=torch.bool)
+    mask[1, [2, 7]] = False
+    Yn = Y.clone()
+    Yn[1, [2, 7]] = float("nan")  # failed evaluations
+    gp = BatchedExactGP(X, Yn, bounds, mask=mask)
+    keep = mask[1]
+    single = BatchedExactGP(X[1:2, keep], Y[1:2, keep], bounds)
+    torch.testing.assert_close(gp.mll()[1], single.mll()[0], atol=1e-12, rtol=1e-12)
+    assert torch.isfinite(gp.mll()).all()
+    gp.fit(maxiter=40)
+    single.fit(maxiter=40)
+    torch.testing.assert_close(gp.params[1], single.params[0], atol=1e-8, rtol=1e-8)
+
+
+@pytest.mark.parametrize("spec", ["botorch", "rbf"])
+def test_fit_is_as_good_as_fit_gpytorch_mll(spec):
+    # per-agent MLL after our batched BFGS vs BoTorch's SciPy L-BFGS-B on the same model;
+    # both evaluated by GPyTorch. Stated tolerance: ours >= SciPy's - 1e-4 (MLL per datum).
+    X, Y, bounds = _data(B=12, n=20, d=3, seed=2)
+    ours = BatchedExactGP(X, Y, bounds, spec=spec).fit(maxiter=100)
+    assert ours.converged.all()
+    ref_model = BatchedExactGP(X, Y, bounds, spec=spec).to_botorch()
+    ref_model.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(ref_model.likelihood, ref_model))
+    ref = _gpytorch_mll(ref_model)
+    got = _gpytorch_mll(ours.to_botorch())
+    assert (got >= ref - 1e-4).all(), (got - ref).min()
+
+
+def test_fit_of_one_agent_does_not_depend_on_the_batch():
+    X, Y, bounds = _data(B=5, n=14, seed=3)
+    full = BatchedExactGP(X, Y, bounds).fit(maxiter=60)
+    alone = BatchedExactGP(X[3:4], Y[3:4], bounds).fit(maxiter=60)
+    # the same iterations on the same numbers; batched kernels may reassociate sums (float64)
+    torch.testing.assert_close(alone.params[0], full.params[3], atol=1e-9, rtol=1e-9)
+
+
+def test_restarts_keep_the_best_start():
+    X, Y, bounds = _data(B=4, n=16, seed=4)
+    spec = GPSpec(ard=False, outputscale=True, mean="zero", priors=False, standardize=False, lengthscale_lower=1e-3)
+    gp = BatchedExactGP(X, Y, bounds, spec=spec)
+    starts = gp.random_params(kr.fold(kr.root_key(0, "restarts"), torch.arange(4)), 5)
+    assert starts.shape == (5, 4, gp.params.shape[-1])
+    plain = BatchedExactGP(X, Y, bounds, spec=spec).fit(maxiter=60)
+    multi = gp.fit(maxiter=60, restarts=starts)
+    assert (multi.mll() >= plain.mll() - 1e-9).all()
+
+
+def test_paths_evaluate_like_botorch_matheron_paths():
+    # BoTorch draws the randomness; our closed-form evaluation must give the same path values
+    X, Y, bounds = _data(B=3, n=10, d=2)
+    gp = BatchedExactGP(X, Y, bounds).fit(maxiter=40)
+    model = gp.to_botorch()
+    torch.manual_seed(0)
+    paths = draw_matheron_paths(model, torch.Size(), prior_sampler=partial(draw_kernel_feature_paths, num_features=64))
+    W = paths.paths.prior_paths.feature_map.weight / gp.hyperparameters["lengthscale"].unsqueeze(-2)
+    w = paths.paths.prior_paths.weight
+    v = paths.paths.update_paths.weight
+    hp = gp.hyperparameters
+    ours = GPThompsonPaths(
+        bounds[0], bounds[1] - bounds[0], W, w, torch.sqrt(2.0 * hp["outputscale"] / 64), gp.X, v,
+        hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std,
+    )
+    Xt = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(3, 7, 2, generator=torch.Generator().manual_seed(5), dtype=f64)
+    with torch.no_grad():
+        ref = paths(Xt)
+    torch.testing.assert_close(ours(Xt), ref, atol=1e-10, rtol=1e-10)
+
+
+def test_path_moments_match_the_posterior():
+    # many keyed draws of one agent's path: mean and variance at test points vs the exact
+    # GP posterior (RFF prior features are unbiased, so only Monte Carlo error remains)
+    X, Y, bounds = _data(B=1, n=8, d=1, seed=6)
+    gp = BatchedExactGP(X, Y, bounds).fit(maxiter=40)
+    S = 4000
+    big = BatchedExactGP(X.expand(S, -1, -1), Y.expand(S, -1, -1), bounds, params=gp.params.expand(S, -1))
+    paths = big.draw_paths(kr.fold(kr.root_key(0, "moments"), torch.arange(S)), num_features=512)
+    Xt = torch.linspace(-1, 2, 9, dtype=f64).view(1, 9, 1)
+    vals = paths(Xt.expand(S, -1, -1))  # S x 9
+    post = gp.to_botorch().posterior(Xt[0])
+    mu, var = post.mean.squeeze(-1).detach(), post.variance.squeeze(-1).detach()
+    se = (var / S).sqrt()
+    assert ((vals.mean(0) - mu).abs() / se).max() < 4.5
+    # sample variance: relative s.e. sqrt(2/S) ~ 2.2%, plus the RFF prior's own finite-F error
+    assert ((vals.var(0) / var - 1).abs()).max() < 0.15
+
+
+def test_closed_form_gradient_equals_autograd():
+    X, Y, bounds = _data(B=4, n=9, d=3, seed=7)
+    gp = BatchedExactGP(X, Y, bounds).fit(maxiter=30)
+    paths = gp.draw_paths(kr.fold(kr.root_key(1, "g"), torch.arange(4)), num_features=32)
+    Xq = (bounds[0] + (bounds[1] - bounds[0]) * torch.rand(4, 5, 3, dtype=f64)).requires_grad_(True)
+    f, g = paths.value_and_grad(Xq.detach())
+    (g_ref,) = torch.autograd.grad(paths(Xq).sum(), Xq)
+    torch.testing.assert_close(g, g_ref, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(f, paths(Xq.detach()))
+
+
+def test_paths_of_one_agent_do_not_depend_on_the_batch():
+    X, Y, bounds = _data(B=4, n=9, d=2, seed=8)
+    gp = BatchedExactGP(X, Y, bounds).fit(maxiter=30)
+    keys = kr.fold(kr.root_key(2, "own"), torch.arange(4))
+    Xt = torch.rand(4, 6, 2, dtype=f64) * 3 - 1
+    full = gp.draw_paths(keys, 64)(Xt)
+    alone = BatchedExactGP(X[2:3], Y[2:3], bounds, params=gp.params[2:3]).draw_paths(keys[2:3], 64)(Xt[2:3])
+    torch.testing.assert_close(alone[0], full[2], atol=1e-10, rtol=1e-10)
+
+
+def test_bad_inputs_name_the_argument():
+    X, Y, bounds = _data(B=2, n=5)
+    with pytest.raises(ValueError, match="train_Y"):
+        BatchedExactGP(X, Y[..., 0], bounds)
+    with pytest.raises(ValueError, match="mask"):
+        BatchedExactGP(X, Y, bounds, mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="Unknown GP spec"):
+        BatchedExactGP(X, Y, bounds, spec="matern")
+    gp = BatchedExactGP(X, Y, bounds)
+    with pytest.raises(ValueError, match="even"):
+        gp.draw_paths(torch.zeros(2, dtype=torch.int64), 33)
+    assert math.isfinite(gp.mll().sum().item())

@@ -75,7 +75,8 @@ def run_cell(
     from fbo_torch.acquisition.taf import TransferAcquisitionFunction
     from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
     from fbo_torch.models.rff_blr import RFFBayesianLinear
-    from fbo_torch.runners.common import AgentGPs, Domain, maximize_acquisition, unbatch_gp
+    from fbo_torch.models.batched_gp import BatchedExactGP
+    from fbo_torch.runners.common import Domain, maximize_acquisition
     from fbo_torch.runners.fts import FTSSettings
 
     dev = torch.device(device)
@@ -105,8 +106,8 @@ def run_cell(
         return out, time.perf_counter() - t0
 
     def target_gp():
-        batched = AgentGPs(domain.bounds, kernel=s.gp_kernel).update(X_t.unsqueeze(0), Y_t.unsqueeze(0))
-        return unbatch_gp(batched, 0, X_t, Y_t, domain.bounds, s.gp_kernel)
+        batched = BatchedExactGP(X_t.unsqueeze(0), Y_t.unsqueeze(0), domain.bounds, spec=s.gp_kernel).fit()
+        return batched.to_botorch(index=0)
 
     def peers():
         return AgentRFFPosteriors.from_model(RFFBayesianLinear(features, X_a, Y_a, s.rff_noise_variance))

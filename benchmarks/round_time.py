@@ -1,18 +1,27 @@
-r"""Wall time and peak memory of one full DP-FTS-DE round, phase by phase.
+r"""Wall time, operator counts and peak memory of one full DP-FTS-DE round, phase by phase.
 
 A round for ``N`` agents (``n`` observations each, ``d`` dimensions, ``M``
-shared features):
+shared features), run with the engine the runners use
+(:class:`~fbo_torch.federation.agents.Agents`,
+:class:`~fbo_torch.federation.server.DPFTSDEServer`):
 
-* ``posterior_update`` — every agent adds its new observation to its RFF
-  posterior (rank-one / row-append update, all agents batched);
-* ``sampling`` — every agent draws ``ω_n``;
-* ``server`` — the DP server aggregates (``P`` regions, Poisson sampling, clipping, noise);
+* ``posterior_update`` — every agent adds its new observation (data, RFF posterior row append);
+* ``sampling`` — every agent draws ``ω_n`` (keyed streams);
+* ``server`` — the DP server aggregates (``P`` regions, Poisson sampling, clipping,
+  noise) and the ledger accounts the release;
 * ``acq_server`` — maximize the broadcast ``φ(x)ᵀω^(i[x])`` (shared by all agents);
-* ``gp_update`` — every agent's GP rebuilt on its new data (no hyperparameter fit);
+* ``gp_update`` — every agent's GP on its new data (no hyperparameter fit): Cholesky;
 * ``acq_own`` — every agent maximizes a Thompson sample of its own GP (upper
-  bound: in a real round only a fraction ``p_t`` of agents do this);
-* ``gp_refit`` — warm-started hyperparameter refit of all GPs, done every
-  ``refit_every`` rounds; the round total includes ``gp_refit / refit_every``.
+  bound: in a real round only a fraction ``p_t`` of agents use it);
+* ``gp_refit`` — warm-started hyperparameter refit of all GPs (batched BFGS),
+  done every ``refit_every`` rounds; the round total includes ``gp_refit / refit_every``.
+
+``--ops`` also counts, per phase, the operators torch dispatches (``torch.profiler``
+on any device): on a GPU each non-view operator is about one kernel launch,
+so a round whose count does not grow with ``N`` cannot become launch-bound.
+It also counts host synchronizations (``aten::_local_scalar_dense``, i.e.
+``.item()``/``bool()``, and ``aten::nonzero``). ``--profile`` on CUDA measures
+real kernel launches, synchronizations and GPU busy time per phase.
 
 Each cell runs in a fresh subprocess so its peak memory (max RSS on CPU,
 ``torch.cuda.max_memory_allocated`` on CUDA) is its own. A cell whose
@@ -21,9 +30,10 @@ seconds is skipped and marked so.
 
 Usage::
 
-    python benchmarks/round_time.py                 # the full grid on CPU
-    python benchmarks/round_time.py --device cuda   # on a GPU
-    python benchmarks/round_time.py --quick         # seconds; used by the tests
+    python benchmarks/round_time.py                          # the full grid on CPU
+    python benchmarks/round_time.py --device cuda --profile  # on a GPU
+    python benchmarks/round_time.py --ops --N 100 1000 --M 100 --D 3 --max-points cuda --tag ops
+    python benchmarks/round_time.py --quick                  # seconds; used by the tests
 """
 
 from __future__ import annotations
@@ -74,73 +84,167 @@ def machine_info(device: str) -> dict:
 
 
 # ---------------------------------------------------------------------- cell
-def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_every: int) -> dict:
+#: Operators that never launch a kernel (views, allocations, metadata).
+NO_KERNEL = {
+    "aten::view", "aten::empty", "aten::empty_strided", "aten::as_strided", "aten::reshape", "aten::expand",
+    "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice", "aten::t", "aten::transpose",
+    "aten::permute", "aten::detach", "aten::alias", "aten::resize_", "aten::empty_like", "aten::lift_fresh",
+    "aten::_unsafe_view", "aten::numpy_T", "aten::mT", "aten::matrix_H", "aten::unbind", "aten::split",
+    "aten::chunk", "aten::diagonal", "aten::narrow", "aten::expand_as", "aten::view_as", "aten::squeeze_",
+    "aten::unsqueeze_", "aten::result_type", "aten::_reshape_alias", "aten::is_nonzero_dummy", "aten::size",
+    "aten::stride", "aten::dim", "aten::is_floating_point", "aten::_has_compatible_shallow_copy_type",
+    "aten::_to_copy_dummy", "aten::to", "aten::contiguous", "aten::broadcast_tensors", "aten::flatten",
+    "aten::movedim", "aten::type_as", "aten::real", "aten::conj", "aten::resolve_conj", "aten::resolve_neg",
+}
+SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"}
+
+
+def count_ops(fn) -> dict:
+    """Leaf operators, estimated kernel launches and host synchronizations of ``fn()``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    leaf = [e for e in prof.events() if e.name.startswith("aten::") and not any(
+        c.name.startswith("aten::") for c in e.cpu_children)]
+    names = [e.name for e in leaf]
+    return {
+        "leaf_ops": len(names),
+        "kernel_ops": sum(1 for nm in names if nm not in NO_KERNEL),
+        "syncs": sum(1 for e in prof.events() if e.name in SYNC_OPS),
+    }
+
+
+def profile_cuda(fn) -> dict:
+    """Kernel launches, synchronizations, device-host copies and GPU busy time of ``fn()`` on CUDA."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    ev = prof.key_averages()
+    launches = sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"))
+    syncs = sum(e.count for e in ev if "Synchronize" in e.key)
+    copies = sum(e.count for e in ev if e.key in ("cudaMemcpyAsync", "cudaMemcpy"))
+    busy = sum(getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0)) for e in ev
+               if e.device_type == torch.autograd.DeviceType.CUDA)
+    return {"kernel_launches": launches, "syncs": syncs, "memcpys": copies, "gpu_busy_ms": busy / 1e3}
+
+
+def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_every: int,
+             ops: bool = False, profile: bool = False, max_points: int | None = None) -> dict:
     """Time one round for one (N, M, d) cell in this process."""
     import torch
 
-    from fbo_torch import RandomFourierFeatures, RFFBayesianLinear
-    from fbo_torch.federation import DPAggregator, SubRegionPartition, exploration_weights
-    from fbo_torch.models.agent_gp import fit_agent_gps
-    from fbo_torch.runners.common import Domain, maximize_broadcast, maximize_own_samples
-    from fbo_torch.runners.settings import MethodSettings
+    from fbo_torch.federation.agents import Agents
+    from fbo_torch.federation.server import DPFTSDEServer
+    from fbo_torch.models.batched_gp import BatchedExactGP
+    from fbo_torch.runners.common import Domain, maximize_broadcast
+    from fbo_torch.runners.dp_fts_de import DPFTSDESettings, federation_agent_keys, federation_keys
+    from fbo_torch.utils import keyed_random as kr
 
     dev = torch.device(device)
     f64 = torch.float64
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(0)
-    X = torch.rand(N, n + 1, d, generator=gen, dtype=f64)
-    Y = (torch.sin(5 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(N, n + 1, 1, generator=gen, dtype=f64))
+    rounds = repeats + 2
+    X = torch.rand(N, n + rounds, d, generator=gen, dtype=f64)
+    Y = torch.sin(5 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(N, n + rounds, 1, generator=gen, dtype=f64)
     X, Y = X.to(dev), Y.to(dev)
     bounds = torch.tensor([[0.0] * d, [1.0] * d], dtype=f64, device=dev)
-    domain = Domain(bounds)
+    domain = Domain(bounds, max_points=max_points)
     P = 4 if d >= 2 else 2
-    part = SubRegionPartition(bounds, P)
-    W = exploration_weights(part.membership(part.assign_agents(N)), 16.0, 1.0).to(dev)
-    server = DPAggregator(0.35, 22.0, 1.0, W)
-    rff = RandomFourierFeatures(d, M, lengthscale=0.1, seed=0, device=dev)
-    gp = fit_agent_gps(X[:, :n], Y[:, :n])
-    hyper = {k: v for k, v in gp.state_dict().items() if k.startswith(("covar_module.", "likelihood.", "mean_module."))}
+    s = DPFTSDESettings(num_regions=P, sample_rate=0.35, clip_norm=22.0, noise_multiplier=1.0, num_features=M,
+                        rff_lengthscale=0.1, gp_refit_every=refit_every, num_iterations=rounds, const_rounds=10,
+                        decay_rounds=30)
+    try:
+        import opacus  # noqa: F401
 
-    def one_round(model: RFFBayesianLinear) -> dict:
-        t = {}
+        accountant = "rdp"
+    except ImportError:  # the GPU machines have no opacus: the mechanism runs, nothing is accounted
+        accountant = None
+    keys = federation_agent_keys(0, torch.zeros(N, dtype=torch.long, device=dev), torch.arange(N, device=dev))
+    server = DPFTSDEServer(N, bounds, s, federation_keys(0, torch.arange(1, device=dev)), accountant=accountant)
+    features = s.features(d, device=dev)
+    agents = Agents(keys, X[:, :n], Y[:, :n], domain, s, features, capacity=rounds)
+    agents.gp()  # the first fit (cold start) is not a round's work
+    F = s.gp_sample_features
 
-        def clock(name, fn):
-            sync()
-            t0 = time.perf_counter()
-            out = fn()
-            sync()
-            t[name] = time.perf_counter() - t0
-            return out
+    def phases_of(t: int) -> dict:
+        state = {}
 
-        clock("posterior_update", lambda: model.update(X[:, n:], Y[:, n:]))
-        omegas = clock("sampling", lambda: model.sample_weights(generator=gen))
-        bc = clock("server", lambda: server.aggregate(omegas.unsqueeze(0), round=1, generator=gen))
-        clock("acq_server", lambda: maximize_broadcast(rff, bc, part.region_bounds(), domain, generator=gen))
-        g = clock("gp_update", lambda: fit_agent_gps(X, Y, previous=hyper, refit=False))
-        clock("acq_own", lambda: maximize_own_samples(g, domain, seed=1, generator=gen, num_features=MethodSettings.gp_sample_features))
-        clock("gp_refit", lambda: fit_agent_gps(X, Y, previous=hyper, refit=True))
-        return t
+        def own():
+            gp = state["gp"]
+            paths = gp.draw_paths(agents.round_keys(t, "own-sample"), num_features=F)
+            return domain.maximize(paths, N, keys=agents.round_keys(t, "own-maximize"))
 
-    def fresh() -> RFFBayesianLinear:
-        return RFFBayesianLinear(rff, X[:, :n], Y[:, :n], 1e-2).reserve(1)  # as the runners reserve T rounds
+        def gp_update():
+            state["gp"] = agents.gp(refit=False)
+            return state["gp"].cholesky
+
+        def server_round():
+            state["bc"] = server.release(state["omega"].view(1, N, M), t)
+
+        def sample():
+            state["omega"] = agents.message(t)
+
+        return {
+            "posterior_update": lambda: agents.observe(X[:, n + t - 1], Y[:, n + t - 1, 0]),
+            "sampling": sample,
+            "server": server_round,
+            "acq_server": lambda: maximize_broadcast(features, state["bc"], server.region_bounds, domain,
+                                                     keys=kr.fold(server.keys, t)),
+            "gp_update": gp_update,
+            "acq_own": own,
+            "gp_refit": lambda: BatchedExactGP(agents.train_X, agents.train_Y, bounds, spec=agents.gp_spec,
+                                               mask=agents.mask, params=agents.gp_params).fit(s.gp_fit_maxiter),
+        }
+
+    def one_round(t: int, measure: str = "time") -> dict:
+        out = {}
+        for name, fn in phases_of(t).items():
+            if measure == "ops":
+                out[name] = count_ops(fn)
+            elif measure == "cuda":
+                out[name] = profile_cuda(fn)
+            else:
+                sync()
+                t0 = time.perf_counter()
+                fn()
+                sync()
+                out[name] = time.perf_counter() - t0
+        return out
 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    one_round(fresh())  # warm-up (allocator, kernels, imports)
-    runs = [one_round(fresh()) for _ in range(repeats)]
+    one_round(1)  # warm-up (allocator, kernels, imports)
+    runs = [one_round(t) for t in range(2, 2 + repeats)]
     phases = {k: statistics.median(r[k] for r in runs) for k in PHASES}
     total = sum(v for k, v in phases.items() if k != "gp_refit") + phases["gp_refit"] / refit_every
     out = {
         "N": N, "M": M, "d": d, "n": n, "P": P, "repeats": repeats, "refit_every": refit_every,
-        "representation": fresh().representation,
+        "representation": agents.rff.representation, "max_points": domain.max_points,
         "phases_s": phases, "round_s": total, "round_without_refit_s": total - phases["gp_refit"] / refit_every,
         "per_agent_ms": 1000 * total / N,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "accounted": accountant is not None,
     }
     if dev.type == "cuda":
         out["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
     else:
         out["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if ops:
+        counts = one_round(2 + repeats, measure="ops")
+        out["ops"] = counts
+        out["round_kernel_ops"] = sum(c["kernel_ops"] for k, c in counts.items() if k != "gp_refit") + \
+            counts["gp_refit"]["kernel_ops"] / refit_every
+        out["round_syncs"] = sum(c["syncs"] for k, c in counts.items() if k != "gp_refit") + \
+            counts["gp_refit"]["syncs"] / refit_every
+    if profile and dev.type == "cuda":
+        prof = one_round(3 + repeats, measure="cuda")
+        out["cuda_profile"] = prof
+        busy = sum(v["gpu_busy_ms"] for k, v in prof.items() if k != "gp_refit") + prof["gp_refit"]["gpu_busy_ms"] / refit_every
+        out["gpu_busy_fraction"] = busy / 1e3 / total
     return out
 
 
@@ -160,7 +264,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cell", nargs=3, type=int, metavar=("N", "M", "D"), help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    ap.add_argument("--ops", action="store_true", help="also count operators and host syncs per phase (torch.profiler)")
+    ap.add_argument("--profile", action="store_true", help="on CUDA: kernel launches, syncs and GPU busy time per phase")
+    ap.add_argument("--max-points", default=None,
+                    help="scoring chunk cap: an integer, 'cuda' (the GPU default, for CPU op-count proxies) or "
+                         "default by device")
     args = ap.parse_args(argv)
+    if args.max_points == "cuda":
+        from fbo_torch.optim.batched import DEFAULT_MAX_POINTS_CUDA
+
+        args.max_points = DEFAULT_MAX_POINTS_CUDA
+    elif args.max_points is not None:
+        args.max_points = int(args.max_points)
     if args.threads:
         import torch
 
@@ -168,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cell:
         N, M, D = args.cell
-        res = run_cell(N, M, D, args.n, args.device, args.repeats or 1, args.refit_every)
+        res = run_cell(N, M, D, args.n, args.device, args.repeats or 1, args.refit_every, args.ops, args.profile,
+                       args.max_points)
         print("CELL_RESULT " + json.dumps(res))
         return 0
 
@@ -197,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                 repeats = 3 if N <= 1000 else 1
                 if args.quick:
                     t0 = time.perf_counter()
-                    res = run_cell(N, M, D, args.n, args.device, 1, args.refit_every)
+                    res = run_cell(N, M, D, args.n, args.device, 1, args.refit_every, args.ops, args.profile,
+                                   args.max_points)
                     res["cell_wall_s"] = time.perf_counter() - t0
                     cells.append(res)
                     print(f"N={N:>6} M={M:>5} D={D:>2}  round {res['round_s']:8.3f} s", flush=True)
@@ -206,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
                        "--device", args.device, "--repeats", str(repeats), "--refit-every", str(args.refit_every)]
                 if args.threads:
                     cmd += ["--threads", str(args.threads)]
+                if args.ops:
+                    cmd += ["--ops"]
+                if args.profile:
+                    cmd += ["--profile"]
+                if args.max_points is not None:
+                    cmd += ["--max-points", str(args.max_points)]
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
                 wall = time.perf_counter() - t0
@@ -224,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"N={N:>6} M={M:>5} D={D:>2}  round {res['round_s']:8.3f} s  ({res['per_agent_ms']:.3f} ms/agent)  "
                     + "  ".join(f"{k}={ph[k]:.3f}" for k in PHASES)
-                    + f"  peak {res['peak_memory_mb']:.0f} MB  [{res['representation']}]",
+                    + f"  peak {res['peak_memory_mb']:.0f} MB  [{res['representation']}]"
+                    + (f"  ops/round {res['round_kernel_ops']:.0f} syncs {res['round_syncs']:.1f}" if "ops" in res else "")
+                    + (f"  GPU busy {100 * res['gpu_busy_fraction']:.0f}%" if "gpu_busy_fraction" in res else ""),
                     flush=True,
                 )
     result = {"benchmark": "round_time", "machine": machine_info(args.device), "settings": vars(args) | {"out": str(args.out)}, "cells": cells}

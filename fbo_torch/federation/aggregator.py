@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_finite, check_int, check_probability, check_tensor
 
 RegionWeights = Tensor | Callable[[int], Tensor]
@@ -48,7 +49,11 @@ class AggregationRecord:
         num_sampled: ``...`` sample sizes.
         clipped: ``... x N`` booleans, sampled agents whose vector was clipped.
         fraction_clipped: ``...`` clipped / sampled (0 when none sampled).
-        noise_std: Standard deviation of the added noise, ``z φ_max S / q``.
+        noise_std: Standard deviation of the added noise, ``z φ_max S / q``
+            (a 0-d tensor on the keyed, synchronization-free path).
+        signal_norm: ``... x P`` norms of the data part ``Σ w clip(ω) / q`` of each region.
+        noise_norm: ``... x P`` norms of the added noise of each region.
+        num_reported: ``...`` agents that sent a vector (all ``N`` without dropouts).
     """
 
     round: int
@@ -56,7 +61,10 @@ class AggregationRecord:
     num_sampled: Tensor
     clipped: Tensor
     fraction_clipped: Tensor
-    noise_std: float
+    noise_std: float | Tensor
+    signal_norm: Tensor | None = None
+    noise_norm: Tensor | None = None
+    num_reported: Tensor | None = None
 
 
 def clip_vectors(omegas: Tensor, max_norm: float) -> tuple[Tensor, Tensor]:
@@ -143,7 +151,14 @@ class DPAggregator:
             return 0.0
         return self.noise_multiplier * float(weights.max()) * self.clip_norm / self.sample_rate
 
-    def aggregate(self, omegas: Tensor, round: int = 0, generator: torch.Generator | None = None) -> Tensor:
+    def aggregate(
+        self,
+        omegas: Tensor,
+        round: int = 0,
+        generator: torch.Generator | None = None,
+        keys: Tensor | None = None,
+        reported: Tensor | None = None,
+    ) -> Tensor:
         r"""One server round.
 
         Args:
@@ -151,6 +166,17 @@ class DPAggregator:
                 are independent federations, e.g. repetitions).
             round: Round index (selects the weights of a schedule).
             generator: Optional generator for the subsample and the noise.
+            keys: Optional ``...`` int64 keys of the federations' server streams
+                (:mod:`fbo_torch.utils.keyed_random`) instead of ``generator``:
+                agent ``n``'s Poisson coin depends only on (key, ``n``, round)
+                and the noise only on (key, round), so a deployment that sees
+                one federation gets the simulator's numbers. This path reads
+                no device value on the host (no synchronization).
+            reported: Optional ``... x N`` booleans: agents whose vector arrived
+                (dropped agents are treated as not sampled; their rows may hold
+                anything). Privacy accounting with ``q`` stays valid: an agent
+                that did not report is not in the aggregate, one that reported
+                was included with probability ``q``.
 
         Returns:
             ``... x P x M`` broadcast vectors, on ``omegas``' device and dtype.
@@ -158,26 +184,55 @@ class DPAggregator:
         check_tensor("omegas", omegas)
         if omegas.ndim < 2:
             raise ValueError(f"`omegas` must be N x M (or ... x N x M), got shape {tuple(omegas.shape)}.")
-        check_finite("omegas", omegas)
         round = check_int("round", round, minimum=0)
         N = omegas.shape[-2]
-        W = self.weights(round)
-        self._check_weights(W, num_agents=N)
+        batch = omegas.shape[:-1]  # ... x N
+        if reported is not None and reported.shape != batch:
+            raise ValueError(f"`reported` must have shape {tuple(batch)}, got {tuple(reported.shape)}.")
+        if keys is None:
+            check_finite("omegas", omegas if reported is None else torch.where(reported.unsqueeze(-1), omegas, 0.0))
+            W = self.weights(round)
+            self._check_weights(W, num_agents=N)
+        else:
+            if keys.shape != batch[:-1] or keys.dtype != torch.int64:
+                raise ValueError(f"`keys` must be int64 of shape {tuple(batch[:-1])}, got {keys.dtype} {tuple(keys.shape)}.")
+            W = self.region_weights(round) if callable(self.region_weights) else self.region_weights
+            if W.ndim != 2 or W.shape[1] != N:
+                raise ValueError(f"`region_weights` must be P x {N}, got shape {tuple(W.shape)}.")
         W = W.to(omegas)
         P = W.shape[0]
-        batch = omegas.shape[:-1]  # ... x N
-        u = self._rand(batch, omegas, generator)
+        if keys is None:
+            u = self._rand(batch, omegas, generator)
+        else:
+            ids = torch.arange(N, device=omegas.device)
+            coin_keys = kr.fold(kr.fold(kr.fold(keys.unsqueeze(-1), "poisson"), round), ids)  # ... x N
+            u = kr.uniform(coin_keys, 1, dtype=omegas.dtype).squeeze(-1)
         sampled = u < self.sample_rate
+        if reported is not None:
+            sampled = sampled & reported
+            omegas = torch.where(reported.unsqueeze(-1), omegas, 0.0)
         clipped, was_clipped = clip_vectors(omegas, self.clip_norm / math.sqrt(P))
         masked = clipped * sampled.unsqueeze(-1).to(omegas.dtype)
-        out = (W @ masked) / self.sample_rate  # ... x P x M
-        std = self.noise_std(W)
-        if std > 0:
-            out = out + std * self._randn(out.shape, omegas, generator)
+        signal = (W @ masked) / self.sample_rate  # ... x P x M
+        if keys is None:
+            std = self.noise_std(W)
+            noise = std * self._randn(signal.shape, omegas, generator) if std > 0 else torch.zeros_like(signal)
+        else:
+            std = self.noise_multiplier * W.amax() * (self.clip_norm / self.sample_rate)  # a 0-d tensor
+            if self.noise_multiplier > 0:
+                z = kr.normal(kr.fold(kr.fold(keys, "noise"), round), P * signal.shape[-1], dtype=omegas.dtype)
+                noise = std * z.view(signal.shape)
+            else:
+                noise = torch.zeros_like(signal)
+        out = signal + noise
         num = sampled.sum(-1)
         n_clip = (was_clipped & sampled).sum(-1)
         frac = torch.where(num > 0, n_clip.to(omegas.dtype) / num.clamp_min(1).to(omegas.dtype), torch.zeros_like(num, dtype=omegas.dtype))
-        self.history.append(AggregationRecord(round, sampled, num, was_clipped & sampled, frac, std))
+        n_rep = torch.full_like(num, N) if reported is None else reported.sum(-1)
+        self.history.append(AggregationRecord(
+            round, sampled, num, was_clipped & sampled, frac, std,
+            signal_norm=signal.norm(dim=-1), noise_norm=noise.norm(dim=-1), num_reported=n_rep,
+        ))
         return out
 
     @staticmethod

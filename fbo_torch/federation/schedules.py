@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_probability, check_tensor
 
 #: Source code meaning "the agent's own GP sample" in :func:`draw_sources`.
@@ -164,8 +165,19 @@ class AgentDistribution:
         self.available = self.available & ~used
         return self
 
-    def sample(self, generator: torch.Generator | None = None) -> Tensor:
-        r"""Draw one agent per run (``batch_shape`` long tensor; ``-1`` for empty runs)."""
+    def sample(self, generator: torch.Generator | None = None, keys: Tensor | None = None) -> Tensor:
+        r"""Draw one agent per run (``batch_shape`` long tensor; ``-1`` for empty runs).
+
+        With ``keys`` (``batch_shape`` int64, see :mod:`fbo_torch.utils.keyed_random`)
+        each run draws from its own stream (Gumbel-max on the log-probabilities),
+        with no host synchronization; otherwise ``torch.multinomial`` with ``generator``.
+        """
+        if keys is not None:
+            p = self.probs
+            g = kr.gumbel(kr.fold(keys.to(p.device), "P_N"), self.num_agents, dtype=p.dtype)
+            logits = torch.where(p > 0, torch.log(p.clamp_min(1e-300)) + g, -torch.inf)
+            draw = logits.argmax(-1)
+            return torch.where((p > 0).any(-1), draw, torch.full_like(draw, OWN))
         p = self.probs.reshape(-1, self.num_agents)
         empty = p.sum(-1) <= 0
         safe = torch.where(empty.unsqueeze(-1), torch.ones_like(p), p)

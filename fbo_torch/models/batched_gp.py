@@ -396,10 +396,13 @@ class BatchedExactGP:
         eps = z[:, (F // 2) * d + F :] * hp["noise"].sqrt().unsqueeze(-1)
         return GPThompsonPaths.from_draws(self, W, w, eps)
 
-    def to_botorch(self):
-        r"""The equal BoTorch ``SingleTaskGP`` (``batch_shape = [B]``), hyperparameters loaded.
+    def to_botorch(self, index: int | None = None):
+        r"""The equal BoTorch ``SingleTaskGP``, hyperparameters loaded.
 
-        Requires every observation to be valid (a batched ``SingleTaskGP`` has no masks).
+        Args:
+            index: ``None``: all agents (``batch_shape = [B]``; every observation
+                must be valid, a batched ``SingleTaskGP`` has no masks). An
+                integer: agent ``index`` alone, unbatched, on its valid observations.
         """
         from botorch.models import SingleTaskGP
         from botorch.models.transforms.input import Normalize
@@ -409,13 +412,22 @@ class BatchedExactGP:
         from gpytorch.likelihoods import GaussianLikelihood
         from gpytorch.means import ConstantMean, ZeroMean
 
-        if not bool(self.mask.all()):
-            raise ValueError("to_botorch() needs every observation valid; this GP has masked entries.")
-        s = self.spec
-        B, n, d = self.X.shape
-        bs = torch.Size([B])
-        Xo = self.bounds[0] + self.X * (self.bounds[1] - self.bounds[0])
-        Yo = (self.y * self.y_std.unsqueeze(-1) + self.y_mean.unsqueeze(-1)).unsqueeze(-1)
+        s, d = self.spec, self.dim
+        hp = self.hyperparameters
+        if index is None:
+            if not bool(self.mask.all()):
+                raise ValueError("to_botorch() needs every observation valid; this GP has masked entries "
+                                 "(use to_botorch(index) for one agent).")
+            X, y, y_mean, y_std = self.X, self.y, self.y_mean.unsqueeze(-1), self.y_std.unsqueeze(-1)
+            bs = torch.Size([self.X.shape[0]])
+        else:
+            keep = self.mask[index]
+            X, y = self.X[index, keep], self.y[index, keep]
+            y_mean, y_std = self.y_mean[index], self.y_std[index]
+            hp = {k: v[index] for k, v in hp.items()}
+            bs = torch.Size([])
+        Xo = self.bounds[0] + X * (self.bounds[1] - self.bounds[0])
+        Yo = (y * y_std + y_mean).unsqueeze(-1)
         kwargs = {}
         if not (s.priors and not s.outputscale and s.ard and s.lengthscale_lower == 0.025 and s.noise_lower == 1e-4):
             base = RBFKernel(ard_num_dims=d if s.ard else None, batch_shape=bs,
@@ -432,15 +444,15 @@ class BatchedExactGP:
             Xo, Yo, outcome_transform=Standardize(m=1, batch_shape=bs) if s.standardize else None,
             input_transform=None if unit else Normalize(d=d, bounds=self.bounds), **kwargs,
         )
-        hp = self.hyperparameters
         covar = model.covar_module
         base = covar.base_kernel if s.outputscale else covar
-        base.lengthscale = hp["lengthscale"].unsqueeze(-2) if s.ard else hp["lengthscale"][..., :1].unsqueeze(-1)
+        ls = hp["lengthscale"] if s.ard else hp["lengthscale"][..., :1]
+        base.lengthscale = ls.unsqueeze(-2)
         if s.outputscale:
             covar.outputscale = hp["outputscale"]
         model.likelihood.noise = hp["noise"].unsqueeze(-1)
         if s.mean == "constant":
-            model.mean_module.constant = hp["mean"].view(B, *model.mean_module.constant.shape[1:]) if model.mean_module.constant.ndim > 1 else hp["mean"]
+            model.mean_module.constant = hp["mean"].reshape(model.mean_module.constant.shape)
         return model.eval()
 
 

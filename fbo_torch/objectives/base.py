@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
+from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_finite, check_in_bounds, check_tensor
 
 
@@ -44,24 +45,44 @@ class Objective(ABC):
     def dim(self) -> int:
         return self.bounds.shape[-1]
 
-    def __call__(self, X: Tensor, agents: Tensor | None = None) -> Tensor:
+    def __call__(
+        self, X: Tensor, agents: Tensor | None = None, keys: Tensor | None = None, validate: bool = True
+    ) -> Tensor:
         r"""Noisy observations for all agents (or the subset ``agents``).
 
         Args:
             X: ``k x q x d`` inputs, one row of ``q`` points per agent, where
                 ``k = num_agents`` or ``k = len(agents)``.
             agents: Optional ``k`` agent indices (long tensor).
+            keys: Optional ``k`` int64 keys: the observation noise (additive
+                ``N(0, noise_variance)`` where the objective has one) is drawn
+                from each agent's keyed stream (:mod:`fbo_torch.utils.keyed_random`)
+                instead of :attr:`noise_generator`, so an agent's observation does
+                not depend on the batch or the device.
+            validate: Check shapes, finiteness and bounds (reads device values on
+                the host; engines that produce in-bounds points pass ``False``).
 
         Returns:
             ``k x q`` observed values (to maximize), on ``X``'s device/dtype.
         """
-        X, agents = self._check(X, agents)
-        return self._evaluate(X, agents, noise=True)
+        X, agents = self._check(X, agents) if validate else (X, self._agents(X, agents))
+        if keys is None:
+            return self._evaluate(X, agents, noise=True)
+        values = self._evaluate(X, agents, noise=False)
+        var = float(getattr(self, "noise_variance", 0.0) or 0.0)
+        if var > 0:
+            values = values + var**0.5 * kr.normal(keys.to(X.device), X.shape[1], dtype=values.dtype)
+        return values
 
-    def evaluate_true(self, X: Tensor, agents: Tensor | None = None) -> Tensor:
+    def evaluate_true(self, X: Tensor, agents: Tensor | None = None, validate: bool = True) -> Tensor:
         """Noiseless values (same shapes as :meth:`__call__`)."""
-        X, agents = self._check(X, agents)
+        X, agents = self._check(X, agents) if validate else (X, self._agents(X, agents))
         return self._evaluate(X, agents, noise=False)
+
+    def _agents(self, X: Tensor, agents: Tensor | None) -> Tensor:
+        if agents is None:
+            return torch.arange(self.num_agents, device=X.device)
+        return torch.as_tensor(agents, device=X.device).reshape(-1)
 
     def loss(self, best_values: Tensor, agents: Tensor | None = None) -> Tensor:
         r"""What the papers plot, lower is better, from the best value found so far.

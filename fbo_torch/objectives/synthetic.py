@@ -23,6 +23,7 @@ Observations add ``N(0, σ²)`` noise (``σ² = 0.01`` in the papers).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -75,6 +76,16 @@ class _GroupedSynthetic(Objective):
     def members(self, group: int) -> Tensor:
         """Agent indices of ``group``."""
         return torch.arange(self.agents_per_group) + group * self.agents_per_group
+
+    def _on(self, device: torch.device, name: str) -> Tensor:
+        """Attribute ``name`` (a CPU tensor or module) on ``device``, copied once and cached,
+        so evaluating on a GPU does not copy the objective's constants at every call."""
+        cache = self.__dict__.setdefault("_device_cache", {})
+        key = (name, str(device))
+        if key not in cache:
+            obj = getattr(self, name)
+            cache[key] = copy.deepcopy(obj).to(device) if isinstance(obj, torch.nn.Module) else obj.to(device)
+        return cache[key]
 
     def _add_noise(self, values: Tensor, noise: bool) -> Tensor:
         if not noise or self.noise_variance == 0.0:
@@ -134,9 +145,9 @@ class GPSampleGridFederation(_GroupedSynthetic):
         return torch.round(X[..., 0].detach() * (C - 1)).long().clamp(0, C - 1)
 
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
-        idx = self.grid_index(X).cpu()  # k x q
-        vals = self.values[agents.cpu().unsqueeze(-1), idx]
-        return self._add_noise(vals, noise).to(X)
+        idx = self.grid_index(X)  # k x q
+        vals = self._on(X.device, "values")[agents.to(X.device).unsqueeze(-1), idx].to(X.dtype)
+        return self._add_noise(vals, noise)
 
 
 class GPSampleContinuousFederation(_GroupedSynthetic):
@@ -210,15 +221,16 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
 
     def f(self, X: Tensor, groups: Tensor) -> Tensor:
         """Normalized group functions ``f_g`` at ``k x q x D`` points (``k`` groups)."""
-        w = self._w_f.to(X)[groups]
-        raw = (self._basis_f(X) * w.unsqueeze(-2)).sum(-1)
-        return (raw - self._f_shift.to(X)[groups].unsqueeze(-1)) / self._f_scale.to(X)[groups].unsqueeze(-1)
+        w = self._on(X.device, "_w_f").to(X.dtype)[groups]
+        raw = (self._on(X.device, "_basis_f")(X) * w.unsqueeze(-2)).sum(-1)
+        shift = self._on(X.device, "_f_shift").to(X.dtype)[groups].unsqueeze(-1)
+        return (raw - shift) / self._on(X.device, "_f_scale").to(X.dtype)[groups].unsqueeze(-1)
 
     def _true(self, X: Tensor, agents: Tensor) -> Tensor:
         agents = agents.to(X.device)
-        groups = self.group_of_agent.to(X.device)[agents]
-        h = (self._basis_h(X) * self._w_h.to(X)[agents].unsqueeze(-2)).sum(-1)
-        return self.f(X, groups) + self.perturbation.to(X)[agents].unsqueeze(-1) * h
+        groups = self._on(X.device, "group_of_agent")[agents]
+        h = (self._on(X.device, "_basis_h")(X) * self._on(X.device, "_w_h").to(X.dtype)[agents].unsqueeze(-2)).sum(-1)
+        return self.f(X, groups) + self._on(X.device, "perturbation").to(X.dtype)[agents].unsqueeze(-1) * h
 
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
         return self._add_noise(self._true(X, agents), noise)

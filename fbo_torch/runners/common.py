@@ -1,11 +1,16 @@
-r"""Building blocks shared by the federated BO runners.
+r"""Building blocks shared by the federated BO runners and deployments.
 
 * :class:`Domain` — where agents search: a box, optionally a finite candidate
   set (the papers' 1-D grid), with one batched maximizer for many agents.
-* :class:`AgentGPs` — the batched exact GPs of a set of agents, refitted on a
-  schedule and warm-started in between.
-* :func:`maximize_own_samples` / :func:`maximize_rff_samples` — every agent's
-  Thompson-sample maximizer in one call.
+* :func:`maximize_rff_samples` / :func:`maximize_broadcast` — maximize
+  ``φ(x)ᵀω`` functions (messages, DP-FTS-DE broadcasts) for many problems at once.
+* :func:`maximize_acquisition` — one BoTorch acquisition (RGPE, TAF) with
+  ``optimize_acqf``.
+
+Every maximizer takes ``keys`` (one int64 key per problem, see
+:mod:`fbo_torch.utils.keyed_random`): a problem's result then depends only on
+its key and its function, so a simulator batching many agents and a single
+agent on its own device compute the same point.
 """
 
 from __future__ import annotations
@@ -15,14 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from botorch.models import SingleTaskGP
-from gpytorch.constraints import GreaterThan
-from gpytorch.kernels import RBFKernel, ScaleKernel
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.models.agent_gp import HYPER_PREFIXES, build_single_gp, draw_thompson_paths, fit_agent_gps
-from fbo_torch.optim.batched import DEFAULT_MAX_POINTS, maximize_batched, maximize_discrete
+from fbo_torch.models.rff_paths import RFFSamplePaths
+from fbo_torch.optim.batched import default_max_points, maximize_batched, maximize_discrete
+from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_bounds
 
 
@@ -39,25 +42,25 @@ class Domain:
         bounds: ``2 x d`` box.
         candidates: Optional ``C x d`` finite domain; maximization over it is exact.
         raw_samples, num_restarts, refine, maxiter, lr: Settings of
-            :func:`~fbo_torch.optim.maximize_batched` for continuous domains.
-        raw_samples_rff: Raw points for the cheap ``φ(x)ᵀω`` functions (messages,
-            server broadcasts), which are ``M``-feature dot products and can
-            afford a denser search than GP samples.
-        maxiter_rff: Refinement steps for those functions (enough for Adam's
-            decaying steps to match L-BFGS-B's precision).
-        max_points: Memory cap on points per batched evaluation.
+            :func:`~fbo_torch.optim.maximize_batched` for the agents' own GP
+            samples on continuous domains.
+        raw_samples_rff, num_restarts_rff, maxiter_rff: The same for the cheap
+            ``φ(x)ᵀω`` functions (messages, server broadcasts), which are
+            ``M``-feature dot products and afford a denser search.
+        max_points: Memory cap on points per batched evaluation (``None``: by device).
     """
 
     bounds: Tensor
     candidates: Tensor | None = None
     raw_samples: int = 512
     num_restarts: int = 4
-    refine: str | None = "adam"
+    refine: str | None = "qn"
     maxiter: int = 30
     lr: float = 0.02
-    max_points: int = DEFAULT_MAX_POINTS
-    raw_samples_rff: int = 4096
-    maxiter_rff: int = 200
+    max_points: int | None = None
+    raw_samples_rff: int = 1024
+    num_restarts_rff: int = 8
+    maxiter_rff: int = 40
 
     def __post_init__(self) -> None:
         check_bounds("bounds", self.bounds)
@@ -74,18 +77,22 @@ class Domain:
         cands = None if self.candidates is None else self.candidates.to(device=device, dtype=dtype)
         return dataclasses.replace(self, bounds=self.bounds.to(device=device, dtype=dtype), candidates=cands)
 
-    def random(self, batch: int, n: int, generator: torch.Generator | None = None) -> Tensor:
-        r"""``batch x n x d`` uniform random points of the domain."""
+    def random(self, batch: int, n: int, generator: torch.Generator | None = None, keys: Tensor | None = None) -> Tensor:
+        r"""``batch x n x d`` uniform random points of the domain (from ``keys``: one stream per row)."""
         dev = self.bounds.device
         if self.candidates is not None:
             C = self.candidates.shape[0]
-            if generator is None:
+            if keys is not None:
+                idx = (kr.uniform(keys.to(dev), n) * C).long().clamp_max(C - 1)
+            elif generator is None:
                 idx = torch.randint(C, (batch, n), device=dev)
             else:
                 idx = torch.randint(C, (batch, n), generator=generator, device=generator.device).to(dev)
             return self.candidates[idx]
         shape = (batch, n, self.dim)
-        if generator is None:
+        if keys is not None:
+            u = kr.uniform(keys.to(dev), n * self.dim, dtype=self.bounds.dtype).view(shape)
+        elif generator is None:
             u = torch.rand(shape, dtype=self.bounds.dtype, device=dev)
         else:
             u = torch.rand(shape, dtype=self.bounds.dtype, device=generator.device, generator=generator).to(dev)
@@ -99,16 +106,19 @@ class Domain:
         region_bounds: Tensor | None = None,
         raw_samples: int | None = None,
         maxiter: int | None = None,
+        keys: Tensor | None = None,
+        num_restarts: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         r"""Maximize ``batch`` functions ``fn: batch x C x d -> batch x C``.
 
         On a finite domain the maximization is exact. On a box it is
         multi-start with gradient refinement; ``region_bounds`` (``batch x 2 x d``)
-        restricts each problem to its own box.
+        restricts each problem to its own box. ``keys`` (``batch`` int64) make
+        each problem's randomness its own (else drawn from ``generator``).
         """
         if self.candidates is not None:
             if region_bounds is None:
-                return maximize_discrete(fn, self.candidates, batch, self.max_points)
+                return maximize_discrete(fn, self.candidates, batch, self.max_points or default_max_points(self.bounds.device))
             inside = ((self.candidates.unsqueeze(0) >= region_bounds[:, 0:1]) & (
                 self.candidates.unsqueeze(0) <= region_bounds[:, 1:2])).all(-1)  # batch x C
 
@@ -118,19 +128,24 @@ class Domain:
             return maximize_discrete(masked, self.candidates, batch, max_points=batch * self.candidates.shape[0])
         bounds = self.bounds if region_bounds is None else region_bounds
         return maximize_batched(
-            fn, bounds, batch_size=batch, raw_samples=raw_samples or self.raw_samples, num_restarts=self.num_restarts,
-            refine=self.refine, maxiter=maxiter or self.maxiter, lr=self.lr, max_points=self.max_points, generator=generator,
+            fn, bounds, batch_size=batch, raw_samples=raw_samples or self.raw_samples,
+            num_restarts=num_restarts or self.num_restarts, refine=self.refine, maxiter=maxiter or self.maxiter,
+            lr=self.lr, max_points=self.max_points, generator=generator, keys=keys, validate=False,
         )
 
 
 def maximize_rff_samples(
-    features: RandomFourierFeatures, omegas: Tensor, domain: Domain, generator: torch.Generator | None = None
+    features: RandomFourierFeatures,
+    omegas: Tensor,
+    domain: Domain,
+    generator: torch.Generator | None = None,
+    keys: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Maximize ``x ↦ φ(x)ᵀω_b`` for ``B`` weight vectors ``omegas`` (``B x M``) at once."""
-    def fn(X: Tensor) -> Tensor:
-        return (features(X) * omegas.to(X).unsqueeze(-2)).sum(-1)
-
-    return domain.maximize(fn, omegas.shape[0], generator=generator, raw_samples=domain.raw_samples_rff, maxiter=domain.maxiter_rff)
+    return domain.maximize(
+        RFFSamplePaths(features, omegas), omegas.shape[0], generator=generator, keys=keys,
+        raw_samples=domain.raw_samples_rff, maxiter=domain.maxiter_rff, num_restarts=domain.num_restarts_rff,
+    )
 
 
 def maximize_broadcast(
@@ -139,54 +154,38 @@ def maximize_broadcast(
     region_bounds: Tensor,
     domain: Domain,
     generator: torch.Generator | None = None,
+    keys: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    r"""Maximize the DP-FTS-DE agent function ``x ↦ φ(x)ᵀω^(i[x])`` for ``R`` federations.
+    r"""Maximize the DP-FTS-DE agent function ``x ↦ φ(x)ᵀω^(i[x])`` for ``R`` problems.
 
     One bounded maximization of ``φᵀω^(i)`` over sub-region ``i`` per region
-    and federation (all ``R·P`` at once), best region kept. The broadcast is
-    the same for every agent of a federation, so this is done once per
-    federation, not once per agent.
+    and problem (all ``R·P`` at once), best region kept. In the simulator a
+    problem is a repetition (the broadcast is the same for all its agents, so
+    it is maximized once, with the repetition's key); a deployed agent, or the
+    authors' per-agent randomized maximization, passes its own key.
 
     Args:
         features: The shared map.
         broadcast: ``R x P x M`` server output.
         region_bounds: ``P x 2 x d`` sub-region boxes.
         domain: The search domain.
+        keys: Optional ``R`` int64 keys (region ``i`` of problem ``r`` uses ``fold(keys[r], i)``).
 
     Returns:
         ``(X, values)``: ``R x d`` maximizers and ``R`` values.
     """
     R, P, M = broadcast.shape
-    omegas = broadcast.reshape(R * P, M)
-
-    def fn(X: Tensor) -> Tensor:
-        return (features(X) * omegas.to(X).unsqueeze(-2)).sum(-1)
-
+    paths = RFFSamplePaths(features, broadcast.reshape(R * P, M))
     rb = region_bounds.to(domain.bounds).repeat(R, 1, 1) if P > 1 else None
-    X, vals = domain.maximize(fn, R * P, generator=generator, region_bounds=rb, raw_samples=domain.raw_samples_rff, maxiter=domain.maxiter_rff
+    sub_keys = None
+    if keys is not None:
+        sub_keys = kr.fold(keys.unsqueeze(-1), torch.arange(P, device=keys.device)).reshape(R * P)
+    X, vals = domain.maximize(
+        paths, R * P, generator=generator, region_bounds=rb, raw_samples=domain.raw_samples_rff,
+        maxiter=domain.maxiter_rff, num_restarts=domain.num_restarts_rff, keys=sub_keys,
     )
     best_vals, best = vals.view(R, P).max(-1)
-    return X.view(R, P, -1)[torch.arange(R, device=X.device), best], best_vals
-
-
-def maximize_own_samples(
-    model: SingleTaskGP,
-    domain: Domain,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    num_features: int | None = None,
-) -> tuple[Tensor, Tensor]:
-    r"""One Thompson sample per agent of a batched GP, and each sample's maximizer.
-
-    Returns ``(X, values)`` with ``X`` of shape ``B x d``.
-    """
-    paths = draw_thompson_paths(model, seed=seed, num_features=num_features)
-    B = model.batch_shape[0]
-
-    def fn(X: Tensor) -> Tensor:
-        return paths(X)
-
-    return domain.maximize(fn, B, generator=generator)
+    return X.view(R, P, -1).gather(1, best.view(R, 1, 1).expand(R, 1, X.shape[-1])).squeeze(1), best_vals
 
 
 def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator | None = None) -> Tensor:
@@ -199,7 +198,7 @@ def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator |
 
     if domain.candidates is not None:
         C = domain.candidates
-        chunk = max(1, domain.max_points)
+        chunk = max(1, domain.max_points or default_max_points(C.device))
         with torch.no_grad():
             vals = torch.cat([acqf(C[s : s + chunk].unsqueeze(-2)) for s in range(0, C.shape[0], chunk)])
         return C[vals.argmax()]
@@ -211,82 +210,3 @@ def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator |
             acqf, domain.bounds, q=1, num_restarts=domain.num_restarts, raw_samples=domain.raw_samples
         )
     return X.squeeze(0).detach()
-
-
-def unbatch_gp(batched: SingleTaskGP, index: int, train_X: Tensor, train_Y: Tensor, bounds: Tensor, kernel: str) -> SingleTaskGP:
-    r"""Agent ``index`` of a batched GP as an unbatched ``SingleTaskGP`` on its data.
-
-    Hyperparameters are sliced from the batched model (no refit), so acquisition
-    functions that need an unbatched model (RGPE, TAF) reuse one batched fit.
-    """
-    B = batched.batch_shape[0]
-    covar = make_covar_module(kernel, train_X.shape[-1], None)
-    model = build_single_gp(train_X, train_Y, bounds=bounds, covar_module=covar)
-    target = model.state_dict()
-    state = {}
-    for k, v in batched.state_dict().items():
-        if not k.startswith(HYPER_PREFIXES) or k not in target:
-            continue
-        t = target[k]
-        if v.shape == t.shape:
-            state[k] = v
-        elif v.ndim >= 1 and v.shape[0] == B and v[index].numel() == t.numel():
-            state[k] = v[index].reshape(t.shape)
-    model.load_state_dict(state, strict=False)
-    return model.eval()
-
-
-def make_covar_module(kind: str, dim: int, batch: int | None) -> Any:
-    r"""The agents' GP kernel.
-
-    ``"botorch"``: BoTorch's default (RBF/ARD with a dimension-scaled LogNormal
-    lengthscale prior, used with outcome standardization). ``"rbf"``: scaled
-    RBF/ARD without priors, fitted by maximum likelihood like the authors' GPy
-    models (lengthscales bounded below by 1e-3).
-    """
-    if kind == "botorch":
-        return None
-    if kind == "rbf":
-        shape = torch.Size([batch]) if batch is not None else torch.Size([])
-        base = RBFKernel(ard_num_dims=dim, batch_shape=shape, lengthscale_constraint=GreaterThan(1e-3))
-        return ScaleKernel(base, batch_shape=shape)
-    raise ValueError(f"Unknown GP kernel {kind!r}; expected 'botorch' or 'rbf'.")
-
-
-@dataclass
-class AgentGPs:
-    r"""Batched exact GPs of ``B`` agents with a refit schedule.
-
-    Hyperparameters are re-optimized on the first update and then every
-    ``refit_every`` updates; in between, the model is rebuilt on the new data
-    with the previous hyperparameters (cheap). ``refit_every = 0`` never refits
-    after the first fit. Only the hyperparameters are state: the model is
-    always rebuilt from the data it is given.
-    """
-
-    bounds: Tensor
-    kernel: str = "botorch"
-    refit_every: int = 1
-    model: SingleTaskGP | None = None
-    num_updates: int = 0
-    hyper: dict[str, Tensor] | None = None
-
-    def update(self, train_X: Tensor, train_Y: Tensor) -> SingleTaskGP:
-        refit = self.hyper is None or (self.refit_every > 0 and self.num_updates % self.refit_every == 0)
-        covar = make_covar_module(self.kernel, train_X.shape[-1], train_X.shape[0])
-        self.model = fit_agent_gps(
-            train_X, train_Y, bounds=self.bounds, covar_module=covar, previous=self.hyper, refit=refit
-        )
-        self.hyper = {
-            k: v.detach().clone() for k, v in self.model.state_dict().items() if k.startswith(HYPER_PREFIXES)
-        }
-        self.num_updates += 1
-        return self.model
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"num_updates": self.num_updates, "hyper": self.hyper}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.num_updates = int(state["num_updates"])
-        self.hyper = state["hyper"]
-        self.model = None

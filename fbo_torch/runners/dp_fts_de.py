@@ -1,10 +1,13 @@
 r"""DP-FTS-DE with every agent optimizing at once (DP-FTS-DE Algorithms 1-2).
 
 All ``N`` agents of a federation, times ``R`` independent repetitions, form one
-batch of ``B = R·N`` agents: their exact GPs are one batched ``SingleTaskGP``,
-their RFF posteriors one :class:`~fbo_torch.models.RFFBayesianLinear` updated
-by rank-one Cholesky updates, their Thompson samples are maximized together,
-and the server aggregates all repetitions in one call.
+batch of ``B = R·N`` agents (:class:`~fbo_torch.federation.agents.Agents`:
+their exact GPs, RFF posteriors and Thompson samples are batched tensor
+computations) and one server (:class:`~fbo_torch.federation.server.DPFTSDEServer`)
+aggregates all repetitions in one call. The agent and server steps are the
+same functions a deployment runs for one agent (:mod:`fbo_torch.flower`);
+every random number comes from the agent's (or federation's) keyed stream,
+so a round reads nothing back from a GPU until its end.
 
 Round ``t = 1..T``:
 
@@ -23,6 +26,12 @@ sub-region (agent ``n`` → region ``n mod P``; distributed exploration).
 Agents stop using the server (pure local TS, no further privacy loss) once
 ``1 - p_t < local_threshold`` (footnote 13) or when one more release would
 exceed ``max_epsilon``. With ``algorithm="ts"`` nobody communicates.
+
+Faults (``settings.faults``): an agent whose evaluation fails (NaN, an
+exception, or injected) records the failure and its models skip the point;
+an agent whose message is lost is left out of that round's aggregate (the
+server aggregates over the agents that reported) and still takes its own
+step with its own GP sample or the broadcast.
 """
 
 from __future__ import annotations
@@ -36,14 +45,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.aggregator import DPAggregator
-from fbo_torch.federation.partition import SubRegionPartition
+from fbo_torch.federation.agents import Agents
+from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.schedules import PtSchedule
+from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.weights import ExplorationWeights
-from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.objectives.base import Objective
+from fbo_torch.runners.common import Domain, maximize_broadcast
 from fbo_torch.runners.settings import MethodSettings
-from fbo_torch.runners.common import AgentGPs, Domain, derive_seed, maximize_broadcast, maximize_own_samples
+from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_probability
 
 ALGORITHMS = ("ts", "fts_de")
@@ -67,6 +77,10 @@ class DPFTSDESettings(MethodSettings):
         sample_rate: ``q``. noise_multiplier: ``z``. clip_norm: ``S`` (None: no clipping).
         local_threshold: Stop using the server once ``1 - p_t`` falls below it.
         max_epsilon: Stop releasing before ε would exceed this (needs ``z > 0``).
+        broadcast_maximization: ``"shared"`` (the broadcast is the same for every
+            agent of a federation, so it is maximized once per federation) or
+            ``"per_agent"`` (every agent maximizes it with its own random
+            restarts, as the authors' code does).
     """
 
     algorithm: str = "fts_de"
@@ -87,6 +101,7 @@ class DPFTSDESettings(MethodSettings):
     clip_norm: float | None = None
     local_threshold: float = 0.0
     max_epsilon: float | None = None
+    broadcast_maximization: str = "shared"
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -103,6 +118,10 @@ class DPFTSDESettings(MethodSettings):
         if self.max_epsilon is not None and not self.max_epsilon > 0:
             raise ValueError(f"`max_epsilon` must be > 0, got {self.max_epsilon!r}.")
         check_probability("local_threshold", self.local_threshold)
+        if self.broadcast_maximization not in ("shared", "per_agent"):
+            raise ValueError(
+                f"`broadcast_maximization` must be 'shared' or 'per_agent', got {self.broadcast_maximization!r}."
+            )
         if self.weights not in ExplorationWeights.MODES:
             raise ValueError(f"`weights` must be one of {ExplorationWeights.MODES}, got {self.weights!r}.")
 
@@ -119,10 +138,13 @@ class DPFTSDEResult:
         loss: ``B x (T+1)`` loss of each (repetition, agent); row ``r·N + n``.
         agents / runs: ``B`` objective agent and repetition of each row.
         used_server: ``B x T`` booleans, the query came from the broadcast.
+        failed: ``B x T`` booleans, the evaluation failed (NaN, exception or injected).
         epsilon: ``T`` ε after each round (primary accountant; NaN if not private,
             ``inf`` for non-private releases).
         released: ``T`` booleans, the server released in that round.
-        fraction_clipped / num_sampled: ``T`` means over repetitions.
+        fraction_clipped / num_sampled / fraction_reported: ``T`` means over repetitions.
+        signal_norm / noise_norm: ``T x P`` means over repetitions of the norms of each
+            region's data part ``Σ w clip(ω)/q`` and of its noise.
     """
 
     name: str
@@ -131,10 +153,14 @@ class DPFTSDEResult:
     agents: Tensor
     runs: Tensor
     used_server: Tensor
+    failed: Tensor
     epsilon: list[float]
     released: list[bool]
     fraction_clipped: list[float]
     num_sampled: list[float]
+    fraction_reported: list[float]
+    signal_norm: list[list[float]]
+    noise_norm: list[list[float]]
     wall_time: float
     parameters_per_agent: int
     settings: dict[str, Any]
@@ -150,9 +176,9 @@ class DPFTSDERunner:
         settings: :class:`DPFTSDESettings`.
         num_inits: Independent repetitions ``R``.
         domain: Search domain (default: from the objective).
-        seed: Seed of initial points and all decisions (initial points depend
-            only on the seed and the partition, so methods with the same ``P``
-            start alike).
+        seed: Seed of every random stream (initial points depend only on the
+            seed and the partition, so methods with the same ``P`` start alike,
+            and agents' own Thompson samples use common random numbers across methods).
         device: ``"cpu"`` or ``"cuda"``.
         name: Label.
         accountant: Privacy accountant name for the ledger (``"rdp"`` default;
@@ -179,151 +205,121 @@ class DPFTSDERunner:
         R = check_int("num_inits", num_inits, minimum=1)
         N = objective.num_agents
         self.R, self.N, self.B = R, N, R * N
-        self.agent_of = torch.arange(N, device=self.device).repeat(R)
-        self.run_of = torch.arange(R, device=self.device).repeat_interleave(N)
+        dev = self.device
+        self.agent_of = torch.arange(N, device=dev).repeat(R)
+        self.run_of = torch.arange(R, device=dev).repeat_interleave(N)
         self.schedule = PtSchedule(settings.p_t, settings.p1_equals_p2)
         self.seed = int(seed)
         self.t = 0
         self.wall_time = 0.0
+        self.faults = FaultInjector(*settings.fault_rates())
+        # one stream per agent of each repetition, one per federation (server, shared broadcast search)
+        self.agent_keys = federation_agent_keys(self.seed, self.run_of, self.agent_of)
+        self.federation_keys = federation_keys(self.seed, torch.arange(R, device=dev))
 
-        P = settings.num_regions if settings.algorithm == "fts_de" else 1
-        self.partition = SubRegionPartition(self.domain.bounds, P)
-        self.assignment = self.partition.assign_agents(N)  # N
-        init_gen = torch.Generator().manual_seed(self.seed)
-        self.X = self._initial_points(init_gen)
-        objective.reseed(self.seed + 7)
-        self.Y = objective(self.X, agents=self.agent_of).unsqueeze(-1)
-        F = objective.evaluate_true(self.X, agents=self.agent_of)
-        self.best = F.max(-1).values.unsqueeze(-1)  # B x 1
-        self.used_server = torch.zeros(self.B, 0, dtype=torch.bool, device=self.device)
-        self.gps = AgentGPs(self.domain.bounds, kernel=settings.gp_kernel, refit_every=settings.gp_refit_every)
-        self.gen = torch.Generator().manual_seed(self.seed + 3)
-        # own GP samples and their maximization draw from their own stream, so methods
-        # sharing a seed use common random numbers for the agents' own Thompson samples
-        self.sample_gen = torch.Generator().manual_seed(self.seed + 8)
-        self.msg_gen = torch.Generator().manual_seed(self.seed + 5)
-        self.server_gen = torch.Generator().manual_seed(self.seed + 6)
-        self.epsilons: list[float] = []
-        self.released: list[bool] = []
-        self.fraction_clipped: list[float] = []
-        self.num_sampled: list[float] = []
-        self.stopped = settings.algorithm == "ts"
-
-        self.features = None
         self.server = None
-        self.ledger = None
+        self.features = None
         self.accountant_name = None
         self.delta = None
+        P = settings.num_regions if settings.algorithm == "fts_de" else 1
         if settings.algorithm == "fts_de":
-            self.features = settings.features(objective.dim, device=self.device)
-            self.rff = RFFBayesianLinear(self.features, self.X, self.Y, settings.rff_noise_variance)
-            self.rff.reserve(settings.num_iterations)  # no reallocation inside the rounds
-            membership = self.partition.membership(self.assignment)
-            weights = ExplorationWeights(
-                membership, settings.weight_a, settings.weight_b, settings.const_rounds, settings.decay_rounds,
-                mode=settings.weights if P > 1 else "uniform",
-            )
-            clip = settings.clip_norm if settings.clip_norm is not None else math.inf
-            self.server = DPAggregator(settings.sample_rate, clip, settings.noise_multiplier, weights)
-            if settings.is_private:
-                from fbo_torch.privacy import PrivacyLedger
-
-                self.ledger = PrivacyLedger(
-                    accountant=accountant, delta=delta, num_agents=N if delta is None else None,
-                    max_epsilon=settings.max_epsilon,
-                )
-                self.accountant_name, self.delta = accountant, self.ledger.delta
-
-    # ------------------------------------------------------------------ setup
-    def _initial_points(self, gen: torch.Generator) -> Tensor:
-        n0 = self.settings.num_init
-        regions = self.assignment.repeat(self.R)
-        spread = self.settings.algorithm == "fts_de" and self.settings.distributed_init and self.partition.num_regions > 1
-        if not spread:
-            return self.domain.random(self.B, n0, generator=gen)
-        if self.domain.candidates is None:
-            return self.partition.sample(regions, n0, generator=gen, dtype=self.domain.bounds.dtype)
-        # finite domain: uniform among the candidates of each agent's region
-        cand_region = self.partition.region_of(self.domain.candidates)  # C
-        member = cand_region.unsqueeze(0) == regions.unsqueeze(-1)  # B x C
-        if not member.any(-1).all():
-            raise ValueError("Some sub-region contains no candidate point; use fewer regions.")
-        probs = member.to(torch.float64)
-        idx = torch.multinomial(probs.cpu(), n0, replacement=True, generator=gen).to(self.device)
-        return self.domain.candidates[idx]
+            self.features = settings.features(objective.dim, device=dev)
+            self.server = DPFTSDEServer(N, self.domain.bounds, settings, self.federation_keys, accountant, delta)
+            if self.server.private:
+                self.accountant_name, self.delta = accountant, self.server.ledger.delta
+        spread = settings.algorithm == "fts_de" and settings.distributed_init and P > 1
+        X0 = initial_points(self.domain, self.agent_keys, settings.num_init,
+                            self.server.partition if spread else None, self.agent_of)
+        y0, F0 = observe_initial(objective, X0, self.agent_of, self.agent_keys)
+        self.agents = Agents(self.agent_keys, X0, y0.unsqueeze(-1), self.domain, settings, self.features,
+                             capacity=settings.num_iterations)
+        self.best = F0.max(-1).values.unsqueeze(-1)  # B x 1
+        self.used_server = torch.zeros(self.B, 0, dtype=torch.bool, device=dev)
+        self.failed = torch.zeros(self.B, 0, dtype=torch.bool, device=dev)
+        self.epsilons: list[float] = []
+        self.released: list[bool] = []
+        # per round: server statistics (fraction clipped, sampled, reported, P signal and P noise
+        # norms, averaged over repetitions); device tensors until read at the end or a checkpoint
+        self._stats: list[list[float]] = []
+        self._pending: list[tuple[int, Tensor]] = []
 
     @property
     def done(self) -> bool:
         return self.t >= self.settings.num_iterations
 
-    # ------------------------------------------------------------------- round
-    def _communicating(self, p: float) -> bool:
-        if self.stopped:
-            return False
-        if 1.0 - p < self.settings.local_threshold:
-            self.stopped = True  # footnote 13: switch to local TS for good
-            return False
-        if self.ledger is not None and not self.ledger.can_release(self.settings.noise_multiplier, self.settings.sample_rate):
-            self.stopped = True  # the privacy budget would be exceeded
-            return False
-        return True
+    @property
+    def X(self) -> Tensor:
+        """``B x n x d`` queries of every agent so far (row ``r·N + n``)."""
+        return self.agents.train_X
 
+    @property
+    def Y(self) -> Tensor:
+        return self.agents.train_Y
+
+    @property
+    def ledger(self):
+        """The server's privacy ledger (``None`` when not private)."""
+        return None if self.server is None else self.server.ledger
+
+    @property
+    def partition(self):
+        return None if self.server is None else self.server.partition
+
+    @property
+    def assignment(self) -> Tensor | None:
+        return None if self.server is None else self.server.assignment
+
+    # ------------------------------------------------------------------- round
     def step(self) -> None:
-        """One round for every agent of every repetition."""
+        """One round for every agent of every repetition (no host synchronization inside)."""
         t0 = time.perf_counter()
         self.t += 1
-        t = self.t
+        t, s = self.t, self.settings
         p = self.schedule(t)
-        s = self.settings
-        communicating = self._communicating(p)
+        communicating = self.server is not None and self.server.will_release(p)
         X_srv = None
         if communicating:
-            omegas = self.rff.sample_weights(generator=self.msg_gen).view(self.R, self.N, -1)
-            broadcast = self.server.aggregate(omegas, round=t, generator=self.server_gen)
-            rec = self.server.history[-1]
-            self.fraction_clipped.append(float(rec.fraction_clipped.double().mean()))
-            self.num_sampled.append(float(rec.num_sampled.double().mean()))
-            eps = self.ledger.record(s.noise_multiplier, s.sample_rate) if self.ledger is not None else math.inf
-            if s.noise_multiplier == 0:
-                eps = math.inf
-            self.epsilons.append(eps)
-            X_srv, _ = maximize_broadcast(
-                self.features, broadcast, self.partition.region_bounds(), self.domain, generator=self.gen
-            )
+            omegas = self.agents.message(t).view(self.R, self.N, -1)
+            dropped = self.faults.dropped(self.agent_keys, t).view(self.R, self.N)
+            broadcast = self.server.release(omegas, t, reported=None if self.faults.dropout_rate == 0 else ~dropped)
+            rec = self.server.last_record
+            self._pending.append((t - 1, torch.cat([
+                rec.fraction_clipped.unsqueeze(-1), rec.num_sampled.to(rec.fraction_clipped).unsqueeze(-1),
+                (rec.num_reported.to(rec.fraction_clipped) / self.N).unsqueeze(-1), rec.signal_norm, rec.noise_norm,
+            ], -1).mean(0)))
+            self.epsilons.append(self.server.epsilon if s.noise_multiplier > 0 else math.inf)
+            X_srv = self._maximize_broadcast(broadcast, t)  # B x d
         else:
-            self.fraction_clipped.append(math.nan)
-            self.num_sampled.append(math.nan)
-            self.epsilons.append(self.epsilons[-1] if self.epsilons else (math.nan if not s.is_private else 0.0))
+            self.epsilons.append(self.epsilons[-1] if self.epsilons else (0.0 if s.is_private else math.nan))
         self.released.append(communicating)
-        self.server_history_trim()
+        self._stats.append([])
 
         p_eff = p if communicating else 1.0
-        u = torch.rand(self.B, dtype=torch.float64, generator=self.gen).to(self.device)
-        own = u <= p_eff
-        X_next = torch.empty(self.B, self.objective.dim, dtype=self.X.dtype, device=self.device)
-        if bool(own.any()):
-            model = self.gps.update(self.X, self.Y)
-            X_own, _ = maximize_own_samples(
-                model, self.domain, seed=derive_seed(self.sample_gen), generator=self.sample_gen,
-                num_features=self.settings.gp_sample_features,
-            )
-            X_next[own] = X_own[own]
-        if not bool(own.all()):
-            X_next[~own] = X_srv[self.run_of[~own]]
-        y = self.objective(X_next.unsqueeze(1), agents=self.agent_of)
-        f = self.objective.evaluate_true(X_next.unsqueeze(1), agents=self.agent_of)
-        self.X = torch.cat([self.X, X_next.unsqueeze(1)], dim=1)
-        self.Y = torch.cat([self.Y, y.unsqueeze(-1)], dim=1)
+        own = self.agents.use_own(t, p_eff)
+        if p_eff > 0:
+            X_own, _ = self.agents.own_proposals(t)
+            X_next = X_own if X_srv is None else torch.where(own.unsqueeze(-1), X_own, X_srv)
+        else:
+            X_next = X_srv
+        y, _ = evaluate_agents(self.objective, X_next, self.agent_of, self.agents.round_keys(t, "evaluate"))
+        y = torch.where(self.faults.failed(self.agent_keys, t), torch.nan, y)
+        ok = self.agents.observe(X_next, y)
+        f, _ = evaluate_agents(self.objective, X_next, self.agent_of, noiseless=True)
+        f = torch.where(ok & torch.isfinite(f), f, -torch.inf).unsqueeze(-1)
         self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f)], dim=1)
-        self.used_server = torch.cat([self.used_server, (~own).unsqueeze(-1)], dim=1)
-        if self.settings.algorithm == "fts_de":
-            self.rff.update(X_next.unsqueeze(1), y.unsqueeze(-1))
+        self.used_server = torch.cat([self.used_server, (~own).unsqueeze(-1) & communicating], dim=1)
+        self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
         self.wall_time += time.perf_counter() - t0
 
-    def server_history_trim(self) -> None:
-        """Keep only the last server record (the per-round summaries are stored separately)."""
-        if self.server is not None and len(self.server.history) > 1:
-            del self.server.history[:-1]
+    def _maximize_broadcast(self, broadcast: Tensor, t: int) -> Tensor:
+        """Each agent's maximizer of ``φ(x)ᵀω^(i[x])``: once per federation, or per agent."""
+        if self.settings.broadcast_maximization == "shared":
+            keys = kr.fold(kr.fold(self.federation_keys, t), "broadcast-maximize")
+            X, _ = maximize_broadcast(self.features, broadcast, self.server.region_bounds, self.domain, keys=keys)
+            return X[self.run_of]
+        keys = self.agents.round_keys(t, "broadcast-maximize")
+        X, _ = maximize_broadcast(self.features, broadcast[self.run_of], self.server.region_bounds, self.domain, keys=keys)
+        return X
 
     def run(self, callback: Callable[[DPFTSDERunner], None] | None = None) -> DPFTSDEResult:
         while not self.done:
@@ -332,8 +328,25 @@ class DPFTSDERunner:
                 callback(self)
         return self.result()
 
+    def round_stats(self) -> list[list[float]]:
+        """Per-round server statistics on the host (``[]`` for rounds without a release);
+        device values are read once here, not inside the rounds."""
+        if self._pending:
+            rows = torch.stack([v for _, v in self._pending]).cpu().tolist()
+            for (i, _), row in zip(self._pending, rows):
+                self._stats[i] = row
+            self._pending = []
+        return self._stats
+
     def result(self) -> DPFTSDEResult:
         loss = self.objective.loss(self.best.T, agents=self.agent_of).T
+        stats = self.round_stats()
+        P = self.server.num_regions if self.server is not None else 1
+        nan = math.nan
+
+        def col(i: int) -> list[float]:
+            return [row[i] if row else nan for row in stats]
+
         return DPFTSDEResult(
             name=self.name,
             loss=loss.cpu(),
@@ -341,10 +354,14 @@ class DPFTSDERunner:
             agents=self.agent_of.cpu(),
             runs=self.run_of.cpu(),
             used_server=self.used_server.cpu(),
+            failed=self.failed.cpu(),
             epsilon=list(self.epsilons),
             released=list(self.released),
-            fraction_clipped=list(self.fraction_clipped),
-            num_sampled=list(self.num_sampled),
+            fraction_clipped=col(0),
+            num_sampled=col(1),
+            fraction_reported=col(2),
+            signal_norm=[row[3 : 3 + P] if row else [nan] * P for row in stats],
+            noise_norm=[row[3 + P : 3 + 2 * P] if row else [nan] * P for row in stats],
             wall_time=self.wall_time,
             parameters_per_agent=self.settings.num_features if self.settings.algorithm == "fts_de" else 0,
             settings=asdict(self.settings),
@@ -354,35 +371,67 @@ class DPFTSDERunner:
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume; the privacy ledger is saved with the data
-        of the same round, so a resumed run never forgets a release."""
+        """Everything needed to resume bit for bit; the privacy ledger is saved with the
+        data of the same round, so a resumed run never forgets a release."""
         return {
-            "t": self.t, "X": self.X, "Y": self.Y, "best": self.best, "used_server": self.used_server,
-            "gen": self.gen.get_state(), "sample_gen": self.sample_gen.get_state(), "msg_gen": self.msg_gen.get_state(), "server_gen": self.server_gen.get_state(),
-            "torch_rng": torch.get_rng_state(), "objective_rng": self.objective.rng_state(),
-            "gps": self.gps.state_dict(), "wall_time": self.wall_time, "stopped": self.stopped,
-            "epsilons": self.epsilons, "released": self.released,
-            "fraction_clipped": self.fraction_clipped, "num_sampled": self.num_sampled,
-            "ledger": None if self.ledger is None else self.ledger.state_dict(),
+            "t": self.t, "best": self.best.cpu(), "used_server": self.used_server.cpu(), "failed": self.failed.cpu(),
+            "agents": {k: (v.cpu() if isinstance(v, Tensor) else v) for k, v in self.agents.state_dict().items()},
+            "objective_rng": self.objective.rng_state(), "wall_time": self.wall_time,
+            "epsilons": self.epsilons, "released": self.released, "stats": self.round_stats(),
+            "server": None if self.server is None else self.server.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         dev = self.device
         self.t = int(state["t"])
-        self.X, self.Y = state["X"].to(dev), state["Y"].to(dev)
         self.best, self.used_server = state["best"].to(dev), state["used_server"].to(dev)
-        self.gen.set_state(state["gen"])
-        self.sample_gen.set_state(state["sample_gen"])
-        self.msg_gen.set_state(state["msg_gen"])
-        self.server_gen.set_state(state["server_gen"])
-        torch.set_rng_state(state["torch_rng"])
+        self.failed = state["failed"].to(dev)
+        self.agents.load_state_dict(state["agents"])
         self.objective.set_rng_state(state["objective_rng"])
-        self.gps.load_state_dict(state["gps"])
-        self.wall_time, self.stopped = float(state["wall_time"]), bool(state["stopped"])
+        self.wall_time = float(state["wall_time"])
         self.epsilons, self.released = list(state["epsilons"]), list(state["released"])
-        self.fraction_clipped, self.num_sampled = list(state["fraction_clipped"]), list(state["num_sampled"])
-        if self.ledger is not None:
-            self.ledger.load_state_dict(state["ledger"])
-        if self.settings.algorithm == "fts_de":
-            self.rff = RFFBayesianLinear(self.features, self.X, self.Y, self.settings.rff_noise_variance)
-            self.rff.reserve(max(0, self.settings.num_iterations - self.t))
+        self._stats = [list(r) for r in state["stats"]]
+        self._pending = []
+        if self.server is not None:
+            self.server.load_state_dict(state["server"])
+
+
+def federation_agent_keys(seed: int, runs: Tensor, agents: Tensor) -> Tensor:
+    """Keys of agent ``agents[b]`` in repetition ``runs[b]`` (the same key in a deployment of repetition 0)."""
+    return kr.fold(kr.fold(kr.root_key(seed, "agents"), runs), agents)
+
+
+def federation_keys(seed: int, runs: Tensor) -> Tensor:
+    """Keys of the federations (server streams, shared broadcast maximization)."""
+    return kr.fold(kr.root_key(seed, "federation"), runs)
+
+
+def initial_points(domain: Domain, keys: Tensor, num: int, partition=None, agents: Tensor | None = None) -> Tensor:
+    r"""``B x num x d`` initial points of each agent, from its key.
+
+    With a ``partition`` (distributed exploration), agent ``n`` draws inside
+    region ``n mod P``; on a finite domain, uniformly among that region's candidates.
+    """
+    init_keys = kr.fold(keys, "initial-points")
+    if partition is None:
+        return domain.random(keys.shape[0], num, keys=init_keys)
+    regions = agents % partition.num_regions  # the papers' assignment: agent n explores region n mod P
+    if domain.candidates is None:
+        rb = partition.region_bounds()[regions]  # B x 2 x d
+        u = kr.uniform(init_keys, num * domain.dim, dtype=domain.bounds.dtype).view(-1, num, domain.dim)
+        return rb[:, 0:1] + u * (rb[:, 1:2] - rb[:, 0:1])
+    cand_region = partition.region_of(domain.candidates)  # C
+    member = cand_region.unsqueeze(0) == regions.unsqueeze(-1)  # B x C
+    count = member.sum(-1)
+    if not bool((count > 0).all()):
+        raise ValueError("Some sub-region contains no candidate point; use fewer regions.")
+    order = torch.argsort((~member).to(torch.int8), dim=-1, stable=True)  # members first
+    pick = (kr.uniform(init_keys, num) * count.unsqueeze(-1)).long().clamp_max(count.unsqueeze(-1) - 1)
+    return domain.candidates[order.gather(1, pick)]
+
+
+def observe_initial(objective: Objective, X0: Tensor, agents: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Observations ``B x n0`` of the initial points and their noiseless values (``-inf`` where failed)."""
+    y, _ = evaluate_agents(objective, X0, agents, kr.fold(keys, "evaluate-init"))
+    f, _ = evaluate_agents(objective, X0, agents, noiseless=True)
+    return y, torch.where(torch.isfinite(y) & torch.isfinite(f), f, -torch.inf)

@@ -1,10 +1,12 @@
 r"""Federated Thompson sampling for target agents, and the standard-TS baseline.
 
 One :class:`FTSRunner` runs ``R`` independent repetitions at once — every
-(target agent, initialization) pair — as one batch: the targets' GPs are one
-batched ``SingleTaskGP``, their Thompson samples are maximized together, and
-the messages of all other agents are drawn from one batched
-:class:`~fbo_torch.models.RFFBayesianLinear`.
+(target agent, initialization) pair — as one batch of target
+:class:`~fbo_torch.federation.agents.Agents` (their GPs, Thompson samples and
+maximizations are batched tensor computations), and the messages of all other
+agents are drawn from their own :class:`~fbo_torch.federation.agents.Agents`'
+RFF posteriors. Every random number comes from a keyed stream of the run (or
+agent), so runs do not depend on each other or on the device.
 
 The other agents' observations (``t_n`` of them) come from a
 :class:`FederationHistory`, built once per experiment and shared by every
@@ -22,6 +24,7 @@ When every message of a run is used up, that run continues with its own GP.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,11 +33,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
-from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.federation.agents import Agents
+from fbo_torch.federation.faults import FaultInjector, evaluate_agents
+from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule
 from fbo_torch.objectives.base import Objective
+from fbo_torch.runners.common import Domain, maximize_rff_samples
 from fbo_torch.runners.settings import MethodSettings
-from fbo_torch.runners.common import AgentGPs, Domain, derive_seed, maximize_own_samples, maximize_rff_samples
+from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
 
 ALGORITHMS = ("ts", "fts", "rgpe", "taf")
@@ -109,21 +114,34 @@ class FederationHistory:
         if mode not in HISTORIES:
             raise ValueError(f"`history` must be one of {HISTORIES}, got {mode!r}.")
         t_n = check_int("t_n", t_n, minimum=1)
-        self.mode, self.t_n = mode, t_n
-        gen = torch.Generator().manual_seed(int(seed))
-        objective.reseed(int(seed) + 11)  # the same history for every method of an experiment
+        self.mode, self.t_n, self.seed = mode, t_n, int(seed)
+        domain = domain.to(device)
         A = objective.num_agents
+        self.keys = kr.fold(kr.root_key(self.seed, "history"), torch.arange(A, device=domain.bounds.device))
         n0 = t_n if mode == "random" else min(num_init, t_n)
-        X = domain.random(A, n0, generator=gen)
-        Y = objective(X).unsqueeze(-1)
-        gps = AgentGPs(domain.bounds, kernel=gp_kernel)
-        for _ in range(t_n - n0):
-            gps.update(X, Y)
-            X_next, _ = maximize_own_samples(gps.model, domain, seed=derive_seed(gen), generator=gen)
-            y = objective(X_next.unsqueeze(1))
-            X = torch.cat([X, X_next.unsqueeze(1)], dim=1)
-            Y = torch.cat([Y, y.unsqueeze(-1)], dim=1)
-        self.train_X, self.train_Y = X.to(device), Y.to(device)
+        X = domain.random(A, n0, keys=kr.fold(self.keys, "initial-points"))
+        Y, _ = evaluate_agents(objective, X, torch.arange(A, device=X.device), kr.fold(self.keys, "evaluate-init"))
+        self.settings = MethodSettings(gp_kernel=gp_kernel, num_iterations=1)
+        self.agents = Agents(self.keys, X, Y.unsqueeze(-1), domain, self.settings, capacity=t_n - n0)
+        self.rounds = t_n - n0
+        for t in range(1, self.rounds + 1):
+            self.step(objective, t)
+
+    def step(self, objective: Objective, round: int) -> tuple[Tensor, Tensor]:
+        """Every agent runs one iteration of standard TS; returns the queries and observations."""
+        X_next, _ = self.agents.own_proposals(round)
+        agents = torch.arange(self.agents.num_agents, device=X_next.device)
+        y, _ = evaluate_agents(objective, X_next, agents, self.agents.round_keys(round, "evaluate"))
+        self.agents.observe(X_next, y)
+        return X_next, y
+
+    @property
+    def train_X(self) -> Tensor:
+        return self.agents.train_X
+
+    @property
+    def train_Y(self) -> Tensor:
+        return self.agents.train_Y
 
 
 @dataclass
@@ -137,6 +155,7 @@ class FTSResult:
         best_value: ``R x (T+1)`` best noiseless value so far.
         sources: ``R x T`` source of each query (``-1`` own GP, else agent index;
             ``-1`` throughout for TS, RGPE and TAF).
+        failed: ``R x T`` booleans, the evaluation failed.
         queries: ``R x (n_init + T) x d`` queried points.
         targets: ``R`` target agent of each run; ``inits``: ``R`` initialization index.
         wall_time: Seconds spent.
@@ -155,6 +174,7 @@ class FTSResult:
     parameters_per_agent: int
     settings: dict[str, Any] = field(default_factory=dict)
     elapsed: list[float] = field(default_factory=list)
+    failed: Tensor | None = None
 
 
 class FTSRunner:
@@ -171,7 +191,7 @@ class FTSRunner:
             the objective defines ``group_of_agent``, else all other agents).
         domain: Search domain (default: from the objective).
         seed: Seed of initial points, message draws and decisions. Initial
-            points depend only on ``seed``, so every method starts alike.
+            points depend only on ``seed`` and the run, so every method starts alike.
         device: ``"cpu"`` or ``"cuda"``.
         name: Label for results.
     """
@@ -190,35 +210,31 @@ class FTSRunner:
         name: str | None = None,
     ) -> None:
         self.objective, self.settings = objective, settings
-        self.device = torch.device(device)
+        self.device = dev = torch.device(device)
         self.name = name or settings.algorithm.upper()
-        self.domain = (domain or Domain(objective.bounds, objective.candidates)).to(self.device)
+        self.domain = (domain or Domain(objective.bounds, objective.candidates)).to(dev)
         targets = torch.as_tensor(targets, dtype=torch.long).reshape(-1)
         num_inits = check_int("num_inits", num_inits, minimum=1)
         A = objective.num_agents
         if ((targets < 0) | (targets >= A)).any():
             raise ValueError(f"`targets` must lie in [0, {A}), got {targets.tolist()}.")
         G = targets.numel()
-        self.targets = targets.repeat_interleave(num_inits).to(self.device)  # R
-        self.inits = torch.arange(num_inits).repeat(G).to(self.device)
+        self.targets = targets.repeat_interleave(num_inits).to(dev)  # R
+        self.inits = torch.arange(num_inits).repeat(G).to(dev)
         R = self.targets.numel()
         self.schedule = PtSchedule(settings.p_t, settings.p1_equals_p2)
         self.t = 0
         self.seed = int(seed)
-
-        init_gen = torch.Generator().manual_seed(self.seed)
-        self.X = self.domain.random(R, settings.num_init, generator=init_gen)
-        objective.reseed(self.seed + 7)
-        self.Y = objective(self.X, agents=self.targets).unsqueeze(-1)
-        F = objective.evaluate_true(self.X, agents=self.targets)
-        self.best = F.max(-1).values.unsqueeze(-1)  # R x 1 (column per iteration)
-        self.sources = torch.empty(R, 0, dtype=torch.long, device=self.device)
-        self.gps = AgentGPs(self.domain.bounds, kernel=settings.gp_kernel, refit_every=settings.gp_refit_every)
-        self.gen = torch.Generator().manual_seed(self.seed + 3)
-        # own GP samples and their maximization draw from their own stream, so methods
-        # sharing a seed use common random numbers for the agents' own Thompson samples
-        self.sample_gen = torch.Generator().manual_seed(self.seed + 8)
-        self.others_gen = torch.Generator().manual_seed(self.seed + 4)
+        self.faults = FaultInjector(*settings.fault_rates())
+        # one stream per run, from (target, initialization): the same for every method
+        self.keys = kr.fold(kr.fold(kr.root_key(self.seed, "fts-runs"), self.targets), self.inits)
+        X0 = self.domain.random(R, settings.num_init, keys=kr.fold(self.keys, "initial-points"))
+        y0, _ = evaluate_agents(objective, X0, self.targets, kr.fold(self.keys, "evaluate-init"))
+        f0, _ = evaluate_agents(objective, X0, self.targets, noiseless=True)
+        self.best = torch.where(torch.isfinite(y0) & torch.isfinite(f0), f0, -torch.inf).max(-1).values.unsqueeze(-1)
+        self.sources = torch.empty(R, 0, dtype=torch.long, device=dev)
+        self.failed = torch.zeros(R, 0, dtype=torch.bool, device=dev)
+        self.agents = Agents(self.keys, X0, y0.unsqueeze(-1), self.domain, settings, capacity=settings.num_iterations)
         self.wall_time = 0.0
         self.elapsed: list[float] = []
 
@@ -229,35 +245,40 @@ class FTSRunner:
                 raise ValueError("FTS needs a FederationHistory with the other agents' observations.")
             if others is None:
                 others = self._default_others(targets)
-            others = torch.as_tensor(others, dtype=torch.bool).to(self.device)
+            others = torch.as_tensor(others, dtype=torch.bool).to(dev)
             if others.shape != (G, A):
                 raise ValueError(f"`others` must be {G} x {A} booleans, got {tuple(others.shape)}.")
             mask = others.repeat_interleave(num_inits, dim=0)
-            mask[torch.arange(R, device=self.device), self.targets] = False  # never a target's own message
+            mask[torch.arange(R, device=dev), self.targets] = False  # never a target's own message
             if not mask.any(-1).all():
                 raise ValueError("Every target needs at least one other agent to receive messages from.")
             probs = mask.to(torch.float64) / mask.sum(-1, keepdim=True)
-            self.dist = AgentDistribution(A, probs=probs, device=self.device)
+            self.dist = AgentDistribution(A, probs=probs, device=dev)
             self.peers = [torch.nonzero(row).squeeze(-1) for row in mask]
-            self.features = settings.features(objective.dim, device=self.device)
-            self.others_X, self.others_Y = history.train_X.to(self.device), history.train_Y.to(self.device)
-            self.rff_model = RFFBayesianLinear(
-                self.features, self.others_X, self.others_Y, settings.rff_noise_variance
-            )
-            if settings.communication == "every-round":  # per-round refreshes append in place
-                self.rff_model.reserve(settings.num_iterations)
-            self.msg_gen = torch.Generator().manual_seed(self.seed + 2)
-            self.others_gps = AgentGPs(self.domain.bounds, kernel=settings.gp_kernel)
-            self._receive_messages()
+            self.features = settings.features(objective.dim, device=dev)
+            extra = settings.num_iterations if settings.communication == "every-round" else 0
+            self.others = Agents(history.keys.to(dev), history.train_X.to(dev), history.train_Y.to(dev), self.domain,
+                                 dataclasses.replace(settings, gp_refit_every=1), self.features, capacity=extra)
+            self.others.gp_updates = history.agents.gp_updates
+            self.others.gp_params = history.agents.gp_params
+            self.history_rounds = history.rounds
+            self._receive_messages(0)
 
-    def _receive_messages(self) -> None:
+    def _receive_messages(self, round: int) -> None:
         """Messages from the other agents' current posteriors: ω draws (FTS) or whole posteriors."""
         if self.settings.algorithm == "fts":
-            self.omegas = self.rff_model.sample_weights(torch.Size([self.num_runs]), generator=self.msg_gen)
+            # every run receives its own draw from every agent: base samples keyed by (run, round)
+            rff = self.others.rff
+            n = rff._n
+            M = self.features.num_features
+            A = self.others.num_agents
+            k = kr.fold(kr.fold(kr.fold(self.keys, "message"), round).unsqueeze(-1), torch.arange(A, device=self.device))
+            base = kr.normal(k, M + n)  # R x A x (M + n)
+            self.omegas = rff.sample_weights(torch.Size([self.num_runs]), base_samples=base)  # R x A x M
         else:
             from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 
-            self.posteriors = AgentRFFPosteriors.from_model(self.rff_model)
+            self.posteriors = AgentRFFPosteriors.from_model(self.others.rff)
 
     def _default_others(self, targets: Tensor) -> Tensor:
         A = self.objective.num_agents
@@ -271,6 +292,19 @@ class FTSRunner:
         return self.targets.numel()
 
     @property
+    def X(self) -> Tensor:
+        """``R x n x d`` queries of the targets so far."""
+        return self.agents.train_X
+
+    @property
+    def Y(self) -> Tensor:
+        return self.agents.train_Y
+
+    @property
+    def others_X(self) -> Tensor:
+        return self.others.train_X
+
+    @property
     def done(self) -> bool:
         return self.t >= self.settings.num_iterations
 
@@ -279,80 +313,74 @@ class FTSRunner:
         t0 = time.perf_counter()
         self.t += 1
         t = self.t
-        model = self.gps.update(self.X, self.Y)
-        R = self.num_runs
         if self.settings.algorithm in ("rgpe", "taf"):
-            self._transfer_step(model)
+            self._transfer_step(t, t0)
             return
+        R = self.num_runs
         if self.settings.algorithm == "ts":
             sources = torch.full((R,), OWN, dtype=torch.long, device=self.device)
         else:
-            sources = draw_sources(self.schedule(t), self.dist, generator=self.gen)
-        X_next = torch.empty(R, self.objective.dim, dtype=self.X.dtype, device=self.device)
-        own = sources == OWN
-        if bool(own.any()):
-            X_own, _ = maximize_own_samples(
-                model, self.domain, seed=derive_seed(self.sample_gen), generator=self.sample_gen,
-                num_features=self.settings.gp_sample_features,
-            )
-            X_next[own] = X_own[own]
-        if bool((~own).any()):
-            runs = torch.nonzero(~own).squeeze(-1)
-            omega = self.omegas[runs, sources[runs]]
-            X_msg, _ = maximize_rff_samples(self.features, omega, self.domain, generator=self.gen)
-            X_next[runs] = X_msg
+            own = self.agents.use_own(t, self.schedule(t))
+            chosen = self.dist.sample(keys=self.agents.round_keys(t, "P_N"))  # OWN where no message is left
+            sources = torch.where(own, torch.full_like(chosen, OWN), chosen)
+        X_next, _ = self.agents.own_proposals(t)
+        if self.settings.algorithm == "fts":
+            omega = self.omegas[torch.arange(R, device=self.device), sources.clamp_min(0)]
+            X_msg, _ = maximize_rff_samples(self.features, omega, self.domain, keys=self.agents.round_keys(t, "message-maximize"))
+            X_next = torch.where((sources >= 0).unsqueeze(-1), X_msg, X_next)
             if self.settings.communication == "one-shot":
                 self.dist.remove(sources)
-        self._observe(X_next, sources, t0)
+        self._observe(X_next, sources, t, t0)
 
-    def _observe(self, X_next: Tensor, sources: Tensor, t0: float) -> None:
-        y = self.objective(X_next.unsqueeze(1), agents=self.targets)
-        f = self.objective.evaluate_true(X_next.unsqueeze(1), agents=self.targets)
-        self.X = torch.cat([self.X, X_next.unsqueeze(1)], dim=1)
-        self.Y = torch.cat([self.Y, y.unsqueeze(-1)], dim=1)
-        self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f)], dim=1)
+    def _observe(self, X_next: Tensor, sources: Tensor, t: int, t0: float) -> None:
+        y, _ = evaluate_agents(self.objective, X_next, self.targets, self.agents.round_keys(t, "evaluate"))
+        y = torch.where(self.faults.failed(self.keys, t), torch.nan, y)
+        ok = self.agents.observe(X_next, y)
+        f, _ = evaluate_agents(self.objective, X_next, self.targets, noiseless=True)
+        f = torch.where(ok & torch.isfinite(f), f, -torch.inf)
+        self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f.unsqueeze(-1))], dim=1)
         self.sources = torch.cat([self.sources, sources.unsqueeze(-1)], dim=1)
+        self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
         if self.settings.algorithm in FEDERATED and self.settings.communication == "every-round":
-            self._others_step()
+            self._others_step(t)
         self.wall_time += time.perf_counter() - t0
         self.elapsed.append(self.wall_time)
 
-    def _transfer_step(self, batched_gp: Any) -> None:
+    def _transfer_step(self, t: int, t0: float) -> None:
         r"""RGPE / TAF: one acquisition per run (each run has its own target data);
         within a run every agent's posterior is evaluated in one batched op."""
         from botorch.acquisition import LogExpectedImprovement
 
         from fbo_torch.acquisition.rgpe import RGPE
         from fbo_torch.acquisition.taf import TransferAcquisitionFunction
-        from fbo_torch.runners.common import maximize_acquisition, unbatch_gp
+        from fbo_torch.runners.common import maximize_acquisition
 
-        t0 = time.perf_counter()
         s = self.settings
+        gp_all = self.agents.gp()
         X_next = torch.empty(self.num_runs, self.objective.dim, dtype=self.X.dtype, device=self.device)
+        gen = torch.Generator().manual_seed(kr.fold(kr.root_key(self.seed, "transfer"), t) & (2**62 - 1))
         for r in range(self.num_runs):
-            gp = unbatch_gp(batched_gp, r, self.X[r], self.Y[r], self.domain.bounds, s.gp_kernel)
+            keep = self.agents.mask[r]
+            Xr, Yr = self.X[r][keep], self.Y[r][keep]
+            gp = gp_all.to_botorch(index=r)
             peers = self.posteriors.subset(self.peers[r])
             if s.algorithm == "rgpe":
-                model = RGPE.from_data(gp, peers, self.X[r], self.Y[r], num_samples=s.rgpe_samples, generator=self.gen)
-                acqf = LogExpectedImprovement(model, best_f=self.Y[r].max())
+                model = RGPE.from_data(gp, peers, Xr, Yr, num_samples=s.rgpe_samples, generator=gen)
+                acqf = LogExpectedImprovement(model, best_f=Yr.max())
             else:
-                acqf = TransferAcquisitionFunction(gp, peers, self.X[r], self.Y[r], bandwidth=s.taf_bandwidth)
-            X_next[r] = maximize_acquisition(acqf, self.domain, generator=self.gen)
+                acqf = TransferAcquisitionFunction(gp, peers, Xr, Yr, bandwidth=s.taf_bandwidth)
+            X_next[r] = maximize_acquisition(acqf, self.domain, generator=gen)
         sources = torch.full((self.num_runs,), OWN, dtype=torch.long, device=self.device)
-        self._observe(X_next, sources, t0)
+        self._observe(X_next, sources, t, t0)
 
-    def _others_step(self) -> None:
+    def _others_step(self, t: int) -> None:
         """The other agents run one TS iteration each and send fresh draws."""
-        model = self.others_gps.update(self.others_X, self.others_Y)
-        X_next, _ = maximize_own_samples(
-            model, self.domain, seed=derive_seed(self.others_gen), generator=self.others_gen,
-            num_features=self.settings.gp_sample_features,
-        )
-        y = self.objective(X_next.unsqueeze(1))
-        self.others_X = torch.cat([self.others_X, X_next.unsqueeze(1)], dim=1)
-        self.others_Y = torch.cat([self.others_Y, y.unsqueeze(-1)], dim=1)
-        self.rff_model.update(X_next.unsqueeze(1), y.unsqueeze(-1))
-        self._receive_messages()
+        round = self.history_rounds + t  # the other agents' rounds continue their history's
+        X_next, _ = self.others.own_proposals(round)
+        agents = torch.arange(self.others.num_agents, device=self.device)
+        y, _ = evaluate_agents(self.objective, X_next, agents, self.others.round_keys(round, "evaluate"))
+        self.others.observe(X_next, y)
+        self._receive_messages(t)
 
     def run(self, callback: Callable[[FTSRunner], None] | None = None) -> FTSResult:
         """Iterate until ``num_iterations``; ``callback(self)`` after each step."""
@@ -376,53 +404,38 @@ class FTSRunner:
             parameters_per_agent=self.settings.parameters_per_agent,
             settings=asdict(self.settings),
             elapsed=list(self.elapsed),
+            failed=self.failed.cpu(),
         )
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly where this runner is."""
+        def cpu(state: dict[str, Any]) -> dict[str, Any]:
+            return {k: (v.cpu() if isinstance(v, Tensor) else v) for k, v in state.items()}
+
         state = {
-            "t": self.t,
-            "X": self.X, "Y": self.Y, "best": self.best, "sources": self.sources,
-            "gen": self.gen.get_state(), "sample_gen": self.sample_gen.get_state(), "others_gen": self.others_gen.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "objective_rng": self.objective.rng_state(),
-            "gps": self.gps.state_dict(),
-            "wall_time": self.wall_time,
-            "elapsed": self.elapsed,
+            "t": self.t, "best": self.best.cpu(), "sources": self.sources.cpu(), "failed": self.failed.cpu(),
+            "agents": cpu(self.agents.state_dict()), "objective_rng": self.objective.rng_state(),
+            "wall_time": self.wall_time, "elapsed": self.elapsed,
         }
         if self.settings.algorithm in FEDERATED:
-            state.update(
-                dist=self.dist.state_dict(), msg_gen=self.msg_gen.get_state(),
-                others_X=self.others_X, others_Y=self.others_Y, others_gps=self.others_gps.state_dict(),
-                omegas=getattr(self, "omegas", None),
-            )
+            state.update(dist=self.dist.state_dict(), others=cpu(self.others.state_dict()),
+                         omegas=getattr(self, "omegas", None))
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         dev = self.device
         self.t = int(state["t"])
-        self.X, self.Y = state["X"].to(dev), state["Y"].to(dev)
         self.best, self.sources = state["best"].to(dev), state["sources"].to(dev)
-        self.gen.set_state(state["gen"])
-        self.sample_gen.set_state(state["sample_gen"])
-        self.others_gen.set_state(state["others_gen"])
-        torch.set_rng_state(state["torch_rng"])
+        self.failed = state["failed"].to(dev)
+        self.agents.load_state_dict(state["agents"])
         self.objective.set_rng_state(state["objective_rng"])
         self.wall_time = float(state["wall_time"])
         self.elapsed = list(state["elapsed"])
-        self.gps.load_state_dict(state["gps"])
         if self.settings.algorithm in FEDERATED:
             self.dist.load_state_dict(state["dist"])
-            self.msg_gen.set_state(state["msg_gen"])
-            self.others_X, self.others_Y = state["others_X"].to(dev), state["others_Y"].to(dev)
-            self.rff_model = RFFBayesianLinear(
-                self.features, self.others_X, self.others_Y, self.settings.rff_noise_variance
-            )
-            if self.settings.communication == "every-round":
-                self.rff_model.reserve(max(0, self.settings.num_iterations - self.t))
-            self.others_gps.load_state_dict(state["others_gps"])
+            self.others.load_state_dict(state["others"])
             if self.settings.algorithm == "fts":
                 self.omegas = state["omegas"].to(dev)
             else:
-                self._receive_messages()
+                self._receive_messages(self.t)

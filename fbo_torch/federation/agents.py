@@ -1,0 +1,208 @@
+r"""What agents do in a round, for any number of agents at once.
+
+FTS and DP-FTS-DE split a round between agents and a server. This module is
+the agents' half, written once: :class:`Agents` holds ``B`` agents' local
+state (observations, RFF weight posterior, GP hyperparameters) and its
+methods are the steps of a round —
+
+* :meth:`Agents.message`: draw ``ω_n`` from the RFF posterior (the only thing an agent sends);
+* :meth:`Agents.own_proposals`: refit (on schedule) and sample the own GP,
+  maximize the sample (the own branch of Thompson sampling);
+* :meth:`Agents.use_own`: the ``p_t`` coin;
+* :meth:`Agents.observe`: add the evaluated point (a failed evaluation is
+  recorded and left out of the models).
+
+The batched simulator (:mod:`fbo_torch.runners`) calls them with all ``R·N``
+agents of a federation's repetitions; a deployment (:mod:`fbo_torch.flower`)
+calls the same methods with ``B = 1`` on each device. Every random number an
+agent uses comes from its own key (:mod:`fbo_torch.utils.keyed_random`) folded
+with the round and the purpose, so agent ``n``'s round is the same computation
+in both places, on CPU or GPU, and a resumed run redraws nothing.
+
+Nothing here reads a device value on the host: a round on a GPU launches
+kernels without waiting for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.models.batched_gp import BatchedExactGP, get_spec
+from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.validation import check_tensor
+
+
+class Agents:
+    r"""The local state of ``B`` agents and the steps each takes in a round.
+
+    Args:
+        keys: ``B`` int64 keys, one per agent (e.g. ``fold(root_key(seed), agent)``).
+        train_X: ``B x n0 x d`` initial inputs; train_Y: ``B x n0 x 1`` observations
+            (NaN marks a failed evaluation).
+        domain: The :class:`~fbo_torch.runners.common.Domain` agents search.
+        settings: Method settings (``gp_kernel``, ``gp_refit_every``,
+            ``gp_sample_features``, ``gp_fit_maxiter``, ``rff_noise_variance``).
+        features: The shared RFF map (``None`` for agents that send nothing, e.g. TS).
+        capacity: Observations each agent will add (storage is reserved once).
+    """
+
+    def __init__(
+        self,
+        keys: Tensor,
+        train_X: Tensor,
+        train_Y: Tensor,
+        domain: Any,
+        settings: Any,
+        features: RandomFourierFeatures | None = None,
+        capacity: int = 0,
+    ) -> None:
+        check_tensor("keys", keys)
+        check_tensor("train_X", train_X)
+        B, n0, d = train_X.shape
+        if keys.shape != (B,) or keys.dtype != torch.int64:
+            raise ValueError(f"`keys` must be {B} int64 keys (one per agent), got {keys.dtype} {tuple(keys.shape)}.")
+        if train_Y.shape != (B, n0, 1):
+            raise ValueError(f"`train_Y` must have shape {(B, n0, 1)}, got {tuple(train_Y.shape)}.")
+        dev, dt = train_X.device, train_X.dtype
+        self.keys = keys.to(dev)
+        self.domain, self.settings, self.features = domain, settings, features
+        self.gp_spec = get_spec(settings.gp_kernel)
+        cap = n0 + max(0, int(capacity))
+        self._X = torch.zeros(B, cap, d, dtype=dt, device=dev)
+        self._Y = torch.full((B, cap), torch.nan, dtype=dt, device=dev)
+        self._valid = torch.zeros(B, cap, dtype=torch.bool, device=dev)
+        y0 = train_Y.squeeze(-1)
+        self._X[:, :n0] = train_X
+        self._valid[:, :n0] = torch.isfinite(y0)
+        self._Y[:, :n0] = torch.where(self._valid[:, :n0], y0, torch.nan)
+        self.n = n0
+        self.gp_params: Tensor | None = None
+        self.gp_updates = 0
+        self.rff = None
+        if features is not None:
+            self.rff = RFFBayesianLinear(
+                features, train_X, torch.where(self._valid[:, :n0], y0, 0.0).unsqueeze(-1),
+                settings.rff_noise_variance, mask=self._valid[:, :n0].clone(),
+            ).reserve(max(0, int(capacity)))
+
+    # ------------------------------------------------------------------ data
+    @property
+    def num_agents(self) -> int:
+        return self.keys.shape[0]
+
+    @property
+    def train_X(self) -> Tensor:
+        """``B x n x d`` inputs queried so far."""
+        return self._X[:, : self.n]
+
+    @property
+    def train_Y(self) -> Tensor:
+        """``B x n x 1`` observations (NaN where the evaluation failed)."""
+        return self._Y[:, : self.n].unsqueeze(-1)
+
+    @property
+    def mask(self) -> Tensor:
+        """``B x n`` booleans: valid observations."""
+        return self._valid[:, : self.n]
+
+    def round_keys(self, round: int, purpose: str) -> Tensor:
+        """``B`` keys for ``purpose`` in round ``round``."""
+        return kr.fold(kr.fold(self.keys, round), purpose)
+
+    def observe(self, X_new: Tensor, y: Tensor) -> Tensor:
+        r"""Add one evaluated point per agent.
+
+        Args:
+            X_new: ``B x d`` queried points. y: ``B`` observed values; NaN or
+                ``±inf`` marks a failed evaluation, which is stored as such and
+                left out of the GP and the RFF posterior.
+
+        Returns:
+            ``B`` booleans: which observations were valid.
+        """
+        ok = torch.isfinite(y)
+        n = self.n
+        if n >= self._X.shape[1]:  # grow (only when more rounds run than reserved)
+            extra = max(8, n)
+            self._X = torch.cat([self._X, self._X.new_zeros(self._X.shape[0], extra, self._X.shape[-1])], 1)
+            self._Y = torch.cat([self._Y, self._Y.new_full((self._Y.shape[0], extra), torch.nan)], 1)
+            self._valid = torch.cat([self._valid, self._valid.new_zeros(self._valid.shape[0], extra)], 1)
+        self._X[:, n] = X_new
+        self._Y[:, n] = torch.where(ok, y, torch.nan)
+        self._valid[:, n] = ok
+        self.n = n + 1
+        if self.rff is not None:
+            self.rff.update(
+                X_new.unsqueeze(1), torch.where(ok, y, 0.0).view(-1, 1, 1), mask=ok.unsqueeze(-1), validate=False
+            )
+        return ok
+
+    # -------------------------------------------------------------- messages
+    def message(self, round: int) -> Tensor:
+        r"""``B x M`` draws ``ω_n ~ N(ν_n, σ²Σ_n⁻¹)`` of round ``round`` (the agents' messages)."""
+        if self.rff is None:
+            raise RuntimeError("These agents have no shared feature map (`features=None`): they send no messages.")
+        M = self.features.num_features
+        base = kr.normal(self.round_keys(round, "omega"), M + self.rff._n, dtype=self.rff.weight_mean.dtype)
+        return self.rff.sample_weights(base_samples=base)
+
+    # ---------------------------------------------------------------- own GP
+    def gp(self, refit: bool | None = None) -> BatchedExactGP:
+        r"""The agents' exact GPs on their current data.
+
+        Hyperparameters are fitted on the first call and then every
+        ``gp_refit_every`` calls (warm-started); in between the previous ones are kept.
+        """
+        s = self.settings
+        if refit is None:
+            refit = self.gp_params is None or (s.gp_refit_every > 0 and self.gp_updates % s.gp_refit_every == 0)
+        model = BatchedExactGP(
+            self.train_X, self.train_Y, self.domain.bounds, spec=self.gp_spec, mask=self.mask, params=self.gp_params
+        )
+        if refit:
+            model.fit(maxiter=getattr(s, "gp_fit_maxiter", 60))
+        self.gp_params = model.params
+        self.gp_updates += 1
+        return model
+
+    def own_proposals(self, round: int) -> tuple[Tensor, Tensor]:
+        r"""Each agent's maximizer of a Thompson sample of its own GP: ``(B x d, B)``."""
+        model = self.gp()
+        F = self.settings.gp_sample_features or 1024
+        paths = model.draw_paths(self.round_keys(round, "own-sample"), num_features=F)
+        return self.domain.maximize(paths, self.num_agents, keys=self.round_keys(round, "own-maximize"))
+
+    def use_own(self, round: int, p: float) -> Tensor:
+        r"""``B`` booleans: with probability ``p`` the agent follows its own GP this round."""
+        u = kr.uniform(self.round_keys(round, "p_t"), 1, dtype=torch.float64).squeeze(-1)
+        return u < p
+
+    # ----------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly (the RFF factors are saved, not refactorized)."""
+        state = {
+            "keys": self.keys, "X": self._X, "Y": self._Y, "valid": self._valid, "n": self.n,
+            "gp_params": self.gp_params, "gp_updates": self.gp_updates,
+        }
+        if self.rff is not None:
+            state["rff_buffers"] = {k: v for k, v in self.rff.named_buffers(recurse=False)}
+            state["rff_n"] = self.rff._n
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        dev = self.keys.device
+        if not torch.equal(state["keys"].to(dev), self.keys):
+            raise ValueError("The saved agents have other keys (another seed or federation); refusing to load them.")
+        self._X, self._Y, self._valid = state["X"].to(dev), state["Y"].to(dev), state["valid"].to(dev)
+        self.n = int(state["n"])
+        self.gp_params = None if state["gp_params"] is None else state["gp_params"].to(dev)
+        self.gp_updates = int(state["gp_updates"])
+        if self.rff is not None:
+            for name, buf in state["rff_buffers"].items():
+                setattr(self.rff, name, buf.to(dev))
+            self.rff._n = int(state["rff_n"])

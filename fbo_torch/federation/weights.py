@@ -31,11 +31,8 @@ def exploration_weights(membership: Tensor, a: float, b: float = 1.0) -> Tensor:
     check_tensor("membership", membership)
     if membership.ndim != 2 or membership.dtype != torch.bool:
         raise ValueError(f"`membership` must be a P x N bool tensor, got {membership.dtype} {tuple(membership.shape)}.")
-    logits = torch.where(
-        membership,
-        torch.tensor(float(a), dtype=torch.float64, device=membership.device),
-        torch.tensor(float(b), dtype=torch.float64, device=membership.device),
-    )
+    # Python scalars, not device tensors: no host-to-device copy in a round
+    logits = torch.where(membership, float(a), float(b)).to(torch.float64)
     return torch.softmax(logits, dim=-1)
 
 

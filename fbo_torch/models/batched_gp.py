@@ -45,9 +45,11 @@ from torch import Tensor
 
 from fbo_torch.optim.quasi_newton import minimize_batched
 from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.cuda_graphs import GraphCache
 from fbo_torch.utils.validation import check_bounds, check_int, check_tensor
 
 _LOG2PI = math.log(2.0 * math.pi)
+_FIT_GRAPHS = GraphCache("BatchedExactGP.fit")
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,8 @@ class BatchedExactGP:
         mask: Optional ``B x n`` booleans marking valid observations (e.g.
             excluding failed evaluations); masked entries do not enter the GP.
         params: Optional ``B x p`` unconstrained hyperparameters (e.g. a previous fit).
+        validate: Check ``bounds`` (reads device values on the host; engines that
+            pass their domain's already-checked bounds use ``False``).
 
     The unconstrained vector per agent is ``[log(ℓ - ℓ_min) (d or 1),
     log σ_f² (if learned), log(σ² - σ²_min), c (if constant mean)]``.
@@ -145,6 +149,7 @@ class BatchedExactGP:
         spec: str | GPSpec = "botorch",
         mask: Tensor | None = None,
         params: Tensor | None = None,
+        validate: bool = True,
     ) -> None:
         check_tensor("train_X", train_X)
         check_tensor("train_Y", train_Y)
@@ -154,7 +159,10 @@ class BatchedExactGP:
                 f"{tuple(train_Y.shape)}."
             )
         B, n, d = train_X.shape
-        check_bounds("bounds", bounds, dim=d)
+        if validate:
+            check_bounds("bounds", bounds, dim=d)
+        elif bounds.shape != (2, d):
+            raise ValueError(f"`bounds` must have shape (2, {d}), got {tuple(bounds.shape)}.")
         self.spec = get_spec(spec)
         self.dim = d
         dt, dev = train_X.dtype, train_X.device
@@ -290,51 +298,56 @@ class BatchedExactGP:
 
         Returns:
             ``self`` with fitted ``params``; ``converged`` holds the per-agent flags.
+            On CUDA the whole fit is replayed as one CUDA graph
+            (:mod:`fbo_torch.utils.cuda_graphs`).
         """
         maxiter = check_int("maxiter", maxiter, minimum=0)
-        x0 = self.params
+        B, p = self.params.shape
+        x0 = self.params.unsqueeze(0)
         if restarts is not None:
-            x0 = torch.cat([x0.unsqueeze(0), restarts.to(x0)], 0)  # (1+R) x B x p
-        shape = x0.shape
-        flat = x0.reshape(-1, shape[-1])
-        reps = flat.shape[0] // self.params.shape[0]
-        data = self if reps == 1 else self._repeated(reps)
-
-        def vg(x: Tensor) -> tuple[Tensor, Tensor]:
-            with torch.enable_grad():
-                xg = x.detach().requires_grad_(True)
-                f = -data.mll(xg)
-                f_safe = torch.where(torch.isfinite(f), f, torch.zeros_like(f))
-                (g,) = torch.autograd.grad(f_safe.sum(), xg)
-            return f.detach(), torch.where(torch.isfinite(f).unsqueeze(-1), g, 0.0)
-
-        def values(xs: Tensor) -> Tensor:
-            with torch.no_grad():
-                f = -data.mll(xs)
-            return torch.where(torch.isnan(f), torch.full_like(f, torch.inf), f)
-
+            x0 = torch.cat([x0, restarts.to(x0)], 0)  # (1+R) x B x p
+        reps = x0.shape[0]
         opts = {"init_step": 0.5, "gtol": 1e-6, "ftol": 1e-10, **options}
-        res = minimize_batched(vg, flat, values=values, maxiter=maxiter, **opts)
-        x, f = res.x.reshape(shape), res.fun.reshape(shape[:-1])
-        conv = res.converged.reshape(shape[:-1])
-        if restarts is not None:
-            best = torch.argmin(torch.where(torch.isfinite(f), f, torch.inf), dim=0)  # B
-            x = x.gather(0, best.view(1, -1, 1).expand(1, *x.shape[1:])).squeeze(0)
-            conv = conv.gather(0, best.view(1, -1)).squeeze(0)
-        self.params = x.detach()
-        self.converged = conv
+        spec, dim = self.spec, self.dim
+
+        def pure(X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, start: Tensor) -> tuple[Tensor, ...]:
+            data = BatchedExactGP._view(spec, dim, X, y, mask, num_valid, reps)
+
+            def vg(x: Tensor) -> tuple[Tensor, Tensor]:
+                with torch.enable_grad():
+                    xg = x.detach().requires_grad_(True)
+                    f = -data.mll(xg)
+                    f_safe = torch.where(torch.isfinite(f), f, torch.zeros_like(f))
+                    (g,) = torch.autograd.grad(f_safe.sum(), xg)
+                return f.detach(), torch.where(torch.isfinite(f).unsqueeze(-1), g, 0.0)
+
+            def values(xs: Tensor) -> Tensor:
+                with torch.no_grad():
+                    f = -data.mll(xs)
+                return torch.where(torch.isnan(f), torch.full_like(f, torch.inf), f)
+
+            res = minimize_batched(vg, start, values=values, maxiter=maxiter, **opts)
+            return res.x, res.fun, res.converged
+
+        tensors = (self.X, self.y, self.mask, self.num_valid, x0.reshape(reps * B, p))
+        key = (spec, dim, reps, maxiter, tuple(sorted(opts.items())))
+        xs, fs, conv = _FIT_GRAPHS(pure, tensors, key)
+        x, f, conv = xs.view(reps, B, p), fs.view(reps, B), conv.view(reps, B)
+        best = torch.argmin(torch.where(torch.isfinite(f), f, torch.inf), dim=0)  # B
+        self.params = x.gather(0, best.view(1, B, 1).expand(1, B, p)).squeeze(0).detach()
+        self.converged = conv.gather(0, best.view(1, B)).squeeze(0)
         self._chol = None
         return self
 
-    def _repeated(self, reps: int) -> BatchedExactGP:
-        """A view of this GP's data repeated ``reps`` times along the batch (for restarts)."""
-        other = BatchedExactGP.__new__(BatchedExactGP)
-        other.__dict__.update(self.__dict__)
-        for name in ("X", "y", "mask", "num_valid", "y_mean", "y_std"):
-            t = getattr(self, name)
-            setattr(other, name, t.repeat(reps, *([1] * (t.ndim - 1))))
-        other.params = self.params.repeat(reps, 1)
-        return other
+    @classmethod
+    def _view(cls, spec: GPSpec, dim: int, X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor,
+              reps: int = 1) -> BatchedExactGP:
+        """A bare GP on given tensors (what :meth:`mll` needs), its batch repeated ``reps`` times."""
+        obj = cls.__new__(cls)
+        obj.spec, obj.dim = spec, dim
+        rep = (lambda t: t.repeat(reps, *([1] * (t.ndim - 1)))) if reps > 1 else (lambda t: t)
+        obj.X, obj.y, obj.mask, obj.num_valid = rep(X), rep(y), rep(mask), rep(num_valid)
+        return obj
 
     def random_params(self, keys: Tensor, num: int) -> Tensor:
         r"""``num x B x p`` random starting points (keyed; uniform in log-space boxes):
@@ -483,7 +496,9 @@ class GPThompsonPaths:
         prior = amp.unsqueeze(-1) * ((lin.sin() * w[:, None, : F // 2]).sum(-1) + (lin.cos() * w[:, None, F // 2 :]).sum(-1))
         resid = torch.where(gp.mask, gp.y - hp["mean"].unsqueeze(-1) - prior - eps, 0.0)
         L = gp.cholesky
-        v = torch.cholesky_solve(resid.unsqueeze(-1), L).squeeze(-1)
+        # two triangular solves: torch.cholesky_solve checks for errors on the host (a synchronization)
+        w_ = torch.linalg.solve_triangular(L, resid.unsqueeze(-1), upper=False)
+        v = torch.linalg.solve_triangular(L.mT, w_, upper=True).squeeze(-1)
         v = torch.where(gp.mask, v, 0.0)
         lo, width = gp.bounds[0], gp.bounds[1] - gp.bounds[0]
         return cls(lo, width, W, w, amp, gp.X, v, hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std)
@@ -491,6 +506,19 @@ class GPThompsonPaths:
     @property
     def batch_size(self) -> int:
         return self.W.shape[0]
+
+    # a pure function of tensors: maximizers may capture it as a CUDA graph
+    _FIELDS = ("lo", "width", "W", "w", "amp", "Xt", "v", "ls", "os", "mean", "y_mean", "y_std")
+
+    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
+        return tuple(getattr(self, f) for f in self._FIELDS), ()
+
+    @classmethod
+    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> GPThompsonPaths:
+        obj = cls.__new__(cls)
+        for f, t in zip(cls._FIELDS, tensors):
+            setattr(obj, f, t)
+        return obj
 
     def _parts(self, X: Tensor, grad: bool):
         U = (X - self.lo) / self.width  # ... x B x C x d

@@ -42,30 +42,44 @@ class RFFSamplePaths:
             raise ValueError(
                 f"`omegas` must be B x M with M = {features.num_features}, got shape {tuple(omegas.shape)}."
             )
-        self.features, self.omegas = features, omegas
+        self.omegas = omegas
+        self.spectral = features.spectral.to(omegas)  # M x d
+        self.phase = features.phase.to(omegas)
+        self.outputscale = features.outputscale.to(omegas)
+        self.normalize = features.normalize
+
+    # a pure function of tensors: maximizers may capture it as a CUDA graph
+    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
+        return (self.spectral, self.phase, self.outputscale, self.omegas), (self.normalize,)
+
+    @classmethod
+    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> RFFSamplePaths:
+        obj = cls.__new__(cls)
+        obj.spectral, obj.phase, obj.outputscale, obj.omegas = tensors
+        (obj.normalize,) = config
+        return obj
 
     @property
     def batch_size(self) -> int:
         return self.omegas.shape[0]
 
     def _lin(self, X: Tensor) -> Tensor:
-        check_last_dim("X", X, self.features.dim)
-        S = self.features.spectral.to(X)
-        b = self.features.phase.to(X)
+        S = self.spectral
+        check_last_dim("X", X, S.shape[-1])
         d = X.shape[-1]
-        return torch.addmm(b, X.reshape(-1, d), S.T).view(*X.shape[:-1], -1)  # ... x B x C x M
+        return torch.addmm(self.phase, X.reshape(-1, d), S.T).view(*X.shape[:-1], -1)  # ... x B x C x M
 
     def _scale(self, c: Tensor) -> tuple[Tensor, Tensor | None]:
-        s0 = self.features.outputscale.to(c).sqrt()
-        if self.features.normalize:
+        s0 = self.outputscale.sqrt()
+        if self.normalize:
             nrm2 = (c * c).sum(-1).clamp_min(torch.finfo(c.dtype).tiny)
             return s0 / nrm2.sqrt(), nrm2
-        return s0 * math.sqrt(2.0 / self.features.num_features) * torch.ones_like(c[..., 0]), None
+        return s0 * math.sqrt(2.0 / self.spectral.shape[0]) * torch.ones_like(c[..., 0]), None
 
     def __call__(self, X: Tensor) -> Tensor:
         """Values ``... x B x C`` at ``... x B x C x d`` points."""
         c = self._lin(X).cos_()
-        om = self.omegas.to(c)
+        om = self.omegas
         dot = (c @ om.unsqueeze(-1)).squeeze(-1)  # ... x B x C
         a, _ = self._scale(c)
         return a * dot
@@ -74,12 +88,11 @@ class RFFSamplePaths:
         """Values ``... x B x C`` and input gradients ``... x B x C x d`` (closed form)."""
         z = self._lin(X)
         c, s = torch.cos(z), torch.sin_(z)
-        om = self.omegas.to(c)
+        om = self.omegas
         dot = (c @ om.unsqueeze(-1)).squeeze(-1)
         a, nrm2 = self._scale(c)
         r = om.unsqueeze(-2) if nrm2 is None else om.unsqueeze(-2) - (dot / nrm2).unsqueeze(-1) * c
-        S = self.features.spectral.to(X)
-        g = -(a.unsqueeze(-1)) * ((s * r) @ S)
+        g = -(a.unsqueeze(-1)) * ((s * r) @ self.spectral)
         return a * dot, g
 
 

@@ -40,6 +40,7 @@ from torch import Tensor
 
 from fbo_torch.optim.quasi_newton import minimize_batched
 from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.cuda_graphs import GraphCache
 from fbo_torch.utils.validation import check_int, check_tensor
 
 try:  # BoTorch's batched L-BFGS-B (guarded by BoTorch for supported SciPy versions)
@@ -164,15 +165,37 @@ def maximize_batched(
         keys = kr.keys_from_generator((B,), generator, device=bounds.device)
     elif keys.shape != (B,) or keys.dtype != torch.int64:
         raise ValueError(f"`keys` must be {B} int64 keys (one per problem), got {keys.dtype} {tuple(keys.shape)}.")
+    keys = keys.to(bounds.device)
+    settings = (raw_samples, k, refine, maxiter, lr, max_points, eta)
+    state = getattr(fn, "graph_state", None)
+    if state is not None and refine in ("qn", None) and bounds.is_cuda:
+        # a pure function of tensors: the whole maximization is one CUDA graph replay
+        tensors, config = state()
+        cls = type(fn)
+
+        def pure(keys_: Tensor, bounds_: Tensor, *ts: Tensor) -> tuple[Tensor, Tensor]:
+            return _maximize(cls.from_graph_state(ts, config), bounds_, keys_, *settings)
+
+        X, v = _GRAPHS(pure, (keys, bounds.contiguous(), *tensors), key=(cls, config, settings))
+        return X, v
+    return _maximize(fn, bounds, keys, *settings)
+
+
+_GRAPHS = GraphCache("maximize_batched")
+
+
+def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine, maxiter: int, lr: float,
+              max_points: int, eta: float) -> tuple[Tensor, Tensor]:
+    B, _, d = bounds.shape
     lo, width = bounds[:, 0:1, :], bounds[:, 1:2, :] - bounds[:, 0:1, :]
     vg = getattr(fn, "value_and_grad", None)
 
     def fn_unit(U: Tensor) -> Tensor:  # B x C x d in unit coordinates
         return fn(lo + U * width)
 
-    U_raw = raw_points(keys.to(bounds.device), raw_samples, d, bounds.dtype)
+    U_raw = raw_points(keys, raw_samples, d, bounds.dtype)
     vals = score_chunked(fn_unit, U_raw, max_points)
-    top_idx = boltzmann_restarts(vals, k, keys.to(bounds.device), eta)
+    top_idx = boltzmann_restarts(vals, k, keys, eta)
     top_vals = vals.gather(1, top_idx)
     U0 = U_raw.gather(1, top_idx.unsqueeze(-1).expand(B, k, d))
 

@@ -119,8 +119,13 @@ def minimize_batched(
         raise ValueError(f"`x0` must be batch x p, got shape {tuple(x0.shape)}.")
     B, p = x0.shape
     dt, dev = x0.dtype, x0.device
-    lo = torch.as_tensor(-torch.inf if lower is None else lower, dtype=dt, device=dev).expand(B, p)
-    hi = torch.as_tensor(torch.inf if upper is None else upper, dtype=dt, device=dev).expand(B, p)
+    def bound(v: Tensor | float | None, default: float) -> Tensor:
+        # Python numbers become fills on the device (no host-to-device copy: CUDA-graph safe)
+        if isinstance(v, Tensor):
+            return v.to(dtype=dt, device=dev).expand(B, p)
+        return torch.full((B, p), default if v is None else float(v), dtype=dt, device=dev)
+
+    lo, hi = bound(lower, -torch.inf), bound(upper, torch.inf)
     if values is None:
         def values(xs: Tensor) -> Tensor:  # noqa: E306  (K calls; pass `values` for one batched call)
             return torch.stack([value_and_grad(x)[0] for x in xs])

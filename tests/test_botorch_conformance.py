@@ -218,3 +218,41 @@ def test_transformed_rff_model_paths_and_acquisition(rff):
     torch.manual_seed(0)
     cand, value = optimize_acqf(qLogNoisyExpectedImprovement(model, X_baseline=Xr), bounds, q=2, **OPT)
     assert cand.shape == (2, D) and ((cand >= 2.0) & (cand <= 5.0)).all() and torch.isfinite(value).all()
+
+
+def test_feature_map_and_scaled_kernel_paths(rff):
+    # RandomFourierFeatures as a BoTorch pathwise FeatureMap; ScaleKernel(SharedRFFKernel) paths are exact too
+    from botorch.sampling.pathwise import GeneralizedLinearPath
+    from gpytorch.kernels import ScaleKernel
+
+    from fbo_torch.sampling.pathwise import RFFFeatureMap
+
+    fmap = RFFFeatureMap(rff)
+    assert fmap.num_outputs == M and fmap.batch_shape == torch.Size([])
+    w = torch.randn(2, M, dtype=f64, generator=torch.Generator().manual_seed(0))
+    Xs = _data(5, seed=11)[0]
+    # same dot products in another summation order: |error| <= M eps sum_i |phi_i w_i| <= M eps ||phi|| ||w||
+    atol = M * torch.finfo(f64).eps * w.norm(dim=-1).max().item()
+    torch.testing.assert_close(GeneralizedLinearPath(fmap, weight=w)(Xs), w @ rff(Xs).T, atol=atol, rtol=0)
+    X, Y = _data()
+    gp = SingleTaskGP(X, Y, covar_module=ScaleKernel(SharedRFFKernel(rff)))
+    gp.covar_module.outputscale = 2.5
+    gp.eval()
+    torch.manual_seed(4)
+    values = draw_matheron_paths(gp, sample_shape=torch.Size([3000]))(Xs)
+    post = gp.posterior(Xs)
+    _assert_moments(values, post.mean.squeeze(-1), post.mvn.covariance_matrix)
+    assert rff.spectral.dtype == f64 and fmap.output_transform is None  # the shared map was not modified
+
+
+def test_kernel_on_active_dims_paths(rff):
+    # a SharedRFFKernel on 2 of 3 inputs: the prior paths select the same inputs the kernel does
+    g = torch.Generator().manual_seed(12)
+    X = torch.rand(N_OBS, 3, generator=g, dtype=f64)
+    Y = torch.sin(5 * X[:, [0, 2]]).sum(-1, keepdim=True)
+    gp = SingleTaskGP(X, Y, covar_module=SharedRFFKernel(rff, active_dims=(0, 2))).eval()
+    Xs = torch.rand(4, 3, generator=g, dtype=f64)
+    torch.manual_seed(5)
+    values = draw_matheron_paths(gp, sample_shape=torch.Size([3000]))(Xs)
+    post = gp.posterior(Xs)
+    _assert_moments(values, post.mean.squeeze(-1), post.mvn.covariance_matrix)

@@ -424,6 +424,13 @@ def test_transforms_are_honoured(rff, rep):
     post, ref = m.posterior(3.0 + 4.0 * Xs), plain.posterior(Xs)
     torch.testing.assert_close(post.mean, mu + sd * ref.mean, **EXACT)
     torch.testing.assert_close(post.variance, sd**2 * ref.variance, **EXACT)
+    # fantasy-layout conditioning takes raw Y and noise on the transformed scale (BoTorch's convention)
+    Yf = Yr[:, 8:].unsqueeze(0)  # 1 fantasy x N x 2 x 1
+    noise = torch.full_like(Yf, 0.003)
+    cm = m.condition_on_observations(Xr[:, 8:], Yf, noise=noise)
+    cp = plain.condition_on_observations(X[:, 8:], (Yf - mu) / sd, noise=noise)
+    torch.testing.assert_close(cm.posterior(3.0 + 4.0 * Xs).mean, mu + sd * cp.posterior(Xs).mean, **EXACT)
+    torch.testing.assert_close(cm.posterior(3.0 + 4.0 * Xs).variance, sd**2 * cp.posterior(Xs).variance, **EXACT)
     # update() takes raw data and transforms it with the fitted (fixed) transforms
     m.update(Xr[:, 8:], Yr[:, 8:])
     plain.update(X[:, 8:], (Yr[:, 8:] - mu) / sd)

@@ -300,7 +300,8 @@ class _RFFWeightModel(Model, FantasizeMixin):
         self._check_transforms()
         like = self._mean_vector
         Xt = self.transform_inputs(X.to(like))
-        Y, noise = self._transform_outcomes(Y.to(like), None if noise is None else noise.to(like), Xt)
+        Y, _ = self._transform_outcomes(Y.to(like), None, Xt)  # `noise` is on the transformed scale already
+        noise = None if noise is None else noise.to(like)
         phi = self.features(Xt)  # ... x k x M
         if noise is None:
             noise_diag = self._noise.unsqueeze(-1).expand(*self._noise.shape, phi.shape[-2])

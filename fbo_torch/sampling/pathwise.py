@@ -35,7 +35,13 @@ from botorch.sampling.pathwise.features import FeatureMap
 from botorch.sampling.pathwise.features.generators import GenKernelFeatures
 from botorch.sampling.pathwise.paths import GeneralizedLinearPath
 from botorch.sampling.pathwise.posterior_samplers import DrawMatheronPaths
-from botorch.sampling.pathwise.utils import FeatureSelector, TInputTransform, TOutputTransform, get_output_transform
+from botorch.sampling.pathwise.utils import (
+    FeatureSelector,
+    TensorTransform,
+    TInputTransform,
+    TOutputTransform,
+    get_output_transform,
+)
 from torch import Size, Tensor
 
 from fbo_torch.features import RandomFourierFeatures
@@ -94,6 +100,14 @@ class RFFFeatureMap(FeatureMap):
         return self._batch_shape
 
 
+class _Identity(TensorTransform):
+    r"""Output transform that changes nothing: BoTorch's ``ScaleKernel`` feature generator
+    chains its output scale in front of the base map's output transform, which must exist."""
+
+    def forward(self, values: Tensor) -> Tensor:
+        return values
+
+
 @GenKernelFeatures.register(SharedRFFKernel)
 def _gen_kernel_features_shared_rff(
     kernel: SharedRFFKernel, *, num_inputs: int, num_outputs: int, **ignore: Any
@@ -105,7 +119,9 @@ def _gen_kernel_features_shared_rff(
             f"SharedRFFKernel maps d = {kernel.features.dim} inputs, but the model has {d} (active) inputs."
         )
     selector = None if active is None else FeatureSelector(indices=active)
-    return RFFFeatureMap(kernel.features, input_transform=selector, batch_shape=kernel.batch_shape)
+    return RFFFeatureMap(
+        kernel.features, input_transform=selector, output_transform=_Identity(), batch_shape=kernel.batch_shape
+    )
 
 
 @DrawMatheronPaths.register(RFFBayesianLinear)

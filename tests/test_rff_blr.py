@@ -511,3 +511,27 @@ def test_rff_kernel_fits_and_is_renamed(rff):
     assert SharedRFFKernel(rff).dtype == f64  # the kernel has no parameters; it reports its map's dtype
     with pytest.warns(DeprecationWarning, match="SharedRFFKernel"):
         assert fbo_torch.RFFKernel is SharedRFFKernel
+
+
+def test_contract_runs_on_the_models_device(device, rep):
+    # fantasies, pathwise paths, transforms and the state dict follow the model's device
+    from botorch.models.transforms import Normalize, Standardize
+    from botorch.sampling import SobolQMCNormalSampler
+    from botorch.sampling.pathwise import draw_matheron_paths
+
+    rff_d = RandomFourierFeatures(dim=2, num_features=40, lengthscale=0.25, seed=3, device=device)
+    X, Y = (t.to(device) for t in make_data(N=2, n=8))
+    m = RFFBayesianLinear(rff_d, X, Y, 0.01, representation=rep, input_transform=Normalize(2),
+                          outcome_transform=Standardize(1, batch_shape=torch.Size([2])))
+    Xq = torch.rand(3, 2, 2, 2, dtype=f64, device=device)
+    fm = m.fantasize(Xq, SobolQMCNormalSampler(torch.Size([4]), seed=0))
+    post = fm.posterior(torch.rand(3, 2, 5, 2, dtype=f64, device=device))
+    assert post.mean.device.type == device.type and post.mean.shape == (4, 3, 2, 5, 1)
+    paths = draw_matheron_paths(m, sample_shape=torch.Size([6]))
+    values = paths(torch.rand(2, 5, 2, dtype=f64, device=device))
+    assert values.shape == (6, 2, 5) and values.device.type == device.type and torch.isfinite(values).all()
+    fresh = RFFBayesianLinear(rff_d, X, Y, 0.01, representation=rep, input_transform=Normalize(2),
+                              outcome_transform=Standardize(1, batch_shape=torch.Size([2])))
+    m.update(X[:, :1], Y[:, :1])
+    fresh.load_state_dict(m.state_dict())
+    assert fresh.train_X.device.type == device.type and fresh.train_X.shape == (2, 9, 2)

@@ -27,6 +27,11 @@ representations (every solve is triangular; no explicit inverse is formed):
   ``M = 1000`` with thousands of agents fit in memory.
 
 ``representation="auto"`` (default) picks the dual form when ``n < M``.
+
+Conditioning on observations in BoTorch's other batch layouts (the fantasies
+of knowledge gradient and integrated-variance acquisitions) gives a
+:class:`ConditionedRFFBayesianLinear`: the base posterior plus ``k`` whitened
+rows per batch entry, without copying the base model.
 """
 
 from __future__ import annotations

@@ -4,18 +4,29 @@ Federated Thompson sampling (FTS, Dai et al. 2020) and its differentially
 private, distributed-exploration extension (DP-FTS-DE, Dai et al. 2021), built
 from BoTorch models and acquisition functions that batch every agent of a
 federation into one tensor computation.
+
+Importing the package registers its models and kernel with BoTorch's pathwise
+sampling (:mod:`fbo_torch.sampling.pathwise`), so ``draw_matheron_paths``,
+``get_matheron_path_model`` and ``PathwiseThompsonSampling`` accept them.
 """
 
+from typing import Any
+
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.kernels import RFFKernel
+from fbo_torch.kernels import SharedRFFKernel, _deprecated_alias
 from fbo_torch.models import RFFBayesianLinear, draw_thompson_paths, fit_agent_gps
+from fbo_torch.sampling import pathwise as _pathwise  # noqa: F401  (registers with BoTorch)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "RFFBayesianLinear",
-    "RFFKernel",
     "RandomFourierFeatures",
+    "SharedRFFKernel",
     "draw_thompson_paths",
     "fit_agent_gps",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    return _deprecated_alias(__name__, name, stacklevel=2)

@@ -81,6 +81,8 @@ class RandomFourierFeatures(nn.Module):
         dim = check_int("dim", dim, minimum=1)
         num_features = check_int("num_features", num_features, minimum=1)
         seed = check_int("seed", seed)
+        if not -(2**63) <= seed < 2**63:
+            raise ValueError(f"`seed` must fit in a signed 64-bit integer, got {seed}.")
         if not isinstance(normalize, bool):
             raise TypeError(f"`normalize` must be a bool, got {type(normalize).__name__}.")
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
@@ -102,11 +104,16 @@ class RandomFourierFeatures(nn.Module):
         self.num_features = num_features
         self.seed = seed
         self.normalize = normalize
+        # the float64 arguments, for config() (the buffers may be float32)
+        self._config_scales = (ls.tolist(), float(outputscale))
         factory = {"dtype": dtype, "device": device}
         self.register_buffer("spectral", spectral.to(**factory))
         self.register_buffer("phase", phase.to(**factory))
         self.register_buffer("lengthscale", ls.expand(dim).clone().to(**factory))
         self.register_buffer("outputscale", torch.tensor(float(outputscale), **factory))
+        # integer/bool buffers: not cast by .to(dtype); they make the state dict self-contained
+        self.register_buffer("seed_", torch.tensor(seed, dtype=torch.int64, device=device))
+        self.register_buffer("normalize_", torch.tensor(normalize, device=device))
 
     # ------------------------------------------------------------------ map
     def forward(self, X: Tensor) -> Tensor:
@@ -120,7 +127,7 @@ class RandomFourierFeatures(nn.Module):
         b = self.phase.to(dtype=X.dtype, device=X.device)
         s0sq = self.outputscale.to(dtype=X.dtype, device=X.device)
         # one fused X Sᵀ + b; without autograd the cos and the scaling run in place (one buffer)
-        lin = torch.addmm(b, X.reshape(-1, self.dim), S.transpose(-1, -2)).view(*X.shape[:-1], -1)
+        lin = torch.addmm(b, X.reshape(-1, self.dim), S.transpose(-1, -2)).view(*X.shape[:-1], self.num_features)
         inplace = not (torch.is_grad_enabled() and (X.requires_grad or S.requires_grad or b.requires_grad))
         phi = lin.cos_() if inplace else torch.cos(lin)
         if self.normalize:
@@ -153,36 +160,81 @@ class RandomFourierFeatures(nn.Module):
         return h.hexdigest()[:16]
 
     # ----------------------------------------------------------- state dict
-    def get_extra_state(self) -> dict[str, Any]:
+    # The state dict holds tensors only (``spectral``, ``phase``, ``lengthscale``,
+    # ``outputscale`` and the 0-d ``seed_`` / ``normalize_`` buffers), so BoTorch's
+    # state-dict checkpoints (``fit_gpytorch_mll``) and Flower's ``ArrayRecord``
+    # accept it. The Python attributes ``dim``, ``num_features``, ``seed`` and
+    # ``normalize`` are kept in sync with it on load.
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict, strict: bool,
+        missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str],
+    ) -> None:
+        spectral = state_dict.get(prefix + "spectral")
+        if isinstance(spectral, Tensor) and tuple(spectral.shape) != (self.num_features, self.dim):
+            raise ValueError(
+                f"state_dict is for a map with (num_features, dim) = {tuple(spectral.shape)}, this module has "
+                f"(num_features={self.num_features}, dim={self.dim})."
+            )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        self.seed = int(self.seed_)
+        self.normalize = bool(self.normalize_)
+        self._config_scales = (self.lengthscale.double().cpu().tolist(), float(self.outputscale))
+
+    def config(self) -> dict[str, Any]:
+        r"""The constructor arguments as a JSON-able dict (``dtype`` as a string, no device).
+
+        ``RandomFourierFeatures.from_config(rff.config())`` rebuilds the identical
+        map (same fingerprint) on any machine; this is what a message's config
+        record carries.
+        """
+        ls, outputscale = self._config_scales
         return {
             "dim": self.dim,
             "num_features": self.num_features,
+            "lengthscale": ls[0] if all(v == ls[0] for v in ls) else ls,
+            "outputscale": outputscale,
             "seed": self.seed,
             "normalize": self.normalize,
+            "dtype": str(self.spectral.dtype).removeprefix("torch."),
         }
 
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        if state["dim"] != self.dim or state["num_features"] != self.num_features:
-            raise ValueError(
-                "state_dict is for a map with "
-                f"(dim={state['dim']}, num_features={state['num_features']}), this module has "
-                f"(dim={self.dim}, num_features={self.num_features})."
-            )
-        self.seed = int(state["seed"])
-        self.normalize = bool(state["normalize"])
+    @classmethod
+    def from_config(
+        cls, config: dict[str, Any], device: torch.device | str | None = None
+    ) -> RandomFourierFeatures:
+        r"""Build a map from :meth:`config`'s dict (unknown keys are an error)."""
+        if not isinstance(config, dict):
+            raise TypeError(f"`config` must be a dict of constructor arguments, got {type(config).__name__}.")
+        allowed = {"dim", "num_features", "lengthscale", "outputscale", "seed", "normalize", "dtype"}
+        unknown = sorted(set(config) - allowed)
+        if unknown:
+            raise ValueError(f"`config` has unknown keys {unknown}; expected a subset of {sorted(allowed)}.")
+        kwargs = dict(config)
+        if isinstance(kwargs.get("dtype"), str):
+            dtype = getattr(torch, kwargs["dtype"], None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"`config['dtype']` must name a torch dtype, got {config['dtype']!r}.")
+            kwargs["dtype"] = dtype
+        return cls(**kwargs, device=device)
 
     @classmethod
     def from_state_dict(
         cls, state_dict: dict[str, Any], device: torch.device | str | None = None
     ) -> RandomFourierFeatures:
         """Rebuild a map from a ``state_dict`` (e.g. one received over the wire)."""
-        extra = state_dict["_extra_state"]
+        for key in ("spectral", "phase", "lengthscale", "outputscale", "seed_", "normalize_"):
+            if not isinstance(state_dict.get(key), Tensor):
+                raise ValueError(f"`state_dict` has no tensor {key!r}; it is not a RandomFourierFeatures state.")
         spectral = state_dict["spectral"]
+        num_features, dim = spectral.shape
         rff = cls(
-            dim=extra["dim"],
-            num_features=extra["num_features"],
-            seed=extra["seed"],
-            normalize=extra["normalize"],
+            dim=dim,
+            num_features=num_features,
+            seed=int(state_dict["seed_"]),
+            normalize=bool(state_dict["normalize_"]),
             dtype=spectral.dtype,
             device=device if device is not None else spectral.device,
         )

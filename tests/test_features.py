@@ -180,3 +180,35 @@ def test_in_place_path_equals_autograd_path_and_gradient_is_exact(normalize):
         torch.testing.assert_close(Xg.grad, num, rtol=1e-6, atol=1e-8)
     # a single point (d,) maps to (M,)
     assert rff(X[0, 0]).shape == (9,)
+
+
+def test_state_dict_holds_only_tensors_and_config_rebuilds_the_map():
+    # issue 13.1: get_extra_state returned a dict, which broke fit_gpytorch_mll and Flower's ArrayRecord
+    import json
+
+    a = RandomFourierFeatures(3, 40, lengthscale=[0.1, 0.2, 0.3], outputscale=0.7, seed=9, normalize=False)
+    sd = a.state_dict()
+    assert all(isinstance(v, torch.Tensor) for v in sd.values()), {k: type(v) for k, v in sd.items()}
+    assert int(sd["seed_"]) == 9 and bool(sd["normalize_"]) is False
+    cfg = json.loads(json.dumps(a.config()))  # what a ConfigRecord carries
+    b = RandomFourierFeatures.from_config(cfg)
+    X = torch.rand(6, 3, dtype=f64)
+    assert b.fingerprint == a.fingerprint and torch.equal(a(X), b(X)) and b.config() == a.config()
+    # float32 maps and scalar lengthscales round-trip too (the config keeps the float64 arguments)
+    c = RandomFourierFeatures(2, 30, lengthscale=0.123456789, outputscale=1.3, seed=-4, dtype=torch.float32)
+    c2 = RandomFourierFeatures.from_config(json.loads(json.dumps(c.config())))
+    assert c2.spectral.dtype == torch.float32 and torch.equal(c2.spectral, c.spectral) and c2.fingerprint == c.fingerprint
+    assert c.config()["lengthscale"] == 0.123456789
+    with pytest.raises(ValueError, match="unknown keys"):
+        RandomFourierFeatures.from_config({**cfg, "device": "cpu"})
+    with pytest.raises(ValueError, match="dtype"):
+        RandomFourierFeatures.from_config({**cfg, "dtype": "float99"})
+    with pytest.raises(ValueError, match="seed"):
+        RandomFourierFeatures(2, 5, seed=2**63)
+    with pytest.raises(ValueError, match="no tensor 'seed_'"):
+        RandomFourierFeatures.from_state_dict({k: v for k, v in sd.items() if k != "seed_"})
+
+
+def test_empty_input_maps_to_empty_features():
+    rff = RandomFourierFeatures(2, 7, seed=0)
+    assert rff(torch.empty(3, 0, 2, dtype=f64)).shape == (3, 0, 7)

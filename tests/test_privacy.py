@@ -458,3 +458,97 @@ def test_lazy_opacus_import():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "OK"
+
+
+# --------------------------------------------------------------------------- #
+# Opacus-native "rdp-classic" (issue 13.4)
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize(("q", "z"), list(PAPER))
+def test_rdp_classic_is_an_opacus_accountant(q, z):
+    # Opacus' own factory creates it and it reports the paper's epsilon
+    from opacus.accountants import IAccountant, create_accountant
+
+    get_accountant("rdp-classic")  # any fbo_torch accountant registers it
+    acc = create_accountant("rdp-classic")
+    assert isinstance(acc, IAccountant) and acc.mechanism() == "rdp-classic"
+    for _ in range(T):
+        acc.step(noise_multiplier=z, sample_rate=q)
+    assert acc.history == [(z, q, T)] and len(acc) == 1  # Opacus' len: history segments
+    assert round(acc.get_epsilon(DELTA), 2) == PAPER[(q, z)]
+    assert acc.get_epsilon(DELTA) == compute_epsilon(q, z, T, DELTA, accountant="rdp-classic")
+
+
+def test_rdp_classic_state_dicts_are_interchangeable_with_opacus():
+    from opacus.accountants import create_accountant
+
+    ours = get_accountant("rdp-classic")
+    for k in range(12):
+        ours.step(1.0 + 0.1 * (k // 4), 0.25)
+    theirs = create_accountant("rdp-classic")
+    theirs.load_state_dict(ours.state_dict())
+    assert theirs.get_epsilon(DELTA) == ours.get_epsilon(DELTA)
+    assert ours.to_opacus().get_epsilon(DELTA) == ours.get_epsilon(DELTA)
+    back = get_accountant("rdp-classic")
+    back.load_state_dict(theirs.state_dict())
+    assert back.history == ours.history
+    with pytest.raises(ValueError, match="default orders"):
+        ClassicRDPAccountant(orders=[2, 3, 4]).to_opacus()
+
+
+@pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha:UserWarning")
+@pytest.mark.parametrize("name", ["rdp", "rdp-classic", "prv"])
+def test_calibrate_noise_agrees_with_opacus_get_noise_multiplier(name):
+    # calibrate_noise keeps its own (faster) search; Opacus' calibration must land in the same window
+    from opacus.accountants.utils import get_noise_multiplier
+
+    q, steps, target, tol = 0.02, 100, 1.0, 0.01
+    ours = calibrate_noise(target, q, steps, DELTA, accountant=name, epsilon_tolerance=tol)
+    theirs = get_noise_multiplier(target_epsilon=target, target_delta=DELTA, sample_rate=q, steps=steps,
+                                  accountant=name, epsilon_tolerance=tol)
+    for z in (ours, theirs):
+        assert target - tol <= compute_epsilon(q, z, steps, DELTA, accountant=name) <= target
+
+
+@pytest.mark.filterwarnings("ignore:Secure RNG turned off:UserWarning", "ignore:Full backward hook:UserWarning")
+def test_opacus_privacy_engine_trains_with_rdp_classic():
+    import torch
+    from opacus import PrivacyEngine
+
+    get_accountant("rdp-classic")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=16)
+    engine = PrivacyEngine(accountant="rdp-classic")
+    model, opt, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
+        noise_multiplier=1.1, max_grad_norm=1.0,
+    )
+    steps = 0
+    for X, Y in loader:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(X), Y).backward()
+        opt.step()
+        steps += 1
+    eps = engine.get_epsilon(1e-5)
+    assert eps == pytest.approx(compute_epsilon(16 / 64, 1.1, steps, 1e-5, accountant="rdp-classic"), rel=1e-12)
+
+
+def test_opacus_imported_first_gets_rdp_classic_at_import():
+    code = textwrap.dedent(
+        """
+        import opacus.accountants
+        import fbo_torch.privacy
+        from opacus.accountants import create_accountant
+        from opacus.accountants.utils import get_noise_multiplier
+        print(type(create_accountant("rdp-classic")).__name__)
+        z = get_noise_multiplier(target_epsilon=9.91, target_delta=200 ** -1.1, sample_rate=0.25, steps=40,
+                                 accountant="rdp-classic", epsilon_tolerance=0.005)
+        print(abs(z - 1.0) < 0.005)
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["OpacusClassicRDPAccountant", "True"]

@@ -6,7 +6,7 @@ from botorch.models import SingleTaskGP
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.kernels import RFFKernel
+from fbo_torch.kernels import SharedRFFKernel as RFFKernel
 from fbo_torch.models import RFFBayesianLinear, cholesky_rank_one_update
 from fbo_torch.models.rff_blr import cholesky_solve_vec
 
@@ -318,3 +318,220 @@ def test_representations_agree(rff):
     torch.testing.assert_close(w.weight_mean, d.weight_mean, atol=1e-9, rtol=0)
     with pytest.raises(ValueError, match="representation"):
         RFFBayesianLinear(rff, X, Y, 0.03, representation="primal")
+
+
+# --------------------------------------------------------------------------- #
+# the BoTorch model contract (issue 13.3) and bad input (issue 11.6)
+# --------------------------------------------------------------------------- #
+
+# Tolerance for two exact float64 routes to the same posterior: the Cholesky
+# solves lose about κ·eps with κ ≤ (max ‖φ‖² · n + σ²) / σ² ≲ 2e4 for the data
+# here (‖φ‖² = 1, n ≤ 20, σ² ≥ 1e-2), so 2e4 · 2.2e-16 ≈ 5e-12; 1e-9 leaves room
+# for the accumulation over M = 40 features.
+EXACT = dict(atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_observation_noise_shape_matches_singletaskgp(rff, rep, batched):
+    # issue 11.6: unbatched dual gave (1, q, 1) variances; weight form and SingleTaskGP give (q, 1)
+    X, Y = make_data(N=2, n=10)
+    if not batched:
+        X, Y = X[0], Y[0]
+    m = RFFBayesianLinear(rff, X, Y, 0.05, representation=rep)
+    Xs = torch.rand(5, 2, dtype=f64)
+    p0, p1 = m.posterior(Xs), m.posterior(Xs, observation_noise=True)
+    expected = (2, 5, 1) if batched else (5, 1)
+    assert p0.variance.shape == p1.variance.shape == expected
+    torch.testing.assert_close(p1.variance, p0.variance + 0.05, **EXACT)
+    gp = SingleTaskGP(X, Y, train_Yvar=torch.full_like(Y, 0.05), covar_module=RFFKernel(rff), outcome_transform=None)
+    assert gp.posterior(Xs, observation_noise=True).variance.shape == expected
+
+
+def test_no_data_is_the_prior_and_bad_sizes_are_clear(rff, rep):
+    # n = 0 is legal (the prior N(0, I)); N = 0 agents and a string noise are clear errors
+    X, Y = make_data(N=3, n=6)
+    m = RFFBayesianLinear(rff, X[:, :0], Y[:, :0], 0.01, representation=rep)
+    Xs = torch.rand(4, 2, dtype=f64)
+    post = m.posterior(Xs)
+    torch.testing.assert_close(post.mean, torch.zeros(3, 4, 1, dtype=f64))
+    torch.testing.assert_close(post.mvn.covariance_matrix, (rff(Xs) @ rff(Xs).T).expand(3, 4, 4), **EXACT)
+    assert m.sample_weights(torch.Size([2])).shape == (2, 3, 40)
+    for j in range(6):
+        m.update(X[:, j : j + 1], Y[:, j : j + 1])
+    torch.testing.assert_close(m.weight_mean, RFFBayesianLinear(rff, X, Y, 0.01, representation=rep).weight_mean, **EXACT)
+    with pytest.raises(ValueError, match="N = 0 agents"):
+        RFFBayesianLinear(rff, X[:0], Y[:0], 0.01)
+    with pytest.raises(TypeError, match="noise_variance"):
+        RFFBayesianLinear(rff, X, Y, "0.01")
+    with pytest.raises(TypeError, match="noise_variance"):
+        RFFBayesianLinear(rff, X, Y, None)
+    assert RFFBayesianLinear(rff, X, Y, [0.01, 0.02, 0.03]).noise_variance.tolist() == [0.01, 0.02, 0.03]
+
+
+def test_state_dict_is_tensors_and_survives_update(rff, rep):
+    # issue 13.3: an update()d model's storage grew, and its state_dict did not load into a fresh model
+    X, Y = make_data(N=3, n=12)
+    m = RFFBayesianLinear(rff, X[:, :4], Y[:, :4], 0.02, representation=rep)
+    for j in range(4, 12):
+        m.update(X[:, j : j + 1], Y[:, j : j + 1])
+    state = m.state_dict()
+    assert all(isinstance(v, torch.Tensor) for v in state.values()), {k: type(v) for k, v in state.items()}
+    # the state holds what a model fitted on the same data holds (no spare capacity)
+    ref = RFFBayesianLinear(rff, X, Y, 0.02, representation=rep)
+    assert {k: v.shape for k, v in state.items()} == {k: v.shape for k, v in ref.state_dict().items()}
+    fresh = RFFBayesianLinear(rff, X[:, :2], Y[:, :2], 0.02, representation=rep)
+    fresh.load_state_dict(state)
+    Xs = torch.rand(3, 5, 2, dtype=f64)
+    torch.testing.assert_close(fresh.posterior(Xs).mean, m.posterior(Xs).mean, atol=0, rtol=0)
+    torch.testing.assert_close(fresh.posterior(Xs).variance, ref.posterior(Xs).variance, **EXACT)
+    # the loaded model keeps updating like the original
+    Xn, Yn = make_data(N=3, n=1, seed=9)
+    m.update(Xn, Yn)
+    fresh.update(Xn, Yn)
+    torch.testing.assert_close(fresh.weight_mean, m.weight_mean, **EXACT)
+    # a state saved in the other representation loads too (the model switches)
+    other = RFFBayesianLinear(rff, X[:, :2], Y[:, :2], 0.02, representation="dual" if rep == "weight" else "weight")
+    other.load_state_dict(ref.state_dict())
+    assert other.representation == rep
+    torch.testing.assert_close(other.posterior(Xs).mean, ref.posterior(Xs).mean, atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        RFFBayesianLinear(rff, X[:2], Y[:2], 0.02, representation=rep).load_state_dict(state)
+
+
+def test_subset_output(rff):
+    X, Y = make_data(N=2)
+    m = RFFBayesianLinear(rff, X, Y, 0.01)
+    assert m.subset_output([0]) is m
+    with pytest.raises(ValueError, match="single output"):
+        m.subset_output([1])
+    with pytest.raises(ValueError, match="output_indices"):
+        m.posterior(X, output_indices=[1])
+
+
+def test_transforms_are_honoured(rff, rep):
+    # issue 13.3: transforms attached to the model were silently ignored
+    from botorch.models.transforms import Normalize, Standardize
+
+    X, Y = make_data(N=2, n=10)
+    Xr, Yr = 3.0 + 4.0 * X, 10.0 + 5.0 * Y  # raw scale
+    bounds = torch.tensor([[3.0, 3.0], [7.0, 7.0]], dtype=f64)
+    m = RFFBayesianLinear(rff, Xr[:, :8], Yr[:, :8], 0.01, representation=rep,
+                          input_transform=Normalize(2, bounds=bounds),
+                          outcome_transform=Standardize(1, batch_shape=torch.Size([2])))
+    mu, sd = Yr[:, :8].mean(-2, keepdim=True), Yr[:, :8].std(-2, keepdim=True)
+    plain = RFFBayesianLinear(rff, X[:, :8], (Yr[:, :8] - mu) / sd, 0.01, representation=rep)
+    Xs = torch.rand(2, 4, 2, dtype=f64)
+    post, ref = m.posterior(3.0 + 4.0 * Xs), plain.posterior(Xs)
+    torch.testing.assert_close(post.mean, mu + sd * ref.mean, **EXACT)
+    torch.testing.assert_close(post.variance, sd**2 * ref.variance, **EXACT)
+    # fantasy-layout conditioning takes raw Y and noise on the transformed scale (BoTorch's convention)
+    Yf = Yr[:, 8:].unsqueeze(0)  # 1 fantasy x N x 2 x 1
+    noise = torch.full_like(Yf, 0.003)
+    cm = m.condition_on_observations(Xr[:, 8:], Yf, noise=noise)
+    cp = plain.condition_on_observations(X[:, 8:], (Yf - mu) / sd, noise=noise)
+    torch.testing.assert_close(cm.posterior(3.0 + 4.0 * Xs).mean, mu + sd * cp.posterior(Xs).mean, **EXACT)
+    torch.testing.assert_close(cm.posterior(3.0 + 4.0 * Xs).variance, sd**2 * cp.posterior(Xs).variance, **EXACT)
+    # update() takes raw data and transforms it with the fitted (fixed) transforms
+    m.update(Xr[:, 8:], Yr[:, 8:])
+    plain.update(X[:, 8:], (Yr[:, 8:] - mu) / sd)
+    torch.testing.assert_close(m.weight_mean, plain.weight_mean, **EXACT)
+    # a transform attached afterwards is refused, not ignored
+    m2 = RFFBayesianLinear(rff, X, Y, 0.01, representation=rep)
+    m2.outcome_transform = Standardize(1)
+    with pytest.raises(RuntimeError, match="outcome_transform.*constructor"):
+        m2.posterior(Xs)
+    m3 = RFFBayesianLinear(rff, X, Y, 0.01, representation=rep)
+    m3.input_transform = Normalize(2)
+    with pytest.raises(RuntimeError, match="input_transform"):
+        m3.update(X[:, :1], Y[:, :1])
+    with pytest.raises(ValueError, match="padding"):
+        RFFBayesianLinear(rff, X, Y, 0.01, lengths=torch.tensor([10, 5]), outcome_transform=Standardize(1))
+
+
+def test_fantasy_conditioning_equals_refit(rff, rep):
+    # condition_on_observations in BoTorch's fantasy layout = a refit on the union of the data
+    from fbo_torch.models.rff_blr import ConditionedRFFBayesianLinear
+
+    X, Y = make_data(N=3, n=10)
+    m = RFFBayesianLinear(rff, X, Y, 0.02, representation=rep)
+    Xf = torch.rand(3, 2, 2, dtype=f64, generator=torch.Generator().manual_seed(5))
+    Yf = torch.randn(4, 3, 2, 1, dtype=f64, generator=torch.Generator().manual_seed(6))  # 4 fantasies
+    c = m.condition_on_observations(Xf, Yf)
+    assert isinstance(c, ConditionedRFFBayesianLinear) and c.batch_shape == (4, 3)
+    Xs = torch.rand(3, 5, 2, dtype=f64)
+    post = c.posterior(Xs)
+    assert post.mean.shape == (4, 3, 5, 1)
+    # conditioning again (nested fantasies) stacks rows
+    Xg = torch.rand(3, 1, 2, dtype=f64, generator=torch.Generator().manual_seed(7))
+    Yg = torch.randn(4, 3, 1, 1, dtype=f64, generator=torch.Generator().manual_seed(8))
+    cc = c.condition_on_observations(Xg, Yg)
+    for f in range(4):
+        ref = RFFBayesianLinear(rff, torch.cat([X, Xf], 1), torch.cat([Y, Yf[f]], 1), 0.02, representation=rep)
+        torch.testing.assert_close(post.mean[f], ref.posterior(Xs).mean, **EXACT)
+        torch.testing.assert_close(post.mvn.covariance_matrix[f], ref.posterior(Xs).mvn.covariance_matrix, **EXACT)
+        ref.update(Xg, Yg[f])
+        torch.testing.assert_close(cc.posterior(Xs).mean[f], ref.posterior(Xs).mean, **EXACT)
+        torch.testing.assert_close(cc.posterior(Xs).variance[f], ref.posterior(Xs).variance, **EXACT)
+    # own layout without noise: still an exact RFFBayesianLinear copy
+    assert isinstance(m.condition_on_observations(Xf, Yf[0]), RFFBayesianLinear)
+
+
+def test_fantasize_batch_shapes(rff, rep):
+    from botorch.sampling import SobolQMCNormalSampler
+
+    X, Y = make_data(N=1, n=10)
+    m = RFFBayesianLinear(rff, X[0], Y[0], 0.02, representation=rep)
+    Xq = torch.rand(6, 3, 2, dtype=f64)  # b = 6 candidate sets of q = 3
+    fm = m.fantasize(Xq, SobolQMCNormalSampler(torch.Size([5]), seed=0))
+    assert fm.batch_shape == (5, 6)
+    post = fm.posterior(torch.rand(5, 6, 1, 2, dtype=f64))
+    assert post.mean.shape == (5, 6, 1, 1) and torch.isfinite(post.variance).all()
+    # conditioning on q noisy fantasies can only shrink the variance
+    Xs = torch.rand(6, 4, 2, dtype=f64)
+    assert (fm.posterior(Xs).variance <= m.posterior(Xs).variance + 1e-12).all()
+    assert fm.subset_output([0]) is fm
+
+
+def test_rff_kernel_fits_and_is_renamed(rff):
+    # issue 13.1: fit_gpytorch_mll failed on SingleTaskGP(RFFKernel) ('dict' object has no attribute 'detach')
+    import fbo_torch
+    from botorch.fit import fit_gpytorch_mll
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    from fbo_torch.kernels import SharedRFFKernel
+
+    X, Y = make_data(N=1, n=15)
+    gp = SingleTaskGP(X[0], Y[0], covar_module=SharedRFFKernel(rff))
+    noise0 = gp.likelihood.noise.item()
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
+    assert gp.likelihood.noise.item() != noise0 and math.isfinite(gp.likelihood.noise.item())
+    assert all(isinstance(v, torch.Tensor) for v in gp.state_dict().values())
+    post = gp.posterior(torch.rand(4, 2, dtype=f64))
+    assert torch.isfinite(post.mean).all() and (post.variance > 0).all()
+    assert SharedRFFKernel(rff).dtype == f64  # the kernel has no parameters; it reports its map's dtype
+    with pytest.warns(DeprecationWarning, match="SharedRFFKernel"):
+        assert fbo_torch.RFFKernel is SharedRFFKernel
+
+
+def test_contract_runs_on_the_models_device(device, rep):
+    # fantasies, pathwise paths, transforms and the state dict follow the model's device
+    from botorch.models.transforms import Normalize, Standardize
+    from botorch.sampling import SobolQMCNormalSampler
+    from botorch.sampling.pathwise import draw_matheron_paths
+
+    rff_d = RandomFourierFeatures(dim=2, num_features=40, lengthscale=0.25, seed=3, device=device)
+    X, Y = (t.to(device) for t in make_data(N=2, n=8))
+    m = RFFBayesianLinear(rff_d, X, Y, 0.01, representation=rep, input_transform=Normalize(2),
+                          outcome_transform=Standardize(1, batch_shape=torch.Size([2])))
+    Xq = torch.rand(3, 2, 2, 2, dtype=f64, device=device)
+    fm = m.fantasize(Xq, SobolQMCNormalSampler(torch.Size([4]), seed=0))
+    post = fm.posterior(torch.rand(3, 2, 5, 2, dtype=f64, device=device))
+    assert post.mean.device.type == device.type and post.mean.shape == (4, 3, 2, 5, 1)
+    paths = draw_matheron_paths(m, sample_shape=torch.Size([6]))
+    values = paths(torch.rand(2, 5, 2, dtype=f64, device=device))
+    assert values.shape == (6, 2, 5) and values.device.type == device.type and torch.isfinite(values).all()
+    fresh = RFFBayesianLinear(rff_d, X, Y, 0.01, representation=rep, input_transform=Normalize(2),
+                              outcome_transform=Standardize(1, batch_shape=torch.Size([2])))
+    m.update(X[:, :1], Y[:, :1])
+    fresh.load_state_dict(m.state_dict())
+    assert fresh.train_X.device.type == device.type and fresh.train_X.shape == (2, 9, 2)

@@ -18,6 +18,9 @@ from fbo_torch.federation.schedules import OWN, AgentDistribution, draw_sources
 from fbo_torch.utils.validation import check_int, check_probability
 
 
+_SOURCE_Q = "`source` is defined for q = 1, this acquisition has q = {q} candidates: use `sources`."
+
+
 class FederatedThompsonSampling(AcquisitionFunction):
     r"""One FTS iteration's acquisition for a target agent.
 
@@ -29,13 +32,18 @@ class FederatedThompsonSampling(AcquisitionFunction):
     one independently.
 
     Args:
-        model: The target agent's GP (any single-output BoTorch GP that
-            pathwise sampling supports, e.g. ``SingleTaskGP``), unbatched.
+        model: The target agent's model, unbatched and single-output: any model
+            BoTorch's pathwise sampling supports, e.g. ``SingleTaskGP`` (also with
+            a :class:`~fbo_torch.kernels.SharedRFFKernel`) or a one-agent
+            :class:`~fbo_torch.models.RFFBayesianLinear`.
         messages: ``N x M`` tensor of received weight vectors, or a sequence of
             :class:`~fbo_torch.federation.AgentMessage` (fingerprints are checked
-            against ``features``).
+            against ``features``). May be empty (``N = 0``) only with ``p_t = 1``,
+            e.g. in a loop that has used every message.
         features: The shared :class:`RandomFourierFeatures`.
-        p_t: Probability in ``[0, 1]`` of using the own GP sample.
+        p_t: Probability in ``[0, 1]`` of using the own GP sample. With
+            ``p_t = 1`` every candidate uses it and nothing is drawn from ``generator``
+            for the choice.
         agent_probs: ``P_N`` over the ``N`` messages (uniform by default); must
             be non-negative and sum to 1. Zero entries (stragglers) are never chosen.
         generator: Optional ``torch.Generator``; it drives ``r``, the agent draw
@@ -70,25 +78,34 @@ class FederatedThompsonSampling(AcquisitionFunction):
                 "`model` must be a single-output, unbatched GP of the target agent "
                 f"(got num_outputs={model.num_outputs}, batch_shape={tuple(model.batch_shape)})."
             )
+        q = check_int("q", q, minimum=1)
+        p_t = check_probability("p_t", p_t)
         if isinstance(messages, Tensor):
             omegas = _omega_from(features, messages, name="messages")
             if omegas.ndim != 2:
                 raise ValueError(f"`messages` must be an N x M tensor, got shape {tuple(omegas.shape)}.")
-            if omegas.shape[0] == 0:
-                raise ValueError("`messages` is empty: at least one agent message is needed.")
+        elif isinstance(messages, Sequence) and len(messages) == 0:
+            like = features.spectral
+            omegas = torch.empty(0, features.num_features, dtype=like.dtype, device=like.device)
         else:
             omegas = stack_omegas(list(messages), fingerprint=features.fingerprint)
-        q = check_int("q", q, minimum=1)
-        p_t = check_probability("p_t", p_t)
         N = omegas.shape[0]
-        if agent_probs is not None:
-            if not isinstance(agent_probs, Tensor) or agent_probs.ndim != 1:
-                raise ValueError(f"`agent_probs` must be a tensor of {N} probabilities.")
-            agent_probs = agent_probs.expand(q, -1)
-        dist = AgentDistribution(N, probs=agent_probs, batch_shape=torch.Size([q]))
-        if bool(dist.is_empty.any()):
-            raise ValueError("`agent_probs` gives probability 0 to every agent.")
-        sources = draw_sources(p_t, dist, generator=generator)
+        if p_t == 1.0:  # line 4 for every candidate: no draw, and no message is needed
+            sources = torch.full((q,), OWN, dtype=torch.long)
+        else:
+            if N == 0:
+                raise ValueError(
+                    f"`messages` is empty but p_t = {p_t} < 1 asks for a message with probability {1 - p_t:.3g}; "
+                    "pass at least one message, or p_t = 1 (e.g. once every message has been used)."
+                )
+            if agent_probs is not None:
+                if not isinstance(agent_probs, Tensor) or agent_probs.ndim != 1:
+                    raise ValueError(f"`agent_probs` must be a tensor of {N} probabilities.")
+                agent_probs = agent_probs.expand(q, -1)
+            dist = AgentDistribution(N, probs=agent_probs, batch_shape=torch.Size([q]))
+            if bool(dist.is_empty.any()):
+                raise ValueError("`agent_probs` gives probability 0 to every agent; use p_t = 1 when no message is usable.")
+            sources = draw_sources(p_t, dist, generator=generator)
 
         self.features = features
         self.p_t = p_t
@@ -111,8 +128,15 @@ class FederatedThompsonSampling(AcquisitionFunction):
     @property
     def source(self) -> str | int:
         if len(self.sources) != 1:
-            raise AttributeError("`source` is defined for q = 1; use `sources` for q > 1.")
+            raise AttributeError(_SOURCE_Q.format(q=len(self.sources)))
         return self.sources[0]
+
+    def __getattr__(self, name: str) -> object:
+        # nn.Module.__getattr__ would replace the property's AttributeError with a bare
+        # "object has no attribute 'source'"; it is only reached when the property raised
+        if name == "source":
+            raise AttributeError(_SOURCE_Q.format(q=len(self.sources)))
+        return super().__getattr__(name)
 
     @property
     def q(self) -> int:

@@ -47,14 +47,24 @@ def _omega_from(features: RandomFourierFeatures, omega: Tensor | AgentMessage, n
     return omega
 
 
+_ONE_OMEGA_MANY_Q = (
+    "RFFThompsonSample with one weight vector cannot produce {q}: x -> phi(x)^T omega is one fixed "
+    "function, so every candidate would be the same maximizer. Pass `omega` as q x M (one vector per "
+    "candidate) and optimize with sequential=False, or use q = 1."
+)
+
+
 class RFFThompsonSample(AcquisitionFunction):
     r"""``x ↦ φ(x)ᵀω``: maximize a received RFF weight vector.
 
     Follows BoTorch's acquisition conventions: ``forward`` takes
     ``b x q x d`` and returns ``b``, written in torch ops so ``optimize_acqf``
     gets gradients. With ``q > 1`` pass ``omega`` as ``q x M`` (one vector per
-    candidate, as in parallel Thompson sampling); the value is the sum over the
-    q candidates, so each is maximized independently.
+    candidate, as in parallel Thompson sampling) and optimize jointly
+    (``sequential=False``); the value is the sum over the q candidates, so each
+    is maximized independently. One ``ω`` with ``q > 1`` (jointly, or
+    sequentially through pending points) is refused: it is one fixed function,
+    and its q maximizers would be q copies of the same point.
 
     The function is wrapped as a ``GenericDeterministicModel`` in ``self.model``.
 
@@ -77,6 +87,7 @@ class RFFThompsonSample(AcquisitionFunction):
         super().__init__(model=model)
         self.features = features
         self.register_buffer("omega", omega)
+        self.X_pending: Tensor | None = None
 
     def _function_values(self, X: Tensor) -> Tensor:
         phi = self.features(X)
@@ -90,7 +101,15 @@ class RFFThompsonSample(AcquisitionFunction):
         r"""Evaluate ``Σ_j φ(x_j)ᵀω_j`` on ``b x q x d`` candidates, returning ``b``."""
         if self.omega.ndim == 2 and X.shape[-2] != self.omega.shape[0]:
             raise ValueError(f"`omega` holds {self.omega.shape[0]} vectors but X has q = {X.shape[-2]}.")
+        if self.omega.ndim == 1 and X.shape[-2] != 1:
+            raise ValueError(_ONE_OMEGA_MANY_Q.format(q=f"q = {X.shape[-2]} candidates"))
         return self._function_values(X).squeeze(-1).sum(-1)
+
+    def set_X_pending(self, X_pending: Tensor | None = None) -> None:
+        r"""Refuse pending points: this function does not change with them (see the class docstring)."""
+        if X_pending is not None:
+            raise ValueError(_ONE_OMEGA_MANY_Q.format(q="pending points (sequential q > 1)"))
+        super().set_X_pending(None)
 
 
 class PiecewiseRFFThompsonSample(AcquisitionFunction):

@@ -88,15 +88,43 @@ class SubRegionPartition:
     def dim(self) -> int:
         return self.bounds.shape[-1]
 
-    def region_of(self, X: Tensor) -> Tensor:
-        r"""Index of the sub-region containing each point: ``... x d`` → ``...`` (long)."""
+    def region_of(self, X: Tensor, clamp: bool = False) -> Tensor:
+        r"""Index of the sub-region containing each point: ``... x d`` → ``...`` (long).
+
+        Points on a shared border belong to the region above it (intervals are
+        half-open, the last one closed). Points outside the domain are an error,
+        except for rounding: a point within a few ulps of the domain's scale
+        outside a bound (e.g. ``lo + u·(hi − lo)`` rounded past ``hi``) counts as
+        on that bound.
+
+        Args:
+            X: ``... x d`` points; NaN is always an error.
+            clamp: Map points outside the domain to the nearest region (each
+                coordinate clamped into the bounds) instead of raising.
+
+        Raises:
+            ValueError: ``X`` holds NaN, or (without ``clamp``) points outside the bounds.
+        """
         check_tensor("X", X)
         check_last_dim("X", X, self.dim)
-        lo, hi = self.bounds[0].to(X), self.bounds[1].to(X)
-        s = torch.tensor(self.splits, dtype=X.dtype, device=X.device)
-        cell = torch.floor((X.detach() - lo) / (hi - lo) * s)
+        Xd = X.detach()
+        if torch.isnan(Xd).any():
+            raise ValueError(f"`X` holds {int(torch.isnan(Xd).sum())} NaN value(s); a NaN point lies in no sub-region.")
+        lo, hi = self.bounds[0].to(Xd), self.bounds[1].to(Xd)
+        if not clamp:
+            # rounding slack: a few ulps of the largest magnitude in the box arithmetic
+            slack = 4 * torch.finfo(Xd.dtype).eps * torch.maximum(lo.abs(), hi.abs()).clamp_min(hi - lo)
+            outside = (Xd < lo - slack) | (Xd > hi + slack)
+            if outside.any():
+                raise ValueError(
+                    f"`X` has {int(outside.any(-1).sum())} point(s) outside the domain {self.bounds.tolist()} "
+                    f"(min {Xd.amin().item():.6g}, max {Xd.amax().item():.6g}); pass clamp=True to map them "
+                    "to the nearest sub-region."
+                )
+        s = torch.tensor(self.splits, dtype=Xd.dtype, device=Xd.device)
+        cell = torch.floor((Xd - lo) / (hi - lo) * s)
         cell = torch.minimum(cell.clamp_min(0), s - 1).long()
-        strides = torch.tensor(self._strides, dtype=torch.long, device=X.device)
+        strides = torch.tensor(self._strides, dtype=torch.long, device=Xd.device)
         return (cell * strides).sum(-1)
 
     def region_bounds(self) -> Tensor:

@@ -1,3 +1,22 @@
-from fbo_torch.kernels.rff_kernel import RFFKernel
+import warnings
+from typing import Any
 
-__all__ = ["RFFKernel"]
+from fbo_torch.kernels.shared_rff_kernel import SharedRFFKernel
+
+__all__ = ["SharedRFFKernel"]
+
+
+def _deprecated_alias(module: str, name: str, stacklevel: int) -> Any:
+    if name == "RFFKernel":  # the old name, confusable with gpytorch.kernels.RFFKernel
+        warnings.warn(
+            f"{module}.RFFKernel was renamed SharedRFFKernel (it is not gpytorch.kernels.RFFKernel: "
+            "see SharedRFFKernel's docstring); the old name will be removed.",
+            DeprecationWarning,
+            stacklevel=stacklevel + 1,
+        )
+        return SharedRFFKernel
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str) -> Any:
+    return _deprecated_alias(__name__, name, stacklevel=2)

@@ -27,18 +27,29 @@ representations (every solve is triangular; no explicit inverse is formed):
   ``M = 1000`` with thousands of agents fit in memory.
 
 ``representation="auto"`` (default) picks the dual form when ``n < M``.
+
+Conditioning on observations in BoTorch's other batch layouts (the fantasies
+of knowledge gradient and integrated-variance acquisitions) gives a
+:class:`ConditionedRFFBayesianLinear`: the base posterior plus ``k`` whitened
+rows per batch entry, without copying the base model.
 """
 
 from __future__ import annotations
 
+import copy
+from numbers import Real
 from typing import Any
 
 import torch
-from botorch.models.model import Model
+from botorch.models.model import FantasizeMixin, Model
+from botorch.models.transforms.input import InputTransform
+from botorch.models.transforms.outcome import OutcomeTransform
+from botorch.posteriors import Posterior
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from gpytorch.distributions import MultivariateNormal
 from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
+from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.utils.validation import (
@@ -136,24 +147,221 @@ def cholesky_solve_vec(chol: Tensor, rhs: Tensor) -> Tensor:
     return torch.linalg.solve_triangular(chol.mT, w, upper=True).squeeze(-1)
 
 
-class RFFBayesianLinear(Model):
+class _RFFWeightModel(Model, FantasizeMixin):
+    r"""BoTorch plumbing shared by Gaussian posteriors over RFF weights.
+
+    ``f(x) = φ(T(x))ᵀω`` with ``ω ~ N(ν, C)``, ``T`` the model's input transform
+    (identity by default) and outcomes on the scale of its outcome transform.
+    Subclasses provide ``_mean_cov(φ)`` (posterior mean and covariance of
+    ``φω``), ``_cov_apply(φ)`` (``φC``, for conditioning), ``_mean_vector``
+    (``ν``, ``batch_shape x M``), ``_noise`` (per-batch noise variance) and
+    ``_root`` (the :class:`RFFBayesianLinear` holding features and transforms).
+    """
+
+    _root: RFFBayesianLinear
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    @property
+    def features(self) -> RandomFourierFeatures:
+        return self._root._modules["features"]
+
+    # ------------------------------------------------------------ transforms
+    def transform_inputs(self, X: Tensor, input_transform: Module | None = None) -> Tensor:
+        r"""Apply the input transform (fitted at construction, always in eval mode)."""
+        tf = input_transform if input_transform is not None else self._root._modules.get("input_transform")
+        if tf is None:
+            return X
+        was_training = tf.training
+        tf.eval()
+        try:
+            return tf(X)
+        finally:
+            tf.train(was_training)
+
+    def _transform_outcomes(self, Y: Tensor, Yvar: Tensor | None, X: Tensor) -> tuple[Tensor, Tensor | None]:
+        tf = self._root._modules.get("outcome_transform")
+        if tf is None:
+            return Y, Yvar
+        was_training = tf.training
+        tf.eval()
+        try:
+            return tf(Y, Yvar, X=X)
+        finally:
+            tf.train(was_training)
+
+    def _set_transformed_inputs(self) -> None:
+        r"""No-op: training inputs are stored transformed at construction."""
+
+    def _revert_to_original_inputs(self) -> None:
+        r"""No-op: training inputs are stored transformed at construction."""
+
+    def _check_transforms(self) -> None:
+        root = self._root
+        for name in ("input_transform", "outcome_transform"):
+            current = root._modules.get(name, root.__dict__.get(name))
+            if current is not root._given_transforms[name]:
+                raise RuntimeError(
+                    f"`{name}` was changed after this RFFBayesianLinear was built; its training data were "
+                    f"transformed with the transform given at construction. Pass `{name}=...` to the "
+                    "constructor instead of attaching it later."
+                )
+
+    # ------------------------------------------------------------- posterior
+    def posterior(
+        self,
+        X: Tensor,
+        output_indices: list[int] | None = None,
+        observation_noise: bool | Tensor = False,
+        posterior_transform: Any | None = None,
+        **kwargs: Any,
+    ) -> Posterior:
+        r"""Posterior of ``f(X) = φ(T(X))ᵀω``.
+
+        Args:
+            X: ``batch_shape x q x d`` inputs; ``batch_shape`` must broadcast with
+                the model's (e.g. ``q x d``, ``N x q x d`` or ``b x N x q x d``).
+            observation_noise: If True, add the noise variance ``σ²`` to the
+                diagonal; a tensor (``... x q x 1``, on the outcome-transformed
+                scale) is added as given.
+
+        Returns:
+            A ``GPyTorchPosterior`` (lazy covariance, un-transformed by the
+            outcome transform), batch shape ``broadcast(batch_shape, model batch)``.
+        """
+        if output_indices is not None and list(output_indices) != [0]:
+            raise ValueError(f"`output_indices` must be None or [0] for a single-output model, got {output_indices}.")
+        check_tensor("X", X)
+        check_last_dim("X", X, self.features.dim)
+        if X.ndim < 2:
+            raise ValueError(f"`X` must be at least 2-dimensional (q x d), got shape {tuple(X.shape)}.")
+        self._check_transforms()
+        like = self._mean_vector
+        phi = self.features(self.transform_inputs(X.to(like)))  # ... x q x M
+        mean, cov = self._mean_cov(phi)
+        batch = torch.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])  # fantasies share covariances
+        mean, cov = mean.expand(*batch, mean.shape[-1]), cov.expand(*batch, *cov.shape[-2:])
+        if observation_noise is True:
+            noise = self._noise.unsqueeze(-1).unsqueeze(-1)
+            cov = cov + noise * torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
+        elif isinstance(observation_noise, Tensor):
+            cov = cov + torch.diag_embed(observation_noise.to(cov).squeeze(-1).expand(cov.shape[:-1]))
+        # a lazy covariance: no Cholesky (which may need jitter when q > M) until one is needed
+        posterior = GPyTorchPosterior(MultivariateNormal(mean, DenseLinearOperator(cov)))
+        outcome_transform = self._root._modules.get("outcome_transform")
+        if outcome_transform is not None:
+            posterior = outcome_transform.untransform_posterior(posterior, X=X)
+        if posterior_transform is not None:
+            return posterior_transform(posterior)
+        return posterior
+
+    def subset_output(self, idcs: list[int]) -> _RFFWeightModel:
+        r"""The model itself for ``idcs = [0]`` (it has one output); anything else is an error."""
+        if list(idcs) != [0]:
+            raise ValueError(f"{type(self).__name__} has a single output; `idcs` must be [0], got {list(idcs)}.")
+        return self
+
+    # --------------------------------------------------------- conditioning
+    def fantasize(
+        self, X: Tensor, sampler: Any, observation_noise: Tensor | None = None, **kwargs: Any
+    ) -> ConditionedRFFBayesianLinear:
+        r"""BoTorch's ``fantasize`` with the model's noise variance as the default observation noise.
+
+        Returns a :class:`ConditionedRFFBayesianLinear` with batch shape
+        ``sampler.sample_shape x broadcast(X batch, model batch)``.
+        """
+        if observation_noise is None:
+            observation_noise = self._noise.to(self._mean_vector).unsqueeze(-1).unsqueeze(-1)
+        return super().fantasize(X, sampler, observation_noise=observation_noise, **kwargs)
+
+    def condition_on_observations(
+        self, X: Tensor, Y: Tensor, noise: Tensor | None = None, **kwargs: Any
+    ) -> _RFFWeightModel:
+        r"""The posterior conditioned on ``(X, Y)`` in any BoTorch batch layout (e.g. fantasies).
+
+        With ``φ_f = φ(T(X))``, ``S = φ_f C φ_fᵀ + diag(noise)`` and its Cholesky
+        factor ``R``, the conditioned weights are ``N(ν + Wᵀz, C − WᵀW)`` with
+        ``W = R⁻¹φ_f C`` and ``z = R⁻¹(y − φ_f ν)``: ``O(k M)`` numbers per batch
+        entry, no copy of the stored data.
+
+        Args:
+            X: ``batch_shape x k x d`` inputs (broadcasting with the model's batch).
+            Y: ``batch_shape' x k x 1`` observations (e.g. ``num_fantasies x batch_shape x k x 1``).
+            noise: Optional ``batch_shape' x k x 1`` noise variances on the
+                outcome-transformed scale; the model's ``σ²`` if ``None``.
+
+        Returns:
+            A :class:`ConditionedRFFBayesianLinear`.
+        """
+        check_tensor("X", X)
+        check_tensor("Y", Y)
+        check_last_dim("X", X, self.features.dim)
+        if Y.ndim < 2 or Y.shape[-1] != 1 or Y.shape[-2] != X.shape[-2]:
+            raise ValueError(
+                f"`Y` must be batch_shape x k x 1 with k = {X.shape[-2]} to match `X`, got {tuple(Y.shape)}."
+            )
+        self._check_transforms()
+        like = self._mean_vector
+        Xt = self.transform_inputs(X.to(like))
+        Y, _ = self._transform_outcomes(Y.to(like), None, Xt)  # `noise` is on the transformed scale already
+        noise = None if noise is None else noise.to(like)
+        phi = self.features(Xt)  # ... x k x M
+        if noise is None:
+            noise_diag = self._noise.unsqueeze(-1).expand(*self._noise.shape, phi.shape[-2])
+        else:
+            noise_diag = noise.squeeze(-1)
+        A = self._cov_apply(phi)  # φ_f C: ... x k x M
+        S = A @ phi.mT + torch.diag_embed(noise_diag)
+        R = torch.linalg.cholesky(S)
+        W = torch.linalg.solve_triangular(R, A, upper=False)
+        resid = Y.squeeze(-1) - (phi @ like.unsqueeze(-1)).squeeze(-1)
+        z = torch.linalg.solve_triangular(R, resid.unsqueeze(-1), upper=False)
+        mean = like + (z.mT @ W).squeeze(-2)
+        rows = getattr(self, "rows", None)
+        if rows is not None:
+            batch = torch.broadcast_shapes(rows.shape[:-2], W.shape[:-2])
+            W = torch.cat([rows.expand(*batch, *rows.shape[-2:]), W.expand(*batch, *W.shape[-2:])], dim=-2)
+        return ConditionedRFFBayesianLinear(self._root, W, mean)
+
+
+class RFFBayesianLinear(_RFFWeightModel):
     r"""RFF Bayesian linear regression posteriors for a batch of ``N`` agents.
 
     A BoTorch ``Model`` with ``batch_shape = [N]`` and one output. Agents may hold
     different numbers of observations: pad ``train_X``/``train_Y`` to a common
     ``n`` and pass ``lengths`` (valid prefix length per agent) or ``mask``
     (``N x n`` booleans). Padded entries are ignored and may hold anything,
-    including NaN.
+    including NaN. ``n = 0`` (no data yet) is the prior ``ω ~ N(0, I)``.
+
+    The BoTorch model contract: ``posterior`` (any batch layout, observation
+    noise, posterior transforms), ``fantasize`` / ``condition_on_observations``
+    (returning a :class:`ConditionedRFFBayesianLinear`, so knowledge gradient and
+    integrated-variance acquisitions work), ``subset_output([0])``, input and
+    outcome transforms given to the constructor, and a ``state_dict`` of tensors
+    only that loads into a fresh model of the same agents whatever the number of
+    observations (:meth:`update` grows storage; the state dict holds the used part).
+    Pathwise sampling (``draw_matheron_paths``, ``PathwiseThompsonSampling``) draws
+    paths ``φ(x)ᵀω`` with ``ω`` from :meth:`sample_weights`.
 
     Args:
         features: The shared :class:`~fbo_torch.features.RandomFourierFeatures`.
         train_X: ``N x n x d`` inputs (``n x d`` for a single, unbatched agent).
         train_Y: ``N x n x 1`` observations (``n x 1`` unbatched).
-        noise_variance: ``σ² > 0``, a float or a tensor of ``N`` per-agent values.
+        noise_variance: ``σ² > 0``, a float or a tensor of ``N`` per-agent values,
+            on the scale of the (outcome-transformed) observations.
         lengths: Optional ``N`` integers; agent ``i`` uses its first ``lengths[i]`` rows.
         mask: Optional ``N x n`` booleans marking valid rows (instead of ``lengths``).
         representation: ``"weight"``, ``"dual"`` or ``"auto"`` (dual when
             ``n < M``); both are exact and give the same posterior.
+        input_transform: Optional BoTorch ``InputTransform``, fitted on
+            ``train_X`` here and then fixed; the features see transformed inputs,
+            so weight vectors ``ω`` live on the transformed input space.
+        outcome_transform: Optional BoTorch ``OutcomeTransform`` (e.g.
+            ``Standardize(m=1, batch_shape=[N])``), fitted on ``train_Y`` here and
+            then fixed; ``ω`` and ``σ²`` are on the transformed scale and
+            posteriors are un-transformed. Not with ``lengths``/``mask`` padding.
 
     Example:
         >>> rff = RandomFourierFeatures(dim=2, num_features=100, lengthscale=0.2, seed=0)
@@ -171,6 +379,8 @@ class RFFBayesianLinear(Model):
         lengths: Tensor | None = None,
         mask: Tensor | None = None,
         representation: str = "auto",
+        input_transform: InputTransform | None = None,
+        outcome_transform: OutcomeTransform | None = None,
     ) -> None:
         super().__init__()
         if representation not in ("auto", "weight", "dual"):
@@ -196,6 +406,8 @@ class RFFBayesianLinear(Model):
                 f"got shapes {tuple(train_X.shape)} and {tuple(train_Y.shape)}."
             )
         N, n, d = train_X.shape
+        if N == 0:
+            raise ValueError("`train_X` holds N = 0 agents; an RFFBayesianLinear needs at least one agent.")
         if train_Y.shape != (N, n, 1):
             raise ValueError(
                 f"`train_Y` must have shape {(N, n, 1) if self._batched else (n, 1)} to match "
@@ -206,18 +418,26 @@ class RFFBayesianLinear(Model):
         valid = self._make_mask(N, n, lengths, mask, train_X.device)
         check_finite("train_X", torch.where(valid.unsqueeze(-1), train_X, 0.0))
         check_finite("train_Y", torch.where(valid.unsqueeze(-1), train_Y, 0.0))
-
-        noise = torch.as_tensor(noise_variance, dtype=train_X.dtype, device=train_X.device)
-        if noise.ndim == 0:
-            noise = noise.expand(N).clone()
-        elif noise.shape != (N,):
-            raise ValueError(
-                f"`noise_variance` must be a float or a tensor of {N} per-agent values, "
-                f"got shape {tuple(noise.shape)}."
-            )
-        check_positive("noise_variance", noise)
+        noise = _noise_tensor(noise_variance, N, train_X)
 
         self.features = features
+        self._given_transforms = {"input_transform": input_transform, "outcome_transform": outcome_transform}
+        if input_transform is not None:
+            self.input_transform = input_transform.to(train_X)
+            self.input_transform.train()
+            with torch.no_grad():
+                tX = self.input_transform(train_X if self._batched else train_X[0])
+            self.input_transform.eval()
+            train_X = tX if self._batched else tX.unsqueeze(0)
+        if outcome_transform is not None:
+            if not bool(valid.all()):
+                raise ValueError("`outcome_transform` cannot be combined with `lengths`/`mask` padding.")
+            self.outcome_transform = outcome_transform.to(train_Y)
+            self.outcome_transform.train()
+            with torch.no_grad():
+                tY, _ = self.outcome_transform(train_Y if self._batched else train_Y[0])
+            self.outcome_transform.eval()
+            train_Y = tY if self._batched else tY.unsqueeze(0)
         self.register_buffer("noise_variance", noise)
         # growable storage: column capacity >= n, the first _n columns are in use, so
         # appending an observation writes in place instead of copying everything
@@ -229,6 +449,20 @@ class RFFBayesianLinear(Model):
             representation = "dual" if n < features.num_features else "weight"
         self.representation = representation
         self._register_factors(*self._factorize(self.train_X, self.train_Y, valid, noise))
+
+    @property
+    def _root(self) -> RFFBayesianLinear:
+        return self
+
+    @property
+    def _mean_vector(self) -> Tensor:
+        return self.weight_mean
+
+    @property
+    def _noise(self) -> Tensor:
+        return self.noise_variance if self._batched else self.noise_variance[0]
+
+    _FACTORS = {"weight": ("_chol", "rhs", "_weight_mean"), "dual": ("_V", "_z", "_kchol", "_weight_mean")}
 
     def _register_factors(self, *factors: Tensor) -> None:
         if self.representation == "weight":
@@ -248,11 +482,12 @@ class RFFBayesianLinear(Model):
 
     @property
     def train_X(self) -> Tensor:
-        """``N x n x d`` inputs (padded entries are not used)."""
+        """``N x n x d`` inputs, input-transformed (padded entries are not used)."""
         return self._train_X[:, : self._n]
 
     @property
     def train_Y(self) -> Tensor:
+        """``N x n x 1`` observations, outcome-transformed."""
         return self._train_Y[:, : self._n]
 
     @property
@@ -312,11 +547,44 @@ class RFFBayesianLinear(Model):
             new[idx] = old[idx]
             setattr(self, name, new)
 
-    def get_extra_state(self) -> dict:
-        return {"n": self._n, "representation": self.representation, "batched": self._batched}
+    # ------------------------------------------------------------ state dict
+    # Tensors only (no extra state), and only the used part of the growable storage,
+    # so a model that has been update()d saves what a model refitted on the same
+    # data would, and its state loads into a fresh model of the same agents.
 
-    def set_extra_state(self, state: dict) -> None:
-        self._n, self.representation, self._batched = int(state["n"]), state["representation"], bool(state["batched"])
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name, ndims in self._GROW.items():
+            key = prefix + name
+            t = destination.get(key)
+            if t is not None and t.shape[1] != self._n:
+                destination[key] = t[(slice(None),) + (slice(0, self._n),) * ndims].clone()
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict, strict: bool,
+        missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str],
+    ) -> None:
+        incoming = [rep for rep, names in self._FACTORS.items() if prefix + names[0] in state_dict]
+        if len(incoming) == 1 and incoming[0] != self.representation:
+            for name in self._FACTORS[self.representation]:
+                del self._buffers[name]
+            self.representation = incoming[0]
+            for name in self._FACTORS[self.representation]:
+                self.register_buffer(name, torch.empty(0, dtype=self._train_X.dtype, device=self._train_X.device))
+        X = state_dict.get(prefix + "_train_X")
+        if isinstance(X, Tensor) and X.ndim == 3 and X.shape[0] == self._train_X.shape[0]:
+            for name in self._GROW:
+                t, own = state_dict.get(prefix + name), self._buffers.get(name)
+                if isinstance(t, Tensor) and own is not None and (own.numel() == 0 or t.shape[0] == own.shape[0]):
+                    self._buffers[name] = torch.empty(t.shape, dtype=own.dtype, device=own.device)
+            for name in self._FACTORS[self.representation]:  # placeholders of a switched representation
+                t, own = state_dict.get(prefix + name), self._buffers.get(name)
+                if isinstance(t, Tensor) and own is not None and own.numel() == 0:
+                    self._buffers[name] = torch.empty(t.shape, dtype=own.dtype, device=own.device)
+            self._n = X.shape[1]
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     # ---------------------------------------------------------------- setup
     @staticmethod
@@ -371,10 +639,6 @@ class RFFBayesianLinear(Model):
 
     # ------------------------------------------------------------ properties
     @property
-    def num_outputs(self) -> int:
-        return 1
-
-    @property
     def batch_shape(self) -> torch.Size:
         return torch.Size([self.num_agents]) if self._batched else torch.Size([])
 
@@ -427,55 +691,26 @@ class RFFBayesianLinear(Model):
         return self._unbatch(cov)
 
     # -------------------------------------------------------------- posterior
-    def posterior(
-        self,
-        X: Tensor,
-        output_indices: list[int] | None = None,
-        observation_noise: bool | Tensor = False,
-        posterior_transform: Any | None = None,
-        **kwargs: Any,
-    ) -> GPyTorchPosterior:
-        r"""Posterior of ``f(X) = φ(X)ᵀω`` for every agent.
-
-        Args:
-            X: ``batch_shape x q x d`` inputs; ``batch_shape`` must broadcast with
-                the model's ``N`` (e.g. ``q x d``, ``N x q x d`` or ``b x N x q x d``).
-            observation_noise: If True, add each agent's ``σ²`` to the diagonal.
-
-        Returns:
-            A ``GPyTorchPosterior`` with mean ``φᵀν`` and covariance
-            ``σ² φᵀ Σ⁻¹ φ``, batch shape ``broadcast(batch_shape, [N])``.
-        """
-        if output_indices is not None and list(output_indices) != [0]:
-            raise ValueError(f"`output_indices` must be None or [0] for a single-output model, got {output_indices}.")
-        check_tensor("X", X)
-        check_last_dim("X", X, self.features.dim)
-        if X.ndim < 2:
-            raise ValueError(f"`X` must be at least 2-dimensional (q x d), got shape {tuple(X.shape)}.")
-        phi = self.features(X.to(self._weight_mean))  # ... x q x M
-        nu, noise = self._weight_mean, self.noise_variance.view(-1, 1, 1)
+    def _mean_cov(self, phi: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Mean ``φν`` and covariance ``φCφᵀ`` for features ``... x q x M`` (batch broadcast with ``N``)."""
+        nu = self.weight_mean
         if self.representation == "weight":
-            chol = self._chol
-            if not self._batched:
-                nu, chol, noise = nu[0], chol[0], noise[0]
-            v = torch.linalg.solve_triangular(chol, phi.transpose(-1, -2), upper=False)  # ... x M x q
-            cov = noise * (v.transpose(-1, -2) @ v)
+            chol, noise = self._unbatch(self._chol), self._noise.unsqueeze(-1).unsqueeze(-1)
+            v = torch.linalg.solve_triangular(chol, phi.mT, upper=False)  # ... x M x q
+            cov = noise * (v.mT @ v)
         else:  # appendix B: φᵀφ' − k̂ᵀ(K̂ + σ²I)⁻¹k̂' with L⁻¹k̂ = Vφ
-            V = self.V
-            if not self._batched:
-                nu, V = nu[0], V[0]
-            v = V @ phi.transpose(-1, -2)  # ... x n x q
-            cov = phi @ phi.transpose(-1, -2) - v.transpose(-1, -2) @ v
+            v = self._unbatch(self.V) @ phi.mT  # ... x n x q
+            cov = phi @ phi.mT - v.mT @ v
         mean = (phi @ nu.unsqueeze(-1)).squeeze(-1)
-        if observation_noise is True:
-            cov = cov + noise * torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
-        elif isinstance(observation_noise, Tensor):
-            cov = cov + torch.diag_embed(observation_noise.squeeze(-1).expand(cov.shape[:-1]))
-        # a lazy covariance: no Cholesky (which may need jitter when q > M) until one is needed
-        posterior = GPyTorchPosterior(MultivariateNormal(mean, DenseLinearOperator(cov)))
-        if posterior_transform is not None:
-            return posterior_transform(posterior)
-        return posterior
+        return mean, cov
+
+    def _cov_apply(self, phi: Tensor) -> Tensor:
+        r"""``φC`` (``... x k x M``) with ``C = σ²Σ⁻¹`` the weight covariance."""
+        if self.representation == "weight":
+            chol, noise = self._unbatch(self._chol), self._noise.unsqueeze(-1).unsqueeze(-1)
+            return noise * torch.cholesky_solve(phi.mT, chol).mT
+        V = self._unbatch(self.V)
+        return phi - (V @ phi.mT).mT @ V
 
     # --------------------------------------------------------------- sampling
     def sample_weights(
@@ -544,7 +779,8 @@ class RFFBayesianLinear(Model):
 
         Args:
             X: ``N x k x d`` new inputs (``k x d`` unbatched); usually ``k = 1``.
-            Y: ``N x k x 1`` new observations.
+                Untransformed: the model's input transform is applied here.
+            Y: ``N x k x 1`` new observations (untransformed, like ``X``).
             mask: Optional ``N x k`` booleans; agents with ``False`` get no new point.
             validate: Check that the unmasked values are finite. The check reads a
                 device tensor on the host (a synchronization on CUDA); engines that
@@ -578,6 +814,10 @@ class RFFBayesianLinear(Model):
         if validate:
             check_finite("X", torch.where(mask.unsqueeze(-1), X, 0.0))
             check_finite("Y", torch.where(mask.unsqueeze(-1), Y, 0.0))
+        if self._uses_transforms():
+            self._check_transforms()
+            X = self.transform_inputs(X)
+            Y, _ = self._transform_outcomes(Y, None, X)
         phi, y = self._features_masked(X, Y, mask)
         if self.representation == "weight":
             chol = self._chol
@@ -608,17 +848,23 @@ class RFFBayesianLinear(Model):
         self._n = n0 + k
         return self
 
-    def condition_on_observations(self, X: Tensor, Y: Tensor, **kwargs: Any) -> RFFBayesianLinear:
-        r"""BoTorch-style conditioning: a *new* model with ``(X, Y)`` added."""
-        new = RFFBayesianLinear.__new__(RFFBayesianLinear)
-        Model.__init__(new)
-        new._batched = self._batched
-        new.representation = self.representation
-        new._n = self._n
-        new.features = self.features
-        for name, buf in self.named_buffers(recurse=False):
-            new.register_buffer(name, buf.clone())
-        return new.update(X, Y, mask=kwargs.get("mask"))
+    def condition_on_observations(
+        self, X: Tensor, Y: Tensor, noise: Tensor | None = None, **kwargs: Any
+    ) -> _RFFWeightModel:
+        r"""The model conditioned on ``(X, Y)``, as a new model (``self`` is unchanged).
+
+        With ``X``/``Y`` in the model's own layout (``N x k x d`` / ``N x k x 1``,
+        unbatched ``k x d`` / ``k x 1``) and no ``noise``, this is a copy of the
+        model updated exactly with :meth:`update` (``mask`` may be passed). Any
+        other BoTorch layout (e.g. the ``num_fantasies x batch x k x 1``
+        observations of :meth:`fantasize`) gives a
+        :class:`ConditionedRFFBayesianLinear`.
+        """
+        own = self.batch_shape
+        if noise is None and X.shape[:-2] == own and Y.shape[:-2] == own and X.ndim == Y.ndim:
+            new = copy.deepcopy(self, memo={id(self.features): self.features})
+            return new.update(X, Y, mask=kwargs.get("mask"))
+        return super().condition_on_observations(X, Y, noise=noise, **kwargs)
 
     def refit(self) -> RFFBayesianLinear:
         """Recompute the factorization from all stored data (reference path)."""
@@ -627,5 +873,82 @@ class RFFBayesianLinear(Model):
         self._register_factors(*factors)
         return self
 
-    def transform_inputs(self, X: Tensor, input_transform: Any | None = None) -> Tensor:  # noqa: D102
-        return X
+    def _uses_transforms(self) -> bool:
+        given = self._given_transforms
+        return (
+            given["input_transform"] is not None or given["outcome_transform"] is not None
+            or "input_transform" in self._modules or "outcome_transform" in self._modules
+        )
+
+
+class ConditionedRFFBayesianLinear(_RFFWeightModel):
+    r"""An :class:`RFFBayesianLinear` conditioned on further, possibly batched, observations.
+
+    What :meth:`RFFBayesianLinear.fantasize` and
+    :meth:`~RFFBayesianLinear.condition_on_observations` return for BoTorch's
+    batch layouts (knowledge gradient, integrated posterior variance): the
+    weight posterior ``N(ν', C − WᵀW)`` with ``C`` the base model's covariance
+    and ``W`` (``batch x k x M``) the whitened rows of the new observations.
+    The base model is shared, not copied. It supports ``posterior``,
+    ``fantasize``/``condition_on_observations`` (stacking more rows) and
+    ``subset_output``; it has no ``update``, ``sample_weights`` or pathwise
+    sampler (draw from the base model instead).
+
+    Args:
+        base: The unconditioned model (features, transforms, noise).
+        rows: ``W``, ``batch_W x k x M``.
+        weight_mean: ``ν'``, ``batch_shape x M``.
+    """
+
+    def __init__(self, base: RFFBayesianLinear, rows: Tensor, weight_mean: Tensor) -> None:
+        super().__init__()
+        self.base = base
+        self.register_buffer("rows", rows)
+        self.register_buffer("weight_mean", weight_mean)
+
+    @property
+    def _root(self) -> RFFBayesianLinear:
+        return self._modules["base"]
+
+    @property
+    def _mean_vector(self) -> Tensor:
+        return self.weight_mean
+
+    @property
+    def _noise(self) -> Tensor:
+        return self.base._noise
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.weight_mean.shape[:-1]
+
+    def _mean_cov(self, phi: Tensor) -> tuple[Tensor, Tensor]:
+        _, cov = self.base._mean_cov(phi)
+        u = self.rows @ phi.mT  # ... x k x q
+        mean = (phi @ self.weight_mean.unsqueeze(-1)).squeeze(-1)
+        return mean, cov - u.mT @ u
+
+    def _cov_apply(self, phi: Tensor) -> Tensor:
+        return self.base._cov_apply(phi) - (phi @ self.rows.mT) @ self.rows
+
+
+def _noise_tensor(noise_variance: Any, N: int, like: Tensor) -> Tensor:
+    r"""``noise_variance`` as ``N`` positive values in ``like``'s dtype/device, or a clear error."""
+    if isinstance(noise_variance, (str, bytes, bool)) or not isinstance(noise_variance, (Real, Tensor, list, tuple)):
+        raise TypeError(
+            "`noise_variance` must be a positive number or a tensor of per-agent values, "
+            f"got {type(noise_variance).__name__} {noise_variance!r}."
+        )
+    try:
+        noise = torch.as_tensor(noise_variance, dtype=like.dtype, device=like.device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"`noise_variance` must be a number or a sequence of numbers, got {noise_variance!r}.") from err
+    if noise.ndim == 0:
+        noise = noise.expand(N).clone()
+    elif noise.shape != (N,):
+        raise ValueError(
+            f"`noise_variance` must be a float or a tensor of {N} per-agent values, "
+            f"got shape {tuple(noise.shape)}."
+        )
+    check_positive("noise_variance", noise)
+    return noise

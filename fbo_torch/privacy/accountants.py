@@ -122,6 +122,31 @@ def _check_history(history: Any) -> History:
 
 
 # --------------------------------------------------------------------------- #
+# Opacus registration
+# --------------------------------------------------------------------------- #
+
+_REGISTERED = False
+
+
+def register_opacus_accountants() -> None:
+    r"""Register fbo_torch's ``"rdp-classic"`` with Opacus' accountant registry (imports Opacus).
+
+    Afterwards ``opacus.accountants.create_accountant("rdp-classic")``,
+    ``opacus.accountants.utils.get_noise_multiplier(..., accountant="rdp-classic")``
+    and ``PrivacyEngine(accountant="rdp-classic")`` work (see
+    :mod:`fbo_torch.privacy.opacus_accountants`). Called automatically whenever an
+    fbo_torch accountant is created; idempotent.
+
+    Raises:
+        ImportError: If Opacus is not installed (the message says ``pip install opacus``).
+    """
+    global _REGISTERED
+    if not _REGISTERED:
+        require_opacus("fbo_torch.privacy.opacus_accountants")  # registers on import
+        _REGISTERED = True
+
+
+# --------------------------------------------------------------------------- #
 # interface
 # --------------------------------------------------------------------------- #
 
@@ -141,6 +166,7 @@ class PrivacyAccountant(abc.ABC):
     MECHANISM: str = ""
 
     def __init__(self) -> None:
+        register_opacus_accountants()
         self._history: History = []
         self._cache: dict[tuple[tuple[tuple[float, float, int], ...], float], float] = {}
 
@@ -465,6 +491,18 @@ class ClassicRDPAccountant(PrivacyAccountant):
         require_opacus("opacus.accountants.analysis.rdp")
         self.orders: tuple[float, ...] = DEFAULT_ORDERS if orders is None else tuple(orders)
 
+    def to_opacus(self) -> Any:
+        r"""An Opacus accountant (``"rdp-classic"``, registered with Opacus) holding this history.
+
+        Raises:
+            ValueError: If this accountant uses other ``orders`` than the default.
+        """
+        if tuple(self.orders) != DEFAULT_ORDERS:
+            raise ValueError("Opacus' 'rdp-classic' accountant uses the default orders 2..256; this one has others.")
+        acc = require_opacus("fbo_torch.privacy.opacus_accountants").OpacusClassicRDPAccountant()
+        acc.history = self.history
+        return acc
+
     def get_privacy_spent(self, delta: float) -> tuple[float, float]:
         r"""``(ε, best_order)`` spent so far for target ``δ`` (``(0.0, nan)`` with no steps)."""
         delta = _check_delta(delta)
@@ -589,6 +627,16 @@ def calibrate_noise(
     unless ``z`` is resolved to relative precision ``1e-9`` first. Typically
     4-8 evaluations of ε; for ``"prv"`` the search starts from the (cheaper)
     ``"rdp"`` answer, which lies slightly above the PRV one.
+
+    Why not ``opacus.accountants.utils.get_noise_multiplier`` (which accepts every
+    name here, ``"rdp-classic"`` included, and gives the same ``z`` within the
+    tolerance; a test checks that): it bisects linearly from ``[0, 20]``, which
+    took 8-15 ε evaluations where this search takes 3-5, i.e. 2-3.5x the time
+    for ``"prv"`` (0.4-3.0 s vs 0.1-1.3 s per call, measured on the 2-core CI
+    machine for ε ∈ {1, 3, 9.91}, q ∈ {0.02, 0.1, 0.25, 0.35}, T ∈ {40, 60,
+    100, 1000}); it also cannot take accountant options (``alphas``,
+    ``eps_error``), ``max_noise_multiplier`` or ``steps = 0``, and bisecting
+    toward ``z → 0`` makes PRV's discretisation blow up.
 
     Args:
         target_epsilon: Budget ``ε > 0``.
@@ -722,4 +770,5 @@ __all__ = [
     "calibrate_noise",
     "compute_epsilon",
     "get_accountant",
+    "register_opacus_accountants",
 ]

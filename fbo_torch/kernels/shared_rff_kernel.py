@@ -13,18 +13,25 @@ from torch import Tensor
 from fbo_torch.features import RandomFourierFeatures
 
 
-class RFFKernel(Kernel):
-    r"""``k(x, x') = φ(x)ᵀ φ(x')`` for a :class:`RandomFourierFeatures` map ``φ``.
+class SharedRFFKernel(Kernel):
+    r"""``k(x, x') = φ(x)ᵀ φ(x')`` for a shared :class:`RandomFourierFeatures` map ``φ``.
 
-    ``SingleTaskGP(train_X, train_Y, covar_module=RFFKernel(features))`` is then
-    the RFF-approximated GP whose posterior equals the Bayesian linear regression
-    posterior of :class:`~fbo_torch.models.RFFBayesianLinear` (FTS appendix B).
+    ``SingleTaskGP(train_X, train_Y, covar_module=SharedRFFKernel(features))`` is
+    then the RFF-approximated GP whose posterior equals the Bayesian linear
+    regression posterior of :class:`~fbo_torch.models.RFFBayesianLinear` (FTS
+    appendix B). It fits with ``fit_gpytorch_mll`` (the likelihood's noise and
+    the mean are learned; the map is not) and BoTorch's pathwise sampling draws
+    exact prior paths ``φ(x)ᵀw``, ``w ~ N(0, I)``, from it (registered in
+    :mod:`fbo_torch.sampling.pathwise`).
 
-    Unlike ``gpytorch.kernels.RFFKernel`` (``[cos, sin]`` features drawn from the
-    global RNG), this uses the papers' seeded ``√(2σ₀²/M)·cos(Sx+b)`` map, so a
-    kernel built here matches the features every agent shares. The map is fixed:
-    lengthscale and signal variance are part of it, not learned. Wrap in
-    ``ScaleKernel`` to learn an output scale on top.
+    **How it differs from** ``gpytorch.kernels.RFFKernel``: GPyTorch's kernel
+    draws its frequencies from the global RNG, uses ``[cos(Wx/ℓ), sin(Wx/ℓ)]/√D``
+    without phases and learns ``ℓ``. This one is the papers' map
+    ``√(2σ₀²/M)·cos(Sx+b)`` (phases ``b``, optionally normalized to
+    ``‖φ(x)‖² = σ₀²``), drawn from a seed every agent shares and identified by
+    its ``fingerprint``; lengthscale and signal variance are part of the fixed
+    map, so a kernel built here matches the features in every agent's messages.
+    Wrap it in ``ScaleKernel`` to learn an output scale on top.
 
     Args:
         features: The shared feature map. Alternatively pass the
@@ -40,7 +47,7 @@ class RFFKernel(Kernel):
         super().__init__(**kwargs)
         if features is None:
             if "dim" not in rff_kwargs or "num_features" not in rff_kwargs:
-                raise TypeError("RFFKernel needs `features` or at least `dim` and `num_features`.")
+                raise TypeError("SharedRFFKernel needs `features` or at least `dim` and `num_features`.")
             features = RandomFourierFeatures(**rff_kwargs)
         elif rff_kwargs:
             raise TypeError(f"Pass either `features` or feature arguments, not both (got {sorted(rff_kwargs)}).")
@@ -52,7 +59,7 @@ class RFFKernel(Kernel):
         self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False, **params: Any
     ) -> Tensor:
         if last_dim_is_batch:
-            raise NotImplementedError("RFFKernel does not support last_dim_is_batch.")
+            raise NotImplementedError("SharedRFFKernel does not support last_dim_is_batch.")
         same = x1.shape == x2.shape and torch.equal(x1, x2)
         z1 = self.features(x1)
         z2 = z1 if same else self.features(x2)
@@ -70,3 +77,13 @@ class RFFKernel(Kernel):
     @property
     def num_features(self) -> int:
         return self.features.num_features
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The feature map's dtype (the kernel has no parameters of its own)."""
+        return self.features.spectral.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The feature map's device."""
+        return self.features.spectral.device

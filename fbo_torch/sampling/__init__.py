@@ -1,0 +1,1 @@
+"""BoTorch sampling integration."""

@@ -1,0 +1,140 @@
+r"""BoTorch pathwise sampling for fbo_torch's models and kernel.
+
+BoTorch draws posterior sample paths through dispatchers
+(``botorch.sampling.pathwise``); importing :mod:`fbo_torch` registers:
+
+* :class:`RFFFeatureMap` as the kernel features of
+  :class:`~fbo_torch.kernels.SharedRFFKernel` (``gen_kernel_features``).
+  The kernel *is* the finite feature map, so the prior paths ``φ(x)ᵀw``,
+  ``w ~ N(0, I)``, that ``draw_kernel_feature_paths`` builds from it are exact
+  prior samples (BoTorch's own RBF/Matern features are approximations); the
+  ``num_features`` BoTorch asks for is ignored. ``draw_matheron_paths``,
+  ``get_matheron_path_model`` and ``PathwiseThompsonSampling`` then work on
+  ``SingleTaskGP(covar_module=SharedRFFKernel(...))``, also inside a
+  ``ScaleKernel``.
+* a ``draw_matheron_paths`` rule for :class:`~fbo_torch.models.RFFBayesianLinear`:
+  a path is ``x ↦ φ(T(x))ᵀω`` with ``ω`` drawn exactly from the weight posterior
+  (:meth:`~fbo_torch.models.RFFBayesianLinear.sample_weights`, which in the dual
+  representation *is* Matheron's rule in weight space), un-transformed by the
+  model's outcome transform. ``prior_sampler``/``update_strategy`` arguments
+  do not apply and are ignored. This is what ``PathwiseThompsonSampling``,
+  ``get_matheron_path_model`` and
+  :class:`~fbo_torch.acquisition.FederatedThompsonSampling` (own branch) use.
+
+Paths are evaluated like BoTorch's: ``sample_shape x batch_shape x q`` for
+inputs ``batch_shape x q x d``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from botorch.exceptions.errors import UnsupportedError
+from botorch.sampling.pathwise.features import FeatureMap
+from botorch.sampling.pathwise.features.generators import GenKernelFeatures
+from botorch.sampling.pathwise.paths import GeneralizedLinearPath
+from botorch.sampling.pathwise.posterior_samplers import DrawMatheronPaths
+from botorch.sampling.pathwise.utils import (
+    FeatureSelector,
+    TensorTransform,
+    TInputTransform,
+    TOutputTransform,
+    get_output_transform,
+)
+from torch import Size, Tensor
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.kernels.shared_rff_kernel import SharedRFFKernel
+from fbo_torch.models.rff_blr import RFFBayesianLinear
+
+__all__ = ["RFFFeatureMap"]
+
+
+class RFFFeatureMap(FeatureMap):
+    r"""A :class:`RandomFourierFeatures` map as a BoTorch pathwise ``FeatureMap``.
+
+    ``feature_map(x) = output_transform(φ(input_transform(x)))``; the wrapped map
+    is shared, not copied (BoTorch may set this wrapper's transforms, e.g. an
+    output scale, without touching the map every agent holds).
+
+    Args:
+        features: The shared feature map ``φ`` (``M`` outputs).
+        input_transform: Optional transform applied to inputs first.
+        output_transform: Optional transform applied to the features.
+        batch_shape: Batch shape of the kernel or model the map represents.
+
+    Example:
+        >>> fmap = RFFFeatureMap(rff)
+        >>> path = GeneralizedLinearPath(fmap, weight=torch.randn(rff.num_features, dtype=torch.float64))
+    """
+
+    def __init__(
+        self,
+        features: RandomFourierFeatures,
+        input_transform: TInputTransform | None = None,
+        output_transform: TOutputTransform | None = None,
+        batch_shape: Size = Size(),
+    ) -> None:
+        if not isinstance(features, RandomFourierFeatures):
+            raise TypeError(f"`features` must be a RandomFourierFeatures, got {type(features).__name__}.")
+        super().__init__()
+        self.features = features
+        self.input_transform = input_transform
+        self.output_transform = output_transform
+        self._batch_shape = Size(batch_shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.features(x)
+
+    @property
+    def num_outputs(self) -> int:
+        if self.output_transform is None:
+            return self.features.num_features
+        canary = torch.empty(self.features.num_features, dtype=self.features.spectral.dtype,
+                             device=self.features.spectral.device)
+        return self.output_transform(canary).shape[-1]
+
+    @property
+    def batch_shape(self) -> Size:
+        return self._batch_shape
+
+
+class _Identity(TensorTransform):
+    r"""Output transform that changes nothing: BoTorch's ``ScaleKernel`` feature generator
+    chains its output scale in front of the base map's output transform, which must exist."""
+
+    def forward(self, values: Tensor) -> Tensor:
+        return values
+
+
+@GenKernelFeatures.register(SharedRFFKernel)
+def _gen_kernel_features_shared_rff(
+    kernel: SharedRFFKernel, *, num_inputs: int, num_outputs: int, **ignore: Any
+) -> RFFFeatureMap:
+    active = kernel.active_dims
+    d = num_inputs if active is None else len(active)
+    if d != kernel.features.dim:
+        raise UnsupportedError(
+            f"SharedRFFKernel maps d = {kernel.features.dim} inputs, but the model has {d} (active) inputs."
+        )
+    selector = None if active is None else FeatureSelector(indices=active)
+    return RFFFeatureMap(
+        kernel.features, input_transform=selector, output_transform=_Identity(), batch_shape=kernel.batch_shape
+    )
+
+
+@DrawMatheronPaths.register(RFFBayesianLinear)
+def _draw_matheron_paths_rff_blr(
+    model: RFFBayesianLinear, *, sample_shape: Size, **ignore: Any
+) -> GeneralizedLinearPath:
+    model._check_transforms()
+    omega = model.sample_weights(Size(sample_shape))  # sample_shape x [N] x M
+    uses_input_transform = "input_transform" in model._modules
+    fmap = RFFFeatureMap(model.features, batch_shape=model.batch_shape)
+    return GeneralizedLinearPath(
+        feature_map=fmap,
+        weight=omega,
+        input_transform=model.transform_inputs if uses_input_transform else None,
+        output_transform=get_output_transform(model),
+    )

@@ -106,8 +106,12 @@ def count_ops(fn) -> dict:
 
     from fbo_torch.utils.cuda_graphs import GRAPH_REGION
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
+    os.environ["FBO_SYNC_FREE"] = "1"  # count the GPU's code path (a CPU otherwise stops loops early)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+    finally:
+        del os.environ["FBO_SYNC_FREE"]
     events = prof.events()
     leaf = [e for e in events if e.name.startswith("aten::") and not any(
         c.name.startswith("aten::") for c in e.cpu_children)]

@@ -65,3 +65,16 @@ def test_nonfinite_candidates_are_rejected():
 def test_shape_check():
     with pytest.raises(ValueError, match="x0"):
         minimize_batched(autograd_value_and_grad(rosen), torch.zeros(3, dtype=f64))
+
+
+def test_sequential_and_parallel_line_searches_take_the_same_steps():
+    # the CPU path (one candidate step at a time, early exit) and the GPU path (all steps in one
+    # call, fixed iterations) accept the same steps, so they reach the same points
+    x0 = torch.rand(12, 3, generator=torch.Generator().manual_seed(2), dtype=f64) * 2 - 1
+    vg = autograd_value_and_grad(rosen)
+    seq = minimize_batched(vg, x0, lower=-0.8, upper=0.8, maxiter=120, line_search="sequential", check_every=4)
+    par = minimize_batched(vg, x0, lower=-0.8, upper=0.8, maxiter=120, line_search="parallel", check_every=None)
+    torch.testing.assert_close(seq.x, par.x, atol=1e-12, rtol=0)
+    assert torch.equal(seq.iterations, par.iterations)
+    with pytest.raises(ValueError, match="line_search"):
+        minimize_batched(vg, x0, line_search="newton")

@@ -521,25 +521,32 @@ class GPThompsonPaths:
         return obj
 
     def _parts(self, X: Tensor, grad: bool):
+        # every reduction over features or data points is a batched matrix product (no
+        # elementwise pass over B x C x F): weights fold into the matrices they multiply
         U = (X - self.lo) / self.width  # ... x B x C x d
+        inplace = not (torch.is_grad_enabled() and X.requires_grad)  # in-place only without autograd
         F2 = self.W.shape[-2]
         lin = U @ self.W.mT  # ... x B x C x F/2
-        s, c = lin.sin(), lin.cos()
-        ws, wc = self.w[:, None, :F2], self.w[:, None, F2:]
+        s = torch.sin(lin)
+        c = lin.cos_() if inplace else torch.cos(lin)
+        ws, wc = self.w[:, :F2].unsqueeze(-1), self.w[:, F2:].unsqueeze(-1)  # B x F/2 x 1
         amp = self.amp.view(-1, 1)
-        f = amp * ((s * ws).sum(-1) + (c * wc).sum(-1))
-        a = U / self.ls.unsqueeze(-2)
-        b = self.Xt / self.ls.unsqueeze(-2)
+        f = amp * ((s @ ws) + (c @ wc)).squeeze(-1)
+        inv_ls = 1.0 / self.ls.unsqueeze(-2)  # B x 1 x d
+        a, b = U * inv_ls, self.Xt * inv_ls
         diff_sq = (a * a).sum(-1, keepdim=True) - 2.0 * a @ b.mT + (b * b).sum(-1).unsqueeze(-2)
-        k = self.os.view(-1, 1, 1) * torch.exp(-0.5 * diff_sq.clamp_min(0.0))  # ... x B x C x n
-        kv = k * self.v.unsqueeze(-2)
-        f = f + kv.sum(-1) + self.mean.view(-1, 1)
+        if inplace:
+            k = torch.exp(diff_sq.clamp_min_(0.0).mul_(-0.5)).mul_(self.os.view(-1, 1, 1))  # ... x B x C x n
+        else:
+            k = torch.exp(-0.5 * diff_sq.clamp_min(0.0)) * self.os.view(-1, 1, 1)
+        kv = (k @ self.v.unsqueeze(-1)).squeeze(-1)  # ... x B x C
+        f = f + kv + self.mean.view(-1, 1)
         out = self.y_mean.view(-1, 1) + self.y_std.view(-1, 1) * f
         if not grad:
             return out, None
-        # d/dU: prior Wᵀ(w_s cos − w_c sin)·amp; data term Σ_j v_j k_j (x_j − x)/ℓ²
-        gp_ = amp.unsqueeze(-1) * ((c * ws - s * wc) @ self.W)
-        gk = (kv @ self.Xt - kv.sum(-1, keepdim=True) * U) / (self.ls**2).unsqueeze(-2)
+        # d/dU: prior amp·(cos·(w_s ⊙ W) − sin·(w_c ⊙ W)); data Σ_j v_j k_j (x_j − x)/ℓ²
+        gp_ = amp.unsqueeze(-1) * (c @ (ws * self.W) - s @ (wc * self.W))
+        gk = (k @ (self.v.unsqueeze(-1) * self.Xt) - kv.unsqueeze(-1) * U) * (inv_ls * inv_ls)
         g = (gp_ + gk) * (self.y_std.view(-1, 1, 1) / self.width)
         return out, g
 

@@ -72,13 +72,14 @@ class RFFSamplePaths:
     def _scale(self, c: Tensor) -> tuple[Tensor, Tensor | None]:
         s0 = self.outputscale.sqrt()
         if self.normalize:
-            nrm2 = (c * c).sum(-1).clamp_min(torch.finfo(c.dtype).tiny)
+            nrm2 = torch.linalg.vector_norm(c, dim=-1).square().clamp_min(torch.finfo(c.dtype).tiny)
             return s0 / nrm2.sqrt(), nrm2
         return s0 * math.sqrt(2.0 / self.spectral.shape[0]) * torch.ones_like(c[..., 0]), None
 
     def __call__(self, X: Tensor) -> Tensor:
         """Values ``... x B x C`` at ``... x B x C x d`` points."""
-        c = self._lin(X).cos_()
+        lin = self._lin(X)
+        c = lin.cos_() if not (torch.is_grad_enabled() and lin.requires_grad) else torch.cos(lin)
         om = self.omegas
         dot = (c @ om.unsqueeze(-1)).squeeze(-1)  # ... x B x C
         a, _ = self._scale(c)
@@ -87,12 +88,16 @@ class RFFSamplePaths:
     def value_and_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """Values ``... x B x C`` and input gradients ``... x B x C x d`` (closed form)."""
         z = self._lin(X)
-        c, s = torch.cos(z), torch.sin_(z)
+        c = torch.cos(z)
+        s = z.sin_() if not (torch.is_grad_enabled() and z.requires_grad) else torch.sin(z)
         om = self.omegas
         dot = (c @ om.unsqueeze(-1)).squeeze(-1)
         a, nrm2 = self._scale(c)
-        r = om.unsqueeze(-2) if nrm2 is None else om.unsqueeze(-2) - (dot / nrm2).unsqueeze(-1) * c
-        g = -(a.unsqueeze(-1)) * ((s * r) @ self.spectral)
+        # Sᵀ(sin ⊙ ω) as one product with ω folded into S; the normalization term as another
+        g = s @ (om.unsqueeze(-1) * self.spectral)  # ... x B x C x d
+        if nrm2 is not None:
+            g = g - (dot / nrm2).unsqueeze(-1) * ((s * c) @ self.spectral)
+        g = g * (-a.unsqueeze(-1))
         return a * dot, g
 
 

@@ -168,7 +168,7 @@ def maximize_batched(
     keys = keys.to(bounds.device)
     settings = (raw_samples, k, refine, maxiter, lr, max_points, eta)
     state = getattr(fn, "graph_state", None)
-    if state is not None and refine in ("qn", None) and bounds.is_cuda:
+    if state is not None and refine in ("qn", None):
         # a pure function of tensors: the whole maximization is one CUDA graph replay
         tensors, config = state()
         cls = type(fn)

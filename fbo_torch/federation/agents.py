@@ -191,6 +191,49 @@ class Agents:
         u = kr.uniform(self.round_keys(round, "p_t"), 1, dtype=torch.float64).squeeze(-1)
         return u < p
 
+    def next_queries(self, round: int, p: float, X_broadcast: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        r"""Each agent's query of round ``round`` (FTS / DP-FTS-DE Algorithm 1's choice).
+
+        With probability ``p`` (always when ``X_broadcast`` is ``None``: nothing
+        was received) the maximizer of a Thompson sample of the agent's own GP,
+        otherwise ``X_broadcast`` (the maximizer of what it received).
+
+        Args:
+            round: The round.
+            p: ``p_t``, probability of the own GP.
+            X_broadcast: ``B x d`` maximizers of the received functions, or ``None``.
+
+        Returns:
+            ``(X_next, used_broadcast)``: ``B x d`` queries and ``B`` booleans.
+        """
+        p_eff = p if X_broadcast is not None else 1.0
+        own = self.use_own(round, p_eff)
+        if p_eff <= 0:
+            return X_broadcast, ~own
+        X_own, _ = self.own_proposals(round)
+        if X_broadcast is None:
+            return X_own, torch.zeros_like(own)
+        return torch.where(own.unsqueeze(-1), X_own, X_broadcast), ~own
+
+    def evaluate(self, objective: Any, agent_ids: Tensor, X_next: Tensor, round: int,
+                 faults: Any | None = None) -> tuple[Tensor, Tensor]:
+        r"""Evaluate each agent's query on its objective and :meth:`observe` it.
+
+        Failures — an exception, a NaN/inf value, or one injected by ``faults``
+        (a :class:`~fbo_torch.federation.faults.FaultInjector`) — are recorded
+        and left out of the models; nobody stops.
+
+        Returns:
+            ``(y, ok)``: ``B`` observations (NaN where failed) and ``B`` booleans.
+        """
+        from fbo_torch.federation.faults import evaluate_agents
+
+        y, _ = evaluate_agents(objective, X_next, agent_ids, self.round_keys(round, "evaluate"))
+        if faults is not None:
+            y = torch.where(faults.failed(self.keys, round), torch.nan, y)
+        ok = self.observe(X_next, y)
+        return torch.where(ok, y, torch.nan), ok
+
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly (the RFF factors are saved, not refactorized)."""

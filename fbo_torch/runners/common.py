@@ -192,6 +192,27 @@ def maximize_broadcast(
     return X.view(R, P, -1).gather(1, best.view(R, 1, 1).expand(R, 1, X.shape[-1])).squeeze(1), best_vals
 
 
+def broadcast_queries(
+    features: RandomFourierFeatures,
+    broadcast: Tensor,
+    region_bounds: Tensor,
+    domain: Domain,
+    round: int,
+    keys: Tensor,
+) -> Tensor:
+    r"""Where agents that follow a DP-FTS-DE broadcast query in round ``round``: ``R x d``.
+
+    ``keys`` are the keys of whoever maximizes: the federations' keys (the
+    broadcast is the same for all agents of a federation, so one maximization
+    serves them all — a deployed agent that uses its federation's key gets the
+    same point), or each agent's own key with ``broadcast`` repeated per agent
+    (the authors' per-agent randomized maximization).
+    """
+    X, _ = maximize_broadcast(features, broadcast, region_bounds, domain,
+                              keys=kr.fold(kr.fold(keys, round), "broadcast-maximize"))
+    return X
+
+
 def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator | None = None) -> Tensor:
     r"""Maximize one BoTorch acquisition function (``b x 1 x d -> b``) over ``domain``.
 

@@ -51,7 +51,7 @@ from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.objectives.base import Objective
-from fbo_torch.runners.common import Domain, maximize_broadcast
+from fbo_torch.runners.common import Domain, broadcast_queries
 from fbo_torch.runners.settings import MethodSettings
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_probability
@@ -294,32 +294,21 @@ class DPFTSDERunner:
         self.released.append(communicating)
         self._stats.append([])
 
-        p_eff = p if communicating else 1.0
-        own = self.agents.use_own(t, p_eff)
-        if p_eff > 0:
-            X_own, _ = self.agents.own_proposals(t)
-            X_next = X_own if X_srv is None else torch.where(own.unsqueeze(-1), X_own, X_srv)
-        else:
-            X_next = X_srv
-        y, _ = evaluate_agents(self.objective, X_next, self.agent_of, self.agents.round_keys(t, "evaluate"))
-        y = torch.where(self.faults.failed(self.agent_keys, t), torch.nan, y)
-        ok = self.agents.observe(X_next, y)
+        X_next, used = self.agents.next_queries(t, p, X_srv)
+        _, ok = self.agents.evaluate(self.objective, self.agent_of, X_next, t, self.faults)
         f, _ = evaluate_agents(self.objective, X_next, self.agent_of, noiseless=True)
         f = torch.where(ok & torch.isfinite(f), f, -torch.inf).unsqueeze(-1)
         self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f)], dim=1)
-        self.used_server = torch.cat([self.used_server, (~own).unsqueeze(-1) & communicating], dim=1)
+        self.used_server = torch.cat([self.used_server, used.unsqueeze(-1)], dim=1)
         self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
         self.wall_time += time.perf_counter() - t0
 
     def _maximize_broadcast(self, broadcast: Tensor, t: int) -> Tensor:
         """Each agent's maximizer of ``φ(x)ᵀω^(i[x])``: once per federation, or per agent."""
+        rb = self.server.region_bounds
         if self.settings.broadcast_maximization == "shared":
-            keys = kr.fold(kr.fold(self.federation_keys, t), "broadcast-maximize")
-            X, _ = maximize_broadcast(self.features, broadcast, self.server.region_bounds, self.domain, keys=keys)
-            return X[self.run_of]
-        keys = self.agents.round_keys(t, "broadcast-maximize")
-        X, _ = maximize_broadcast(self.features, broadcast[self.run_of], self.server.region_bounds, self.domain, keys=keys)
-        return X
+            return broadcast_queries(self.features, broadcast, rb, self.domain, t, self.federation_keys)[self.run_of]
+        return broadcast_queries(self.features, broadcast[self.run_of], rb, self.domain, t, self.agent_keys)
 
     def run(self, callback: Callable[[DPFTSDERunner], None] | None = None) -> DPFTSDEResult:
         while not self.done:

@@ -333,9 +333,7 @@ class FTSRunner:
         self._observe(X_next, sources, t, t0)
 
     def _observe(self, X_next: Tensor, sources: Tensor, t: int, t0: float) -> None:
-        y, _ = evaluate_agents(self.objective, X_next, self.targets, self.agents.round_keys(t, "evaluate"))
-        y = torch.where(self.faults.failed(self.keys, t), torch.nan, y)
-        ok = self.agents.observe(X_next, y)
+        _, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)
         f, _ = evaluate_agents(self.objective, X_next, self.targets, noiseless=True)
         f = torch.where(ok & torch.isfinite(f), f, -torch.inf)
         self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f.unsqueeze(-1))], dim=1)

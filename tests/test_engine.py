@@ -152,3 +152,26 @@ def test_fault_injector_rates_and_validation():
         FaultInjector(dropout_rate=1.0)
     with pytest.raises(ValueError, match="faults"):
         DPFTSDESettings(faults={"eval_failure": 0.1})
+
+
+def test_authors_gp_and_repeated_query_rule():
+    # the authors' setup: isotropic GPy-like GP with 10 restarts, a repeated query becomes random
+    s = DPFTSDESettings(gp_kernel="authors", gp_restarts=10, repeated_query="random", num_regions=1)
+    dom = Domain(torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64), raw_samples=64, num_restarts=2, maxiter=10)
+    keys = kr.fold(kr.root_key(0, "authors"), torch.arange(3))
+    X0 = dom.random(3, 6, keys=keys)
+    Y0 = (3 * torch.sin(5 * X0).sum(-1, keepdim=True) + 2)
+    agents = Agents(keys, X0, Y0, dom, s, capacity=2)
+    gp = agents.gp()
+    hp = gp.hyperparameters
+    assert (hp["lengthscale"][:, 0] == hp["lengthscale"][:, 1]).all()  # isotropic
+    assert (hp["mean"] == 0).all() and not gp.spec.standardize
+    # restarts never end below the warm start alone
+    single = Agents(keys, X0, Y0, dom, DPFTSDESettings(gp_kernel="authors", num_regions=1), capacity=2).gp()
+    assert (gp.mll() >= single.mll() - 1e-9).all()
+    # a query equal to an earlier one is replaced by a point of the domain; others are kept
+    X_rep = torch.stack([X0[0, 2], torch.tensor([0.3, 0.7], dtype=f64), X0[2, 5]])
+    out = agents._replace_repeats(X_rep, round=1)
+    assert not torch.equal(out[0], X_rep[0]) and not torch.equal(out[2], X_rep[2])
+    assert torch.equal(out[1], X_rep[1])
+    assert ((out >= 0) & (out <= 1)).all()

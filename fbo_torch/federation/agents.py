@@ -166,7 +166,10 @@ class Agents:
             X, Y, self.domain.bounds, spec=self.gp_spec, mask=mask, params=self.gp_params, validate=False,
         )
         if refit:
-            model.fit(maxiter=getattr(s, "gp_fit_maxiter", 60))
+            restarts = None
+            if getattr(s, "gp_restarts", 0) > 0:
+                restarts = model.random_params(kr.fold(kr.fold(self.keys, self.gp_updates), "gp-restarts"), s.gp_restarts)
+            model.fit(maxiter=getattr(s, "gp_fit_maxiter", 60), restarts=restarts)
         self.gp_params = model.params
         self.gp_updates += 1
         return model
@@ -209,11 +212,24 @@ class Agents:
         p_eff = p if X_broadcast is not None else 1.0
         own = self.use_own(round, p_eff)
         if p_eff <= 0:
-            return X_broadcast, ~own
-        X_own, _ = self.own_proposals(round)
-        if X_broadcast is None:
-            return X_own, torch.zeros_like(own)
-        return torch.where(own.unsqueeze(-1), X_own, X_broadcast), ~own
+            X, used = X_broadcast, ~own
+        else:
+            X_own, _ = self.own_proposals(round)
+            if X_broadcast is None:
+                X, used = X_own, torch.zeros_like(own)
+            else:
+                X, used = torch.where(own.unsqueeze(-1), X_own, X_broadcast), ~own
+        if getattr(self.settings, "repeated_query", "keep") == "random":
+            X = self._replace_repeats(X, round)
+        return X, used
+
+    def _replace_repeats(self, X: Tensor, round: int) -> Tensor:
+        """Queries equal (to 1e-9 of the domain's width) to an earlier query of the same agent
+        become uniform random points of the domain (the authors' rule)."""
+        width = self.domain.bounds[1] - self.domain.bounds[0]
+        close = ((self.train_X - X.unsqueeze(1)).abs() <= 1e-9 * width).all(-1) & self.mask  # B x n
+        fresh = self.domain.random(X.shape[0], 1, keys=self.round_keys(round, "repeat"))[:, 0]
+        return torch.where(close.any(-1, keepdim=True), fresh, X)
 
     def evaluate(self, objective: Any, agent_ids: Tensor, X_next: Tensor, round: int,
                  faults: Any | None = None) -> tuple[Tensor, Tensor]:

@@ -99,12 +99,19 @@ class GPSpec:
 #: (RBF/ARD, dimension-scaled LogNormal lengthscale prior, LogNormal(-4, 1)
 #: noise prior, constant mean, standardized outcomes). ``"rbf"``: a scaled
 #: RBF/ARD kernel fitted by maximum likelihood (GPyTorch's default
-#: constraints), like the authors' GPy models but with ARD.
+#: constraints), like the authors' GPy models but with ARD. ``"authors"``: the
+#: authors' GPy ``GPRegression`` — isotropic RBF with a signal variance, zero
+#: mean, raw (unstandardized) outputs, maximum likelihood, GPy's starting
+#: values (variance 1, lengthscale 1, noise 1).
 GP_SPECS: dict[str, GPSpec] = {
     "botorch": GPSpec(),
     "rbf": GPSpec(
         ard=True, outputscale=True, priors=False, lengthscale_lower=1e-3, noise_lower=1e-4,
         lengthscale_init=math.log(2.0) + 1e-3, outputscale_init=math.log(2.0), noise_init=math.log(2.0) + 1e-4,
+    ),
+    "authors": GPSpec(
+        ard=False, outputscale=True, mean="zero", priors=False, standardize=False, lengthscale_lower=1e-4,
+        noise_lower=1e-6, lengthscale_init=1.0, outputscale_init=1.0, noise_init=1.0,
     ),
 }
 

@@ -30,6 +30,11 @@ class MethodSettings:
             ``SingleTaskGP``; ``"rbf"``: scaled RBF/ARD by maximum likelihood) and how
             often hyperparameters are re-fitted (every ``k`` GP updates; 0: only once).
         gp_fit_maxiter: Iteration cap of the batched hyperparameter fit.
+        gp_restarts: Random restarts of each refit besides the warm start (the
+            authors' GPy fits used 10), optimized in the same batch; the best kept.
+        repeated_query: ``"keep"``, or ``"random"``: a query that repeats one of
+            the agent's earlier queries is replaced by a uniform random point
+            (the authors' code does this).
         gp_sample_features: Random features of the pathwise prior in each GP
             Thompson sample (256; None: BoTorch's default, 1024, about 4x slower;
             the reference implementation used 100 features for its own samples).
@@ -53,6 +58,8 @@ class MethodSettings:
     gp_refit_every: int = 1
     gp_sample_features: int | None = 256
     gp_fit_maxiter: int = 60
+    gp_restarts: int = 0
+    repeated_query: str = "keep"
     faults: dict | None = None
 
     def __post_init__(self) -> None:
@@ -61,6 +68,9 @@ class MethodSettings:
         check_int("num_features", self.num_features, minimum=1)
         check_int("gp_refit_every", self.gp_refit_every, minimum=0)
         check_int("gp_fit_maxiter", self.gp_fit_maxiter, minimum=0)
+        check_int("gp_restarts", self.gp_restarts, minimum=0)
+        if self.repeated_query not in ("keep", "random"):
+            raise ValueError(f"`repeated_query` must be 'keep' or 'random', got {self.repeated_query!r}.")
         if self.gp_sample_features is not None:
             check_int("gp_sample_features", self.gp_sample_features, minimum=2)
             if self.gp_sample_features % 2:

@@ -202,7 +202,7 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
     if refine is None:
         U_fin, v_fin = U0, top_vals
     elif refine == "qn":
-        U_fin, v_fin = _refine_qn(fn_unit, vg, lo, width, U0, maxiter)
+        U_fin, v_fin = _refine_qn(fn_unit, vg, lo, width, U0, maxiter, max_points)
     elif refine == "lbfgsb" and fmin_l_bfgs_b_batched is not None:
         U_fin = _refine_lbfgsb(fn_unit, U0, maxiter)
         with torch.no_grad():
@@ -221,7 +221,8 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
     return X_best.detach(), best.detach()
 
 
-def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tensor, maxiter: int) -> tuple[Tensor, Tensor]:
+def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tensor, maxiter: int,
+               max_points: int = DEFAULT_MAX_POINTS_CUDA) -> tuple[Tensor, Tensor]:
     """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn)."""
     B, k, d = U0.shape
 
@@ -238,13 +239,19 @@ def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tens
             f = f.detach()
         return -f.reshape(-1), -g.reshape(-1, d)
 
-    def values(xs: Tensor) -> Tensor:  # K x (B*k) x d -> K x (B*k): one call of fn on B x (K*k) points
+    def values(xs: Tensor) -> Tensor:  # K x (B*k) x d -> K x (B*k): fn on B x (K*k) points per call
         K = xs.shape[0]
-        U = xs.view(K, B, k, d).permute(1, 0, 2, 3).reshape(B, K * k, d)
-        with torch.no_grad():
-            f = fn_unit(U)
-        f = torch.where(torch.isnan(f), torch.full_like(f, -torch.inf), f)
-        return -f.view(B, K, k).permute(1, 0, 2).reshape(K, B * k)
+        # as few calls as the memory cap allows (one for N <= ~10^4 agents: the op count stays flat)
+        per_call = max(1, min(K, (4 * max_points) // max(1, B * k)))
+        out = []
+        for s0 in range(0, K, per_call):
+            Kc = min(per_call, K - s0)
+            U = xs[s0 : s0 + Kc].view(Kc, B, k, d).permute(1, 0, 2, 3).reshape(B, Kc * k, d)
+            with torch.no_grad():
+                f = fn_unit(U)
+            f = torch.where(torch.isnan(f), torch.full_like(f, -torch.inf), f)
+            out.append(-f.view(B, Kc, k).permute(1, 0, 2).reshape(Kc, B * k))
+        return out[0] if len(out) == 1 else torch.cat(out)
 
     res = minimize_batched(
         value_and_grad, U0.reshape(B * k, d), values=values, lower=0.0, upper=1.0, maxiter=maxiter,

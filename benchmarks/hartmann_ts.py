@@ -54,9 +54,14 @@ def hartmann_objective(num_agents: int, noise_std: float):
             self.noise_variance = noise_std**2
             self.optimum = torch.full((num_agents,), OPTIMUM, dtype=f64)
             self._f = Hartmann(dim=3, negate=True)
+            self.noise_generator = torch.Generator().manual_seed(12345)  # the plain loop's noise
 
         def _evaluate(self, X, agents, noise):
-            return self._f(X.reshape(-1, 3)).reshape(X.shape[:-1]).to(X)
+            vals = self._f(X.reshape(-1, 3)).reshape(X.shape[:-1]).to(X)
+            if noise:  # observation noise for callers without keys (the BoTorch loop)
+                eps = torch.randn(vals.shape, dtype=vals.dtype, generator=self.noise_generator)
+                vals = vals + self.noise_variance**0.5 * eps.to(vals.device)
+            return vals
 
     return HartmannAgents()
 
@@ -103,7 +108,7 @@ def run_botorch(objective, X0, Y0, T: int, seed: int) -> tuple[torch.Tensor, flo
                 warnings.simplefilter("ignore")
                 fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
             x, _ = optimize_acqf(PathwiseThompsonSampling(gp), bounds, q=1, num_restarts=10, raw_samples=512)
-            y = objective(x.unsqueeze(0), agents=torch.tensor([a])).reshape(1, 1)
+            y = objective(x.unsqueeze(0), agents=torch.tensor([a])).reshape(1, 1)  # noisy, like ours
             X, Y = torch.cat([X, x]), torch.cat([Y, y])
         regrets.append(OPTIMUM - objective.evaluate_true(X.unsqueeze(0), agents=torch.tensor([a])).max())
     return torch.stack(regrets), time.perf_counter() - t0

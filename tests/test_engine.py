@@ -175,3 +175,20 @@ def test_authors_gp_and_repeated_query_rule():
     assert not torch.equal(out[0], X_rep[0]) and not torch.equal(out[2], X_rep[2])
     assert torch.equal(out[1], X_rep[1])
     assert ((out >= 0) & (out <= 1)).all()
+
+
+def test_broadcast_signal_parts_add_up(objective):
+    # per region: aggregate = data part + sampled part (exactly, before noise); norms recorded per round
+    s = _settings(num_iterations=2, noise_multiplier=0.0, clip_norm=0.5)  # small S: most vectors clipped
+    r = DPFTSDERunner(objective, s, num_inits=1, domain=_domain(objective), seed=2)
+    r.step()
+    omegas = r.agents.message(2).view(1, 6, -1)
+    bc = r.server.release(omegas, 2)
+    rec = r.server.last_record
+    data, sample = r._signal_parts(omegas, rec, 2)
+    assert data.shape == sample.shape == (1, 2)
+    # triangle inequality both ways bounds the aggregate's norm, which is the broadcast's (z = 0)
+    total = bc.norm(dim=-1)
+    assert (total <= data + sample + 1e-12).all() and (total >= (data - sample).abs() - 1e-12).all()
+    res = r.run()
+    assert len(res.data_norm) == 2 and all(len(x) == 2 for x in res.sample_norm)

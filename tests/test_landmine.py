@@ -179,3 +179,24 @@ def test_repeated_configurations_are_looked_up():
     torch.testing.assert_close(obj(X.flip(1)), first.flip(1))
     fresh = LandmineSVM(path=DATA, fields=[0, 1])
     torch.testing.assert_close(fresh(X), first)
+
+
+def test_platt_scoring_is_the_authors_predict_proba_auc():
+    # the authors' SVC(probability=True).predict_proba AUC, computed by hand with scikit-learn
+    import warnings
+
+    from sklearn.metrics import roc_auc_score
+    from sklearn.svm import SVC
+
+    obj = LandmineSVM(fields=[0, 3], scoring="platt")
+    X = torch.tensor([[[0.6, 0.4]], [[0.8, 0.7]]], dtype=torch.float64)
+    got = obj(X)
+    for i in range(2):
+        Xtr, ytr, Xva, yva = obj.field_data(i)
+        (cfg,) = obj.native_configs(X[i : i + 1])[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf = SVC(kernel="rbf", C=cfg["C"], gamma=cfg["gamma"], probability=True, random_state=0).fit(Xtr, ytr)
+        assert got[i, 0].item() == roc_auc_score(yva, clf.predict_proba(Xva)[:, 1])
+    with pytest.raises(ValueError, match="scoring"):
+        LandmineSVM(fields=[0], scoring="brier")

@@ -144,7 +144,9 @@ class DPFTSDEResult:
         released: ``T`` booleans, the server released in that round.
         fraction_clipped / num_sampled / fraction_reported: ``T`` means over repetitions.
         signal_norm / noise_norm: ``T x P`` means over repetitions of the norms of each
-            region's data part ``Σ w clip(ω)/q`` and of its noise.
+            region's aggregate ``Σ w clip(ω)/q`` and of its noise.
+        data_norm / sample_norm: ``T x P``: the aggregate's two parts, from the agents'
+            posterior means ``ν`` and from the sampling randomness ``ω − ν``.
     """
 
     name: str
@@ -161,6 +163,8 @@ class DPFTSDEResult:
     fraction_reported: list[float]
     signal_norm: list[list[float]]
     noise_norm: list[list[float]]
+    data_norm: list[list[float]]
+    sample_norm: list[list[float]]
     wall_time: float
     parameters_per_agent: int
     settings: dict[str, Any]
@@ -283,9 +287,11 @@ class DPFTSDERunner:
             dropped = self.faults.dropped(self.agent_keys, t).view(self.R, self.N)
             broadcast = self.server.release(omegas, t, reported=None if self.faults.dropout_rate == 0 else ~dropped)
             rec = self.server.last_record
+            data_norm, sample_norm = self._signal_parts(omegas, rec, t)
             self._pending.append((t - 1, torch.cat([
                 rec.fraction_clipped.unsqueeze(-1), rec.num_sampled.to(rec.fraction_clipped).unsqueeze(-1),
                 (rec.num_reported.to(rec.fraction_clipped) / self.N).unsqueeze(-1), rec.signal_norm, rec.noise_norm,
+                data_norm, sample_norm,
             ], -1).mean(0)))
             self.epsilons.append(self.server.epsilon if s.noise_multiplier > 0 else math.inf)
             X_srv = self._maximize_broadcast(broadcast, t)  # B x d
@@ -302,6 +308,23 @@ class DPFTSDERunner:
         self.used_server = torch.cat([self.used_server, used.unsqueeze(-1)], dim=1)
         self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
         self.wall_time += time.perf_counter() - t0
+
+    def _signal_parts(self, omegas: Tensor, rec, t: int) -> tuple[Tensor, Tensor]:
+        r"""Norms (``R x P``) of the two parts of each region's aggregate ``Σ w c ω / q``
+        (``c`` the clipping factor): the *data* part ``Σ w c ν / q`` (agents' posterior means)
+        and the *sampled* part ``Σ w c (ω − ν) / q`` (Thompson-sampling randomness). A
+        diagnostic only the simulator can compute (the server never sees ``ν``)."""
+        agg = self.server.aggregator
+        W = agg.region_weights(t) if callable(agg.region_weights) else agg.region_weights
+        W = W.to(omegas)
+        P = W.shape[0]
+        nu = self.agents.rff.weight_mean.view(self.R, self.N, -1)
+        norms = omegas.norm(dim=-1, keepdim=True)
+        c = torch.clamp((agg.clip_norm / math.sqrt(P)) / norms.clamp_min(torch.finfo(norms.dtype).tiny), max=1.0)
+        c = c * rec.sampled.unsqueeze(-1).to(c)
+        data = W @ (c * nu) / agg.sample_rate
+        sample = W @ (c * (omegas - nu)) / agg.sample_rate
+        return data.norm(dim=-1), sample.norm(dim=-1)
 
     def _maximize_broadcast(self, broadcast: Tensor, t: int) -> Tensor:
         """Each agent's maximizer of ``φ(x)ᵀω^(i[x])``: once per federation, or per agent."""
@@ -351,6 +374,8 @@ class DPFTSDERunner:
             fraction_reported=col(2),
             signal_norm=[row[3 : 3 + P] if row else [nan] * P for row in stats],
             noise_norm=[row[3 + P : 3 + 2 * P] if row else [nan] * P for row in stats],
+            data_norm=[row[3 + 2 * P : 3 + 3 * P] if row else [nan] * P for row in stats],
+            sample_norm=[row[3 + 3 * P : 3 + 4 * P] if row else [nan] * P for row in stats],
             wall_time=self.wall_time,
             parameters_per_agent=self.settings.num_features if self.settings.algorithm == "fts_de" else 0,
             settings=asdict(self.settings),

@@ -149,9 +149,12 @@ def profile_cuda(fn) -> dict:
     launches = sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"))
     syncs = sum(e.count for e in ev if "Synchronize" in e.key)
     copies = sum(e.count for e in ev if e.key in ("cudaMemcpyAsync", "cudaMemcpy"))
-    busy = sum(getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0)) for e in ev
-               if e.device_type == torch.autograd.DeviceType.CUDA)
-    return {"kernel_launches": launches, "syncs": syncs, "memcpys": copies, "gpu_busy_ms": busy / 1e3}
+    dev_time = lambda e: getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0))  # noqa: E731
+    kernels = sorted((e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA), key=dev_time, reverse=True)
+    busy = sum(dev_time(e) for e in kernels)
+    top = [{"kernel": e.key[:90], "ms": dev_time(e) / 1e3, "count": e.count} for e in kernels[:6]]
+    return {"kernel_launches": launches, "syncs": syncs, "memcpys": copies, "gpu_busy_ms": busy / 1e3,
+            "top_kernels": top}
 
 
 def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_every: int,
@@ -170,7 +173,7 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
     f64 = torch.float64
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(0)
-    rounds = repeats + 2
+    rounds = repeats + 4  # warm-up, timed repeats, the --ops round and the --profile round
     X = torch.rand(N, n + rounds, d, generator=gen, dtype=f64)
     Y = torch.sin(5 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(N, n + rounds, 1, generator=gen, dtype=f64)
     X, Y = X.to(dev), Y.to(dev)

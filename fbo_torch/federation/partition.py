@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from fbo_torch.utils.constants import constant_tensor
 from fbo_torch.utils.validation import check_bounds, check_int, check_last_dim, check_tensor
 
 
@@ -121,10 +122,10 @@ class SubRegionPartition:
                     f"(min {Xd.amin().item():.6g}, max {Xd.amax().item():.6g}); pass clamp=True to map them "
                     "to the nearest sub-region."
                 )
-        s = torch.tensor(self.splits, dtype=Xd.dtype, device=Xd.device)
+        s = constant_tensor(self.splits, dtype=Xd.dtype, device=Xd.device)
         cell = torch.floor((Xd - lo) / (hi - lo) * s)
         cell = torch.minimum(cell.clamp_min(0), s - 1).long()
-        strides = torch.tensor(self._strides, dtype=torch.long, device=Xd.device)
+        strides = constant_tensor(self._strides, dtype=torch.long, device=Xd.device)
         return (cell * strides).sum(-1)
 
     def region_bounds(self) -> Tensor:

@@ -45,6 +45,7 @@ from torch import Tensor
 
 from fbo_torch.optim.quasi_newton import minimize_batched
 from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.constants import constant_tensor
 from fbo_torch.utils.cuda_graphs import GraphCache
 from fbo_torch.utils.validation import check_bounds, check_int, check_tensor
 
@@ -220,7 +221,7 @@ class BatchedExactGP:
         parts.append(math.log(max(noise0 - s.noise_lower, 1e-12)))
         if s.mean == "constant":
             parts.append(0.0)
-        return torch.tensor(parts, dtype=dtype, device=device).expand(batch, len(parts)).clone()
+        return constant_tensor(parts, dtype=dtype, device=device).expand(batch, len(parts)).clone()
 
     def unpack(self, params: Tensor) -> dict[str, Tensor]:
         r"""Constrained hyperparameters from ``... x p`` unconstrained ones.

@@ -104,7 +104,7 @@ def fold(keys: Tensor | int, value: Tensor | int | str) -> Tensor | int:
     if not isinstance(keys, Tensor) and not isinstance(value, Tensor):
         return _signed(_mix64_int((keys & _M64) ^ ((_mix64_int(int(value)) + 0x9E3779B97F4A7C15) & _M64)))
     if not isinstance(keys, Tensor):
-        keys = torch.tensor(_signed(keys), dtype=torch.int64, device=value.device)
+        keys = torch.full((), _signed(keys), dtype=torch.int64, device=value.device)  # a fill: no host copy
     if isinstance(value, Tensor):
         v = mix64(value.to(device=keys.device, dtype=torch.int64)) + _GAMMA
     else:

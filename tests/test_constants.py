@@ -1,0 +1,33 @@
+import pytest
+import torch
+
+from fbo_torch.utils.constants import constant_tensor
+from fbo_torch.utils import keyed_random as kr
+
+from conftest import DEVICES
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_constant_tensor_values_dtype_device(device):
+    t = constant_tensor([0.5, -2.0, 3], dtype=torch.float64, device=device)
+    assert t.dtype == torch.float64 and t.device.type == device and t.shape == (3,)
+    assert t.cpu().tolist() == [0.5, -2.0, 3.0]
+    i = constant_tensor([1, 2**40], dtype=torch.long, device=device)
+    assert i.cpu().tolist() == [1, 2**40]
+    assert constant_tensor([], dtype=torch.float32, device=device).shape == (0,)
+
+
+@pytest.mark.cuda
+def test_constant_tensor_and_int_key_fold_do_not_synchronize():
+    dev = torch.device("cuda")
+    v = torch.arange(4, device=dev)
+    expected = kr.fold(torch.tensor(kr.root_key(3), device=dev), v)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        t = constant_tensor([1.0, 2.0], dtype=torch.float64, device=dev)
+        folded = kr.fold(kr.root_key(3), v)  # a Python-int key folded with a device tensor
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert t.cpu().tolist() == [1.0, 2.0]
+    assert torch.equal(folded, expected)

@@ -166,3 +166,30 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="even"):
         gp.draw_paths(torch.zeros(2, dtype=torch.int64), 33)
     assert math.isfinite(gp.mll().sum().item())
+
+
+def test_float32_screening_copy_and_screened_maximization():
+    from fbo_torch.optim import maximize_batched
+
+    X, Y, bounds = _data(B=5, n=9, d=2, seed=9)
+    gp = BatchedExactGP(X, Y, bounds).fit(maxiter=30)
+    paths = gp.draw_paths(kr.fold(kr.root_key(3, "own"), torch.arange(5)), num_features=64)
+    Xt = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(5, 50, 2, dtype=f64)
+    full, low = paths(Xt), paths.astype(torch.float32)(Xt.float())
+    assert low.dtype == torch.float32
+    # float32 evaluation of O(F + n) terms of size ~|f|: error a few hundred float32 eps of the scale
+    scale = full.abs().max()
+    assert (low.double() - full).abs().max() <= 500 * torch.finfo(torch.float32).eps * scale
+    keys = kr.fold(kr.root_key(4, "max"), torch.arange(5))
+    Xs, vs = maximize_batched(paths, bounds, 5, keys=keys, maxiter=50, screen_dtype=torch.float32)
+    Xp, vp = maximize_batched(paths, bounds, 5, keys=keys, maxiter=50)
+    assert vs.dtype == f64 and Xs.dtype == f64
+    torch.testing.assert_close(vs, paths(Xs.unsqueeze(1)).squeeze(1), atol=1e-12, rtol=1e-12)
+    # both reach the dense-grid maximum (grid spacing 1/200: the refined value is at least the grid's)
+    g = torch.linspace(0, 1, 201, dtype=f64)
+    G = torch.stack(torch.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    grid = paths((bounds[0] + (bounds[1] - bounds[0]) * G).expand(5, -1, -1)).max(-1).values
+    tol = 1e-6 * grid.abs().clamp_min(1)
+    assert (vs >= grid - tol).all() and (vp >= grid - tol).all()
+    with pytest.raises(ValueError, match="screen_dtype"):
+        maximize_batched(paths, bounds, 5, keys=keys, screen_dtype="float32")

@@ -528,6 +528,10 @@ class GPThompsonPaths:
             setattr(obj, f, t)
         return obj
 
+    def astype(self, dtype: torch.dtype) -> GPThompsonPaths:
+        """The same paths computed in ``dtype`` (e.g. float32 for screening raw points)."""
+        return type(self).from_graph_state(tuple(getattr(self, f).to(dtype) for f in self._FIELDS), ())
+
     def _parts(self, X: Tensor, grad: bool):
         # every reduction over features or data points is a batched matrix product (no
         # elementwise pass over B x C x F): weights fold into the matrices they multiply

@@ -59,6 +59,11 @@ class RFFSamplePaths:
         (obj.normalize,) = config
         return obj
 
+    def astype(self, dtype: torch.dtype) -> RFFSamplePaths:
+        """The same functions computed in ``dtype`` (e.g. float32 for screening raw points)."""
+        tensors, config = self.graph_state()
+        return type(self).from_graph_state(tuple(t.to(dtype) for t in tensors), config)
+
     @property
     def batch_size(self) -> int:
         return self.omegas.shape[0]

@@ -52,6 +52,10 @@ class Domain:
     worst gap to a dense search over 64 sampled functions in 2-D and 5-D, at
     least as small as per-agent ``optimize_acqf``'s).
         max_points: Memory cap on points per batched evaluation (``None``: by device).
+        screen_dtype: Precision of the raw-point screening (``maximize_batched``'s
+            ``screen_dtype``; ``None``: the bounds' dtype). float32 by default: the
+            ranking feeds a randomized restart selection and everything after it runs
+            in float64 (``benchmarks/maximizer_quality.py`` compares both).
     """
 
     bounds: Tensor
@@ -65,6 +69,7 @@ class Domain:
     raw_samples_rff: int = 2048
     num_restarts_rff: int = 16
     maxiter_rff: int = 40
+    screen_dtype: torch.dtype | None = torch.float32
 
     def __post_init__(self) -> None:
         check_bounds("bounds", self.bounds)
@@ -135,6 +140,7 @@ class Domain:
             fn, bounds, batch_size=batch, raw_samples=raw_samples or self.raw_samples,
             num_restarts=num_restarts or self.num_restarts, refine=self.refine, maxiter=maxiter or self.maxiter,
             lr=self.lr, max_points=self.max_points, generator=generator, keys=keys, validate=False,
+            screen_dtype=self.screen_dtype,
         )
 
 

@@ -66,7 +66,7 @@ def hartmann_objective(num_agents: int, noise_std: float):
     return HartmannAgents()
 
 
-def run_batched(objective, X0, Y0, T: int, seed: int, device) -> tuple[torch.Tensor, float]:
+def run_batched(objective, X0, Y0, T: int, seed: int, device, **settings) -> tuple[torch.Tensor, float]:
     from fbo_torch.federation.agents import Agents
     from fbo_torch.runners.common import Domain
     from fbo_torch.runners.settings import MethodSettings
@@ -74,7 +74,7 @@ def run_batched(objective, X0, Y0, T: int, seed: int, device) -> tuple[torch.Ten
 
     A = X0.shape[0]
     dom = Domain(objective.bounds.to(device))
-    s = MethodSettings(num_iterations=T, gp_refit_every=1)
+    s = MethodSettings(num_iterations=T, gp_refit_every=1, **settings)
     keys = kr.fold(kr.root_key(seed, "hartmann"), torch.arange(A, device=device))
     agents = Agents(keys, X0.to(device), Y0.to(device), dom, s, capacity=T)
     ids = torch.arange(A, device=device)

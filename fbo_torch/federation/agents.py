@@ -156,7 +156,8 @@ class Agents:
         r"""The agents' exact GPs on their current data.
 
         Hyperparameters are fitted on the first call and then every
-        ``gp_refit_every`` calls (warm-started); in between the previous ones are kept.
+        ``gp_refit_every`` calls (from the default initialization, or warm-started
+        with ``gp_warm_start``); in between the previous ones are kept.
         """
         s = self.settings
         if refit is None:
@@ -166,6 +167,8 @@ class Agents:
             X, Y, self.domain.bounds, spec=self.gp_spec, mask=mask, params=self.gp_params, validate=False,
         )
         if refit:
+            if self.gp_params is not None and not getattr(s, "gp_warm_start", True):
+                model.params = model.initial_params(model.params.shape[0], model.params.dtype, model.params.device)
             restarts = None
             if getattr(s, "gp_restarts", 0) > 0:
                 restarts = model.random_params(kr.fold(kr.fold(self.keys, self.gp_updates), "gp-restarts"), s.gp_restarts)

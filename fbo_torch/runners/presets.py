@@ -11,7 +11,8 @@ choice                                 ``modern`` (default)                   ``
 agent's GP                             BoTorch's ``SingleTaskGP`` model: ARD  isotropic RBF, zero mean, raw outputs,
                                        Matérn-5/2 with priors, standardized   maximum likelihood (``gp_kernel="authors"``)
                                        outputs, MAP fit (``"botorch"``)
-hyperparameter refit                   every 5 evaluations, warm start        every 5 evaluations, 10 random restarts
+hyperparameter refit                   every 5 evaluations, from the default  every 5 evaluations, from the current
+                                       initialization (as BoTorch)            values and 10 random restarts
 own Thompson sample                    Matheron path, 256 random features     100 fresh random features
 broadcast maximization                 one search per region, shared by all   each agent searches the broadcast with its
                                        agents following it (``"shared"``)      own random restarts (``"per_agent"``)
@@ -35,6 +36,7 @@ SETUPS: dict[str, dict[str, Any]] = {
     "authors": {
         "gp_kernel": "authors",
         "gp_restarts": 10,
+        "gp_warm_start": True,
         "gp_refit_every": 5,
         "gp_sample_features": 100,
         "repeated_query": "random",

@@ -30,8 +30,15 @@ class MethodSettings:
             ``SingleTaskGP``; ``"rbf"``: scaled RBF/ARD by maximum likelihood) and how
             often hyperparameters are re-fitted (every ``k`` GP updates; 0: only once).
         gp_fit_maxiter: Iteration cap of the batched hyperparameter fit.
-        gp_restarts: Random restarts of each refit besides the warm start (the
+        gp_restarts: Random restarts of each refit besides its first start (the
             authors' GPy fits used 10), optimized in the same batch; the best kept.
+        gp_warm_start: Start each refit from the current hyperparameters (``True``)
+            or from the model's default initialization, as a fresh BoTorch
+            ``SingleTaskGP`` + ``fit_gpytorch_mll`` does (``False``, default).
+            Measured on Hartmann-3 (72 agents, 25 iterations, refit every
+            iteration): warm starts locked 13 agents in the local optimum (regret
+            > 0.1), fresh starts 6 — a warm start keeps a lengthscale that the
+            early data favoured.
         repeated_query: ``"keep"``, or ``"random"``: a query that repeats one of
             the agent's earlier queries is replaced by a uniform random point
             (the authors' code does this).
@@ -59,6 +66,7 @@ class MethodSettings:
     gp_sample_features: int | None = 256
     gp_fit_maxiter: int = 60
     gp_restarts: int = 0
+    gp_warm_start: bool = False
     repeated_query: str = "keep"
     faults: dict | None = None
 
@@ -69,6 +77,8 @@ class MethodSettings:
         check_int("gp_refit_every", self.gp_refit_every, minimum=0)
         check_int("gp_fit_maxiter", self.gp_fit_maxiter, minimum=0)
         check_int("gp_restarts", self.gp_restarts, minimum=0)
+        if not isinstance(self.gp_warm_start, bool):
+            raise ValueError(f"`gp_warm_start` must be true or false, got {self.gp_warm_start!r}.")
         if self.repeated_query not in ("keep", "random"):
             raise ValueError(f"`repeated_query` must be 'keep' or 'random', got {self.repeated_query!r}.")
         if self.gp_sample_features is not None:

@@ -111,9 +111,37 @@ def test_emnist_objective_on_generated_idx_files(tmp_path):
     assert g.images.shape[0] <= 40
 
 
-def test_emnist_missing_data_raises_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="download=True"):
+def test_emnist_missing_data_raises_clear_error(tmp_path, monkeypatch):
+    how = r'torchvision\.datasets\.EMNIST\(root, split="digits", download=True\)(.|\n)*FBO_EMNIST_ROOT'
+    with pytest.raises(FileNotFoundError, match="nowhere(.|\n)*" + how):
         EMNISTCNN(tmp_path / "nowhere", num_agents=2)
+    monkeypatch.delenv("FBO_EMNIST_ROOT", raising=False)
+    with pytest.raises(FileNotFoundError, match="FBO_EMNIST_ROOT is not set(.|\n)*" + how):
+        EMNISTCNN(num_agents=2)
+    monkeypatch.setenv("FBO_EMNIST_ROOT", str(tmp_path / "elsewhere"))
+    with pytest.raises(FileNotFoundError, match="elsewhere"):
+        EMNISTCNN(num_agents=2)
+
+
+def test_emnist_root_from_environment(tmp_path, monkeypatch):
+    _write_fake_emnist(tmp_path)
+    monkeypatch.setenv("FBO_EMNIST_ROOT", str(tmp_path))
+    f = EMNISTCNN(num_agents=2, samples_per_agent=30, min_samples_per_agent=20, steps=2, channels=(2, 4))
+    assert f.root == str(tmp_path) and f.images.shape[1:] == (1, 28, 28)
+
+
+def test_image_objective_device_and_trainer_options():
+    f = DigitsCNN(num_agents=2, steps=5, channels=(4, 8), trainer={"dtype": "float64"}, device="cpu")
+    assert f.trainer_options == TrainerOptions(dtype=torch.float64) and f.device == torch.device("cpu")
+    Y = f(torch.rand(2, 1, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))
+    assert Y.shape == (2, 1) and ((Y >= 0) & (Y <= 1)).all()
+    with pytest.raises(ValueError, match="`trainer` has unknown keys"):
+        DigitsCNN(num_agents=2, trainer={"dtyp": "float64"})
+    with pytest.raises(ValueError, match="`device`"):
+        DigitsCNN(num_agents=2, device="gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="`device` is 'cuda' but no CUDA device"):
+            DigitsCNN(num_agents=2, device="cuda")
 
 
 # --------------------------------------------------------------------------- trainer

@@ -540,3 +540,32 @@ def test_custom_search_space_and_native_configs():
     assert f(X).shape == (2, 1)
     with pytest.raises(ValueError, match="exactly the parameters"):
         DigitsCNN(num_agents=2, search_space=SearchSpace([Real("lr", 1e-3, 0.1)]))
+
+
+# --------------------------------------------------------------------------- benchmark
+def test_cnn_training_benchmark_quick(tmp_path):
+    """``benchmarks/cnn_training.py --quick`` runs end to end and writes a consistent JSON and plot."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "cnn_training.py"), "--quick", "--threads", "1",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=root, env=dict(os.environ, MPLBACKEND="Agg"),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "cnn_training_cpu_quick.json").read_text())
+    assert (tmp_path / "cnn_training_cpu_quick.png").stat().st_size > 0
+    s = data["settings"]
+    assert s["quick"] and s["image"] == [1, 28, 28] and s["num_classes"] == 10 and "random" in s["data"]
+    assert s["batch_size"] == 32 and s["channels"] == [16, 32]  # EMNISTCNN's defaults
+    cells = data["cells"]
+    assert {(c["K"], c["mode"]) for c in cells} == {(k, m) for k in s["K"] for m in ("plain", "batched")}
+    for c in cells:
+        assert c["round_s"] > 0 and c["peak_memory_bytes"] > 0
+        assert math.isclose(c["configs_per_s"], c["K"] / c["round_s"], rel_tol=1e-9)
+        assert c["extrapolated"] == (c["timed_configs"] < c["K"])
+    assert data["summary"]["batched_K1_over_plain"] > 0

@@ -32,7 +32,41 @@ ten configurations train 2-2.5x faster stacked than one after another. For
 28 x 28 EMNIST images, oneDNN's grouped convolutions are *slower* than ``K``
 separate convolutions (``K = 50``: ~0.55 s vs ~0.34 s per step of the two
 convolution layers), so run the 50-agent EMNIST task on CUDA, where one
-grouped cuDNN launch per layer replaces ``K`` small ones.
+grouped cuDNN launch per layer replaces ``K`` small ones
+(``benchmarks/cnn_training.py`` measures both).
+
+How a training run executes (:class:`TrainerOptions`):
+
+* **Everything on the device before the first step.** The stacked initial
+  weights, all ``steps x B x K`` minibatch indices, their labels and the
+  per-step learning rates are built once and moved in one copy each; a step
+  reads its slice through a one-element step counter *on the device*
+  (``index_select``), so the loop never reads a value back to the host: no
+  ``.item()``, ``bool(tensor)`` or data-dependent shapes between the first and
+  the last step (``tests/test_vision.py`` checks this on CPU by intercepting
+  every host-reading tensor method during the steps).
+* **CUDA graphs** (``cuda_graph``, default on for CUDA): after 3 eager warm-up
+  steps on a side stream (cuDNN autotuning, allocator warm-up), one step —
+  forward, backward and SGD update, counter increment included — is captured
+  once and replayed for the remaining steps, so a step costs one launch
+  instead of ~40 (small ``K`` is launch-bound on a GPU). Graph and eager
+  execution run the same kernels on the same tensors.
+* **Layouts**: channels-last activations (``channels_last``; default on for
+  CPU, where oneDNN's grouped convolutions and max pooling are several times
+  faster in that layout, and on CUDA with bf16 autocast or TF32, where cuDNN's
+  tensor-core kernels want NHWC). Max pooling runs before the ReLU (the same
+  function and gradient, ReLU being monotone) so the ReLU touches 4x fewer
+  values.
+* **cuDNN**: ``benchmark`` autotuning on (off with ``deterministic=True``,
+  which also makes cuDNN pick deterministic kernels).
+* **Precision**: the parameters, gradients and the loss are in ``dtype``
+  (float32 by default; float64 for exact comparisons in tests). TF32 is **off**
+  on CUDA unless ``allow_tf32=True`` (PyTorch enables it for cuDNN
+  convolutions by default, which changes results at the ~1e-3 level);
+  ``autocast_dtype=torch.bfloat16`` runs the convolutions and the output layer
+  under :func:`torch.autocast` (float32 master weights, no loss scaling needed
+  for bf16). The CUDA backend flags are set for the duration of a call and
+  restored afterwards (not thread-safe, like the flags themselves).
 
 Training maths (identical in :func:`train_cnn_single`, the plain reference):
 
@@ -51,23 +85,30 @@ Training maths (identical in :func:`train_cnn_single`, the plain reference):
   ``λ Σ_w ||w||²`` over the weight tensors (not the biases).
 * **Optimizer**: plain SGD, ``θ ← θ - lr_t ∇loss``. Since
   ``∇(λ||w||²) = 2λw``, this is the same as SGD on the cross-entropy with
-  ``torch.optim.SGD(weight_decay=2λ)`` applied to the weights only.
+  ``torch.optim.SGD(weight_decay=2λ)`` applied to the weights only, which is
+  how the batched trainer computes it (the penalty's gradient ``2λw`` is added
+  to the cross-entropy gradient, not differentiated through a loss term).
 * **Learning-rate decay** (Keras' legacy ``SGD(lr, decay)``):
   ``lr_t = lr / (1 + decay · t)`` for steps ``t = 0, 1, ..., steps - 1``.
 * **Metric**: accuracy on the configuration's own validation indices.
 
-The networks run in float32 on the device of the ``images`` tensor. On CPU a
-run is bitwise deterministic for its seed; on CUDA, cuDNN may pick
-non-deterministic convolution backward kernels unless
-``torch.backends.cudnn.deterministic = True`` (results then agree with the CPU
-to float tolerance).
+The networks run in ``dtype`` (float32 by default) on the device of the
+``images`` tensor. On CPU a run is bitwise deterministic for its seed and
+machine; other CPUs (AVX2 vs AVX-512 kernels) and CUDA agree to float rounding,
+which SGD amplifies over the steps: a float32 trajectory is close to the float64
+one only within that amplified rounding error (``tests/test_vision.py`` derives
+the bound), and the batched trainer equals the plain loop to ~1e-12 in float64.
+On CUDA, cuDNN may pick non-deterministic backward kernels unless
+``deterministic=True``.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +118,8 @@ from fbo_torch.utils.validation import check_int, check_ndim, check_tensor
 
 __all__ = [
     "SmallCNN",
+    "TrainerOptions",
+    "cuda_backend_flags",
     "init_cnn_parameters",
     "lr_schedule",
     "sample_minibatch_indices",
@@ -145,12 +188,136 @@ class SmallCNN(nn.Module):
         return self.fc(x.flatten(1))
 
 
+# --------------------------------------------------------------------------- options
+_DTYPES = {
+    "float32": torch.float32, "float": torch.float32, "fp32": torch.float32,
+    "float64": torch.float64, "double": torch.float64, "fp64": torch.float64,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "half": torch.float16, "fp16": torch.float16,
+}
+
+
+def _as_dtype(name: str, value: object, allowed: tuple[torch.dtype, ...]) -> torch.dtype:
+    dtype = _DTYPES.get(value.lower()) if isinstance(value, str) else value
+    if dtype not in allowed:
+        names = sorted({k for k, v in _DTYPES.items() if v in allowed})
+        raise ValueError(f"`{name}` must be one of {names} (or the torch dtypes), got {value!r}.")
+    return dtype
+
+
+def _optional_bool(name: str, value: object) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise TypeError(f"`{name}` must be true, false or null (automatic), got {value!r}.")
+
+
+@dataclass(frozen=True)
+class TrainerOptions:
+    r"""How :func:`train_cnn_batched` executes (see the module docstring).
+
+    Args:
+        dtype: Parameters, gradients and loss (``torch.float32`` or
+            ``torch.float64``; strings such as ``"float64"`` are accepted).
+        autocast_dtype: ``None`` (off) or ``torch.bfloat16`` / ``torch.float16``:
+            the convolutions and the output layer run under
+            :func:`torch.autocast` with float32 master weights. Changes results
+            (bf16 has an 8-bit mantissa); validation accuracy stays close to
+            float32 (``tests/test_vision.py`` states the tolerance).
+            ``float16`` on CUDA only, and unscaled: bf16 is the supported choice.
+        allow_tf32: Let cuDNN convolutions and cuBLAS matmuls use TF32 tensor
+            cores on CUDA (changes results at the ~1e-3 level; off by default).
+        channels_last: Channels-last activations; ``None`` picks: on for CPU, on
+            for CUDA with autocast or TF32, off for plain float32/float64 CUDA.
+        cuda_graph: Capture one training step as a CUDA graph and replay it;
+            ``None``: on for CUDA. Ignored on CPU.
+        cudnn_benchmark: cuDNN autotuning of convolution algorithms (CUDA).
+        deterministic: Only deterministic cuDNN kernels, no autotuning (CUDA);
+            bitwise reproducible runs at some cost in speed.
+
+    Example:
+        >>> TrainerOptions(dtype="float64").dtype
+        torch.float64
+    """
+
+    dtype: torch.dtype = torch.float32
+    autocast_dtype: torch.dtype | None = None
+    allow_tf32: bool = False
+    channels_last: bool | None = None
+    cuda_graph: bool | None = None
+    cudnn_benchmark: bool = True
+    deterministic: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", _as_dtype("dtype", self.dtype, (torch.float32, torch.float64)))
+        if self.autocast_dtype is not None:
+            ac = _as_dtype("autocast_dtype", self.autocast_dtype, (torch.bfloat16, torch.float16))
+            if self.dtype != torch.float32:
+                raise ValueError(f"`autocast_dtype` needs dtype float32 master weights, got dtype {self.dtype}.")
+            object.__setattr__(self, "autocast_dtype", ac)
+        for name in ("allow_tf32", "cudnn_benchmark", "deterministic"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
+        for name in ("channels_last", "cuda_graph"):
+            _optional_bool(name, getattr(self, name))
+
+    def use_channels_last(self, device: torch.device) -> bool:
+        """Whether activations are channels-last on ``device``."""
+        if self.channels_last is not None:
+            return self.channels_last
+        return device.type == "cpu" or self.autocast_dtype is not None or self.allow_tf32
+
+    def use_cuda_graph(self, device: torch.device) -> bool:
+        """Whether the training steps are replayed from a CUDA graph on ``device``."""
+        return device.type == "cuda" and (self.cuda_graph is None or self.cuda_graph)
+
+
+@contextmanager
+def cuda_backend_flags(device: torch.device, options: TrainerOptions) -> Iterator[None]:
+    r"""Set cuDNN autotuning/determinism and the TF32 policy of ``options`` for a block (CUDA only).
+
+    Uses PyTorch's per-backend ``fp32_precision`` flags (``"ieee"`` or
+    ``"tf32"`` for ``torch.backends.cudnn.conv`` and
+    ``torch.backends.cuda.matmul``) where they exist (torch >= 2.9; mixing them
+    with the legacy ``allow_tf32`` flags is an error there), the legacy flags
+    otherwise. Everything is restored on exit. A no-op for other devices.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    cudnn = torch.backends.cudnn
+    saved = (cudnn.benchmark, cudnn.deterministic)
+    precision = "tf32" if options.allow_tf32 else "ieee"
+    try:
+        targets = [cudnn.conv, torch.backends.cuda.matmul]
+        old = [t.fp32_precision for t in targets]
+    except AttributeError:  # torch < 2.9: only the legacy flags
+        targets, old = None, (cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    try:
+        cudnn.benchmark = options.cudnn_benchmark and not options.deterministic
+        cudnn.deterministic = options.deterministic
+        if targets is not None:
+            for t in targets:
+                t.fp32_precision = precision
+        else:
+            cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = options.allow_tf32
+        yield
+    finally:
+        cudnn.benchmark, cudnn.deterministic = saved
+        if targets is not None:
+            for t, value in zip(targets, old):
+                t.fp32_precision = value
+        else:
+            cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _autocast(device: torch.device, options: TrainerOptions):
+    if options.autocast_dtype is None:
+        return nullcontext()
+    # cache_enabled=False: autocast's weight-cast cache must be off under CUDA graph capture.
+    return torch.autocast(device.type, dtype=options.autocast_dtype, cache_enabled=False)
+
+
 # --------------------------------------------------------------------------- helpers
-def _weight_names(model: nn.Module) -> list[str]:
-    """Names of the tensors the L2 penalty applies to (kernels, not biases)."""
-    return [name for name, _ in model.named_parameters() if name.endswith("weight")]
-
-
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int(seed))
 
@@ -161,7 +328,8 @@ def init_cnn_parameters(model: SmallCNN, generator: torch.Generator) -> dict[str
     Convolution kernels are He-uniform ``U(±sqrt(6 / fan_in))``, the output
     layer's weight Glorot-uniform ``U(±sqrt(6 / (fan_in + fan_out)))`` (fans
     include the receptive field), biases zero. Tensors are drawn in
-    ``model.named_parameters()`` order.
+    ``model.named_parameters()`` order. Trainers cast them to their ``dtype``,
+    so float32 and float64 runs start from the same weights.
 
     Args:
         model: The architecture (its own parameter values are not used).
@@ -192,24 +360,26 @@ def sample_minibatch_indices(
     return torch.randint(num_samples, (steps, batch_size), generator=generator)
 
 
-def lr_schedule(lr: Tensor, lr_decay: Tensor, steps: int) -> Tensor:
+def lr_schedule(lr: Tensor, lr_decay: Tensor, steps: int, dtype: torch.dtype = torch.float32) -> Tensor:
     r"""Keras-style decayed learning rates ``lr / (1 + decay · t)``, ``t = 0, ..., steps-1``.
 
     Args:
         lr: ``K`` initial learning rates.
         lr_decay: ``K`` decay coefficients.
         steps: Number of SGD steps.
+        dtype: Dtype of the result.
 
     Returns:
-        ``steps x K`` float32 learning rates (computed in float64, then rounded).
+        ``steps x K`` learning rates (computed in float64, then rounded to ``dtype``).
     """
     t = torch.arange(steps, dtype=torch.float64, device=lr.device).unsqueeze(-1)
     sched = lr.double().unsqueeze(0) / (1.0 + lr_decay.double().unsqueeze(0) * t)
-    return sched.float()
+    return sched.to(dtype)
 
 
-def _as_config_vector(name: str, value: float | Tensor | Sequence[float], K: int, device) -> Tensor:
-    v = torch.as_tensor(value, dtype=torch.float64).reshape(-1).to(device)
+def _as_config_vector(name: str, value: float | Tensor | Sequence[float], K: int) -> Tensor:
+    """``K`` float64 values on the CPU, checked finite and ``>= 0``."""
+    v = torch.as_tensor(value).detach().to(device="cpu", dtype=torch.float64).reshape(-1)
     if v.numel() == 1 and K != 1:
         v = v.expand(K)
     if v.numel() != K:
@@ -227,6 +397,8 @@ def _check_model(model: object) -> SmallCNN:
 
 def _check_data(model: SmallCNN, images: Tensor, labels: Tensor) -> None:
     check_ndim("images", images, 4, "n x channels x height x width")
+    if not images.is_floating_point():
+        raise TypeError(f"`images` must be a floating-point tensor, got dtype {images.dtype}.")
     s, c = model.image_size, model.in_channels
     if tuple(images.shape[1:]) != (c, s, s):
         raise ValueError(
@@ -244,7 +416,8 @@ def _check_data(model: SmallCNN, images: Tensor, labels: Tensor) -> None:
 
 
 def _check_index(name: str, idx: Tensor, n: int) -> Tensor:
-    idx = torch.as_tensor(idx).reshape(-1)
+    """A non-empty long index vector into ``[0, n)``, on the CPU (validated there: no device syncs)."""
+    idx = torch.as_tensor(idx).detach().reshape(-1).cpu()
     if idx.is_floating_point() or idx.dtype == torch.bool:
         raise TypeError(f"`{name}` must hold integer indices, got dtype {idx.dtype}.")
     if idx.numel() == 0:
@@ -267,11 +440,13 @@ def train_cnn_single(
     seed: int,
     steps: int = 200,
     batch_size: int = 32,
+    dtype: torch.dtype | str = torch.float32,
 ) -> tuple[float, SmallCNN]:
     r"""Train one network with a plain PyTorch loop (the reference for the batched trainer).
 
     Same maths and seed handling as :func:`train_cnn_batched` (see the module
-    docstring), written as an ordinary ``loss.backward()`` / in-place SGD loop.
+    docstring), written as an ordinary ``loss.backward()`` / in-place SGD loop
+    on an ``nn.Module``, with the L2 penalty in the loss.
 
     Args:
         model: Architecture template (:class:`SmallCNN`); it is copied, not modified.
@@ -285,34 +460,34 @@ def train_cnn_single(
         seed: Seed of the initial weights and the minibatch indices.
         steps: Number of SGD steps.
         batch_size: Minibatch size.
+        dtype: ``torch.float32`` or ``torch.float64`` (parameters, data, loss).
 
     Returns:
         ``(accuracy, trained_model)``: validation accuracy and the trained copy
-        of ``model`` (float32, on ``images.device``).
+        of ``model`` (in ``dtype``, on ``images.device``).
     """
     _check_model(model)
     _check_data(model, images, labels)
     steps = check_int("steps", steps, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
+    dtype = _as_dtype("dtype", dtype, (torch.float32, torch.float64))
     device = images.device
     train_index = _check_index("train_index", train_index, images.shape[0])
     val_index = _check_index("val_index", val_index, images.shape[0]).to(device)
-    lr_v, decay_v, l2_v = (
-        _as_config_vector(n, v, 1, device) for n, v in (("lr", lr), ("lr_decay", lr_decay), ("l2", l2))
-    )
-    sched = lr_schedule(lr_v, decay_v, steps)[:, 0]
-    lam = l2_v.float()[0]
+    lr_v, decay_v, l2_v = (_as_config_vector(n, v, 1) for n, v in (("lr", lr), ("lr_decay", lr_decay), ("l2", l2)))
+    sched = lr_schedule(lr_v, decay_v, steps, dtype)[:, 0].to(device)
+    lam = l2_v.to(device=device, dtype=dtype)[0]
 
     gen = _generator(seed)
     init = init_cnn_parameters(model, gen)
     local = sample_minibatch_indices(train_index.numel(), steps, batch_size, gen)
-    batches = train_index.cpu()[local].to(device)  # steps x B
-    net = copy.deepcopy(model).to(device=device, dtype=torch.float32)
+    batches = train_index[local].to(device)  # steps x B
+    net = copy.deepcopy(model).to(device=device, dtype=dtype)
     with torch.no_grad():
         for name, p in net.named_parameters():
             p.copy_(init[name])
     weights = [p for name, p in net.named_parameters() if name.endswith("weight")]
-    x_all = images.to(torch.float32)
+    x_all = images.to(dtype)
     for t in range(steps):
         idx = batches[t]
         ce = F.cross_entropy(net(x_all[idx]), labels[idx])
@@ -325,27 +500,29 @@ def train_cnn_single(
     net.zero_grad(set_to_none=True)
     with torch.no_grad():
         pred = net(x_all[val_index]).argmax(-1)
-        acc = (pred == labels[val_index]).float().mean().item()
+        acc = (pred == labels[val_index]).to(dtype).mean().item()
     return acc, net
 
 
 # --------------------------------------------------------------------------- batched
-def _grouped_forward(model: SmallCNN, params: dict[str, Tensor], x: Tensor, K: int) -> Tensor:
+def _grouped_forward(
+    model: SmallCNN, params: dict[str, Tensor], x: Tensor, K: int, channels_last: bool = False
+) -> Tensor:
     """Logits ``K x B x classes`` of the stacked networks for inputs ``B x (K*C) x H x W``."""
     pad = model.kernel_size // 2
-    # On CPU, oneDNN's grouped convolutions and max pooling are several times faster in
-    # channels-last layout for these small feature maps (NCHW max pooling dominated a step).
-    h = x.contiguous(memory_format=torch.channels_last) if x.device.type == "cpu" else x
+    h = x.contiguous(memory_format=torch.channels_last) if channels_last else x
     for name in ("conv1", "conv2"):
         w = params[f"{name}.weight"]  # K x O x C x k x k
         h = F.conv2d(h, w.flatten(0, 1), params[f"{name}.bias"].flatten(), padding=pad, groups=K)
-        h = F.max_pool2d(F.relu(h), 2)
+        h = F.relu(F.max_pool2d(h, 2))  # = max_pool(relu(h)): ReLU is monotone
     B = h.shape[0]
     feats = h.reshape(B, K, -1).transpose(0, 1)  # K x B x F, per-config flatten(1) order
     return torch.baddbmm(params["fc.bias"].unsqueeze(1), feats, params["fc.weight"].transpose(1, 2))
 
 
-def stacked_cnn_forward(model: SmallCNN, params: dict[str, Tensor], x: Tensor) -> Tensor:
+def stacked_cnn_forward(
+    model: SmallCNN, params: dict[str, Tensor], x: Tensor, channels_last: bool | None = None
+) -> Tensor:
     r"""Evaluate ``K`` stacked copies of ``model`` on their own inputs.
 
     Args:
@@ -354,6 +531,7 @@ def stacked_cnn_forward(model: SmallCNN, params: dict[str, Tensor], x: Tensor) -
             :func:`train_cnn_batched` with ``return_params=True`` or by
             :func:`torch.func.stack_module_state`).
         x: ``K x B x C x H x W`` inputs, ``x[k]`` for network ``k``.
+        channels_last: Activation layout (default: :class:`TrainerOptions`' choice).
 
     Returns:
         ``K x B x num_classes`` logits; ``out[k]`` equals
@@ -362,7 +540,155 @@ def stacked_cnn_forward(model: SmallCNN, params: dict[str, Tensor], x: Tensor) -
     _check_model(model)
     check_ndim("x", x, 5, "K x B x C x H x W")
     K, B = x.shape[:2]
-    return _grouped_forward(model, params, x.transpose(0, 1).reshape(B, -1, *x.shape[-2:]), K)
+    if channels_last is None:
+        channels_last = TrainerOptions().use_channels_last(x.device)
+    return _grouped_forward(model, params, x.transpose(0, 1).reshape(B, -1, *x.shape[-2:]), K, channels_last)
+
+
+#: Eager steps before a CUDA graph is captured (cuDNN autotuning, allocator warm-up).
+_GRAPH_WARMUP_STEPS = 3
+
+
+class _StackedSGD:
+    r"""The training loop of :func:`train_cnn_batched`: all state on the device, no host reads.
+
+    ``batch_index``: ``steps x (B K)`` image indices (row ``t``: minibatch ``b``
+    of configuration ``k`` at ``b K + k``); ``batch_labels``: ``steps x (K B)``
+    their labels in configuration-major order; ``lr``: ``steps x K`` rates;
+    ``two_l2``: ``K`` coefficients ``2λ``. :meth:`step` reads row ``t`` through
+    the device counter ``self.t`` and advances it, so the same captured CUDA
+    graph serves every step.
+    """
+
+    def __init__(
+        self,
+        model: SmallCNN,
+        params: dict[str, Tensor],
+        images: Tensor,
+        batch_index: Tensor,
+        batch_labels: Tensor,
+        lr: Tensor,
+        two_l2: Tensor,
+        batch_size: int,
+        options: TrainerOptions,
+    ) -> None:
+        self.model, self.params, self.images = model, params, images
+        self.batch_index, self.batch_labels, self.lr = batch_index, batch_labels, lr
+        self.B, self.K = batch_size, lr.shape[1]
+        self.options = options
+        self.device = images.device
+        self.channels_last = options.use_channels_last(self.device)
+        self.names = list(params)
+        self.leaves = [params[n] for n in self.names]
+        self.views = [(self.K,) + (1,) * (params[n].ndim - 1) for n in self.names]
+        # 2λ broadcast per weight tensor (biases carry no penalty)
+        self.decay = {n: two_l2.view(v) for n, v in zip(self.names, self.views) if n.endswith("weight")}
+        self.t = torch.zeros(1, dtype=torch.long, device=self.device)
+
+    def step(self) -> None:
+        """One SGD step of all ``K`` networks."""
+        B, K = self.B, self.K
+        C, H, W = self.images.shape[1:]
+        idx = self.batch_index.index_select(0, self.t).reshape(-1)  # (B K)
+        x = self.images.index_select(0, idx).reshape(B, K * C, H, W)
+        with _autocast(self.device, self.options):
+            logits = _grouped_forward(self.model, self.params, x, K, self.channels_last)
+        logits = logits.to(self.options.dtype).reshape(K * B, -1)
+        y = self.batch_labels.index_select(0, self.t).reshape(-1)
+        # Σ_k mean_b CE: configuration k's parameters only see its own mean
+        loss = F.cross_entropy(logits, y, reduction="sum") / B
+        grads = torch.autograd.grad(loss, self.leaves)
+        lr = self.lr.index_select(0, self.t).reshape(K)
+        with torch.no_grad():
+            for name, p, g, view in zip(self.names, self.leaves, grads, self.views):
+                if name in self.decay:  # ∇(λ||w||²) = 2λw
+                    g = torch.addcmul(g, p, self.decay[name])
+                p.addcmul_(g, lr.view(view), value=-1.0)
+            self.t.add_(1)
+
+    def run(self, steps: int) -> None:
+        """``steps`` SGD steps, eagerly or (CUDA) replayed from one captured graph."""
+        if not self.options.use_cuda_graph(self.device):
+            for _ in range(steps):
+                self.step()
+            return
+        warm = min(steps, _GRAPH_WARMUP_STEPS)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(warm):  # real steps: the trajectory continues from them
+                self.step()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        if steps == warm:
+            return
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):  # records one step; nothing runs during capture
+            self.step()
+        for _ in range(steps - warm):
+            graph.replay()
+        del graph
+
+
+def _prepare_batched(
+    model: SmallCNN,
+    images: Tensor,
+    labels: Tensor,
+    train_indices: Sequence[Tensor],
+    val_indices: Sequence[Tensor],
+    lr: Tensor | Sequence[float] | float,
+    lr_decay: Tensor | Sequence[float] | float,
+    l2: Tensor | Sequence[float] | float,
+    seeds: Sequence[int] | Tensor,
+    steps: int,
+    batch_size: int,
+    options: TrainerOptions,
+) -> tuple[_StackedSGD, list[Tensor]]:
+    """Validate the arguments and build the on-device training state."""
+    _check_model(model)
+    _check_data(model, images, labels)
+    K = len(train_indices)
+    if K == 0:
+        raise ValueError("`train_indices` must hold at least one configuration.")
+    if len(val_indices) != K:
+        raise ValueError(
+            f"`val_indices` must hold {K} index tensors (one per configuration), got {len(val_indices)}."
+        )
+    seeds = [int(s) for s in (seeds.reshape(-1).tolist() if isinstance(seeds, Tensor) else seeds)]
+    if len(seeds) != K:
+        raise ValueError(f"`seeds` must hold {K} integers (one per configuration), got {len(seeds)}.")
+    device, dtype = images.device, options.dtype
+    n = images.shape[0]
+    lr_v = _as_config_vector("lr", lr, K)
+    decay_v = _as_config_vector("lr_decay", lr_decay, K)
+    two_l2 = 2.0 * _as_config_vector("l2", l2, K)
+    tr = [_check_index(f"train_indices[{k}]", t, n) for k, t in enumerate(train_indices)]
+    va = [_check_index(f"val_indices[{k}]", v, n) for k, v in enumerate(val_indices)]
+
+    # Per-configuration seeded initial weights and minibatches, drawn on the CPU
+    # (the same numbers on every device), then moved in one copy each.
+    inits, batches = [], []
+    for k in range(K):
+        gen = _generator(seeds[k])
+        inits.append(init_cnn_parameters(model, gen))
+        batches.append(tr[k][sample_minibatch_indices(tr[k].numel(), steps, batch_size, gen)])
+    params = {
+        name: torch.stack([p[name] for p in inits]).to(device=device, dtype=dtype).requires_grad_()
+        for name in inits[0]
+    }
+    batch_index = torch.stack(batches, dim=-1).to(device)  # steps x B x K
+    batch_labels = labels[batch_index].transpose(1, 2).reshape(steps, K * batch_size)
+    trainer = _StackedSGD(
+        model,
+        params,
+        images.to(dtype),
+        batch_index.reshape(steps, batch_size * K),
+        batch_labels,
+        lr_schedule(lr_v, decay_v, steps, dtype).to(device),
+        two_l2.to(device=device, dtype=dtype),
+        batch_size,
+        options,
+    )
+    return trainer, va
 
 
 def train_cnn_batched(
@@ -379,6 +705,7 @@ def train_cnn_batched(
     batch_size: int = 32,
     eval_chunk_size: int = 512,
     return_params: bool = False,
+    options: TrainerOptions | None = None,
 ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
     r"""Train ``K`` configurations of ``model`` at once and return their validation accuracies.
 
@@ -395,7 +722,7 @@ def train_cnn_batched(
         images: ``n x C x H x W`` float images; all work happens on its device.
         labels: ``n`` integer class labels on the same device.
         train_indices: ``K`` index tensors into ``images`` (training data of
-            each configuration; sizes may differ).
+            each configuration; sizes may differ; any device, validated on the CPU).
         val_indices: ``K`` index tensors (validation data; sizes may differ).
         lr: ``K`` initial learning rates (or one value for all).
         lr_decay: ``K`` Keras decays, ``lr_t = lr / (1 + lr_decay · t)`` (or one value).
@@ -407,72 +734,32 @@ def train_cnn_batched(
         batch_size: Minibatch size per configuration.
         eval_chunk_size: Validation images per configuration per forward pass.
         return_params: Also return the trained stacked parameters.
+        options: Precision, layout and CUDA execution (:class:`TrainerOptions`;
+            default float32, TF32 off, CUDA graphs on CUDA).
 
     Returns:
-        ``K`` float32 validation accuracies on ``images.device``; with
-        ``return_params``, also a dict of stacked ``K x ...`` parameters.
+        ``K`` validation accuracies (``options.dtype``) on ``images.device``;
+        with ``return_params``, also a dict of stacked ``K x ...`` parameters.
 
     Example:
         >>> net = SmallCNN(image_size=8)
         >>> acc = train_cnn_batched(net, X, y, [tr0, tr1], [va0, va1],
         ...                         lr=[0.02, 1e-7], lr_decay=1e-4, l2=1e-5, seeds=[0, 0])
     """
-    _check_model(model)
-    _check_data(model, images, labels)
     steps = check_int("steps", steps, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     eval_chunk_size = check_int("eval_chunk_size", eval_chunk_size, minimum=1)
-    K = len(train_indices)
-    if K == 0:
-        raise ValueError("`train_indices` must hold at least one configuration.")
-    if len(val_indices) != K:
-        raise ValueError(
-            f"`val_indices` must hold {K} index tensors (one per configuration), got {len(val_indices)}."
-        )
-    seeds = [int(s) for s in (seeds.reshape(-1).tolist() if isinstance(seeds, Tensor) else seeds)]
-    if len(seeds) != K:
-        raise ValueError(f"`seeds` must hold {K} integers (one per configuration), got {len(seeds)}.")
-    device = images.device
-    n = images.shape[0]
-    lr_v = _as_config_vector("lr", lr, K, device)
-    decay_v = _as_config_vector("lr_decay", lr_decay, K, device)
-    lam = _as_config_vector("l2", l2, K, device).float()
-    sched = lr_schedule(lr_v, decay_v, steps)  # steps x K
-    tr = [_check_index(f"train_indices[{k}]", t, n).cpu() for k, t in enumerate(train_indices)]
-    va = [_check_index(f"val_indices[{k}]", v, n) for k, v in enumerate(val_indices)]
-
-    # Per-configuration seeded initial weights and minibatches, drawn once on the CPU.
-    inits, batches = [], []
-    for k in range(K):
-        gen = _generator(seeds[k])
-        inits.append(init_cnn_parameters(model, gen))
-        batches.append(tr[k][sample_minibatch_indices(tr[k].numel(), steps, batch_size, gen)])
-    params = {
-        name: torch.stack([p[name] for p in inits]).to(device).requires_grad_() for name in inits[0]
-    }
-    batch_idx = torch.stack(batches, dim=-1).to(device)  # steps x B x K: gathers as B x K x C x H x W
-    names = list(params)
-    weight_names = [name for name in names if name.endswith("weight")]
-    x_all = images.to(torch.float32)
-    C, H, W = x_all.shape[1:]
-    view = {name: (K,) + (1,) * (p.ndim - 1) for name, p in params.items()}
-
-    for t in range(steps):
-        idx = batch_idx[t]  # B x K
-        logits = _grouped_forward(model, params, x_all[idx].reshape(batch_size, K * C, H, W), K)
-        ce = F.cross_entropy(
-            logits.reshape(K * batch_size, -1), labels[idx.T].reshape(-1), reduction="none"
-        ).reshape(K, batch_size).mean(-1)
-        penalty = sum(params[w].pow(2).flatten(1).sum(-1) for w in weight_names)
-        loss = (ce + lam * penalty).sum()  # configurations are independent: ∂loss/∂θ_k = ∂loss_k/∂θ_k
-        grads = torch.autograd.grad(loss, [params[name] for name in names])
-        rate = sched[t]
-        with torch.no_grad():
-            for name, g in zip(names, grads):
-                params[name].sub_(rate.view(view[name]) * g)
-
-    params = {name: p.detach() for name, p in params.items()}
-    acc = _batched_accuracy(model, params, x_all, labels, va, eval_chunk_size)
+    if options is None:
+        options = TrainerOptions()
+    elif not isinstance(options, TrainerOptions):
+        raise TypeError(f"`options` must be a TrainerOptions, got {type(options).__name__}.")
+    trainer, va = _prepare_batched(
+        model, images, labels, train_indices, val_indices, lr, lr_decay, l2, seeds, steps, batch_size, options
+    )
+    with cuda_backend_flags(images.device, options):
+        trainer.run(steps)
+        params = {name: p.detach() for name, p in trainer.params.items()}
+        acc = _batched_accuracy(model, params, trainer.images, labels, va, eval_chunk_size, trainer.channels_last)
     if return_params:
         return acc, params
     return acc
@@ -485,23 +772,30 @@ def _batched_accuracy(
     labels: Tensor,
     val_indices: Sequence[Tensor],
     chunk: int,
+    channels_last: bool,
 ) -> Tensor:
-    """Validation accuracy of each stacked network on its own (padded, masked) validation set."""
+    """Validation accuracy of each stacked network on its own (padded, masked) validation set.
+
+    ``val_indices`` are CPU tensors; the padded index matrix is built there and
+    moved once. Evaluated in the parameters' dtype (no autocast).
+    """
     device = images.device
     K = len(val_indices)
-    sizes = torch.tensor([v.numel() for v in val_indices], device=device)
-    vmax = int(sizes.max())
-    padded = torch.zeros(vmax, K, dtype=torch.long, device=device)
+    sizes = [v.numel() for v in val_indices]
+    vmax = max(sizes)
+    padded = torch.zeros(vmax, K, dtype=torch.long)
     for k, v in enumerate(val_indices):
-        padded[: v.numel(), k] = v.to(device)
-    mask = torch.arange(vmax, device=device).unsqueeze(1) < sizes.unsqueeze(0)  # vmax x K
+        padded[: v.numel(), k] = v
+    sizes_t = torch.tensor(sizes)
+    mask = (torch.arange(vmax).unsqueeze(1) < sizes_t.unsqueeze(0)).to(device)  # vmax x K
+    padded = padded.to(device)
     C, H, W = images.shape[1:]
-    correct = torch.zeros(K, device=device)
+    correct = torch.zeros(K, dtype=images.dtype, device=device)
     with torch.no_grad():
         for start in range(0, vmax, chunk):
             idx = padded[start : start + chunk]  # b x K
             x = images[idx].reshape(idx.shape[0], K * C, H, W)
-            pred = _grouped_forward(model, params, x, K).argmax(-1)  # K x b
+            pred = _grouped_forward(model, params, x, K, channels_last).argmax(-1)  # K x b
             hit = (pred == labels[idx.T]) & mask[start : start + chunk].T
-            correct += hit.sum(-1).float()
-    return correct / sizes.float()
+            correct += hit.sum(-1).to(correct.dtype)
+    return correct / sizes_t.to(device=device, dtype=correct.dtype)

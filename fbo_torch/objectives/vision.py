@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fbo_torch.objectives.cnn import SmallCNN, train_cnn_batched
+from fbo_torch.objectives.cnn import SmallCNN, TrainerOptions, train_cnn_batched
 from fbo_torch.objectives.search_space import Real, SearchSpace, TuningObjective, as_search_space
 from fbo_torch.utils.validation import (
     check_int,
@@ -202,6 +202,33 @@ def dirichlet_label_partition(
 
 
 # --------------------------------------------------------------------------- objective
+def _check_device(device: torch.device | str | None) -> torch.device:
+    """The training device: CPU by default; a clear error for unknown or unavailable devices."""
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"`device` must be a torch device such as 'cpu' or 'cuda', got {device!r}.") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"`device` is {device!r} but no CUDA device is available here; use device: cpu.")
+    return dev
+
+
+def _as_trainer_options(trainer: TrainerOptions | dict | None) -> TrainerOptions:
+    if trainer is None:
+        return TrainerOptions()
+    if isinstance(trainer, TrainerOptions):
+        return trainer
+    if isinstance(trainer, dict):
+        fields = set(TrainerOptions.__dataclass_fields__)
+        unknown = sorted(set(trainer) - fields)
+        if unknown:
+            raise ValueError(f"`trainer` has unknown keys {unknown}; expected some of {sorted(fields)}.")
+        return TrainerOptions(**trainer)
+    raise TypeError(f"`trainer` must be a TrainerOptions or a mapping of its fields, got {type(trainer).__name__}.")
+
+
 class AgentImageCNN(TuningObjective):
     r"""CNN hyperparameter tuning for ``N`` agents with their own image data.
 
@@ -246,6 +273,9 @@ class AgentImageCNN(TuningObjective):
             :func:`default_cnn_search_space`.
         transform: Optional map applied to the *selected* samples only (e.g.
             ``uint8 -> float`` for a large dataset of which the agents use a few).
+        trainer: How the CNNs train (:class:`~fbo_torch.objectives.cnn.TrainerOptions`
+            or its keyword dict, e.g. ``{autocast_dtype: bfloat16, allow_tf32: true}``);
+            default float32, TF32 off, CUDA graphs on CUDA.
     """
 
     value_name = "accuracy"
@@ -270,6 +300,7 @@ class AgentImageCNN(TuningObjective):
         num_classes: int | None = None,
         search_space: SearchSpace | dict | None = None,
         transform: Callable[[Tensor], Tensor] | None = None,
+        trainer: TrainerOptions | dict | None = None,
     ) -> None:
         self.search_space = as_search_space(search_space, default_cnn_search_space(), HYPERPARAMETER_NAMES)
         self._columns = [self.search_space.index(name) for name in HYPERPARAMETER_NAMES]
@@ -284,7 +315,8 @@ class AgentImageCNN(TuningObjective):
         if max_configs_per_batch is not None:
             max_configs_per_batch = check_int("max_configs_per_batch", max_configs_per_batch, minimum=1)
         self.max_configs_per_batch = max_configs_per_batch
-        self.device = torch.device("cpu") if device is None else torch.device(device)
+        self.device = _check_device(device)
+        self.trainer_options = _as_trainer_options(trainer)
         num_classes = int(labels.max()) + 1 if num_classes is None else check_int("num_classes", num_classes, minimum=2)
         if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
             raise ValueError(
@@ -389,6 +421,7 @@ class AgentImageCNN(TuningObjective):
                     seeds=[self.agent_seeds[a] for a in ids],
                     steps=self.steps,
                     batch_size=self.batch_size,
+                    options=self.trainer_options,
                 )
             )
         return torch.cat(accs).reshape(k, q).to(X)
@@ -422,6 +455,8 @@ class DigitsCNN(AgentImageCNN):
         max_configs_per_batch: Memory cap on configurations per stacked model.
         search_space: Search space over ``learning_rate``, ``lr_decay``, ``l2``
             (default :func:`default_cnn_search_space`, the paper's ranges).
+        trainer: How the CNNs train (:class:`~fbo_torch.objectives.cnn.TrainerOptions`
+            or its keyword dict); default float32, TF32 off, CUDA graphs on CUDA.
 
     Example:
         >>> f = DigitsCNN(num_agents=10, seed=0)
@@ -444,6 +479,7 @@ class DigitsCNN(AgentImageCNN):
         seed: int = 0,
         max_configs_per_batch: int | None = None,
         search_space: SearchSpace | dict | None = None,
+        trainer: TrainerOptions | dict | None = None,
     ) -> None:
         from sklearn.datasets import load_digits
 
@@ -467,18 +503,24 @@ class DigitsCNN(AgentImageCNN):
             max_configs_per_batch=max_configs_per_batch,
             num_classes=10,
             search_space=search_space,
+            trainer=trainer,
         )
 
 
+#: Environment variable naming the folder that holds ``EMNIST/raw`` (used when ``root`` is not given).
+EMNIST_ROOT_ENV = "FBO_EMNIST_ROOT"
+
+_EMNIST_HOW_TO = (
+    "This machine cannot download it. On a machine with internet access run\n"
+    "    python -c \"import torchvision; torchvision.datasets.EMNIST('data', split='digits', download=True)\"\n"
+    "i.e. torchvision.datasets.EMNIST(root, split=\"digits\", download=True) (NIST's gzip.zip, about "
+    "540 MB), copy data/EMNIST/raw/emnist-digits-* to <folder>/EMNIST/raw/ on this machine and set "
+    "FBO_EMNIST_ROOT=<folder> (or pass root=<folder>)."
+)
 _EMNIST_HELP = (
     "EMNIST 'digits' was not found under {root!r} (torchvision reads "
-    "{root}/EMNIST/raw/emnist-digits-{{train,test}}-{{images-idx3,labels-idx1}}-ubyte). This "
-    "machine cannot download it; on a machine with internet access run\n"
-    "    python -c \"from fbo_torch.utils.torchvision_compat import import_torchvision; "
-    "import_torchvision().datasets.EMNIST('data', split='digits', download=True)\"\n"
-    "(or pass download=True there), then copy data/EMNIST/raw/emnist-digits-* into "
-    "{root}/EMNIST/raw/. The archive is NIST's gzip.zip (about 540 MB)."
-)
+    "{root}/EMNIST/raw/emnist-digits-{{train,test}}-{{images-idx3,labels-idx1}}-ubyte). "
+) + _EMNIST_HOW_TO
 
 
 class EMNISTCNN(AgentImageCNN):
@@ -497,7 +539,8 @@ class EMNISTCNN(AgentImageCNN):
     EMNIST, so label skew stands in for writer heterogeneity here.
 
     Args:
-        root: Folder holding ``EMNIST/raw/emnist-digits-*-ubyte`` (torchvision's layout).
+        root: Folder holding ``EMNIST/raw/emnist-digits-*-ubyte`` (torchvision's
+            layout); default: the environment variable ``FBO_EMNIST_ROOT``.
         num_agents: Number of agents ``N`` (the paper: 50).
         alpha: Dirichlet label-skew concentration.
         samples_per_agent: Mean samples per agent (train + validation).
@@ -515,6 +558,8 @@ class EMNISTCNN(AgentImageCNN):
         max_configs_per_batch: Memory cap on configurations per stacked model.
         search_space: Search space over ``learning_rate``, ``lr_decay``, ``l2``
             (default :func:`default_cnn_search_space`, the paper's ranges).
+        trainer: How the CNNs train (:class:`~fbo_torch.objectives.cnn.TrainerOptions`
+            or its keyword dict); default float32, TF32 off, CUDA graphs on CUDA.
 
     Raises:
         FileNotFoundError: If the EMNIST files are missing (the message says how
@@ -524,7 +569,7 @@ class EMNISTCNN(AgentImageCNN):
 
     def __init__(
         self,
-        root: str | os.PathLike,
+        root: str | os.PathLike | None = None,
         num_agents: int = 50,
         alpha: float = 0.5,
         samples_per_agent: int = 200,
@@ -540,10 +585,18 @@ class EMNISTCNN(AgentImageCNN):
         download: bool = False,
         max_configs_per_batch: int | None = None,
         search_space: SearchSpace | dict | None = None,
+        trainer: TrainerOptions | dict | None = None,
     ) -> None:
         from fbo_torch.utils.torchvision_compat import import_torchvision
 
         tv = import_torchvision()
+        if root is None:
+            root = os.environ.get(EMNIST_ROOT_ENV)
+            if not root:
+                raise FileNotFoundError(
+                    f"EMNISTCNN needs the EMNIST files: `root` was not given and {EMNIST_ROOT_ENV} is not set. "
+                    + _EMNIST_HOW_TO
+                )
         root = os.fspath(root)
         try:
             ds = tv.datasets.EMNIST(root, split="digits", train=bool(train), download=bool(download))
@@ -571,6 +624,7 @@ class EMNISTCNN(AgentImageCNN):
             max_configs_per_batch=max_configs_per_batch,
             num_classes=10,
             search_space=search_space,
+            trainer=trainer,
             transform=_emnist_to_float,
         )
         self.root = root

@@ -39,7 +39,7 @@ def test_both_setups_run_a_tiny_landmine_study(tmp_path):
                    check=True, capture_output=True, timeout=600)
     res = json.loads((out / "results.json").read_text())
     assert {(r["setup"], r["method"]) for r in res["records"]} == {
-        (s, m) for s in ("modern", "authors") for m in ("TS", "FTS-DE", "DP q=0.35 z=1")}
+        (s, m) for s in ("modern", "authors") for m in ("TS", "DP q=0.35 z=1")}
     rows = {(r["setup"], r["method"]): r for r in res["paired_final"]}
     assert rows[("modern", "TS")]["diff_to_ts"] == 0.0
     for (setup, method), r in rows.items():  # paired differences are per repetition: mean of (method - TS)

@@ -1,7 +1,8 @@
 r"""The ``fbo-torch`` command line.
 
 Commands:
-    run CONFIG --out DIR     run a YAML experiment (see ``configs/``)
+    run CONFIG --out DIR [--resume | --overwrite]
+                             run a YAML experiment (see ``configs/``)
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
     report DIR               redraw plots and summary from DIR/results.json
     privacy                  ε of a DP-FTS-DE setting under each accountant
@@ -18,13 +19,41 @@ from pathlib import Path
 import fbo_torch
 
 
-def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=Path, help="output folder (results.json, regret.png, checkpoints)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
-    p.add_argument("--seeds", type=int, default=None, metavar="K", help="override the number of initializations per target")
-    p.add_argument("--resume", action="store_true", help="continue from checkpoints in --out")
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _add_out_args(p: argparse.ArgumentParser, default: Path | None = None) -> None:
+    if default is None:
+        p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                       help="output folder (results.json, run.json, plots, summary.txt, checkpoints/); "
+                            "locked while the run lasts: a second run into it is refused")
+    else:
+        p.add_argument("--out", type=Path, default=default, metavar="DIR", help=f"output folder (default: {default})")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the run in --out from its checkpoints; refused unless the config (objective, "
+                           "methods, seeds, repetitions, privacy, device) and the fbo_torch version are the ones "
+                           "that run used (the message names the keys that differ)")
+    mode.add_argument("--overwrite", action="store_true",
+                      help="delete what an earlier run left in --out, then start over (without --resume or "
+                           "--overwrite a non-empty --out is refused)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.add_argument("--threads", type=int, default=None, metavar="K",
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    _add_out_args(p)
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
+    p.add_argument("--seeds", type=_positive_int, default=None, metavar="K",
+                   help="override the number of initializations per target (runs.num_inits)")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="K",
                    help="torch CPU threads (1 is often faster for these many small operations, "
                         "and much faster when other processes share the cores)")
 
@@ -37,15 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fbo_torch {fbo_torch.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run a YAML experiment", description="Run a YAML experiment config.")
+    run = sub.add_parser(
+        "run", help="run a YAML experiment", description="Run a YAML experiment config.",
+        epilog="The config is validated completely before anything runs. --out is locked for the run; "
+               "a non-empty --out needs --resume (same config only) or --overwrite.",
+    )
     run.add_argument("config", type=Path, help="experiment YAML (see configs/)")
     _add_run_args(run)
 
-    qs = sub.add_parser("quickstart", help="a small federated run with a plot and a summary")
-    qs.add_argument("--out", type=Path, default=Path("runs/quickstart"), help="output folder")
-    qs.add_argument("--no-progress", action="store_true")
+    qs = sub.add_parser("quickstart", help="a small federated run with a plot and a summary",
+                        description="A small FTS vs TS run with a plot and a summary.")
+    _add_out_args(qs, default=Path("runs/quickstart"))
 
-    rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json")
+    rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json",
+                        description="Redraw the plots and summary.txt of a run from its results.json.")
     rp.add_argument("out", type=Path, help="a run's output folder")
 
     pv = sub.add_parser("privacy", help="epsilon of a DP-FTS-DE setting under each accountant")
@@ -57,32 +91,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, resume: bool, progress: bool) -> int:
-    import yaml
-
-    from fbo_torch.experiments.config import ConfigError, load_config
+def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, resume: bool, progress: bool,
+             overwrite: bool = False) -> int:
+    from fbo_torch.experiments.config import ConfigError, check_device, load_config
+    from fbo_torch.experiments.outdir import OutputError
     from fbo_torch.experiments.report import summary_table
     from fbo_torch.experiments.run import run_experiment
 
     try:
         cfg = load_config(config)
+        check_device(cfg, device)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    resolved = cfg.resolved()
-    if device:
-        resolved["device"] = device
-    if seeds is not None:
-        if seeds < 1:
-            print("error: --seeds must be >= 1", file=sys.stderr)
-            return 2
-        for sc in resolved["scenarios"]:
-            sc["runs"]["num_inits"] = seeds
-    print("# resolved config")
-    print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
     t0 = time.perf_counter()
     try:
-        results = run_experiment(cfg, out, device=device, seeds=seeds, resume=resume, progress=progress)
+        results = run_experiment(cfg, out, device=device, seeds=seeds, resume=resume, progress=progress,
+                                 overwrite=overwrite, echo_config=True)
+    except (ConfigError, OutputError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -117,15 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "threads", None):
         import torch
 
-        if args.threads < 1:
-            parser.error("--threads must be >= 1")
         torch.set_num_threads(args.threads)
     if args.command == "run":
-        return _cmd_run(args.config, args.out, args.device, args.seeds, args.resume, not args.no_progress)
+        return _cmd_run(args.config, args.out, args.device, args.seeds, args.resume, not args.no_progress,
+                        args.overwrite)
     if args.command == "quickstart":
         cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")
         with resources.as_file(cfg) as path:
-            code = _cmd_run(Path(path), args.out, None, None, False, not args.no_progress)
+            code = _cmd_run(Path(path), args.out, None, None, args.resume, not args.no_progress, args.overwrite)
         if code == 0:
             print("\nOpen the plot above to see simple regret per iteration (lower is better).")
         return code
@@ -141,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"error: {path} does not exist", file=sys.stderr)
             return 2
-        results = json.loads(path.read_text())
+        try:
+            results = json.loads(path.read_text())
+            results["scenarios"][0]["methods"][0]["loss_mean"]
+        except (ValueError, KeyError, IndexError, TypeError) as err:
+            print(f"error: {path} is unreadable or incomplete ({type(err).__name__}: {err}); "
+                  "rerun the experiment (or resume it) to rewrite it", file=sys.stderr)
+            return 2
         render_reports(results, args.out)
         print(summary_table(results))
         return 0

@@ -104,6 +104,28 @@ def check_callable_kwargs(where: str, fn: Any, kwargs: dict[str, Any], skip: tup
     check_keys(where, kwargs, allowed)
 
 
+def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
+    r"""A ``cuda`` device (the config's ``device``, the ``--device`` override or ``objective.device``)
+    without an available CUDA device raises :class:`ConfigError` naming the YAML key or flag."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    src = cfg.source
+    if override is not None:
+        if str(override).startswith("cuda"):
+            raise ConfigError("--device cuda: no CUDA device is available here (torch.cuda.is_available() is "
+                              "False); use --device cpu.")
+    elif str(cfg.device).startswith("cuda"):
+        raise ConfigError(f"{src}: `device: {cfg.device}` but no CUDA device is available here "
+                          "(torch.cuda.is_available() is False); set `device: cpu` or pass --device cpu.")
+    for i, sc in enumerate(cfg.scenarios):
+        dev = sc.objective.get("device")
+        if dev is not None and str(dev).startswith("cuda"):
+            raise ConfigError(f"{src}: objective.device (scenario {i}, {sc.name!r}) is {dev!r} but no CUDA device "
+                              "is available here; set `device: cpu` in the objective.")
+
+
 @dataclasses.dataclass
 class RunsConfig:
     r"""Which repetitions to run.
@@ -195,6 +217,7 @@ class ExperimentConfig:
     privacy: dict[str, Any]
     scenarios: list[Scenario]
     raw: dict[str, Any]
+    source: str = "config"
 
     def resolved(self) -> dict[str, Any]:
         """The fully expanded configuration (what the CLI echoes and stores)."""
@@ -299,7 +322,8 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
             values = _merge(defaults, {k: v for k, v in m.items() if k != "name"})
             methods.append((label, build_dataclass(settings_cls, values, mw)))
         scenarios.append(Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods))
-    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, optimizer, privacy, scenarios, raw)
+    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, optimizer, privacy, scenarios, raw,
+                            source)
 
 
 def _expand_env(value: Any, where: str) -> Any:

@@ -32,8 +32,8 @@ def _other_epsilons(settings: Any, releases: int, delta: float | None, names: li
 
 
 def run_dp_scenario(
-    cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, ckpt_dir: Path,
-    resume: bool, progress: bool, log: Callable[[str], None],
+    cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, checkpoints: Any,
+    progress: bool, log: Callable[[str], None],
 ) -> dict[str, Any]:
     from fbo_torch.experiments.run import run_methods
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner
@@ -93,7 +93,7 @@ def run_dp_scenario(
         record["stderr_over"] = "repetitions (agent-averaged curves)"
         return record
 
-    methods = run_methods(cfg, si, sc, ckpt_dir, resume, progress, make_runner, make_record, log)
+    methods = run_methods(cfg, si, sc, checkpoints, progress, make_runner, make_record, log)
     return {"name": sc.name, "objective": sc.objective, "num_runs": num_inits, "methods": methods}
 
 

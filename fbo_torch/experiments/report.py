@@ -77,10 +77,10 @@ def summarize_curves(
 
 
 def write_json(path: Path, data: Any) -> None:
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=_json_default))
-    tmp.replace(path)
+    """Write ``data`` as JSON atomically (temporary file, fsync, ``os.replace``)."""
+    from fbo_torch.experiments.outdir import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=1, default=_json_default))
 
 
 def _json_default(obj: Any) -> Any:

@@ -11,6 +11,7 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from importlib import resources
@@ -28,6 +29,22 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
     return value
+
+
+def _float_in(low: float, high: float, closed_high: bool, what: str):
+    """argparse type: a finite float in (low, high] or (low, high)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = math.isfinite(value) and value > low and (value <= high if closed_high else value < high)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{what}, got {text}")
+        return value
+
+    return parse
 
 
 def _add_out_args(p: argparse.ArgumentParser, default: Path | None = None) -> None:
@@ -82,12 +99,21 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Redraw the plots and summary.txt of a run from its results.json.")
     rp.add_argument("out", type=Path, help="a run's output folder")
 
-    pv = sub.add_parser("privacy", help="epsilon of a DP-FTS-DE setting under each accountant")
-    pv.add_argument("--sample-rate", "-q", type=float, required=True)
-    pv.add_argument("--noise-multiplier", "-z", type=float, required=True)
-    pv.add_argument("--steps", "-T", type=int, required=True)
-    pv.add_argument("--num-agents", "-N", type=int, default=None, help="sets delta = 1/N^1.1")
-    pv.add_argument("--delta", type=float, default=None)
+    pv = sub.add_parser(
+        "privacy", help="epsilon of a DP-FTS-DE setting under each accountant",
+        description="The privacy loss epsilon of T releases of the subsampled Gaussian mechanism "
+                    "(DP-FTS-DE's server) under each accountant.",
+    )
+    pv.add_argument("--sample-rate", "-q", type=_float_in(0.0, 1.0, True, "expected 0 < q <= 1"), required=True,
+                    metavar="Q", help="probability q that an agent's message is sampled in a round, 0 < q <= 1")
+    pv.add_argument("--noise-multiplier", "-z", type=_float_in(0.0, math.inf, False, "expected z > 0"),
+                    required=True, metavar="Z", help="noise multiplier z > 0 (noise std / clipping norm)")
+    pv.add_argument("--steps", "-T", type=_positive_int, required=True, metavar="T",
+                    help="number of releases (rounds) T >= 1")
+    pv.add_argument("--num-agents", "-N", type=_positive_int, default=None, metavar="N",
+                    help="number of agents N >= 1; sets delta = 1/N^1.1 (the papers' choice)")
+    pv.add_argument("--delta", type=_float_in(0.0, 1.0, False, "expected 0 < delta < 1"), default=None,
+                    metavar="DELTA", help="delta of (epsilon, delta)-DP, 0 < delta < 1 (instead of --num-agents)")
     return parser
 
 
@@ -122,12 +148,13 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
     return 0
 
 
-def _cmd_privacy(args: argparse.Namespace) -> int:
+def _cmd_privacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from fbo_torch.privacy import ACCOUNTANTS, compute_epsilon, default_delta
 
     if args.delta is None and args.num_agents is None:
-        print("error: give --delta or --num-agents", file=sys.stderr)
-        return 2
+        parser.error("give --delta or --num-agents")
+    if args.delta is not None and args.num_agents is not None:
+        parser.error("give --delta or --num-agents, not both")
     delta = args.delta if args.delta is not None else default_delta(args.num_agents)
     print(f"q={args.sample_rate} z={args.noise_multiplier} T={args.steps} delta={delta:.4g}")
     for name in ACCOUNTANTS:
@@ -136,12 +163,21 @@ def _cmd_privacy(args: argparse.Namespace) -> int:
     return 0
 
 
+def parser_for(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The sub-parser of ``command`` (so its errors read ``fbo-torch COMMAND: error: ...``)."""
+    for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public accessor
+        if command in getattr(action, "choices", {}):
+            return action.choices[command]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        parser.print_help(sys.stderr)
+        print("\nerror: give a COMMAND (run, quickstart, report, privacy)", file=sys.stderr)
+        return 2
     if getattr(args, "threads", None):
         import torch
 
@@ -157,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\nOpen the plot above to see simple regret per iteration (lower is better).")
         return code
     if args.command == "privacy":
-        return _cmd_privacy(args)
+        return _cmd_privacy(args, parser_for(parser, "privacy"))
     if args.command == "report":
         import json
 

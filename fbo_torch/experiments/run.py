@@ -58,13 +58,13 @@ class _Progress:
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr)
+            self.bar = tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr, mininterval=0)
 
     def update(self, n: int = 1, **postfix: Any) -> None:
         if self.bar is not None:
-            self.bar.update(n)
-            if postfix:
+            if postfix:  # before the count moves, so the line drawn for the new count shows it
                 self.bar.set_postfix(postfix, refresh=False)
+            self.bar.update(n)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -151,7 +151,7 @@ def run_methods(
             eps = getattr(r, "epsilons", None)
             if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
                 postfix["eps"] = f"{eps[-1]:.2f}"
-            bar.update(1, **postfix)
+            bar.update(1, **postfix)  # the postfix shown with round r.t is the state after round r.t
             if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
                 checkpoints.save(ckpt, {"runner": r.state_dict()})
 

@@ -94,7 +94,8 @@ class Checkpoints:
         try:
             state = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as err:  # truncated zip, bad pickle, ...: torch raises many kinds
-            reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+            text = str(err).strip()
+            reason = text.splitlines()[0].split(". ")[0][:160] if text else type(err).__name__
             raise ResumeError(
                 f"checkpoint {path} is unreadable (truncated or corrupt: {reason}); delete that file to rerun "
                 "its method from the start, or rerun with --overwrite to start the whole run over."

@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         import json
 
+        from fbo_torch.experiments.outdir import OutputError, OutputFolder
         from fbo_torch.experiments.report import summary_table
         from fbo_torch.experiments.run import render_reports
 
@@ -205,13 +206,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {path} does not exist", file=sys.stderr)
             return 2
         try:
-            results = json.loads(path.read_text())
-            results["scenarios"][0]["methods"][0]["loss_mean"]
-        except (ValueError, KeyError, IndexError, TypeError) as err:
-            print(f"error: {path} is unreadable or incomplete ({type(err).__name__}: {err}); "
-                  "rerun the experiment (or resume it) to rewrite it", file=sys.stderr)
+            with OutputFolder(args.out, resume=True):  # not while a run writes into the folder
+                try:
+                    results = json.loads(path.read_text())
+                    results["scenarios"][0]["methods"][0]["loss_mean"]
+                except (ValueError, KeyError, IndexError, TypeError) as err:
+                    raise OutputError(f"{path} is unreadable or incomplete ({type(err).__name__}: {err}); "
+                                      "rerun the experiment (or resume it) to rewrite it") from None
+                render_reports(results, args.out)
+        except OutputError as err:
+            print(f"error: {err}", file=sys.stderr)
             return 2
-        render_reports(results, args.out)
         print(summary_table(results))
         return 0
     parser.error(f"unknown command {args.command!r}")

@@ -276,3 +276,16 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
         write_json(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary file left behind
+
+
+def test_report_redraws_a_finished_run_but_not_while_one_runs(finished, tmp_path, capsys):
+    _, _, src = finished
+    out = _copy(src, tmp_path / "out")
+    (out / "epsilon.png").unlink()
+    assert main(["report", str(out)]) == 0 and (out / "epsilon.png").is_file()
+    with OutputFolder(out, resume=True):  # a run holds the folder
+        assert main(["report", str(out)]) == 2
+    assert "in use by another fbo-torch run" in capsys.readouterr().err
+    (out / "results.json").write_text('{"scenarios": [')
+    assert main(["report", str(out)]) == 2
+    assert "results.json is unreadable or incomplete" in capsys.readouterr().err

@@ -151,11 +151,15 @@ def test_interrupted_run_resumes_bit_identically_with_exact_epsilon(finished, tm
     assert a["runs"] == b["runs"] and a["epsilon"] == b["epsilon"] and a["released"] == b["released"]
 
 
-def test_truncated_checkpoint_is_named_with_what_to_do(finished, tmp_path, capsys):
+def test_truncated_checkpoint_is_named_with_what_to_do(finished, tmp_path, capsys, monkeypatch):
     _, cfg, src = finished
     out = _copy(src, tmp_path / "out")
+    (out / "checkpoints" / "scenario0_method0.pt").unlink()  # TS would have to run again first
     ckpt = out / "checkpoints" / "scenario0_method1.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:100])
+    import fbo_torch.experiments.run as run_mod
+
+    monkeypatch.setattr(run_mod, "build_objective", lambda spec: pytest.fail("work started"))
     capsys.readouterr()
     assert _run(cfg, "--out", out, "--resume") == 2
     err = capsys.readouterr().err

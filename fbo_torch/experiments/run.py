@@ -108,6 +108,16 @@ class Checkpoints:
             )
         return state
 
+    def verify_all(self) -> None:
+        """Read every checkpoint now, so a corrupt one is named before any method runs (resume only);
+        temporary files of writes cut short by a kill are removed."""
+        if not self.resume:
+            return
+        for tmp in self.folder.glob(".*.tmp"):
+            tmp.unlink()
+        for path in sorted(self.folder.glob("*.pt")):
+            self.load(path)
+
     def save(self, path: Path, state: dict[str, Any]) -> None:
         buf = io.BytesIO()
         torch.save({"version": CHECKPOINT_VERSION, "fingerprint": self.fingerprint, **state}, buf)
@@ -274,6 +284,7 @@ def run_experiment(
         ckpt_dir = out / "checkpoints"
         ckpt_dir.mkdir(exist_ok=True)
         checkpoints = Checkpoints(ckpt_dir, fp, resume)
+        checkpoints.verify_all()
         atomic_write_text(out / "config.resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
         results: dict[str, Any] = {
             "experiment": cfg.experiment,

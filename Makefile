@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 quickstart: $(STAMP)
-	$(VENV)/bin/fbo-torch quickstart --out $(OUT)
+	$(VENV)/bin/fbo-torch quickstart --out $(OUT) --overwrite
 
 # The suite, then the numerically sensitive tests again with torch's portable CPU
 # kernels (no AVX2/AVX-512): a tolerance tuned to one CPU's float rounding fails here.

@@ -1,7 +1,8 @@
 r"""The ``fbo-torch`` command line.
 
 Commands:
-    run CONFIG --out DIR     run a YAML experiment (see ``configs/``)
+    run CONFIG --out DIR [--resume | --overwrite]
+                             run a YAML experiment (see ``configs/``)
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
     report DIR               redraw plots and summary from DIR/results.json
     privacy                  ε of a DP-FTS-DE setting under each accountant
@@ -10,6 +11,7 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from importlib import resources
@@ -18,13 +20,57 @@ from pathlib import Path
 import fbo_torch
 
 
-def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=Path, help="output folder (results.json, regret.png, checkpoints)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
-    p.add_argument("--seeds", type=int, default=None, metavar="K", help="override the number of initializations per target")
-    p.add_argument("--resume", action="store_true", help="continue from checkpoints in --out")
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _float_in(low: float, high: float, closed_high: bool, what: str):
+    """argparse type: a finite float in (low, high] or (low, high)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = math.isfinite(value) and value > low and (value <= high if closed_high else value < high)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{what}, got {text}")
+        return value
+
+    return parse
+
+
+def _add_out_args(p: argparse.ArgumentParser, default: Path | None = None) -> None:
+    if default is None:
+        p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                       help="output folder (results.json, run.json, plots, summary.txt, checkpoints/); "
+                            "locked while the run lasts: a second run into it is refused")
+    else:
+        p.add_argument("--out", type=Path, default=default, metavar="DIR", help=f"output folder (default: {default})")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the run in --out from its checkpoints; refused unless the config (objective, "
+                           "methods, seeds, repetitions, privacy, device) and the fbo_torch version are the ones "
+                           "that run used (the message names the keys that differ)")
+    mode.add_argument("--overwrite", action="store_true",
+                      help="delete what an earlier run left in --out, then start over (without --resume or "
+                           "--overwrite a non-empty --out is refused)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.add_argument("--threads", type=int, default=None, metavar="K",
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    _add_out_args(p)
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
+    p.add_argument("--seeds", type=_positive_int, default=None, metavar="K",
+                   help="override the number of initializations per target (runs.num_inits)")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="K",
                    help="torch CPU threads (1 is often faster for these many small operations, "
                         "and much faster when other processes share the cores)")
 
@@ -37,52 +83,60 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fbo_torch {fbo_torch.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run a YAML experiment", description="Run a YAML experiment config.")
+    run = sub.add_parser(
+        "run", help="run a YAML experiment", description="Run a YAML experiment config.",
+        epilog="The config is validated completely before anything runs. --out is locked for the run; "
+               "a non-empty --out needs --resume (same config only) or --overwrite.",
+    )
     run.add_argument("config", type=Path, help="experiment YAML (see configs/)")
     _add_run_args(run)
 
-    qs = sub.add_parser("quickstart", help="a small federated run with a plot and a summary")
-    qs.add_argument("--out", type=Path, default=Path("runs/quickstart"), help="output folder")
-    qs.add_argument("--no-progress", action="store_true")
+    qs = sub.add_parser("quickstart", help="a small federated run with a plot and a summary",
+                        description="A small FTS vs TS run with a plot and a summary.")
+    _add_out_args(qs, default=Path("runs/quickstart"))
 
-    rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json")
+    rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json",
+                        description="Redraw the plots and summary.txt of a run from its results.json.")
     rp.add_argument("out", type=Path, help="a run's output folder")
 
-    pv = sub.add_parser("privacy", help="epsilon of a DP-FTS-DE setting under each accountant")
-    pv.add_argument("--sample-rate", "-q", type=float, required=True)
-    pv.add_argument("--noise-multiplier", "-z", type=float, required=True)
-    pv.add_argument("--steps", "-T", type=int, required=True)
-    pv.add_argument("--num-agents", "-N", type=int, default=None, help="sets delta = 1/N^1.1")
-    pv.add_argument("--delta", type=float, default=None)
+    pv = sub.add_parser(
+        "privacy", help="epsilon of a DP-FTS-DE setting under each accountant",
+        description="The privacy loss epsilon of T releases of the subsampled Gaussian mechanism "
+                    "(DP-FTS-DE's server) under each accountant.",
+    )
+    pv.add_argument("--sample-rate", "-q", type=_float_in(0.0, 1.0, True, "expected 0 < q <= 1"), required=True,
+                    metavar="Q", help="probability q that an agent's message is sampled in a round, 0 < q <= 1")
+    pv.add_argument("--noise-multiplier", "-z", type=_float_in(0.0, math.inf, False, "expected z > 0"),
+                    required=True, metavar="Z", help="noise multiplier z > 0 (noise std / clipping norm)")
+    pv.add_argument("--steps", "-T", type=_positive_int, required=True, metavar="T",
+                    help="number of releases (rounds) T >= 1")
+    pv.add_argument("--num-agents", "-N", type=_positive_int, default=None, metavar="N",
+                    help="number of agents N >= 1; sets delta = 1/N^1.1 (the papers' choice)")
+    pv.add_argument("--delta", type=_float_in(0.0, 1.0, False, "expected 0 < delta < 1"), default=None,
+                    metavar="DELTA", help="delta of (epsilon, delta)-DP, 0 < delta < 1 (instead of --num-agents)")
     return parser
 
 
-def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, resume: bool, progress: bool) -> int:
-    import yaml
-
-    from fbo_torch.experiments.config import ConfigError, load_config
+def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, resume: bool, progress: bool,
+             overwrite: bool = False) -> int:
+    from fbo_torch.experiments.config import ConfigError, check_device, load_config
+    from fbo_torch.experiments.outdir import OutputError
     from fbo_torch.experiments.report import summary_table
     from fbo_torch.experiments.run import run_experiment
 
     try:
         cfg = load_config(config)
+        check_device(cfg, device)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    resolved = cfg.resolved()
-    if device:
-        resolved["device"] = device
-    if seeds is not None:
-        if seeds < 1:
-            print("error: --seeds must be >= 1", file=sys.stderr)
-            return 2
-        for sc in resolved["scenarios"]:
-            sc["runs"]["num_inits"] = seeds
-    print("# resolved config")
-    print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
     t0 = time.perf_counter()
     try:
-        results = run_experiment(cfg, out, device=device, seeds=seeds, resume=resume, progress=progress)
+        results = run_experiment(cfg, out, device=device, seeds=seeds, resume=resume, progress=progress,
+                                 overwrite=overwrite, echo_config=True)
+    except (ConfigError, OutputError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -94,12 +148,13 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
     return 0
 
 
-def _cmd_privacy(args: argparse.Namespace) -> int:
+def _cmd_privacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from fbo_torch.privacy import ACCOUNTANTS, compute_epsilon, default_delta
 
     if args.delta is None and args.num_agents is None:
-        print("error: give --delta or --num-agents", file=sys.stderr)
-        return 2
+        parser.error("give --delta or --num-agents")
+    if args.delta is not None and args.num_agents is not None:
+        parser.error("give --delta or --num-agents, not both")
     delta = args.delta if args.delta is not None else default_delta(args.num_agents)
     print(f"q={args.sample_rate} z={args.noise_multiplier} T={args.steps} delta={delta:.4g}")
     for name in ACCOUNTANTS:
@@ -108,32 +163,41 @@ def _cmd_privacy(args: argparse.Namespace) -> int:
     return 0
 
 
+def parser_for(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The sub-parser of ``command`` (so its errors read ``fbo-torch COMMAND: error: ...``)."""
+    for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public accessor
+        if command in getattr(action, "choices", {}):
+            return action.choices[command]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        parser.print_help(sys.stderr)
+        print("\nerror: give a COMMAND (run, quickstart, report, privacy)", file=sys.stderr)
+        return 2
     if getattr(args, "threads", None):
         import torch
 
-        if args.threads < 1:
-            parser.error("--threads must be >= 1")
         torch.set_num_threads(args.threads)
     if args.command == "run":
-        return _cmd_run(args.config, args.out, args.device, args.seeds, args.resume, not args.no_progress)
+        return _cmd_run(args.config, args.out, args.device, args.seeds, args.resume, not args.no_progress,
+                        args.overwrite)
     if args.command == "quickstart":
         cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")
         with resources.as_file(cfg) as path:
-            code = _cmd_run(Path(path), args.out, None, None, False, not args.no_progress)
+            code = _cmd_run(Path(path), args.out, None, None, args.resume, not args.no_progress, args.overwrite)
         if code == 0:
             print("\nOpen the plot above to see simple regret per iteration (lower is better).")
         return code
     if args.command == "privacy":
-        return _cmd_privacy(args)
+        return _cmd_privacy(args, parser_for(parser, "privacy"))
     if args.command == "report":
         import json
 
+        from fbo_torch.experiments.outdir import OutputError, OutputFolder
         from fbo_torch.experiments.report import summary_table
         from fbo_torch.experiments.run import render_reports
 
@@ -141,8 +205,18 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"error: {path} does not exist", file=sys.stderr)
             return 2
-        results = json.loads(path.read_text())
-        render_reports(results, args.out)
+        try:
+            with OutputFolder(args.out, resume=True):  # not while a run writes into the folder
+                try:
+                    results = json.loads(path.read_text())
+                    results["scenarios"][0]["methods"][0]["loss_mean"]
+                except (ValueError, KeyError, IndexError, TypeError) as err:
+                    raise OutputError(f"{path} is unreadable or incomplete ({type(err).__name__}: {err}); "
+                                      "rerun the experiment (or resume it) to rewrite it") from None
+                render_reports(results, args.out)
+        except OutputError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         print(summary_table(results))
         return 0
     parser.error(f"unknown command {args.command!r}")

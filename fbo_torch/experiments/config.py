@@ -25,12 +25,15 @@ entry (and the closest valid key).
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import dataclasses
 import difflib
 import inspect
 import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +41,11 @@ import yaml
 
 EXPERIMENTS = ("fts", "dp_fts_de")
 TOP_KEYS = (
-    "experiment", "name", "description", "seed", "device", "checkpoint_every", "objective", "runs", "history",
-    "optimizer", "defaults", "scenarios", "methods", "privacy",
+    "experiment", "name", "description", "seed", "device", "setup", "checkpoint_every", "objective", "runs",
+    "history", "optimizer", "defaults", "scenarios", "methods", "privacy",
 )
-SCENARIO_KEYS = ("name", "objective", "history", "defaults", "methods", "runs")
+SCENARIO_KEYS = ("name", "setup", "objective", "history", "defaults", "methods", "runs")
+PRIVACY_KEYS = ("accountant", "delta", "max_epsilon", "extra_accountants")
 
 
 class ConfigError(ValueError):
@@ -85,10 +89,80 @@ def check_keys(where: str, section: dict[str, Any], allowed: list[str] | tuple[s
             raise ConfigError(f"{where}: unknown key {key!r}{_suggest(str(key), allowed)}; allowed: {sorted(allowed)}.")
 
 
+def _type_ok(value: Any, hint: Any) -> bool:
+    r"""Whether a YAML value fits a type annotation (classes YAML cannot express are checked by isinstance)."""
+    if hint is Any or hint is inspect.Parameter.empty or isinstance(hint, (str, typing.TypeVar)):
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    base = origin or hint
+    if base in (list, tuple, collections.abc.Sequence):
+        if not isinstance(value, (list, tuple)):
+            return False
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return len(args) != 1 or all(_type_ok(v, args[0]) for v in value)
+    if base in (dict, collections.abc.Mapping):
+        return isinstance(value, dict)
+    if base is os.PathLike or getattr(base, "__name__", "") == "device" and getattr(base, "__module__", "") == "torch":
+        return isinstance(value, (str, base))
+    if getattr(base, "__name__", "") == "Tensor":
+        return isinstance(value, (list, base))
+    return isinstance(base, type) and isinstance(value, base)
+
+
+def _describe(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(_describe(h) for h in typing.get_args(hint)))
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null",
+             dict: "a mapping"}
+    if hint in names:
+        return names[hint]
+    base = origin or hint
+    if base in (list, tuple, collections.abc.Sequence):
+        args = typing.get_args(hint)
+        return f"a list of {_describe(args[0]).removeprefix('an ').removeprefix('a ')}s" if args else "a list"
+    if base in (dict, collections.abc.Mapping):
+        return "a mapping"
+    if base is os.PathLike:
+        return "a path"
+    return f"a {getattr(base, '__name__', str(base))}"
+
+
+def _hints(fn: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn.__init__ if isinstance(fn, type) and not dataclasses.is_dataclass(fn) else fn)
+    except Exception:  # unresolvable forward references: leave those arguments unchecked
+        return {}
+
+
+def check_types(where: str, fn: Any, values: dict[str, Any]) -> None:
+    r"""Values whose type does not fit ``fn``'s annotations (a dataclass or a callable) raise :class:`ConfigError`."""
+    hints = _hints(fn)
+    for key, value in values.items():
+        hint = hints.get(key)
+        if hint is not None and not _type_ok(value, hint):
+            raise ConfigError(
+                f"{where}: `{key}` must be {_describe(hint)}, got {value!r} ({type(value).__name__})."
+            )
+
+
 def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:
-    r"""Instantiate ``cls`` from ``values``, turning unknown keys and bad values into :class:`ConfigError`."""
+    r"""Instantiate ``cls`` from ``values``, turning unknown keys, wrong types and bad values into :class:`ConfigError`."""
     names = [f.name for f in dataclasses.fields(cls)]
     check_keys(where, values, names)
+    check_types(where, cls, values)
     try:
         return cls(**values)
     except (TypeError, ValueError) as err:
@@ -96,12 +170,60 @@ def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:
 
 
 def check_callable_kwargs(where: str, fn: Any, kwargs: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
-    """Unknown keyword arguments of ``fn`` (a class or function) raise :class:`ConfigError`."""
+    """Unknown keyword arguments of ``fn`` (a class or function), and values of the wrong type, raise :class:`ConfigError`."""
     params = inspect.signature(fn).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        allowed = [n for n in params if n not in ("self",) + skip]
+        check_keys(where, kwargs, allowed)
+    check_types(where, fn, kwargs)
+
+
+def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
+    r"""A ``cuda`` device (the config's ``device``, the ``--device`` override or ``objective.device``)
+    without an available CUDA device raises :class:`ConfigError` naming the YAML key or flag."""
+    import torch
+
+    if torch.cuda.is_available():
         return
-    allowed = [n for n in params if n not in ("self",) + skip]
-    check_keys(where, kwargs, allowed)
+    src = cfg.source
+    if override is not None:
+        if str(override).startswith("cuda"):
+            raise ConfigError("--device cuda: no CUDA device is available here (torch.cuda.is_available() is "
+                              "False); use --device cpu.")
+    elif str(cfg.device).startswith("cuda"):
+        raise ConfigError(f"{src}: `device: {cfg.device}` but no CUDA device is available here "
+                          "(torch.cuda.is_available() is False); set `device: cpu` or pass --device cpu.")
+    for i, sc in enumerate(cfg.scenarios):
+        dev = sc.objective.get("device")
+        if dev is not None and str(dev).startswith("cuda"):
+            raise ConfigError(f"{src}: objective.device (scenario {i}, {sc.name!r}) is {dev!r} but no CUDA device "
+                              "is available here; set `device: cpu` in the objective.")
+
+
+def _check_privacy(source: str, privacy: Any) -> dict[str, Any]:
+    check_keys(f"{source}: privacy", privacy, PRIVACY_KEYS)
+    from fbo_torch.privacy import ACCOUNTANTS
+
+    privacy = dict(privacy)
+    acc = privacy.get("accountant", "rdp")
+    if acc not in ACCOUNTANTS:
+        raise ConfigError(f"{source}: privacy.accountant must be one of {list(ACCOUNTANTS)}, got {acc!r}.")
+    extra = privacy.get("extra_accountants", [])
+    if not isinstance(extra, list):
+        raise ConfigError(f"{source}: privacy.extra_accountants must be a list of {list(ACCOUNTANTS)}, got {extra!r}.")
+    for i, name in enumerate(extra):
+        if name not in ACCOUNTANTS:
+            raise ConfigError(
+                f"{source}: privacy.extra_accountants[{i}] must be one of {list(ACCOUNTANTS)}, got {name!r}.")
+    delta = privacy.get("delta")
+    if delta is not None and not (
+        isinstance(delta, (int, float)) and not isinstance(delta, bool) and 0 < delta < 1
+    ):
+        raise ConfigError(f"{source}: privacy.delta must be a number in (0, 1) or null (1/N^1.1), got {delta!r}.")
+    eps = privacy.get("max_epsilon")
+    if eps is not None and not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0):
+        raise ConfigError(f"{source}: privacy.max_epsilon must be a number > 0 or null, got {eps!r}.")
+    return privacy
 
 
 @dataclasses.dataclass
@@ -180,6 +302,7 @@ class Scenario:
     history: HistoryConfig
     runs: RunsConfig
     methods: list[tuple[str, Any]]  # (label, settings dataclass)
+    setup: str = "modern"
 
 
 @dataclasses.dataclass
@@ -195,6 +318,7 @@ class ExperimentConfig:
     privacy: dict[str, Any]
     scenarios: list[Scenario]
     raw: dict[str, Any]
+    source: str = "config"
 
     def resolved(self) -> dict[str, Any]:
         """The fully expanded configuration (what the CLI echoes and stores)."""
@@ -209,6 +333,7 @@ class ExperimentConfig:
             "scenarios": [
                 {
                     "name": s.name,
+                    "setup": s.setup,
                     "objective": s.objective,
                     "history": dataclasses.asdict(s.history),
                     "runs": dataclasses.asdict(s.runs),
@@ -235,30 +360,51 @@ def _merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _setup(where: str, section: dict[str, Any], default: str) -> str:
+    from fbo_torch.runners.presets import SETUPS
+
+    setup = section.get("setup", default)
+    if setup not in SETUPS:
+        raise ConfigError(f"{where}: `setup` must be one of {sorted(SETUPS)}, got {setup!r}.")
+    return setup
+
+
 def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
-    r"""Validate a configuration mapping and resolve scenarios and methods."""
+    r"""Validate a configuration mapping and resolve scenarios and methods.
+
+    Everything is checked here, before anything runs: keys (unknown ones are
+    named with their path and the valid keys listed), value types (from the
+    annotations of the settings dataclasses and of the objective's
+    constructor), ranges, accountant names and setups.
+    """
     check_keys(source, raw, TOP_KEYS)
     experiment = raw.get("experiment")
     if experiment not in EXPERIMENTS:
         raise ConfigError(f"{source}: `experiment` must be one of {list(EXPERIMENTS)}, got {experiment!r}.")
     name = str(raw.get("name") or Path(source).stem)
     seed = raw.get("seed", 0)
-    if not isinstance(seed, int) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"{source}: `seed` must be a non-negative integer, got {seed!r}.")
     device = raw.get("device", "cpu")
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"{source}: `device` must be 'cpu' or 'cuda', got {device!r}.")
     checkpoint_every = raw.get("checkpoint_every", 5)
-    if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"{source}: `checkpoint_every` must be an integer >= 0, got {checkpoint_every!r}.")
+    top_setup = _setup(source, raw, "modern")
     optimizer = build_dataclass(OptimizerConfig, raw.get("optimizer") or {}, f"{source}: optimizer")
-    privacy = raw.get("privacy") or {}
-    check_keys(f"{source}: privacy", privacy, ("accountant", "delta", "max_epsilon", "extra_accountants"))
+    privacy = _check_privacy(source, raw.get("privacy") or {})
+    if experiment == "fts" and raw.get("privacy"):
+        raise ConfigError(f"{source}: `privacy` applies to `experiment: dp_fts_de` only.")
+    for key in ("runs", "history", "defaults"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise ConfigError(f"{source}: `{key}` must be a mapping, got {type(raw[key]).__name__}.")
 
     if "objective" not in raw or not isinstance(raw["objective"], dict) or "type" not in raw["objective"]:
         raise ConfigError(f"{source}: `objective` must be a mapping with a `type`.")
     settings_cls = _settings_class(experiment)
     scenarios_raw = raw.get("scenarios")
+    in_scenarios = scenarios_raw is not None
     if scenarios_raw is None:
         if not raw.get("methods"):
             raise ConfigError(f"{source}: give `methods` (a list) or `scenarios`.")
@@ -268,25 +414,39 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     if not isinstance(scenarios_raw, list) or not scenarios_raw:
         raise ConfigError(f"{source}: `scenarios` must be a non-empty list.")
 
+    from fbo_torch.models.batched_gp import GP_SPECS
     from fbo_torch.objectives import objective_class
+    from fbo_torch.runners.presets import SETUPS, objective_setup
 
+    field_names = {f.name for f in dataclasses.fields(settings_cls)}
     scenarios = []
     for i, sc in enumerate(scenarios_raw):
-        where = f"{source}: scenarios[{i}]"
+        where = f"{source}: scenarios[{i}]" if in_scenarios else source
         check_keys(where, sc, SCENARIO_KEYS)
+        for key in ("objective", "runs", "history", "defaults"):
+            if sc.get(key) is not None and not isinstance(sc[key], dict):
+                raise ConfigError(f"{where}: `{key}` must be a mapping, got {type(sc[key]).__name__}.")
+        setup = _setup(where, sc, top_setup)
         objective = _merge(raw["objective"], sc.get("objective"))
         try:
             cls = objective_class(objective["type"])
         except ValueError as err:
             raise ConfigError(f"{where}: objective: {err}") from None
+        objective = {"type": objective["type"], **objective_setup(objective["type"], setup),
+                     **{k: v for k, v in objective.items() if k != "type"}}
         kwargs = {k: v for k, v in objective.items() if k != "type"}
         check_callable_kwargs(f"{where}: objective ({objective['type']})", cls, kwargs)
         history = build_dataclass(HistoryConfig, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history")
+        if history.gp_kernel not in GP_SPECS:
+            raise ConfigError(f"{where}: history: `gp_kernel` must be one of {sorted(GP_SPECS)}, "
+                              f"got {history.gp_kernel!r}.")
         runs = build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")
         defaults = _merge(raw.get("defaults") or {}, sc.get("defaults"))
         methods_raw = sc.get("methods")
         if not isinstance(methods_raw, list) or not methods_raw:
             raise ConfigError(f"{where}: `methods` must be a non-empty list.")
+        # the setup's choices first; `defaults` and the method's own keys override them
+        preset = {k: v for k, v in SETUPS[setup].items() if k in field_names}
         methods, labels = [], set()
         for j, m in enumerate(methods_raw):
             mw = f"{where}: methods[{j}]"
@@ -296,10 +456,15 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
             if label in labels:
                 raise ConfigError(f"{mw}: duplicate method name {label!r}.")
             labels.add(label)
-            values = _merge(defaults, {k: v for k, v in m.items() if k != "name"})
+            values = _merge(_merge(preset, defaults), {k: v for k, v in m.items() if k != "name"})
+            if (privacy.get("max_epsilon") is not None and "max_epsilon" not in values
+                    and isinstance(values.get("noise_multiplier"), (int, float))
+                    and values["noise_multiplier"] > 0):
+                values["max_epsilon"] = privacy["max_epsilon"]  # privacy.max_epsilon: the private methods' default
             methods.append((label, build_dataclass(settings_cls, values, mw)))
-        scenarios.append(Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods))
-    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, optimizer, privacy, scenarios, raw)
+        scenarios.append(Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods, setup))
+    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, optimizer, privacy, scenarios, raw,
+                            source)
 
 
 def _expand_env(value: Any, where: str) -> Any:

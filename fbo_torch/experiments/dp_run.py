@@ -32,8 +32,8 @@ def _other_epsilons(settings: Any, releases: int, delta: float | None, names: li
 
 
 def run_dp_scenario(
-    cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, ckpt_dir: Path,
-    resume: bool, progress: bool, log: Callable[[str], None],
+    cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, checkpoints: Any,
+    progress: bool, log: Callable[[str], None],
 ) -> dict[str, Any]:
     from fbo_torch.experiments.run import run_methods
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner
@@ -93,7 +93,7 @@ def run_dp_scenario(
         record["stderr_over"] = "repetitions (agent-averaged curves)"
         return record
 
-    methods = run_methods(cfg, si, sc, ckpt_dir, resume, progress, make_runner, make_record, log)
+    methods = run_methods(cfg, si, sc, checkpoints, progress, make_runner, make_record, log)
     return {"name": sc.name, "objective": sc.objective, "num_runs": num_inits, "methods": methods}
 
 
@@ -104,54 +104,60 @@ def _nanmean(values: list[float]) -> float | None:
 
 def plot_privacy(results: dict[str, Any], out: Path) -> None:
     r"""``privacy_utility.png`` (ε vs final loss, every private method of every
-    scenario, non-private methods as dashed lines) and ``epsilon.png`` (ε per round)."""
+    scenario, non-private methods as horizontal lines) and ``epsilon.png`` (ε per round).
+    No two series share a colour and line style; the axes say what the error bars are."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    private = [(sc["name"], m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is not None]
-    public = [(sc["name"], m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is None]
+    from fbo_torch.experiments.report import band_label, save_figure, series_styles
+
+    private = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is not None]
+    public = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is None]
     loss_name = results["scenarios"][0]["methods"][0]["loss_name"]
     acc = private[0][1]["accountant"] if private else ""
+    bands = sorted({band_label(sc) for sc, _ in private + public})
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    seen = set()
-    for _, m in public:
-        if m["name"] in seen:
-            continue
-        seen.add(m["name"])
-        line = ax.axhline(m["loss_mean"][-1], ls="--", lw=1.0)
-        ax.text(1.0, m["loss_mean"][-1], f" {m['name']} (no DP)", transform=ax.get_yaxis_transform(),
-                fontsize=7, va="center", color=line.get_color())
+    seen: dict[str, Any] = {}
+    for sc, m in public:
+        seen.setdefault(m["name"], m)
     groups: dict[str, list] = {}
-    for sc_name, m in private:
-        groups.setdefault(sc_name, []).append(m)
-    for sc_name, ms in groups.items():
+    for sc, m in private:
+        groups.setdefault(sc["name"], []).append(m)
+    styles = series_styles(len(seen) + len(groups))
+    dashed = {"-": "--", "--": ":", ":": "-.", "-.": "-"}  # reference lines dashed first; one-to-one, so still unique
+    for (name, m), style in zip(seen.items(), styles):
+        ax.axhline(m["loss_mean"][-1], lw=1.0, color=style["color"], ls=dashed[style["linestyle"]],
+                   label=f"{name} (no DP)")
+    for gi, ((sc_name, ms), style) in enumerate(zip(groups.items(), styles[len(seen):])):
+        i = len(seen) + gi  # points have no line: the marker takes the line style's role
         ax.errorbar([m["epsilon_final"] for m in ms], [m["loss_mean"][-1] for m in ms],
-                    yerr=[m["loss_stderr"][-1] for m in ms], fmt="o", capsize=3, label=sc_name)
+                    yerr=[m["loss_stderr"][-1] for m in ms], capsize=3, label=sc_name, ls="none",
+                    color=style["color"], marker="osD^v"[(i // 10) % 5])
         for m in ms:
             ax.annotate(m["name"], (m["epsilon_final"], m["loss_mean"][-1]), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
-    ax.set_xlabel(f"privacy loss ε ({acc}, δ = 1/N^1.1)")
-    ax.set_ylabel(f"final {loss_name}")
+    delta = private[0][1].get("delta") if private else None
+    ax.set_xlabel(f"privacy loss ε ({acc}, δ = {delta:.3g})" if delta else f"privacy loss ε ({acc})")
+    ax.set_ylabel(f"final {loss_name}\n({'; '.join(bands)})", fontsize=9)
     ax.set_title(f"{results.get('name', '')}: privacy vs utility", fontsize=10)
     ax.grid(alpha=0.3)
-    if private:
+    if private or seen:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(Path(out) / "privacy_utility.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, Path(out) / "privacy_utility.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for sc_name, m in private:
+    for (sc, m), style in zip(private, series_styles(len(private))):
         eps = [e if e is not None else float("nan") for e in m["epsilon"]]
-        ax.plot(range(1, len(eps) + 1), eps, label=f"{m['name']}")
+        label = m["name"] if len(results["scenarios"]) == 1 else f"{m['name']} ({sc['name']})"
+        ax.plot(range(1, len(eps) + 1), eps, label=label, markevery=max(1, len(eps) // 10), markersize=4, **style)
     ax.set_xlabel("round")
-    ax.set_ylabel(f"ε ({acc})")
-    ax.set_title("privacy loss after each round", fontsize=10)
+    ax.set_ylabel(f"ε ({acc}) after the round")
+    ax.set_title("privacy loss ε after each round", fontsize=10)
     ax.grid(alpha=0.3)
     if private:
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(Path(out) / "epsilon.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, Path(out) / "epsilon.png")

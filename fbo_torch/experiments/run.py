@@ -4,10 +4,13 @@ r"""Run a configured experiment end to end, with checkpoints and reports.
 ``results.json`` and the plots, and checkpoints every ``checkpoint_every``
 iterations to ``OUT/checkpoints`` so an interrupted run continues with
 ``resume=True`` exactly where it stopped (finished methods are not re-run).
+``OUT`` is locked while the run lasts, and ``resume`` continues only a run of
+the same configuration (see :mod:`fbo_torch.experiments.outdir`).
 """
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +20,8 @@ from typing import Any
 import torch
 import yaml
 
-from fbo_torch.experiments.config import ExperimentConfig, Scenario
+from fbo_torch.experiments.config import ExperimentConfig, Scenario, check_device
+from fbo_torch.experiments.outdir import OutputFolder, ResumeError, atomic_write_bytes, atomic_write_text
 from fbo_torch.experiments.report import (
     environment,
     plot_curves,
@@ -54,40 +58,77 @@ class _Progress:
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr)
+            self.bar = tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr, mininterval=0)
 
     def update(self, n: int = 1, **postfix: Any) -> None:
         if self.bar is not None:
-            self.bar.update(n)
-            if postfix:
+            if postfix:  # before the count moves, so the line drawn for the new count shows it
                 self.bar.set_postfix(postfix, refresh=False)
+            self.bar.update(n)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
 
 
-def _load_checkpoint(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    if state.get("version") != CHECKPOINT_VERSION:
-        return None
-    return state
+class Checkpoints:
+    r"""The checkpoints of one run in ``OUT/checkpoints``, each stamped with the run's fingerprint.
 
+    ``load`` (only when resuming) refuses a checkpoint of another configuration
+    or package version and names an unreadable (truncated, corrupt) one; ``save``
+    writes atomically (temporary file, fsync, ``os.replace``), so a run killed
+    mid-write leaves the previous checkpoint intact.
+    """
 
-def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save({"version": CHECKPOINT_VERSION, **state}, tmp)
-    tmp.replace(path)
+    def __init__(self, folder: Path, fingerprint: str, resume: bool) -> None:
+        self.folder = Path(folder)
+        self.fingerprint = fingerprint
+        self.resume = resume
+
+    def path(self, si: int, mi: int) -> Path:
+        return self.folder / f"scenario{si}_method{mi}.pt"
+
+    def load(self, path: Path) -> dict[str, Any] | None:
+        if not self.resume or not path.exists():
+            return None
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as err:  # truncated zip, bad pickle, ...: torch raises many kinds
+            text = str(err).strip()
+            reason = text.splitlines()[0].split(". ")[0][:160] if text else type(err).__name__
+            raise ResumeError(
+                f"checkpoint {path} is unreadable (truncated or corrupt: {reason}); delete that file to rerun "
+                "its method from the start, or rerun with --overwrite to start the whole run over."
+            ) from None
+        if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION \
+                or state.get("fingerprint") != self.fingerprint:
+            raise ResumeError(
+                f"checkpoint {path} was written by a different configuration or fbo_torch version "
+                "(its fingerprint differs from this run's); delete it, or rerun with --overwrite to start over."
+            )
+        return state
+
+    def verify_all(self) -> None:
+        """Read every checkpoint now, so a corrupt one is named before any method runs (resume only);
+        temporary files of writes cut short by a kill are removed."""
+        if not self.resume:
+            return
+        for tmp in self.folder.glob(".*.tmp"):
+            tmp.unlink()
+        for path in sorted(self.folder.glob("*.pt")):
+            self.load(path)
+
+    def save(self, path: Path, state: dict[str, Any]) -> None:
+        buf = io.BytesIO()
+        torch.save({"version": CHECKPOINT_VERSION, "fingerprint": self.fingerprint, **state}, buf)
+        atomic_write_bytes(path, buf.getvalue())
 
 
 def run_methods(
     cfg: ExperimentConfig,
     si: int,
     sc: Scenario,
-    ckpt_dir: Path,
-    resume: bool,
+    checkpoints: Checkpoints,
     progress: bool,
     make_runner: Callable[[str, Any], Any],
     make_record: Callable[[str, Any, Any], dict[str, Any]],
@@ -105,8 +146,8 @@ def run_methods(
     bar = _Progress(total, f"[{si + 1}/{len(cfg.scenarios)}] {sc.name}", progress)
     records = []
     for mi, (label, settings) in enumerate(sc.methods):
-        ckpt = ckpt_dir / f"scenario{si}_method{mi}.pt"
-        state = _load_checkpoint(ckpt) if resume else None
+        ckpt = checkpoints.path(si, mi)
+        state = checkpoints.load(ckpt)
         if state is not None and "record" in state:
             records.append(state["record"])
             bar.update(settings.num_iterations)
@@ -121,22 +162,22 @@ def run_methods(
             eps = getattr(r, "epsilons", None)
             if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
                 postfix["eps"] = f"{eps[-1]:.2f}"
-            bar.update(1, **postfix)
+            bar.update(1, **postfix)  # the postfix shown with round r.t is the state after round r.t
             if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
-                _save_checkpoint(ckpt, {"runner": r.state_dict()})
+                checkpoints.save(ckpt, {"runner": r.state_dict()})
 
         runner.run(callback)
         record = make_record(label, settings, runner)
         log(f"  {label}: final {record['loss_name']} {record['loss_mean'][-1]:.4f}, {record['wall_time_s']:.1f} s")
-        _save_checkpoint(ckpt, {"record": record})
+        checkpoints.save(ckpt, {"record": record})
         records.append(record)
     bar.close()
     return records
 
 
 def _run_fts_scenario(
-    cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, ckpt_dir: Path,
-    resume: bool, progress: bool, log: Callable[[str], None],
+    cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, checkpoints: Checkpoints,
+    progress: bool, log: Callable[[str], None],
 ) -> dict[str, Any]:
     from fbo_torch.runners.fts import FEDERATED, FederationHistory, FTSRunner
 
@@ -180,7 +221,7 @@ def _run_fts_scenario(
             },
         )
 
-    methods = run_methods(cfg, si, sc, ckpt_dir, resume, progress, make_runner, make_record, log)
+    methods = run_methods(cfg, si, sc, checkpoints, progress, make_runner, make_record, log)
     return {"name": sc.name, "objective": sc.objective, "num_runs": int(targets.numel() * num_inits), "methods": methods}
 
 
@@ -192,8 +233,16 @@ def run_experiment(
     resume: bool = False,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    overwrite: bool = False,
+    echo_config: bool = False,
 ) -> dict[str, Any]:
     r"""Run every scenario and method of ``cfg``; write results and plots to ``out_dir``.
+
+    The output folder is locked for the run (:class:`~fbo_torch.experiments.outdir.OutputFolder`):
+    a second run into it is refused while this one runs, and a folder that
+    already holds files is refused unless ``resume`` (continue the run in it, only
+    if its configuration fingerprint equals this one's) or ``overwrite`` (delete
+    its files first).
 
     Args:
         cfg: A parsed configuration (:func:`~fbo_torch.experiments.config.load_config`).
@@ -203,45 +252,65 @@ def run_experiment(
         resume: Continue from checkpoints in ``out_dir/checkpoints``.
         progress: Show progress bars.
         log: Where status lines go.
+        overwrite: Delete what an earlier run left in ``out_dir`` first.
+        echo_config: Log the resolved configuration (YAML) once the folder is checked.
 
     Returns:
         The results dictionary also written to ``out_dir/results.json``.
+
+    Raises:
+        OutputError: ``out_dir`` is unusable, locked by another run, or not empty.
+        ResumeError: ``resume`` into a run of a different configuration, or an unreadable checkpoint.
+        ConfigError: ``device`` (or the config's) is ``cuda`` but no CUDA device is available.
     """
-    out = Path(out_dir)
-    ckpt_dir = out / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    import fbo_torch
+
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise ValueError(f"`seeds` must be an integer >= 1, got {seeds!r}.")
+    check_device(cfg, device)
     device = device or cfg.device
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was requested but no CUDA device is available.")
     resolved = cfg.resolved()
     resolved["device"] = device
     if seeds is not None:
         for sc in resolved["scenarios"]:
             sc["runs"]["num_inits"] = seeds
-    (out / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    results: dict[str, Any] = {
-        "experiment": cfg.experiment,
-        "name": cfg.name,
-        "command": " ".join(sys.argv),
-        "environment": environment(device),
-        "config": resolved,
-        "scenarios": [],
-    }
-    t_start = time.perf_counter()
-    for si, sc in enumerate(cfg.scenarios):
-        num_inits = seeds if seeds is not None else sc.runs.num_inits
-        log(f"scenario {si + 1}/{len(cfg.scenarios)}: {sc.name}")
-        if cfg.experiment == "fts":
-            rec = _run_fts_scenario(cfg, si, sc, device, num_inits, ckpt_dir, resume, progress, log)
-        else:
-            from fbo_torch.experiments.dp_run import run_dp_scenario
+    out = Path(out_dir)
+    with OutputFolder(out, resume=resume, overwrite=overwrite) as folder:
+        folder.check_resume(resolved)
+        if echo_config:
+            log("# resolved config")
+            log(yaml.safe_dump(resolved, sort_keys=False).rstrip())
+        fp = folder.write_manifest(resolved)
+        ckpt_dir = out / "checkpoints"
+        ckpt_dir.mkdir(exist_ok=True)
+        checkpoints = Checkpoints(ckpt_dir, fp, resume)
+        checkpoints.verify_all()
+        atomic_write_text(out / "config.resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        results: dict[str, Any] = {
+            "experiment": cfg.experiment,
+            "name": cfg.name,
+            "fingerprint": fp,
+            "fbo_torch_version": fbo_torch.__version__,
+            "command": " ".join(sys.argv),
+            "environment": environment(device),
+            "config": resolved,
+            "scenarios": [],
+        }
+        t_start = time.perf_counter()
+        for si, sc in enumerate(cfg.scenarios):
+            num_inits = seeds if seeds is not None else sc.runs.num_inits
+            log(f"scenario {si + 1}/{len(cfg.scenarios)}: {sc.name}")
+            if cfg.experiment == "fts":
+                rec = _run_fts_scenario(cfg, si, sc, device, num_inits, checkpoints, progress, log)
+            else:
+                from fbo_torch.experiments.dp_run import run_dp_scenario
 
-            rec = run_dp_scenario(cfg, si, sc, device, num_inits, ckpt_dir, resume, progress, log)
-        results["scenarios"].append(rec)
+                rec = run_dp_scenario(cfg, si, sc, device, num_inits, checkpoints, progress, log)
+            results["scenarios"].append(rec)
+            write_json(out / "results.json", results)
+        results["wall_time_s"] = time.perf_counter() - t_start
         write_json(out / "results.json", results)
-    results["wall_time_s"] = time.perf_counter() - t_start
-    write_json(out / "results.json", results)
-    render_reports(results, out)
+        render_reports(results, out)
     return results
 
 
@@ -255,4 +324,4 @@ def render_reports(results: dict[str, Any], out: str | Path) -> None:
         plot_privacy(results, out)
     elif any(m["settings"].get("algorithm") in ("rgpe", "taf") for sc in results["scenarios"] for m in sc["methods"]):
         plot_message_length(results, out / "message_length.png")
-    (out / "summary.txt").write_text(summary_table(results) + "\n")
+    atomic_write_text(out / "summary.txt", summary_table(results) + "\n")

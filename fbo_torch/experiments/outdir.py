@@ -1,0 +1,329 @@
+r"""Output folders of experiment runs: an exclusive lock, config fingerprints, atomic writes.
+
+A run owns its output folder ``OUT`` while it runs: it holds an exclusive
+``fcntl.flock`` on ``OUT/.lock``, so a second run into the same folder is
+refused instead of interleaving its files with the first. ``OUT/run.json``
+records the *fingerprint* of the run: the SHA-256 of the canonical JSON of
+the resolved configuration (objective, methods, seeds, repetitions, privacy
+settings, device) and the ``fbo_torch`` version. Every checkpoint and
+``results.json`` carry the same fingerprint; ``--resume`` continues only a run
+with the same fingerprint and otherwise names the keys that differ.
+
+Things that do not change results (output paths, ``--threads``, progress
+bars, ``checkpoint_every``) are not part of the fingerprint.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import errno
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "run.json"
+LOCK = ".lock"
+#: Files and folders whose presence marks a folder as an fbo-torch output folder.
+MARKERS = (MANIFEST, "results.json", "checkpoints")
+#: Keys of the resolved configuration that do not change results.
+NOT_FINGERPRINTED = ("checkpoint_every",)
+
+
+class OutputError(RuntimeError):
+    """The output folder cannot be used as asked; the message is one line and says what to do."""
+
+
+class ResumeError(OutputError):
+    """``--resume`` would mix this run with a different one, or its files are unreadable."""
+
+
+# ----------------------------------------------------------------- fingerprints
+
+
+def _canonical(value: Any, ints: bool = True) -> Any:
+    """JSON-ready copy; with ``ints``, an integral float becomes the int (``1.0`` and ``1`` give one fingerprint)."""
+    if isinstance(value, dict):
+        return {str(k): _canonical(v, ints) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v, ints) for v in value]
+    if isinstance(value, float):
+        if ints and math.isfinite(value) and value.is_integer():
+            return int(value)
+        return value if math.isfinite(value) else str(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def fingerprinted_config(resolved: dict[str, Any], ints: bool = True) -> dict[str, Any]:
+    """The part of a resolved configuration that determines the results (JSON-ready)."""
+    cfg = copy.deepcopy(resolved)
+    for key in NOT_FINGERPRINTED:
+        cfg.pop(key, None)
+    return _canonical(cfg, ints)
+
+
+def fingerprint(resolved: dict[str, Any], version: str | None = None) -> str:
+    """SHA-256 of the canonical JSON of ``resolved`` (see :func:`fingerprinted_config`) and the package version."""
+    if version is None:
+        import fbo_torch
+
+        version = fbo_torch.__version__
+    payload = {"config": fingerprinted_config(resolved), "fbo_torch": version}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _flatten(value: Any, path: str, label: str, out: dict[str, tuple[Any, str]]) -> None:
+    if isinstance(value, dict) and value:
+        if "name" in value and path.endswith("]"):
+            label = f"{label}, {value['name']!r}" if label else repr(value["name"])
+        for k, v in value.items():
+            _flatten(v, f"{path}.{k}" if path else str(k), label, out)
+    elif isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+        for i, v in enumerate(value):
+            _flatten(v, f"{path}[{i}]", label, out)
+    else:
+        out[path] = (value, label)
+
+
+_ABSENT = "<absent>"
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Lines ``key.path (labels): old -> new`` for every leaf that differs between two configurations."""
+    a: dict[str, tuple[Any, str]] = {}
+    b: dict[str, tuple[Any, str]] = {}
+    _flatten(_canonical(old, False), "", "", a)
+    _flatten(_canonical(new, False), "", "", b)
+    lines = []
+    for key in list(a) + [k for k in b if k not in a]:
+        va, la = a.get(key, (_ABSENT, ""))
+        vb, lb = b.get(key, (_ABSENT, ""))
+        ca, cb = _canonical(va), _canonical(vb)
+        if ca != cb or type(ca) is not type(cb):
+            label = lb or la
+            where = f"{key} ({label})" if label else key
+            lines.append(f"{where}: {_show(va)} -> {_show(vb)}")
+    return lines
+
+
+def _show(value: Any) -> str:
+    return value if value is _ABSENT else json.dumps(value)
+
+
+# ----------------------------------------------------------------- atomic writes
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file next to ``path``, flush it to disk, then ``os.replace`` it."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+# ----------------------------------------------------------------- the folder
+
+
+def _is_output_folder(out: Path) -> bool:
+    return any((out / m).exists() for m in MARKERS)
+
+
+def _entries(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if p.name != LOCK)
+
+
+class OutputFolder:
+    r"""An output folder held for one run (use as a context manager, or :meth:`open` / :meth:`close`).
+
+    Opening checks the folder is usable (one-line :class:`OutputError` otherwise),
+    takes the exclusive lock on ``OUT/.lock`` (refused while another run holds
+    it) and then, when the folder already holds files: with ``overwrite`` deletes
+    them (only in a folder an fbo-torch run wrote); with ``resume`` leaves them
+    for :meth:`check_resume`; otherwise refuses.
+    """
+
+    def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False) -> None:
+        if resume and overwrite:
+            raise OutputError("--resume and --overwrite exclude each other: resume continues the old run, "
+                              "overwrite deletes it.")
+        self.path = Path(path)
+        self.resume = resume
+        self.overwrite = overwrite
+        self._fd: int | None = None
+        self.had_files = False
+
+    # -- lifecycle
+    def open(self) -> OutputFolder:
+        out = self.path
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"--out {out} is a file, not a folder; choose a folder path.")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputError(f"--out {out}: cannot create the folder ({err.strerror or err}).") from None
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise OutputError(f"--out {out}: no permission to write in this folder.")
+        lock = out / LOCK
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise OutputError(f"--out {out}: cannot create the lock file {lock} ({err.strerror or err}).") from None
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = ""
+            try:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            except OSError:
+                pass
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                who = f"pid {holder}" if holder.isdigit() else "another process"
+                raise OutputError(
+                    f"--out {out} is in use by another fbo-torch run ({who} holds {lock}); "
+                    "wait for it to finish or choose another --out."
+                ) from None
+            raise OutputError(f"--out {out}: cannot lock {lock} ({err.strerror or err}).") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        try:
+            self._prepare()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _prepare(self) -> None:
+        out = self.path
+        entries = _entries(out)
+        self.had_files = bool(entries)
+        if not entries:
+            return
+        if self.overwrite:
+            if not _is_output_folder(out):
+                raise OutputError(
+                    f"--out {out} holds files but no fbo-torch run ({', '.join(MARKERS)}); "
+                    "--overwrite only clears folders an fbo-torch run wrote: choose an empty or new folder."
+                )
+            for p in entries:
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+            self.had_files = False
+            return
+        if self.resume:
+            return
+        shown = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise OutputError(
+            f"--out {out} is not empty ({shown}); pass --resume to continue the run in it, "
+            "--overwrite to delete its files and start over, or choose another --out."
+        )
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the lock; the file stays (unlinking it would race a waiting run)
+            self._fd = None
+
+    def __enter__(self) -> OutputFolder:
+        return self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- the manifest
+    def check_resume(self, resolved: dict[str, Any]) -> None:
+        r"""With ``resume`` and files present: refuse unless ``OUT/run.json`` has this run's fingerprint."""
+        if not (self.resume and self.had_files):
+            return
+        out = self.path
+        path = out / MANIFEST
+        if not path.is_file():
+            raise ResumeError(
+                f"--resume: {out} holds files but no {MANIFEST} (not an fbo-torch run, or one written before "
+                "fingerprints existed), so it cannot be checked against this config; "
+                "rerun with --overwrite to start over, or choose another --out."
+            )
+        try:
+            old = json.loads(path.read_text())
+            old_fp, old_cfg, old_version = old["fingerprint"], old["config"], old["fbo_torch_version"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ResumeError(
+                f"--resume: {path} is unreadable or incomplete ({type(err).__name__}: {err}); "
+                "rerun with --overwrite to start over, or choose another --out."
+            ) from None
+        import fbo_torch
+
+        if old_fp == fingerprint(resolved):
+            return
+        diffs = config_diff(old_cfg, fingerprinted_config(resolved, ints=False))
+        if old_version != fbo_torch.__version__:
+            diffs.append(f"fbo_torch version: {old_version} -> {fbo_torch.__version__}")
+        if not diffs:
+            diffs = ["(the stored fingerprint does not match its config: the manifest was edited)"]
+        shown = diffs[:12] + ([f"... and {len(diffs) - 12} more"] if len(diffs) > 12 else [])
+        raise ResumeError(
+            f"--resume refused: the run in {out} used a different configuration "
+            f"({len(diffs)} difference{'s' if len(diffs) != 1 else ''}, old -> new):\n  "
+            + "\n  ".join(shown)
+            + "\nResuming would mix results of both configs. Restore the old config to resume, or rerun with "
+            "--overwrite (deletes the old results) or with another --out."
+        )
+
+    def write_manifest(self, resolved: dict[str, Any]) -> str:
+        """Write ``OUT/run.json`` (fingerprint, version, fingerprinted config); returns the fingerprint."""
+        import fbo_torch
+
+        fp = fingerprint(resolved)
+        manifest = {
+            "fingerprint": fp,
+            "fbo_torch_version": fbo_torch.__version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "config": fingerprinted_config(resolved, ints=False),
+        }
+        path = self.path / MANIFEST
+        if self.resume and path.is_file():
+            try:
+                manifest["created"] = json.loads(path.read_text()).get("created", manifest["created"])
+            except ValueError:
+                pass
+        atomic_write_text(path, json.dumps(manifest, indent=1))
+        return fp
+
+
+__all__ = [
+    "MANIFEST",
+    "OutputError",
+    "OutputFolder",
+    "ResumeError",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "config_diff",
+    "fingerprint",
+    "fingerprinted_config",
+]

@@ -1,0 +1,295 @@
+"""Output folders and resume: fingerprints, refusals, locks, atomic writes (issue 11, items 2 and 3)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from fbo_torch.cli import main
+from fbo_torch.experiments import outdir
+from fbo_torch.experiments.config import load_config
+from fbo_torch.experiments.outdir import OutputError, OutputFolder, fingerprint
+from fbo_torch.experiments.report import write_json
+
+DP = """
+experiment: dp_fts_de
+name: tiny-dp
+seed: 3
+checkpoint_every: 1
+objective: {type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 50, perturb_first: true}
+runs: {num_inits: 2}
+privacy: {accountant: rdp-classic, extra_accountants: [rdp]}
+defaults: {num_iterations: 4, num_init: 2, num_features: 10, gp_refit_every: 0}
+methods:
+  - {name: TS, algorithm: ts, num_iterations: 2}
+  - {name: DP-FTS-DE, algorithm: fts_de, num_regions: 2, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 5.0}
+"""
+
+FTS = """
+experiment: fts
+name: tiny-fts
+objective: {type: gp_grid, num_groups: 1, agents_per_group: 3, grid_size: 50}
+runs: {num_inits: 1}
+history: {t_n: 4}
+defaults: {num_iterations: 2, num_features: 10, gp_refit_every: 0}
+methods:
+  - {name: TS, algorithm: ts}
+"""
+
+
+def _cfg(tmp_path, text=DP, name="cfg.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def _run(*args):
+    return main(["run", *map(str, args), "--no-progress"])
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One finished tiny DP run (copied by the tests that change it)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    cfg = _cfg(tmp)
+    out = tmp / "out"
+    assert _run(cfg, "--out", out) == 0
+    return tmp, cfg, out
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize(
+    "old, new, extra, named",
+    [
+        ("noise_multiplier: 1.0", "noise_multiplier: 2.0", [], "noise_multiplier ('tiny-dp', 'DP-FTS-DE'): 1.0 -> 2.0"),
+        ("seed: 3", "seed: 4", [], "seed: 3 -> 4"),
+        ("num_iterations: 4", "num_iterations: 5", [], "num_iterations ('tiny-dp', 'DP-FTS-DE'): 4 -> 5"),
+        ("", "", ["--seeds", "3"], "runs.num_inits ('tiny-dp'): 2 -> 3"),
+        ("accountant: rdp-classic", "accountant: rdp", [], "privacy.accountant: \"rdp-classic\" -> \"rdp\""),
+    ],
+)
+def test_resume_with_a_changed_config_is_refused_and_names_the_key(finished, tmp_path, capsys, old, new, extra, named):
+    _, cfg, src = finished
+    out = _copy(src, tmp_path / "out")
+    before = (out / "results.json").read_text()
+    changed = _cfg(tmp_path, DP.replace(old, new), "changed.yaml")
+    capsys.readouterr()
+    assert _run(changed, "--out", out, "--resume", *extra) == 2
+    err = capsys.readouterr().err
+    assert "--resume refused" in err and named in err, err
+    assert (out / "results.json").read_text() == before  # nothing was run or rewritten
+
+
+def test_resume_into_another_experiments_folder_is_refused(finished, tmp_path, capsys):
+    _, _, src = finished
+    out = _copy(src, tmp_path / "out")
+    capsys.readouterr()
+    assert _run(_cfg(tmp_path, FTS, "fts.yaml"), "--out", out, "--resume") == 2
+    err = capsys.readouterr().err
+    assert "experiment: \"dp_fts_de\" -> \"fts\"" in err and "name: \"tiny-dp\" -> \"tiny-fts\"" in err
+
+
+def test_fingerprint_is_stamped_everywhere_and_stable(finished, tmp_path):
+    _, cfg, out = finished
+    res = json.loads((out / "results.json").read_text())
+    manifest = json.loads((out / "run.json").read_text())
+    resolved = load_config(cfg).resolved()
+    expected = fingerprint(resolved)
+    assert res["fingerprint"] == manifest["fingerprint"] == expected and len(expected) == 64
+    assert res["fbo_torch_version"] == manifest["fbo_torch_version"]
+    for ckpt in (out / "checkpoints").glob("*.pt"):
+        assert torch.load(ckpt, weights_only=False)["fingerprint"] == expected
+    # the same config read again, checkpoint frequency and 1 vs 1.0 do not change it
+    assert fingerprint(load_config(cfg).resolved()) == expected
+    other = _cfg(tmp_path, DP.replace("checkpoint_every: 1", "checkpoint_every: 7").replace("clip_norm: 5.0", "clip_norm: 5"))
+    assert fingerprint(load_config(other).resolved()) == expected
+    assert fingerprint({**resolved, "device": "cuda"}) != expected
+
+
+def test_resume_of_the_same_config_is_accepted_and_bit_identical(finished, tmp_path):
+    _, cfg, src = finished
+    out = _copy(src, tmp_path / "out")
+    assert _run(cfg, "--out", out, "--resume") == 0
+    a = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"]
+    b = json.loads((out / "results.json").read_text())["scenarios"][0]["methods"]
+    assert [m["runs"] for m in a] == [m["runs"] for m in b] and a[1]["epsilon"] == b[1]["epsilon"]
+
+
+def test_interrupted_run_resumes_bit_identically_with_exact_epsilon(finished, tmp_path, monkeypatch):
+    _, cfg, src = finished
+    out = tmp_path / "out"
+    from fbo_torch.experiments.run import Checkpoints
+
+    saves = []
+    real = Checkpoints.save
+
+    def save_then_die(self, path, state):  # killed right after the 2nd checkpoint of the DP method
+        real(self, path, state)
+        saves.append(path.name)
+        if saves.count("scenario0_method1.pt") == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        _run(cfg, "--out", out)
+    monkeypatch.setattr(Checkpoints, "save", real)
+    state = torch.load(out / "checkpoints" / "scenario0_method1.pt", weights_only=False)
+    assert state["runner"]["t"] == 2 and len(state["runner"]["epsilons"]) == 2  # mid-run, not finished
+    assert _run(cfg, "--out", out, "--resume") == 0
+    a = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"][1]
+    b = json.loads((out / "results.json").read_text())["scenarios"][0]["methods"][1]
+    assert a["runs"] == b["runs"] and a["epsilon"] == b["epsilon"] and a["released"] == b["released"]
+
+
+def test_truncated_checkpoint_is_named_with_what_to_do(finished, tmp_path, capsys, monkeypatch):
+    _, cfg, src = finished
+    out = _copy(src, tmp_path / "out")
+    (out / "checkpoints" / "scenario0_method0.pt").unlink()  # TS would have to run again first
+    ckpt = out / "checkpoints" / "scenario0_method1.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100])
+    import fbo_torch.experiments.run as run_mod
+
+    monkeypatch.setattr(run_mod, "build_objective", lambda spec: pytest.fail("work started"))
+    capsys.readouterr()
+    assert _run(cfg, "--out", out, "--resume") == 2
+    err = capsys.readouterr().err
+    assert str(ckpt) in err and "truncated or corrupt" in err and "delete that file" in err
+    assert "Traceback" not in err
+
+
+def test_corrupt_manifest_is_named(finished, tmp_path, capsys):
+    _, cfg, src = finished
+    out = _copy(src, tmp_path / "out")
+    (out / "run.json").write_text('{"fingerpr')
+    capsys.readouterr()
+    assert _run(cfg, "--out", out, "--resume") == 2
+    assert str(out / "run.json") in capsys.readouterr().err
+
+
+def test_non_empty_out_needs_resume_or_overwrite_and_overwrite_clears(finished, tmp_path, capsys):
+    _, cfg, src = finished
+    out = _copy(src, tmp_path / "out")
+    before = (out / "results.json").read_text()
+    capsys.readouterr()
+    assert _run(_cfg(tmp_path, FTS, "fts.yaml"), "--out", out) == 2
+    err = capsys.readouterr().err
+    assert "is not empty" in err and "--resume" in err and "--overwrite" in err
+    assert (out / "results.json").read_text() == before
+    # --overwrite deletes the old files, so the DP run's epsilon.png does not outlive it
+    assert _run(_cfg(tmp_path, FTS, "fts.yaml"), "--out", out, "--overwrite") == 0
+    assert not (out / "epsilon.png").exists() and not (out / "privacy_utility.png").exists()
+    assert json.loads((out / "results.json").read_text())["experiment"] == "fts"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["scenario0_method0.pt"]
+
+
+def test_overwrite_refuses_a_folder_no_run_wrote(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    assert _run(_cfg(tmp_path, FTS), "--out", out, "--overwrite") == 2
+    assert "only clears folders an fbo-torch run wrote" in capsys.readouterr().err
+    assert (out / "thesis.tex").read_text() == "precious"
+    assert _run(_cfg(tmp_path, FTS), "--out", out, "--resume") == 2  # nothing to check the config against
+    assert "no run.json" in capsys.readouterr().err
+
+
+def test_resume_and_overwrite_exclude_each_other(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", _cfg(tmp_path, FTS), "--out", str(tmp_path / "o"), "--resume", "--overwrite"])
+    assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_unusable_out_is_a_one_line_error_before_any_work(tmp_path, capsys, monkeypatch):
+    import fbo_torch.experiments.run as run_mod
+
+    monkeypatch.setattr(run_mod, "build_objective", lambda spec: pytest.fail("work started"))
+    a_file = tmp_path / "results"
+    a_file.write_text("x")
+    cfg = _cfg(tmp_path, FTS)
+    for out, says in ((a_file, "is a file, not a folder"), (a_file / "sub", "cannot create the folder")):
+        capsys.readouterr()
+        assert _run(cfg, "--out", out) == 2
+        captured = capsys.readouterr()
+        assert says in captured.err and len(captured.err.strip().splitlines()) == 1
+        assert "# resolved config" not in captured.out
+    if os.geteuid() != 0:  # root may write anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        assert _run(cfg, "--out", ro) == 2
+        assert "no permission" in capsys.readouterr().err
+
+
+HOLD_LOCK = textwrap.dedent("""
+    import fcntl, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, str(os.getpid()).encode())
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_second_run_into_a_locked_out_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        cfg = _cfg(tmp_path, FTS)
+        assert _run(cfg, "--out", out) == 2
+        err = capsys.readouterr().err
+        assert "in use by another fbo-torch run" in err and f"pid {holder.pid}" in err
+        assert not (out / "results.json").exists()
+        with pytest.raises(OutputError, match="in use"):
+            OutputFolder(out, resume=True).open()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone: the kernel released its lock; the stale .lock alone does not make the folder "used"
+    assert _run(cfg, "--out", out) == 0 and (out / "results.json").is_file()
+
+
+def test_lock_is_held_for_the_run_and_released_after(tmp_path):
+    out = tmp_path / "out"
+    with OutputFolder(out):
+        with pytest.raises(OutputError, match="in use"):
+            OutputFolder(out).open()
+    with OutputFolder(out):  # released
+        pass
+
+
+def test_writes_are_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    write_json(path, {"a": 1})
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(outdir.os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        write_json(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary file left behind
+
+
+def test_report_redraws_a_finished_run_but_not_while_one_runs(finished, tmp_path, capsys):
+    _, _, src = finished
+    out = _copy(src, tmp_path / "out")
+    (out / "epsilon.png").unlink()
+    assert main(["report", str(out)]) == 0 and (out / "epsilon.png").is_file()
+    with OutputFolder(out, resume=True):  # a run holds the folder
+        assert main(["report", str(out)]) == 2
+    assert "in use by another fbo-torch run" in capsys.readouterr().err
+    (out / "results.json").write_text('{"scenarios": [')
+    assert main(["report", str(out)]) == 2
+    assert "results.json is unreadable or incomplete" in capsys.readouterr().err

@@ -144,6 +144,20 @@ def test_image_objective_device_and_trainer_options():
             DigitsCNN(num_agents=2, device="cuda")
 
 
+def test_the_run_device_reaches_image_objectives_unless_the_config_names_one(monkeypatch):
+    from fbo_torch.objectives import build_objective, vision
+
+    seen = []
+    monkeypatch.setattr(vision, "_check_device", lambda d: seen.append(d) or torch.device("cpu"))
+    spec = {"type": "digits_cnn", "num_agents": 2, "steps": 5, "channels": [4, 8]}
+    build_objective(spec, device="cuda")                     # `--device cuda` / `device: cuda`
+    build_objective({**spec, "device": "cpu"}, device="cuda")  # objective.device wins
+    build_objective(spec)                                    # no run device: the objective's default
+    assert seen == ["cuda", "cpu", None]
+    # objectives without a device argument are built as before
+    assert build_objective({"type": "gp_grid", "agents_per_group": 2, "grid_size": 20}, device="cuda").num_agents == 2
+
+
 # --------------------------------------------------------------------------- trainer
 def _split(n, seed, n_train, n_val):
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))

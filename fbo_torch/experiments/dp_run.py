@@ -38,7 +38,7 @@ def run_dp_scenario(
     from fbo_torch.experiments.run import run_methods
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 
-    objective = build_objective(sc.objective)
+    objective = build_objective(sc.objective, device=device)
     domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.__dict__)
     seed = cfg.seed + 1000 * si
     privacy = cfg.privacy

@@ -181,7 +181,7 @@ def _run_fts_scenario(
 ) -> dict[str, Any]:
     from fbo_torch.runners.fts import FEDERATED, FederationHistory, FTSRunner
 
-    objective = build_objective(sc.objective)
+    objective = build_objective(sc.objective, device=device)
     domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.__dict__)
     targets = _targets(objective, sc.runs)
     seed = cfg.seed + 1000 * si

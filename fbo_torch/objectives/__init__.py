@@ -3,6 +3,7 @@ r"""Federated objectives: all agents' black-box functions, evaluated at once."""
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from fbo_torch.objectives.base import Objective
@@ -30,10 +31,16 @@ def objective_class(type_name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def build_objective(spec: dict[str, Any]) -> Objective:
-    """Build an objective from a config mapping ``{type: ..., **kwargs}``."""
+def build_objective(spec: dict[str, Any], device: str | None = None) -> Objective:
+    """Build an objective from a config mapping ``{type: ..., **kwargs}``.
+
+    ``device`` (the run's device) reaches objectives that compute on a device
+    (the CNN objectives train there) unless ``spec`` names its own ``device``.
+    """
     spec = dict(spec)
     cls = objective_class(spec.pop("type"))
+    if device is not None and "device" not in spec and "device" in inspect.signature(cls.__init__).parameters:
+        spec["device"] = device
     return cls(**spec)
 
 

@@ -39,6 +39,9 @@ from typing import Any
 
 import yaml
 
+from fbo_torch.optim.batched import REFINE
+from fbo_torch.runners.common import Domain
+
 EXPERIMENTS = ("fts", "dp_fts_de")
 TOP_KEYS = (
     "experiment", "name", "description", "seed", "device", "setup", "checkpoint_every", "objective", "runs",
@@ -272,25 +275,46 @@ class HistoryConfig:
 
 @dataclasses.dataclass
 class OptimizerConfig:
-    r"""Acquisition maximization on continuous domains (see :func:`fbo_torch.optim.maximize_batched`)."""
+    r"""Acquisition maximization (the YAML ``optimizer:`` section).
 
-    raw_samples: int = 512
-    num_restarts: int = 4
-    refine: str | None = "adam"
-    maxiter: int = 30
-    lr: float = 0.02
-    raw_samples_rff: int = 4096
-    maxiter_rff: int = 200
+    The fields and their defaults are :class:`~fbo_torch.runners.common.Domain`'s
+    (what ``benchmarks/maximizer_quality.py`` measured): one copy of the defaults,
+    whether the engine is driven from YAML or from Python. ``screen_dtype`` is
+    ``"float32"``, ``"float64"`` or ``null`` (the bounds' dtype).
+    """
+
+    raw_samples: int = Domain.raw_samples
+    num_restarts: int = Domain.num_restarts
+    refine: str | None = Domain.refine
+    maxiter: int = Domain.maxiter
+    lr: float = Domain.lr
+    max_points: int | None = Domain.max_points
+    raw_samples_rff: int = Domain.raw_samples_rff
+    num_restarts_rff: int = Domain.num_restarts_rff
+    maxiter_rff: int = Domain.maxiter_rff
+    screen_dtype: str | None = str(Domain.screen_dtype).removeprefix("torch.")
 
     def __post_init__(self) -> None:
-        if self.refine not in ("adam", "lbfgsb", None):
-            raise ValueError(f"`refine` must be 'adam', 'lbfgsb' or null, got {self.refine!r}.")
-        for name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff", "maxiter_rff"):
+        if self.refine not in REFINE:
+            raise ValueError(f"`refine` must be one of {[r for r in REFINE if r]} or null, got {self.refine!r}.")
+        for name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff", "num_restarts_rff", "maxiter_rff"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"`{name}` must be an integer >= 1, got {v!r}.")
+        if self.max_points is not None and (not isinstance(self.max_points, int) or self.max_points < 1):
+            raise ValueError(f"`max_points` must be an integer >= 1 or null, got {self.max_points!r}.")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise ValueError(f"`lr` must be > 0, got {self.lr!r}.")
+        if self.screen_dtype not in ("float32", "float64", None):
+            raise ValueError(f"`screen_dtype` must be 'float32', 'float64' or null, got {self.screen_dtype!r}.")
+
+    def domain_kwargs(self) -> dict[str, Any]:
+        r"""Keyword arguments of :class:`~fbo_torch.runners.common.Domain`."""
+        import torch
+
+        kw = dataclasses.asdict(self)
+        kw["screen_dtype"] = None if self.screen_dtype is None else getattr(torch, self.screen_dtype)
+        return kw
 
 
 @dataclasses.dataclass

@@ -39,7 +39,7 @@ def run_dp_scenario(
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 
     objective = build_objective(sc.objective, device=device)
-    domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.__dict__)
+    domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
     seed = cfg.seed + 1000 * si
     privacy = cfg.privacy
     accountant = privacy.get("accountant", "rdp")

@@ -182,7 +182,7 @@ def _run_fts_scenario(
     from fbo_torch.runners.fts import FEDERATED, FederationHistory, FTSRunner
 
     objective = build_objective(sc.objective, device=device)
-    domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.__dict__)
+    domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
     targets = _targets(objective, sc.runs)
     seed = cfg.seed + 1000 * si
     history = None

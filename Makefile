@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.fbo-installed
 OUT ?= runs/quickstart
 
-.PHONY: install quickstart test bench clean
+.PHONY: install quickstart test bench clean flower-demo
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ NUMERIC_TESTS := tests/test_vision.py tests/test_batched_gp.py tests/test_quasi_
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n 2 $(NUMERIC_TESTS)
+
+# DP-FTS-DE on Flower's deployment engine: a SuperLink and 4 SuperNodes on 127.0.0.1
+# (insecure), 3 rounds on the synthetic objective; every process is stopped at the end.
+flower-demo: $(STAMP)
+	VENV=$(abspath $(VENV)) examples/flower_app/run_demo.sh
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

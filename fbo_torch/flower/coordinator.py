@@ -74,6 +74,7 @@ class RoundLog:
     num_reported: int
     num_replied: int = 0
     best_values: dict[int, float] = field(default_factory=dict)
+    num_observations: dict[int, int] = field(default_factory=dict)
 
 
 class Coordinator:
@@ -149,7 +150,8 @@ class Coordinator:
             {} if self.features is None else self.features.config(),
         )
 
-    def receive(self, agent_id: int, fingerprint: str, omega: Tensor | None, best_value: float | None = None) -> None:
+    def receive(self, agent_id: int, fingerprint: str, omega: Tensor | None, best_value: float | None = None,
+                num_observations: int | None = None) -> None:
         r"""Take an agent's reply to the current exchange.
 
         Raises:
@@ -164,9 +166,12 @@ class Coordinator:
             raise ValueError(f"agent {n} refused: {self.refused[n]}.")
         if n in self.refused:
             return
-        if self.logs and best_value is not None and self.config.report_best:
-            self.logs[-1].best_values[n] = float(best_value)
+        if self.logs:
             self.logs[-1].num_replied += 1
+            if num_observations is not None:
+                self.logs[-1].num_observations[n] = int(num_observations)
+            if best_value is not None and self.config.report_best:
+                self.logs[-1].best_values[n] = float(best_value)
         if self._omega_round:
             if omega is None or omega.shape != (self._omegas.shape[-1],):
                 raise ValueError(f"agent {n} sent no M-vector ω for round {self._omega_round}.")

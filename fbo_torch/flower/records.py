@@ -72,15 +72,16 @@ def reply_to_records(reply: AgentReply, report_best: bool) -> RecordDict:
     return content
 
 
-def records_to_reply(content: RecordDict) -> tuple[int, str, Tensor | None, float | None]:
-    """``(agent_id, fingerprint, omega or None, best value or None)`` of a reply."""
+def records_to_reply(content: RecordDict) -> tuple[int, str, Tensor | None, float | None, int | None]:
+    """``(agent_id, fingerprint, omega or None, best value or None, observations or None)`` of a reply."""
     r = content.config_records[REPLY]
     omega = None
     if OMEGA in content.array_records:
         omega = content.array_records[OMEGA].to_torch_state_dict()["omega"]
     metrics = content.metric_records.get(METRICS, {})
-    best = metrics.get("best-value")
-    return int(r["agent-id"]), str(r["fingerprint"]), omega, None if best is None else float(best)
+    best, n_obs = metrics.get("best-value"), metrics.get("num-observations")
+    return (int(r["agent-id"]), str(r["fingerprint"]), omega, None if best is None else float(best),
+            None if n_obs is None else int(n_obs))
 
 
 def state_to_record(state: dict[str, Tensor]) -> ArrayRecord:

@@ -96,12 +96,12 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
                     if nid in agent_of:
                         coord.refuse(agent_of[nid], refused_nodes[nid])
                 continue
-            agent_id, fingerprint, omega, best = records_to_reply(rep.content)
+            agent_id, fingerprint, omega, best, n_obs = records_to_reply(rep.content)
             if agent_of.setdefault(nid, agent_id) != agent_id or list(agent_of.values()).count(agent_id) > 1:
                 echo(f"round {plan.round}: node {nid} claims agent {agent_id}, already played by another node; ignored")
                 continue
             try:
-                coord.receive(agent_id, fingerprint, omega, best)
+                coord.receive(agent_id, fingerprint, omega, best, n_obs)
             except ValueError as err:
                 echo(f"round {plan.round}: {err}")
         if plan.round >= 1:
@@ -124,7 +124,8 @@ def summary(coord: Coordinator) -> dict:
         "refused_nodes": {str(k): v for k, v in coord.refused_nodes.items()},
         "rounds": [
             {"round": r.round, "released": r.released, "epsilon": r.epsilon, "num_reported": r.num_reported,
-             "best_values": {str(k): v for k, v in sorted(r.best_values.items())}}
+             "best_values": {str(k): v for k, v in sorted(r.best_values.items())},
+             "num_observations": {str(k): v for k, v in sorted(r.num_observations.items())}}
             for r in coord.logs
         ],
     }

@@ -76,25 +76,27 @@ trap 'exit 130' INT TERM
 
 start=$(date +%s.%N)
 if [[ "${WARM:-1}" != 0 ]]; then
-    # Flower starts a fresh flwr-clientapp / flwr-serverapp process per message; these shims
-    # have them forked from one process that imported flwr, torch and fbo_torch once
+    # Flower starts a fresh flwr-clientapp / flwr-serverapp process per message, and each
+    # Flower process imports flwr (and the apps torch and fbo_torch) anew; shims first on
+    # PATH have them forked from one process that imported everything once
     # (fbo_torch/flower/warm_start.py). WARM=0: the plain way.
     "$VENV/bin/python" -m fbo_torch.flower.warm_start "$WORK/warm.sock" "$WORK/bin" "$VENV/bin" \
         > "$WORK/warm-start.log" 2>&1 &
     PIDS+=($!)
     export PATH="$WORK/bin:$PATH"
+    for _ in $(seq 900); do [[ -S "$WORK/warm.sock" ]] && break; sleep 0.1; done
 fi
 flower-superlink --insecure --host 127.0.0.1 --port "$PORT" --disable-runtime-dependency-installation > "$WORK/superlink.log" 2>&1 &
 PIDS+=($!)
+for _ in $(seq 600); do  # SuperNodes that start before the SuperLink listens back off for seconds
+    (exec 3<> "/dev/tcp/127.0.0.1/$PORT") 2> /dev/null && break
+    sleep 0.1
+done
 for ((n = 0; n < NUM_NODES; n++)); do
     flower-supernode --insecure --superlink "127.0.0.1:$PORT" --port $((PORT + 1 + n)) \
         --node-config "partition-id=$n num-partitions=$NUM_NODES" > "$WORK/supernode-$n.log" 2>&1 &
     PIDS+=($!)
 done
-
-if [[ "${WARM:-1}" != 0 ]]; then
-    for _ in $(seq 900); do [[ -S "$WORK/warm.sock" ]] && break; sleep 0.1; done
-fi
 
 # the run: submitted to the SuperLink, logs streamed until the ServerApp ends
 timeout "$TIMEOUT" flwr run "$HERE" local-demo --stream \

@@ -7,6 +7,7 @@
 #
 #   examples/flower_app/run_demo.sh            (or: make flower-demo)
 #   VENV=.venv PORT=9300 NUM_NODES=4 ROUNDS=3 examples/flower_app/run_demo.sh
+#   KEEP=1 keeps the logs, WARM=0 starts every Flower process the plain way (slower)
 set -euo pipefail
 
 # Become a child subreaper (Linux prctl PR_SET_CHILD_SUBREAPER), so Flower's detached
@@ -64,8 +65,10 @@ cleanup() {
         kill -KILL "${all[@]}" 2>/dev/null || true
     fi
     wait 2>/dev/null || true  # reap them (and any orphan re-parented to this subreaper)
-    if ((rc != 0)) || [[ -n "${KEEP:-}" ]]; then
+    if ((rc != 0)); then
         echo "flower demo failed (exit $rc); logs in $WORK" >&2
+    elif [[ -n "${KEEP:-}" ]]; then
+        echo "logs in $WORK"
     else
         rm -rf "$WORK"
     fi

@@ -31,7 +31,7 @@ export PATH="$VENV/bin:$PATH"       # flower-superlink spawns flower-superexec /
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fbo-flower-demo.XXXXXX")"
 export FLWR_HOME="$WORK/flwr-home"  # Flower's config (SuperLink connection) and app cache, kept apart
-export FLWR_SUPEREXEC_TASK_POLL_INTERVAL="${FLWR_SUPEREXEC_TASK_POLL_INTERVAL:-0.1}"
+export FLWR_SUPEREXEC_TASK_POLL_INTERVAL="${FLWR_SUPEREXEC_TASK_POLL_INTERVAL:-0.3}"
 mkdir -p "$FLWR_HOME"
 cat > "$FLWR_HOME/config.toml" <<TOML
 [superlink]
@@ -78,6 +78,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 start=$(date +%s.%N)
+start_ms=$(($(date +%s%N) / 1000000))
+phase() { local ms=$(($(date +%s%N) / 1000000 - start_ms)); echo "$1 $((ms / 1000)).$((ms % 1000 / 100))" >> "$WORK/phases"; }
 if [[ "${WARM:-1}" != 0 ]]; then
     # Flower starts a fresh flwr-clientapp / flwr-serverapp process per message, and each
     # Flower process imports flwr (and the apps torch and fbo_torch) anew; shims first on
@@ -88,6 +90,7 @@ if [[ "${WARM:-1}" != 0 ]]; then
     PIDS+=($!)
     export PATH="$WORK/bin:$PATH"
     for _ in $(seq 900); do [[ -S "$WORK/warm.sock" ]] && break; sleep 0.1; done
+    phase imports-done
 fi
 flower-superlink --insecure --host 127.0.0.1 --port "$PORT" --disable-runtime-dependency-installation > "$WORK/superlink.log" 2>&1 &
 PIDS+=($!)
@@ -95,6 +98,7 @@ for _ in $(seq 600); do  # SuperNodes that start before the SuperLink listens ba
     (exec 3<> "/dev/tcp/127.0.0.1/$PORT") 2> /dev/null && break
     sleep 0.1
 done
+phase superlink-up
 for ((n = 0; n < NUM_NODES; n++)); do
     flower-supernode --insecure --superlink "127.0.0.1:$PORT" --port $((PORT + 1 + n)) \
         --node-config "partition-id=$n num-partitions=$NUM_NODES" > "$WORK/supernode-$n.log" 2>&1 &
@@ -105,10 +109,12 @@ done
 timeout "$TIMEOUT" flwr run "$HERE" local-demo --stream \
     --run-config "num-agents=$NUM_NODES num-rounds=$ROUNDS summary-path=\"$WORK/summary.json\"" \
     > "$WORK/run.log" 2>&1 || { tail -n 40 "$WORK/run.log" >&2; exit 1; }
+phase run-done
 
-"$VENV/bin/python" - "$WORK/summary.json" "$NUM_NODES" "$ROUNDS" "$start" <<'PY'
+"$VENV/bin/python" - "$WORK/summary.json" "$NUM_NODES" "$ROUNDS" "$start" "$WORK/phases" <<'PY'
 import json, sys, time
 path, n, T, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+phases = "  ".join(f"{k} at {v} s" for k, v in (line.split() for line in open(sys.argv[5])))
 s = json.load(open(path))
 rounds = s["rounds"]
 for r in rounds:
@@ -117,6 +123,6 @@ for r in rounds:
           f"reported {r['num_reported']}/{n}  best: {best}")
 ok = len(rounds) == T and all(len(r["best_values"]) == n for r in rounds) and not s["refused_nodes"]
 print(f"flower demo: {len(rounds)} rounds, {n} SuperNodes, feature map {s['fingerprint']}, "
-      f"{time.time() - start:.1f} s")
+      f"{time.time() - start:.1f} s ({phases})")
 sys.exit(0 if ok else 1)
 PY

@@ -19,14 +19,7 @@ from flwr.clientapp import ClientApp
 
 from fbo_torch.flower.agent_node import AgentNode, FeatureMapMismatch
 from fbo_torch.flower.config import FlowerRunConfig
-from fbo_torch.flower.records import (
-    AGENT_STATE,
-    plan_to_records,  # noqa: F401  (re-exported for tests and users)
-    record_to_state,
-    records_to_plan,
-    reply_to_records,
-    state_to_record,
-)
+from fbo_torch.flower.records import AGENT_STATE, record_to_state, records_to_plan, reply_to_records, state_to_record
 
 app = ClientApp()
 

@@ -30,7 +30,7 @@ from fbo_torch.flower.records import plan_to_records, records_to_reply
 app = ServerApp()
 
 #: Seconds between two pulls of replies (``Grid.send_and_receive`` waits 3 s).
-POLL_INTERVAL = 0.05
+POLL_INTERVAL = 0.2
 
 
 def _info(text: str) -> None:
@@ -70,9 +70,7 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     and refused agents are left out of the round's release (see
     :mod:`fbo_torch.flower.coordinator` for why the accounting stays valid).
     """
-    from fbo_torch.federation.server import DPFTSDEServer  # noqa: F401  (import cost before the clock)
-
-    objective = config.build_objective()  # only its domain is used here
+    objective = config.build_objective()  # only its domain (bounds, dimension) is used here
     coord = Coordinator(config, objective.bounds, objective.dim)
     nodes = wait_for_nodes(grid, config.num_agents, config.min_nodes_timeout)
     if len(nodes) < config.num_agents:

@@ -174,3 +174,15 @@ def test_the_package_imports_without_flwr():
             "try:\n    import fbo_torch.flower.server_app\nexcept ImportError:\n    print('lazy')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "lazy"
+
+
+def test_two_nodes_claiming_one_agent_keep_the_first(monkeypatch):
+    from flower_grid import InProcessGrid as Grid
+
+    grid = Grid(client_app.app, RUN_CONFIG, N)
+    grid.contexts[103].node_config["partition-id"] = 1  # a misconfigured SuperNode: agent 1 twice, no agent 3
+    lines = []
+    coord = server_app.run_federation(grid, FlowerRunConfig.from_run_config(RUN_CONFIG), echo=lines.append,
+                                      poll_interval=0.0)
+    assert [r.num_reported for r in coord.logs] == [N - 1] * RUN_CONFIG["num-rounds"]
+    assert sum("claims agent 1, played by node 101" in line for line in lines) == RUN_CONFIG["num-rounds"] + 1

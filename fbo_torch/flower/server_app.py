@@ -75,7 +75,8 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     nodes = wait_for_nodes(grid, config.num_agents, config.min_nodes_timeout)
     if len(nodes) < config.num_agents:
         log(WARNING, "only %d of %d nodes connected; running with them", len(nodes), config.num_agents)
-    agent_of: dict[int, int] = {}
+    agent_of: dict[int, int] = {}  # node -> agent, as the nodes' replies say
+    node_of: dict[int, int] = {}  # agent -> the first node that played it
     refused_nodes = coord.refused_nodes
     echo(f"federation: {config.method}, N={config.num_agents}, T={config.num_rounds}, q={config.sample_rate}, "
          f"z={config.noise_multiplier}, S={config.clip_norm}, P={config.num_regions}; feature map {coord.fingerprint}")
@@ -84,7 +85,7 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
         messages = [Message(plan_to_records(plan), dst_node_id=nid, message_type="train", group_id=str(plan.round))
                     for nid in nodes if nid not in refused_nodes and agent_of.get(nid) not in coord.refused]
         replies = exchange(grid, messages, config.round_timeout, poll_interval)
-        for rep in replies:
+        for rep in sorted(replies, key=lambda m: m.metadata.src_node_id):  # an order independent of arrival
             nid = rep.metadata.src_node_id
             if rep.has_error():
                 reason = rep.error.reason or ""
@@ -95,8 +96,9 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
                         coord.refuse(agent_of[nid], refused_nodes[nid])
                 continue
             agent_id, fingerprint, omega, best, n_obs = records_to_reply(rep.content)
-            if agent_of.setdefault(nid, agent_id) != agent_id or list(agent_of.values()).count(agent_id) > 1:
-                echo(f"round {plan.round}: node {nid} claims agent {agent_id}, already played by another node; ignored")
+            if node_of.setdefault(agent_id, nid) != nid or agent_of.setdefault(nid, agent_id) != agent_id:
+                echo(f"round {plan.round}: node {nid} claims agent {agent_id}, played by node {node_of[agent_id]}; "
+                     "ignored (each SuperNode needs its own partition-id)")
                 continue
             try:
                 coord.receive(agent_id, fingerprint, omega, best, n_obs)

@@ -10,13 +10,13 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.fbo-installed
 OUT ?= runs/quickstart
 
-.PHONY: install quickstart test bench clean
+.PHONY: install quickstart test bench clean flower-demo
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so no other requirement can pick a CUDA build
 	$(PIP) install -q -c constraints.txt torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e '.[dev,vision]'
+	$(PIP) install -q -c constraints.txt -e '.[dev,vision,flower]'
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: nvidia-* wheels were installed; check constraints.txt" >&2; exit 1; fi
 	touch $(STAMP)
@@ -33,6 +33,11 @@ NUMERIC_TESTS := tests/test_vision.py tests/test_batched_gp.py tests/test_quasi_
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n 2 $(NUMERIC_TESTS)
+
+# DP-FTS-DE on Flower's deployment engine: a SuperLink and 4 SuperNodes on 127.0.0.1
+# (insecure), 3 rounds on the synthetic objective; every process is stopped at the end.
+flower-demo: $(STAMP)
+	VENV=$(abspath $(VENV)) examples/flower_app/run_demo.sh
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

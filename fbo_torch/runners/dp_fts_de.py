@@ -45,8 +45,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
+from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.weights import ExplorationWeights
@@ -225,19 +227,16 @@ class DPFTSDERunner:
         self.features = None
         self.accountant_name = None
         self.delta = None
-        P = settings.num_regions if settings.algorithm == "fts_de" else 1
         if settings.algorithm == "fts_de":
             self.features = settings.features(objective.dim, device=dev)
             self.server = DPFTSDEServer(N, self.domain.bounds, settings, self.federation_keys, accountant, delta)
             if self.server.private:
                 self.accountant_name, self.delta = accountant, self.server.ledger.delta
-        spread = settings.algorithm == "fts_de" and settings.distributed_init and P > 1
-        X0 = initial_points(self.domain, self.agent_keys, settings.num_init,
-                            self.server.partition if spread else None, self.agent_of)
-        y0, F0 = observe_initial(objective, X0, self.agent_of, self.agent_keys)
-        self.agents = Agents(self.agent_keys, X0, y0.unsqueeze(-1), self.domain, settings, self.features,
-                             capacity=settings.num_iterations)
-        self.best = F0.max(-1).values.unsqueeze(-1)  # B x 1
+        self.agents, best0 = start_agents(
+            objective, settings, self.domain, self.agent_keys, self.agent_of, self.features,
+            self.server.partition if self.server is not None else None,
+        )
+        self.best = best0.unsqueeze(-1)  # B x 1
         self.used_server = torch.zeros(self.B, 0, dtype=torch.bool, device=dev)
         self.failed = torch.zeros(self.B, 0, dtype=torch.bool, device=dev)
         self.epsilons: list[float] = []
@@ -300,11 +299,8 @@ class DPFTSDERunner:
         self.released.append(communicating)
         self._stats.append([])
 
-        X_next, used = self.agents.next_queries(t, p, X_srv)
-        _, ok = self.agents.evaluate(self.objective, self.agent_of, X_next, t, self.faults)
-        f, _ = evaluate_agents(self.objective, X_next, self.agent_of, noiseless=True)
-        f = torch.where(ok & torch.isfinite(f), f, -torch.inf).unsqueeze(-1)
-        self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f)], dim=1)
+        _, used, ok, f = agent_round(self.agents, self.objective, self.agent_of, t, p, X_srv, self.faults)
+        self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f.unsqueeze(-1))], dim=1)
         self.used_server = torch.cat([self.used_server, used.unsqueeze(-1)], dim=1)
         self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
         self.wall_time += time.perf_counter() - t0
@@ -328,10 +324,8 @@ class DPFTSDERunner:
 
     def _maximize_broadcast(self, broadcast: Tensor, t: int) -> Tensor:
         """Each agent's maximizer of ``φ(x)ᵀω^(i[x])``: once per federation, or per agent."""
-        rb = self.server.region_bounds
-        if self.settings.broadcast_maximization == "shared":
-            return broadcast_queries(self.features, broadcast, rb, self.domain, t, self.federation_keys)[self.run_of]
-        return broadcast_queries(self.features, broadcast[self.run_of], rb, self.domain, t, self.agent_keys)
+        return broadcast_points(self.settings, self.features, broadcast, self.server.region_bounds, self.domain, t,
+                                self.federation_keys, self.agent_keys, self.run_of)
 
     def run(self, callback: Callable[[DPFTSDERunner], None] | None = None) -> DPFTSDEResult:
         while not self.done:
@@ -408,6 +402,84 @@ class DPFTSDERunner:
         self._pending = []
         if self.server is not None:
             self.server.load_state_dict(state["server"])
+
+
+def start_agents(
+    objective: Objective,
+    settings: DPFTSDESettings,
+    domain: Domain,
+    keys: Tensor,
+    agent_ids: Tensor,
+    features: RandomFourierFeatures | None,
+    partition: SubRegionPartition | None,
+) -> tuple[Agents, Tensor]:
+    r"""``B`` agents after their initial queries, and their best initial (noiseless) values ``B``.
+
+    The simulator calls it with every agent of every repetition, a deployed
+    agent (:mod:`fbo_torch.flower`) with its own key and index: both get the
+    same points (each from the agent's key) and the same models.
+
+    Args:
+        keys: ``B`` agent keys (:func:`federation_agent_keys`). agent_ids: ``B``
+            agent indices in the objective (agent ``n`` explores region ``n mod P``).
+        features: The shared map (``None`` for TS). partition: The server's
+            sub-regions (distributed initialization when ``P > 1``), or ``None``.
+    """
+    spread = (settings.algorithm == "fts_de" and settings.distributed_init and partition is not None
+              and partition.num_regions > 1)
+    X0 = initial_points(domain, keys, settings.num_init, partition if spread else None, agent_ids)
+    y0, F0 = observe_initial(objective, X0, agent_ids, keys)
+    agents = Agents(keys, X0, y0.unsqueeze(-1), domain, settings, features, capacity=settings.num_iterations)
+    return agents, F0.max(-1).values
+
+
+def agent_round(
+    agents: Agents,
+    objective: Objective,
+    agent_ids: Tensor,
+    round: int,
+    p: float,
+    X_broadcast: Tensor | None,
+    faults: FaultInjector | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""The agents' half of round ``round`` after the broadcast: choose, evaluate, observe.
+
+    Returns:
+        ``(X_next, used_broadcast, ok, f)``: ``B x d`` queries, ``B`` booleans
+        (the query came from the broadcast), ``B`` booleans (the evaluation
+        succeeded) and ``B`` noiseless values of the queries (``-inf`` where
+        the evaluation failed; for the records, never seen by the models).
+    """
+    X_next, used = agents.next_queries(round, p, X_broadcast)
+    _, ok = agents.evaluate(objective, agent_ids, X_next, round, faults)
+    f, _ = evaluate_agents(objective, X_next, agent_ids, noiseless=True)
+    return X_next, used, ok, torch.where(ok & torch.isfinite(f), f, -torch.inf)
+
+
+def broadcast_points(
+    settings: DPFTSDESettings,
+    features: RandomFourierFeatures,
+    broadcast: Tensor,
+    region_bounds: Tensor,
+    domain: Domain,
+    round: int,
+    federation_keys: Tensor,
+    agent_keys: Tensor,
+    run_of: Tensor,
+) -> Tensor:
+    r"""``B x d``: each agent's maximizer of its federation's broadcast ``φ(x)ᵀω^(i[x])``.
+
+    Args:
+        broadcast: ``R x P x M`` releases of ``R`` federations. federation_keys: ``R`` keys.
+        agent_keys: ``B`` keys. run_of: ``B`` federation of each agent.
+
+    With ``broadcast_maximization="shared"`` one maximization per federation
+    (its key) serves all its agents; with ``"per_agent"`` each agent maximizes
+    with its own key. A deployed agent passes ``R = B = 1``.
+    """
+    if settings.broadcast_maximization == "shared":
+        return broadcast_queries(features, broadcast, region_bounds, domain, round, federation_keys)[run_of]
+    return broadcast_queries(features, broadcast[run_of], region_bounds, domain, round, agent_keys)
 
 
 def federation_agent_keys(seed: int, runs: Tensor, agents: Tensor) -> Tensor:

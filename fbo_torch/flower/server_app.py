@@ -1,0 +1,138 @@
+r"""The ServerApp: the DP-FTS-DE server of one federation over Flower's Grid.
+
+It holds the sub-region partition, the region weights, the
+:class:`~fbo_torch.federation.DPAggregator` and the privacy ledger (in a
+:class:`~fbo_torch.flower.coordinator.Coordinator`; our accountants are the
+source of truth for ε — Flower's DP wrappers clip model updates for FedAvg and
+do not describe DP-FTS-DE's release). It never sees an agent's data or models:
+only the ``ω`` vectors agents send and their metrics.
+
+Run it the Flower way: ``serverapp = "fbo_torch.flower.server_app:app"`` in the
+app's ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from logging import INFO, WARNING
+
+from flwr.app import Context, Message
+from flwr.common import log
+from flwr.serverapp import Grid, ServerApp
+
+from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.coordinator import Coordinator
+from fbo_torch.flower.records import plan_to_records, records_to_reply
+
+app = ServerApp()
+
+#: Seconds between two pulls of replies (``Grid.send_and_receive`` waits 3 s).
+POLL_INTERVAL = 0.2
+
+
+def _info(text: str) -> None:
+    log(INFO, "%s", text)
+
+
+def exchange(grid: Grid, messages: list[Message], timeout: float, poll_interval: float = POLL_INTERVAL) -> list[Message]:
+    """Push ``messages`` and pull replies until all arrived or ``timeout`` seconds passed."""
+    pending = {m for m in grid.push_messages(messages) if m}
+    end = time.monotonic() + timeout
+    replies: list[Message] = []
+    while pending:
+        got = list(grid.pull_messages(pending))
+        replies.extend(got)
+        pending -= {m.metadata.reply_to_message_id for m in got}
+        if not pending or time.monotonic() >= end:
+            break
+        time.sleep(poll_interval)
+    return replies
+
+
+def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float, poll_interval: float = 0.2) -> list[int]:
+    """The connected nodes' ids once ``num_nodes`` are connected (those there are after ``timeout`` s)."""
+    end = time.monotonic() + timeout
+    while True:
+        ids = sorted(grid.get_node_ids())
+        if len(ids) >= num_nodes or time.monotonic() >= end:
+            return ids
+        time.sleep(poll_interval)
+
+
+def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], None] = _info,
+                   poll_interval: float = POLL_INTERVAL) -> Coordinator:
+    r"""Run ``config.num_rounds`` rounds with the agents on ``grid``; returns the coordinator (its logs).
+
+    Replies that do not arrive within ``round-timeout`` seconds, error replies
+    and refused agents are left out of the round's release (see
+    :mod:`fbo_torch.flower.coordinator` for why the accounting stays valid).
+    """
+    objective = config.build_objective()  # only its domain (bounds, dimension) is used here
+    coord = Coordinator(config, objective.bounds, objective.dim)
+    nodes = wait_for_nodes(grid, config.num_agents, config.min_nodes_timeout)
+    if len(nodes) < config.num_agents:
+        log(WARNING, "only %d of %d nodes connected; running with them", len(nodes), config.num_agents)
+    agent_of: dict[int, int] = {}  # node -> agent, as the nodes' replies say
+    node_of: dict[int, int] = {}  # agent -> the first node that played it
+    refused_nodes = coord.refused_nodes
+    echo(f"federation: {config.method}, N={config.num_agents}, T={config.num_rounds}, q={config.sample_rate}, "
+         f"z={config.noise_multiplier}, S={config.clip_norm}, P={config.num_regions}; feature map {coord.fingerprint}")
+    while not coord.done:
+        plan = coord.plan()
+        messages = [Message(plan_to_records(plan), dst_node_id=nid, message_type="train", group_id=str(plan.round))
+                    for nid in nodes if nid not in refused_nodes and agent_of.get(nid) not in coord.refused]
+        replies = exchange(grid, messages, config.round_timeout, poll_interval)
+        for rep in sorted(replies, key=lambda m: m.metadata.src_node_id):  # an order independent of arrival
+            nid = rep.metadata.src_node_id
+            if rep.has_error():
+                reason = rep.error.reason or ""
+                echo(f"round {plan.round}: node {nid} (agent {agent_of.get(nid, '?')}) failed: {reason.strip()[-300:]}")
+                if "FeatureMapMismatch" in reason:  # refused for good: its vectors mean other functions
+                    refused_nodes[nid] = reason.strip().splitlines()[-1]
+                    if nid in agent_of:
+                        coord.refuse(agent_of[nid], refused_nodes[nid])
+                continue
+            agent_id, fingerprint, omega, best, n_obs = records_to_reply(rep.content)
+            if node_of.setdefault(agent_id, nid) != nid or agent_of.setdefault(nid, agent_id) != agent_id:
+                echo(f"round {plan.round}: node {nid} claims agent {agent_id}, played by node {node_of[agent_id]}; "
+                     "ignored (each SuperNode needs its own partition-id)")
+                continue
+            try:
+                coord.receive(agent_id, fingerprint, omega, best, n_obs)
+            except ValueError as err:
+                echo(f"round {plan.round}: {err}")
+        if plan.round >= 1:
+            rec = coord.logs[-1]
+            eps = "n/a" if math.isnan(rec.epsilon) else f"{rec.epsilon:.4f}"
+            best = " ".join(f"{n}:{v:.4f}" for n, v in sorted(rec.best_values.items()))
+            echo(f"round {rec.round}: released={rec.released} reported={rec.num_reported}/{config.num_agents} "
+                 f"epsilon={eps} replies={len(replies)}/{len(messages)} best[{best}]")
+    if config.summary_path:
+        with open(config.summary_path, "w") as fh:
+            json.dump(summary(coord), fh, indent=1)
+    return coord
+
+
+def summary(coord: Coordinator) -> dict:
+    """The run's record as JSON-able data."""
+    return {
+        "fingerprint": coord.fingerprint,
+        "refused_agents": {str(k): v for k, v in coord.refused.items()},
+        "refused_nodes": {str(k): v for k, v in coord.refused_nodes.items()},
+        "rounds": [
+            {"round": r.round, "released": r.released, "epsilon": r.epsilon, "num_reported": r.num_reported,
+             "best_values": {str(k): v for k, v in sorted(r.best_values.items())},
+             "num_observations": {str(k): v for k, v in sorted(r.num_observations.items())}}
+            for r in coord.logs
+        ],
+    }
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    run_federation(grid, FlowerRunConfig.from_run_config(context.run_config))
+
+

@@ -1,0 +1,75 @@
+"""An in-process Flower Grid for tests: messages go straight to ClientApp handlers.
+
+Each node has its own ``Context`` (node config, node state), as a SuperNode
+keeps it; the ClientApp is called the way Flower's runtime calls it, and an
+exception becomes an error reply as Flower makes it. ``deliver(round, node)``
+and ``drop_reply(round, node)`` decide which messages and replies get lost.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore.task_identity import TaskIdentity
+
+
+class InProcessGrid(Grid):
+    def __init__(self, client_app: Any, run_config: dict, num_nodes: int,
+                 node_run_configs: dict[int, dict] | None = None,
+                 deliver: Callable[[int, int], bool] | None = None,
+                 drop_reply: Callable[[int, int], bool] | None = None) -> None:
+        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # what Flower's runtime sets in a ServerApp process
+        self.client_app = client_app
+        self.contexts = {
+            100 + n: Context(run_id=1, node_id=100 + n, node_config={"partition-id": n}, state=RecordDict(),
+                             run_config=dict((node_run_configs or {}).get(n, run_config)))
+            for n in range(num_nodes)
+        }
+        self.deliver = deliver or (lambda t, n: True)
+        self.drop_reply = drop_reply or (lambda t, n: False)
+        self._replies: dict[str, Message] = {}
+        self._count = 0
+        self._run = None
+
+    # ------------------------------------------------------------------ Grid
+    def set_run(self, run: Any) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Any:
+        return self._run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        return Message(content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id, ttl=ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            self._count += 1
+            msg.metadata.__dict__["_message_id"] = mid = f"msg-{self._count}"
+            ids.append(mid)
+            node = msg.metadata.dst_node_id
+            t, n = int(msg.metadata.group_id), self.contexts[node].node_config["partition-id"]
+            if not self.deliver(t, n):
+                continue
+            try:
+                reply = self.client_app(msg, self.contexts[node])
+            except Exception:  # noqa: BLE001 - as Flower's runtime: an error reply
+                reply = Message(Error(code=1, reason=traceback.format_exc()), reply_to=msg)
+            if not self.drop_reply(t, n):
+                self._replies[mid] = reply
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._replies.pop(m) for m in list(message_ids) if m in self._replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return self.pull_messages(self.push_messages(messages))

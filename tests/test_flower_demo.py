@@ -1,0 +1,61 @@
+"""`make flower-demo` end to end: a SuperLink and 4 SuperNodes on 127.0.0.1, 3 rounds, nothing left behind."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_ports(count: int) -> int:
+    """A base port with ``count`` free ports after it."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    pytest.skip("no free block of ports on 127.0.0.1")
+
+
+def _processes_of(work_marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if work_marker in line]
+
+
+@pytest.mark.slow  # about 60 s on 2 busy cores (`make test` runs it; -m "not slow" skips it)
+@pytest.mark.skipif(shutil.which("ps") is None or not sys.platform.startswith("linux"), reason="needs Linux ps")
+def test_flower_demo_runs_three_rounds_and_stops_every_process(tmp_path):
+    port = _free_ports(6)
+    env = dict(os.environ, VENV=str(Path(sys.executable).parent.parent), PORT=str(port), TMPDIR=str(tmp_path))
+    proc = subprocess.run([str(ROOT / "examples/flower_app/run_demo.sh")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rounds = re.findall(r"^round (\d): epsilon = ([0-9.]+) .*reported (\d)/4 .*$", proc.stdout, re.M)
+    assert [r[0] for r in rounds] == ["1", "2", "3"]
+    eps = [float(r[1]) for r in rounds]
+    assert 0 < eps[0] < eps[1] < eps[2]
+    assert all(len(re.findall(r"agent \d: [-0-9.]+", line)) == 4 for line in proc.stdout.splitlines()
+               if line.startswith("round "))
+    assert _processes_of(str(tmp_path)) == []  # no SuperLink, SuperNode, SuperExec or app process left
+    assert _processes_of(f"127.0.0.1:{port}") == []

@@ -47,6 +47,9 @@ METHODS = {
     "DP q=0.1 z=1": {"algorithm": "fts_de", "num_regions": 4, "sample_rate": 0.1, "noise_multiplier": 1.0, "clip_norm": 22.0},
     "DP q=0.25 z=1": {"algorithm": "fts_de", "num_regions": 4, "sample_rate": 0.25, "noise_multiplier": 1.0, "clip_norm": 22.0},
 }
+# The maximizer settings of the whole study (fixed here so that every method of a
+# study searches alike even if the engine's defaults move; recorded in the JSON).
+SEARCH = dict(raw_samples=1024, num_restarts=8, raw_samples_rff=4096, num_restarts_rff=32)
 PAPER = dict(num_features=100, rff_lengthscale=0.01, rff_noise_variance=1e-6, p_t="1-1/t", num_init=10,
              const_rounds=10, decay_rounds=30, weight_a=16.0, weight_b=1.0, gp_refit_every=5)
 
@@ -60,14 +63,18 @@ def run_method(setup: str, label: str, rounds: int, reps: int, fields, n_jobs: i
 
     objective = LandmineSVM(fields=fields, n_jobs=n_jobs, **objective_setup("landmine", setup))
     settings = apply_setup(DPFTSDESettings(num_iterations=rounds, **PAPER), setup, METHODS[label])
-    runner = DPFTSDERunner(objective, settings, reps, seed=seed, device=device, name=label, accountant="rdp-classic")
+    from fbo_torch.runners.common import Domain
+
+    domain = Domain(objective.bounds, objective.candidates, **SEARCH)
+    runner = DPFTSDERunner(objective, settings, reps, domain=domain, seed=seed, device=device, name=label,
+                           accountant="rdp-classic")
     t0 = time.perf_counter()
     res = runner.run()
     N = objective.num_agents
     per_rep = res.loss.view(reps, N, -1).mean(1)  # reps x (T+1): agent-averaged curve of each repetition
     out = {
         "setup": setup, "method": label, "settings": res.settings, "num_agents": N, "reps": reps,
-        "per_rep_curves": per_rep.tolist(), "wall_time_s": time.perf_counter() - t0,
+        "per_rep_curves": per_rep.tolist(), "search": SEARCH, "wall_time_s": time.perf_counter() - t0,
         "fraction_queries_from_server": res.used_server.double().mean(0).tolist(),
     }
     if res.accountant is not None and any(res.released):

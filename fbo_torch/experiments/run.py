@@ -84,11 +84,14 @@ class Checkpoints:
         self.folder = Path(folder)
         self.fingerprint = fingerprint
         self.resume = resume
+        self._verified: dict[Path, dict[str, Any]] = {}  # read by verify_all, handed out once by load
 
     def path(self, si: int, mi: int) -> Path:
         return self.folder / f"scenario{si}_method{mi}.pt"
 
     def load(self, path: Path) -> dict[str, Any] | None:
+        if path in self._verified:
+            return self._verified.pop(path)
         if not self.resume or not path.exists():
             return None
         try:
@@ -109,14 +112,15 @@ class Checkpoints:
         return state
 
     def verify_all(self) -> None:
-        """Read every checkpoint now, so a corrupt one is named before any method runs (resume only);
-        temporary files of writes cut short by a kill are removed."""
+        """Read every checkpoint now, so a corrupt one is named before any method runs (resume only),
+        and keep what was read for :meth:`load` (each file is read once); temporary files of writes cut
+        short by a kill are removed."""
         if not self.resume:
             return
         for tmp in self.folder.glob(".*.tmp"):
             tmp.unlink()
         for path in sorted(self.folder.glob("*.pt")):
-            self.load(path)
+            self._verified[path] = self.load(path)
 
     def save(self, path: Path, state: dict[str, Any]) -> None:
         buf = io.BytesIO()

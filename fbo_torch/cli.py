@@ -119,14 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, resume: bool, progress: bool,
              overwrite: bool = False) -> int:
-    from fbo_torch.experiments.config import ConfigError, check_device, load_config
+    from fbo_torch.experiments.config import ConfigError, load_config
     from fbo_torch.experiments.outdir import OutputError
     from fbo_torch.experiments.report import summary_table
     from fbo_torch.experiments.run import run_experiment
 
     try:
         cfg = load_config(config)
-        check_device(cfg, device)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -385,12 +385,12 @@ def _merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _setup(where: str, section: dict[str, Any], default: str) -> str:
-    from fbo_torch.runners.presets import SETUPS
+    from fbo_torch.runners.presets import check_setup
 
-    setup = section.get("setup", default)
-    if setup not in SETUPS:
-        raise ConfigError(f"{where}: `setup` must be one of {sorted(SETUPS)}, got {setup!r}.")
-    return setup
+    try:
+        return check_setup(section.get("setup", default))
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
@@ -440,9 +440,8 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
 
     from fbo_torch.models.batched_gp import GP_SPECS
     from fbo_torch.objectives import objective_class
-    from fbo_torch.runners.presets import SETUPS, objective_setup
+    from fbo_torch.runners.presets import objective_setup, setup_choices
 
-    field_names = {f.name for f in dataclasses.fields(settings_cls)}
     scenarios = []
     for i, sc in enumerate(scenarios_raw):
         where = f"{source}: scenarios[{i}]" if in_scenarios else source
@@ -470,7 +469,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         if not isinstance(methods_raw, list) or not methods_raw:
             raise ConfigError(f"{where}: `methods` must be a non-empty list.")
         # the setup's choices first; `defaults` and the method's own keys override them
-        preset = {k: v for k, v in SETUPS[setup].items() if k in field_names}
+        preset = setup_choices(setup, settings_cls)
         methods, labels = [], set()
         for j, m in enumerate(methods_raw):
             mw = f"{where}: methods[{j}]"

@@ -63,15 +63,22 @@ def check_setup(name: str, key: str = "setup") -> str:
     return name
 
 
-def apply_setup(settings: Any, setup: str, overrides: dict[str, Any] | None = None) -> Any:
-    r"""``settings`` (a settings dataclass) with ``setup``'s choices, then ``overrides`` on top.
+def setup_choices(setup: str, settings_cls: Any) -> dict[str, Any]:
+    r"""The settings ``setup`` sets that ``settings_cls`` (a settings dataclass or instance) has.
 
     Fields the settings class does not have (e.g. ``broadcast_maximization`` for
     FTS) are skipped.
     """
     check_setup(setup)
+    names = {f.name for f in dataclasses.fields(settings_cls)}
+    return {k: v for k, v in SETUPS[setup].items() if k in names}
+
+
+def apply_setup(settings: Any, setup: str, overrides: dict[str, Any] | None = None) -> Any:
+    r"""``settings`` (a settings dataclass) with ``setup``'s choices (:func:`setup_choices`), then ``overrides``
+    on top (again only the fields it has)."""
     names = {f.name for f in dataclasses.fields(settings)}
-    changes = {k: v for k, v in {**SETUPS[setup], **(overrides or {})}.items() if k in names}
+    changes = {**setup_choices(setup, settings), **{k: v for k, v in (overrides or {}).items() if k in names}}
     return dataclasses.replace(settings, **changes)
 
 
@@ -83,4 +90,4 @@ def objective_setup(objective_type: str, setup: str) -> dict[str, Any]:
     return copy.deepcopy(OBJECTIVE_SETUPS[setup].get(objective_type, {}))
 
 
-__all__ = ["OBJECTIVE_SETUPS", "SETUPS", "apply_setup", "check_setup", "objective_setup"]
+__all__ = ["OBJECTIVE_SETUPS", "SETUPS", "apply_setup", "check_setup", "objective_setup", "setup_choices"]

@@ -134,8 +134,7 @@ class Coordinator:
             broadcast = self.server.release(self._omegas, t, reported=self._reported.clone())[0]
             released = True
         if t >= 1:
-            prev = self.logs[-1].epsilon if self.logs else (0.0 if s.is_private else math.nan)
-            eps = (self.server.epsilon if s.noise_multiplier > 0 else math.inf) if released else prev
+            eps = (self.server.epsilon if s.noise_multiplier > 0 else math.inf) if released else self.epsilon
             self.logs.append(RoundLog(t, released, eps, int(self._reported.sum()) if released else 0))
         omega_round = 0
         if t < s.num_iterations and self.server is not None and self.server.will_release(self.schedule(t + 1)):

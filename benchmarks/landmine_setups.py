@@ -129,18 +129,20 @@ def plot(result: dict, path: Path) -> None:
     recs = result["records"]
     setups = sorted({r["setup"] for r in recs})
     fig, axes = plt.subplots(1, len(setups) + 1, figsize=(6 * (len(setups) + 1), 4.5))
-    styles = [(c, ls) for ls in ("-", "--") for c in plt.rcParams["axes.prop_cycle"].by_key()["color"]]
+    from fbo_torch.experiments.report import series_styles
+
     names = list(METHODS)
+    styles = series_styles(len(names))  # one look per method, the same in every panel
     for ax, setup in zip(axes, setups):
         for r in (r for r in recs if r["setup"] == setup):
-            c, ls = styles[names.index(r["method"]) % len(styles)]
+            style = styles[names.index(r["method"])]
             curves = r["per_rep_curves"]
             n, T = len(curves), len(curves[0])
             mean = [sum(c_[t] for c_ in curves) / n for t in range(T)]
             se = [(sum((c_[t] - mean[t]) ** 2 for c_ in curves) / max(n - 1, 1) / n) ** 0.5 for t in range(T)]
-            ax.plot(range(T), mean, color=c, linestyle=ls, label=r["method"])
+            ax.plot(range(T), mean, label=r["method"], **style)
             ax.fill_between(range(T), [m - s for m, s in zip(mean, se)], [m + s for m, s in zip(mean, se)],
-                            color=c, alpha=0.12)
+                            color=style["color"], alpha=0.12)
         ax.set_title(f"landmine, setup: {setup} (band: ±1 s.e. over {result['reps']} reps)")
         ax.set_xlabel("round")
         ax.set_ylabel("1 - AUC (agent average)")
@@ -213,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--reps must be at least 2 (paired standard errors)")
     from round_time import machine_info
 
+    from fbo_torch.experiments.outdir import atomic_write_text
+
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.json"
     records = []
@@ -228,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             records.append(rec)
             result = build_result(records, "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
                                   machine_info(args.device), args.reps, args.rounds)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(result, indent=1))
-            tmp.replace(path)
+            atomic_write_text(path, json.dumps(result, indent=1))
             fin = next(p for p in result["paired_final"] if p["setup"] == setup and p["method"] == label) \
                 if any(p["setup"] == setup for p in result["paired_final"]) else None
             msg = "" if fin is None else (f"final {fin['loss_mean']:.4f}  diff to TS {fin['diff_to_ts']:+.4f} "

@@ -149,6 +149,8 @@ def _load_mat(path: str, mtime_ns: int, size: int) -> tuple[tuple[np.ndarray, ..
         y = np.asarray(y).reshape(-1).astype(np.int64)
         if f.ndim != 2 or f.shape[0] != y.shape[0]:
             raise ValueError(f"{path}: field {i} has features {f.shape} and labels {y.shape}.")
+        if not np.isfinite(f).all():
+            raise ValueError(f"{path}: field {i} has non-finite features.")
         f.setflags(write=False)
         y.setflags(write=False)
         feats.append(f)
@@ -169,18 +171,23 @@ def _make_worker():
         """Fit an RBF SVC on the training half, return the validation AUC."""
         import warnings
 
+        from sklearn import config_context
         from sklearn.metrics import roc_auc_score
         from sklearn.svm import SVC
 
-        if scoring == "platt":  # the authors' SVC(probability=True).predict_proba (libsvm's internal 5-fold CV)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                clf = SVC(kernel="rbf", C=C, gamma=gamma, probability=True, random_state=0)
-                clf.fit(X_train, y_train)
-                return float(roc_auc_score(y_val, clf.predict_proba(X_val)[:, 1]))
-        clf = SVC(kernel="rbf", C=C, gamma=gamma)
-        clf.fit(X_train, y_train)
-        return float(roc_auc_score(y_val, clf.decision_function(X_val)))
+        # The inputs were checked once when the data were loaded (finite float64, labels
+        # 0/1); skipping scikit-learn's per-call validation changes no result and saves
+        # ~15% of an evaluation.
+        with config_context(assume_finite=True, skip_parameter_validation=True):
+            if scoring == "platt":  # the authors' SVC(probability=True).predict_proba (libsvm's internal 5-fold CV)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    clf = SVC(kernel="rbf", C=C, gamma=gamma, probability=True, random_state=0)
+                    clf.fit(X_train, y_train)
+                    return float(roc_auc_score(y_val, clf.predict_proba(X_val)[:, 1]))
+            clf = SVC(kernel="rbf", C=C, gamma=gamma)
+            clf.fit(X_train, y_train)
+            return float(roc_auc_score(y_val, clf.decision_function(X_val)))
 
     return _svm_auc
 

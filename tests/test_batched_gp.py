@@ -193,3 +193,15 @@ def test_float32_screening_copy_and_screened_maximization():
     assert (vs >= grid - tol).all() and (vp >= grid - tol).all()
     with pytest.raises(ValueError, match="screen_dtype"):
         maximize_batched(paths, bounds, 5, keys=keys, screen_dtype="float32")
+
+
+def test_paths_report_their_lengthscales_in_input_units():
+    # the maximizer scales its line search to these: the GP's lengthscales live on the unit cube of
+    # its bounds, so in input units they are multiplied by the box width
+    X, Y, bounds = _data(B=3, n=8, d=2, seed=9)
+    gp = BatchedExactGP(X, Y, bounds).fit(maxiter=30)
+    paths = gp.draw_paths(kr.fold(kr.root_key(3, "ls"), torch.arange(3)), num_features=16)
+    want = gp.hyperparameters["lengthscale"] * (bounds[1] - bounds[0])
+    torch.testing.assert_close(paths.lengthscales(), want, atol=0, rtol=0)
+    again = GPThompsonPaths.from_graph_state(*paths.graph_state())
+    torch.testing.assert_close(again.lengthscales(), want, atol=0, rtol=0)

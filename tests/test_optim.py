@@ -138,3 +138,15 @@ def test_boltzmann_restarts_follow_botorchs_distribution():
     # constant values: uniform choice; non-finite values are not chosen
     flat = boltzmann_restarts(torch.tensor([[1.0, 1.0, float("nan"), 1.0]], dtype=f64), 3, keys[:1])
     assert 2 not in flat.tolist()[0]
+
+
+def test_rff_paths_report_the_feature_maps_lengthscales():
+    # the maximizer scales its line search to these (first step = the shortest lengthscale)
+    rff = RandomFourierFeatures(3, 40, lengthscale=[0.2, 0.5, 1.0], seed=1)
+    paths = RFFSamplePaths(rff, torch.randn(2, 40, dtype=f64))
+    want = torch.tensor([0.2, 0.5, 1.0], dtype=f64)
+    torch.testing.assert_close(paths.lengthscales(), want, atol=0, rtol=0)
+    again = RFFSamplePaths.from_graph_state(*paths.graph_state())
+    torch.testing.assert_close(again.lengthscales(), want, atol=0, rtol=0)
+    X = torch.rand(2, 5, 3, dtype=f64)
+    torch.testing.assert_close(again(X), paths(X), atol=0, rtol=0)

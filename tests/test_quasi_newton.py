@@ -78,3 +78,64 @@ def test_sequential_and_parallel_line_searches_take_the_same_steps():
     assert torch.equal(seq.iterations, par.iterations)
     with pytest.raises(ValueError, match="line_search"):
         minimize_batched(vg, x0, line_search="newton")
+
+
+@pytest.mark.parametrize("step_choice", ["largest", "best"])
+def test_extrapolating_line_search_keeps_exact_convergence(step_choice):
+    # candidates up to 4x the quasi-Newton step (the maximizer's lengthscale rule): on a quadratic
+    # the 4x step fails Armijo near the minimum (f(x + 4d) - f(x) = -4 g'd > 0), so BFGS still
+    # converges to the gradient tolerance: |x - x*| <= 1e-8 / lambda_min(Q), lambda_min >= 0.5
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(8, 5, 5, generator=g, dtype=f64)
+    Q = A @ A.mT + 0.5 * torch.eye(5, dtype=f64)
+    c = torch.randn(8, 5, generator=g, dtype=f64)
+
+    def vg(x):
+        Qx = (Q @ x.unsqueeze(-1)).squeeze(-1)
+        return 0.5 * (x * Qx).sum(-1) - (c * x).sum(-1), Qx - c
+
+    steps = torch.linspace(0.01, 1.0, 8, dtype=f64)  # one first-step length per problem
+    res = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=100, init_step=steps, max_step=4.0,
+                           num_steps=6, step_choice=step_choice)
+    assert res.converged.all()
+    torch.testing.assert_close(res.x, torch.linalg.solve(Q, c.unsqueeze(-1)).squeeze(-1), atol=1e-7, rtol=0)
+
+
+def test_extrapolation_takes_the_long_step_far_from_a_minimum():
+    # f(x) = -exp(-x^2/2) from x = 3 (gradient ~ 0.033): a first step of 0.1 and candidates up to
+    # 4x reach the well from the flat tail in fewer iterations than plain backtracking
+    def vg(x):
+        e = torch.exp(-0.5 * x * x)
+        return -e.sum(-1), x * e
+
+    x0 = torch.full((1, 1), 3.0, dtype=f64)
+    plain = minimize_batched(vg, x0, maxiter=200, init_step=0.1, check_every=None, gtol=1e-10)
+    ext = minimize_batched(vg, x0, maxiter=200, init_step=0.1, max_step=4.0, num_steps=6, check_every=None,
+                           gtol=1e-10)
+    for r in (plain, ext):
+        torch.testing.assert_close(r.x, torch.zeros(1, 1, dtype=f64), atol=1e-8, rtol=0)
+    assert ext.iterations[0] < plain.iterations[0]
+
+
+def test_best_step_choice_takes_the_lowest_accepted_candidate():
+    # f = (x - 0.3)^2 from 0, first step of length 1 towards +x, candidates 2, 1/2, 1/8 (max_step 2,
+    # shrink 1/4): f = 2.89 (fails Armijo), 0.04 and 0.0306 (both pass). "largest" takes 1/2, "best" 1/8.
+    def vg(x):
+        return ((x - 0.3) ** 2).sum(-1), 2 * (x - 0.3)
+
+    x0 = torch.zeros(1, 1, dtype=f64)
+    for choice, want in (("largest", 0.5), ("best", 0.125)):
+        r = minimize_batched(vg, x0, maxiter=1, init_step=1.0, max_step=2.0, num_steps=3, shrink=0.25,
+                             step_choice=choice, check_every=None)
+        torch.testing.assert_close(r.x, torch.full((1, 1), want, dtype=f64), atol=0, rtol=0)
+
+
+def test_line_search_argument_checks():
+    vg = autograd_value_and_grad(rosen)
+    x0 = torch.zeros(4, 2, dtype=f64)
+    with pytest.raises(ValueError, match="step_choice"):
+        minimize_batched(vg, x0, step_choice="smallest")
+    with pytest.raises(ValueError, match="max_step"):
+        minimize_batched(vg, x0, max_step=0.0)
+    with pytest.raises(ValueError, match="init_step"):
+        minimize_batched(vg, x0, init_step=torch.ones(3, dtype=f64))

@@ -515,6 +515,10 @@ class GPThompsonPaths:
     def batch_size(self) -> int:
         return self.W.shape[0]
 
+    def lengthscales(self) -> Tensor:
+        """Each GP's lengthscales in input coordinates (``B x d``): the scale on which its sample varies."""
+        return self.ls * self.width
+
     # a pure function of tensors: maximizers may capture it as a CUDA graph
     _FIELDS = ("lo", "width", "W", "w", "amp", "Xt", "v", "ls", "os", "mean", "y_mean", "y_std")
 

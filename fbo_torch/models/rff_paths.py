@@ -46,16 +46,17 @@ class RFFSamplePaths:
         self.spectral = features.spectral.to(omegas)  # M x d
         self.phase = features.phase.to(omegas)
         self.outputscale = features.outputscale.to(omegas)
+        self.lengthscale = features.lengthscale.to(omegas)  # d
         self.normalize = features.normalize
 
     # a pure function of tensors: maximizers may capture it as a CUDA graph
     def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
-        return (self.spectral, self.phase, self.outputscale, self.omegas), (self.normalize,)
+        return (self.spectral, self.phase, self.outputscale, self.lengthscale, self.omegas), (self.normalize,)
 
     @classmethod
     def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> RFFSamplePaths:
         obj = cls.__new__(cls)
-        obj.spectral, obj.phase, obj.outputscale, obj.omegas = tensors
+        obj.spectral, obj.phase, obj.outputscale, obj.lengthscale, obj.omegas = tensors
         (obj.normalize,) = config
         return obj
 
@@ -67,6 +68,10 @@ class RFFSamplePaths:
     @property
     def batch_size(self) -> int:
         return self.omegas.shape[0]
+
+    def lengthscales(self) -> Tensor:
+        """The feature map's lengthscales (``d``, input coordinates): the scale on which every path varies."""
+        return self.lengthscale
 
     def _lin(self, X: Tensor) -> Tensor:
         S = self.spectral

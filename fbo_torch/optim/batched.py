@@ -222,7 +222,9 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
     if refine is None:
         U_fin, v_fin = U0, top_vals
     elif refine == "qn":
-        U_fin, v_fin = _refine_qn(fn_unit, vg, lo, width, U0, maxiter, max_points)
+        ls_fn = getattr(fn, "lengthscales", None)
+        ls = None if ls_fn is None else ls_fn().to(width).expand(B, d) / width.squeeze(1)  # unit coordinates
+        U_fin, v_fin = _refine_qn(fn_unit, vg, lo, width, U0, maxiter, max_points, ls)
     elif refine == "lbfgsb" and fmin_l_bfgs_b_batched is not None:
         U_fin = _refine_lbfgsb(fn_unit, U0, maxiter)
         with torch.no_grad():
@@ -242,9 +244,29 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
 
 
 def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tensor, maxiter: int,
-               max_points: int = DEFAULT_MAX_POINTS_CUDA) -> tuple[Tensor, Tensor]:
-    """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn)."""
+               max_points: int = DEFAULT_MAX_POINTS_CUDA, lengthscales: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn).
+
+    With the functions' ``B x d`` lengthscales (unit coordinates), the line search
+    is scaled to them: the first step has the length of the shortest lengthscale
+    (the candidates ``4ℓ, ℓ, ℓ/4, …`` bracket the scale on which a stationary
+    sample path varies), and every step may extrapolate to 4× the quasi-Newton
+    step (6 candidates ``4, 1, 1/4, …, 1/256``; the largest that satisfies
+    Armijo). Measured by ``benchmarks/maximizer_quality.py`` (64 functions × 3
+    seeds per family): 5-D GP Thompson samples 5.0e-3 → 1.3e-5 mean gap (BoTorch's
+    ``optimize_acqf`` on the same budget 4.0e-4, whose jointly-optimized restarts
+    also take long steps), 5-D φᵀω ℓ = 0.1 1.1e-2 → 6.7e-3, the other families
+    unchanged or better; near a maximum the 4× step fails Armijo on a quadratic
+    (``f(x + 4d) − f(x) = −4 gᵀd > 0``), so convergence stays at float roundoff.
+    Functions without ``lengthscales()`` keep the plain rule (first step 0.05,
+    backtracking from the unit step).
+    """
     B, k, d = U0.shape
+    if lengthscales is None:
+        step = dict(init_step=0.05)
+    else:
+        init = lengthscales.amin(-1).clamp(max=1.0).repeat_interleave(k)  # B*k
+        step = dict(init_step=init, max_step=4.0, num_steps=6)
 
     def value_and_grad(x: Tensor) -> tuple[Tensor, Tensor]:
         U = x.view(B, k, d)
@@ -275,7 +297,7 @@ def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tens
 
     res = minimize_batched(
         value_and_grad, U0.reshape(B * k, d), values=values, lower=0.0, upper=1.0, maxiter=maxiter,
-        init_step=0.05, gtol=1e-9, ftol=1e-12,
+        gtol=1e-9, ftol=1e-12, **step,
     )
     return res.x.view(B, k, d), -res.fun.view(B, k)
 

@@ -128,7 +128,7 @@ def plot(result: dict, path: Path) -> None:
 
     recs = result["records"]
     setups = sorted({r["setup"] for r in recs})
-    fig, axes = plt.subplots(1, len(setups) + 1, figsize=(6 * (len(setups) + 1), 4.5))
+    fig, axes = plt.subplots(1, len(setups) + 2, figsize=(6 * (len(setups) + 2), 4.5))
     from fbo_torch.experiments.report import series_styles
 
     names = list(METHODS)
@@ -143,10 +143,27 @@ def plot(result: dict, path: Path) -> None:
             ax.plot(range(T), mean, label=r["method"], **style)
             ax.fill_between(range(T), [m - s for m, s in zip(mean, se)], [m + s for m, s in zip(mean, se)],
                             color=style["color"], alpha=0.12)
-        ax.set_title(f"landmine, setup: {setup} (band: ±1 s.e. over {result['reps']} reps)")
+        reps = sorted({len(r["per_rep_curves"]) for r in recs if r["setup"] == setup})
+        ax.set_title(f"landmine, setup: {setup} (band: ±1 s.e. over {'/'.join(map(str, reps))} reps)")
         ax.set_xlabel("round")
         ax.set_ylabel("1 - AUC (agent average)")
         ax.legend(fontsize=7)
+    ax = axes[-2]  # privacy-utility: paired difference to TS against epsilon, per setup
+    for setup, marker in zip(setups, ("o", "s", "^")):
+        rows = sorted((r for r in result["paired_final"] if r["setup"] == setup and r.get("epsilon_final")),
+                      key=lambda r: r["epsilon_final"])
+        if not rows:
+            continue
+        ax.errorbar([r["epsilon_final"] for r in rows], [r["diff_to_ts"] for r in rows],
+                    yerr=[r["diff_se"] for r in rows], marker=marker, linestyle="none", capsize=3, label=setup)
+        for r in rows:
+            ax.annotate(r["method"].replace("DP ", ""), (r["epsilon_final"], r["diff_to_ts"]), fontsize=6,
+                        xytext=(3, 3), textcoords="offset points")
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel("ε after the last round (rdp-classic, δ = 1/N^1.1)")
+    ax.set_ylabel("final 1 - AUC minus TS's (paired, ±1 s.e.)")
+    ax.set_title("privacy-utility (negative = better than TS)")
+    ax.legend(fontsize=7)
     ax = axes[-1]  # signal-to-noise of the broadcast (z = 1 and z = 4, q = 0.35)
     for r in recs:
         if r["method"] in ("DP q=0.35 z=1", "DP q=0.35 z=4") and "noise_norm" in r:

@@ -69,7 +69,13 @@ def run_method(setup: str, label: str, rounds: int, reps: int, fields, n_jobs: i
     runner = DPFTSDERunner(objective, settings, reps, domain=domain, seed=seed, device=device, name=label,
                            accountant="rdp-classic")
     t0 = time.perf_counter()
-    res = runner.run()
+
+    def progress(r) -> None:  # a line every 10 rounds: long studies show where they are
+        if r.t % 10 == 0:
+            print(f"  {setup} {label}: round {r.t}/{rounds}, {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
+
+    res = runner.run(progress)
     N = objective.num_agents
     per_rep = res.loss.view(reps, N, -1).mean(1)  # reps x (T+1): agent-averaged curve of each repetition
     out = {

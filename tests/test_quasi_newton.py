@@ -11,8 +11,9 @@ def rosen(x):
     return (100 * (x[..., 1:] - x[..., :-1] ** 2) ** 2 + (1 - x[..., :-1]) ** 2).sum(-1)
 
 
-def test_quadratic_converges_to_the_exact_minimizer():
-    g = torch.Generator().manual_seed(0)
+def _quadratics(seed):
+    """8 random convex quadratics in 5-D (lambda_min(Q) >= 0.5): value-and-gradient and the minimizers."""
+    g = torch.Generator().manual_seed(seed)
     A = torch.randn(8, 5, 5, generator=g, dtype=f64)
     Q = A @ A.mT + 0.5 * torch.eye(5, dtype=f64)
     c = torch.randn(8, 5, generator=g, dtype=f64)
@@ -21,8 +22,12 @@ def test_quadratic_converges_to_the_exact_minimizer():
         Qx = (Q @ x.unsqueeze(-1)).squeeze(-1)
         return 0.5 * (x * Qx).sum(-1) - (c * x).sum(-1), Qx - c
 
+    return vg, torch.linalg.solve(Q, c.unsqueeze(-1)).squeeze(-1)
+
+
+def test_quadratic_converges_to_the_exact_minimizer():
+    vg, x_star = _quadratics(0)
     res = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=60)
-    x_star = torch.linalg.solve(Q, c.unsqueeze(-1)).squeeze(-1)
     assert res.converged.all()
     # BFGS on a quadratic: the gradient tolerance 1e-8 bounds |x - x*| by 1e-8 / λ_min(Q) (λ_min >= 0.5)
     torch.testing.assert_close(res.x, x_star, atol=1e-7, rtol=0)
@@ -85,20 +90,12 @@ def test_extrapolating_line_search_keeps_exact_convergence(step_choice):
     # candidates up to 4x the quasi-Newton step (the maximizer's lengthscale rule): on a quadratic
     # the 4x step fails Armijo near the minimum (f(x + 4d) - f(x) = -4 g'd > 0), so BFGS still
     # converges to the gradient tolerance: |x - x*| <= 1e-8 / lambda_min(Q), lambda_min >= 0.5
-    g = torch.Generator().manual_seed(3)
-    A = torch.randn(8, 5, 5, generator=g, dtype=f64)
-    Q = A @ A.mT + 0.5 * torch.eye(5, dtype=f64)
-    c = torch.randn(8, 5, generator=g, dtype=f64)
-
-    def vg(x):
-        Qx = (Q @ x.unsqueeze(-1)).squeeze(-1)
-        return 0.5 * (x * Qx).sum(-1) - (c * x).sum(-1), Qx - c
-
+    vg, x_star = _quadratics(3)
     steps = torch.linspace(0.01, 1.0, 8, dtype=f64)  # one first-step length per problem
     res = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=100, init_step=steps, max_step=4.0,
                            num_steps=6, step_choice=step_choice)
     assert res.converged.all()
-    torch.testing.assert_close(res.x, torch.linalg.solve(Q, c.unsqueeze(-1)).squeeze(-1), atol=1e-7, rtol=0)
+    torch.testing.assert_close(res.x, x_star, atol=1e-7, rtol=0)
 
 
 def test_extrapolation_takes_the_long_step_far_from_a_minimum():

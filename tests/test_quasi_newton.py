@@ -85,15 +85,14 @@ def test_sequential_and_parallel_line_searches_take_the_same_steps():
         minimize_batched(vg, x0, line_search="newton")
 
 
-@pytest.mark.parametrize("step_choice", ["largest", "best"])
-def test_extrapolating_line_search_keeps_exact_convergence(step_choice):
+def test_extrapolating_line_search_keeps_exact_convergence():
     # candidates up to 4x the quasi-Newton step (the maximizer's lengthscale rule): on a quadratic
     # the 4x step fails Armijo near the minimum (f(x + 4d) - f(x) = -4 g'd > 0), so BFGS still
     # converges to the gradient tolerance: |x - x*| <= 1e-8 / lambda_min(Q), lambda_min >= 0.5
     vg, x_star = _quadratics(3)
     steps = torch.linspace(0.01, 1.0, 8, dtype=f64)  # one first-step length per problem
     res = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=100, init_step=steps, max_step=4.0,
-                           num_steps=6, step_choice=step_choice)
+                           num_steps=6)
     assert res.converged.all()
     torch.testing.assert_close(res.x, x_star, atol=1e-7, rtol=0)
 
@@ -114,24 +113,20 @@ def test_extrapolation_takes_the_long_step_far_from_a_minimum():
     assert ext.iterations[0] < plain.iterations[0]
 
 
-def test_best_step_choice_takes_the_lowest_accepted_candidate():
-    # f = (x - 0.3)^2 from 0, first step of length 1 towards +x, candidates 2, 1/2, 1/8 (max_step 2,
-    # shrink 1/4): f = 2.89 (fails Armijo), 0.04 and 0.0306 (both pass). "largest" takes 1/2, "best" 1/8.
+def test_max_step_scales_the_candidate_steps():
+    # f = (x - 0.3)^2 from 0, first step of length 1 towards +x, candidates max_step * (1, 1/4, 1/16):
+    # max_step 2 -> 2 (f = 2.89, fails Armijo), 1/2 (f = 0.04, passes): the largest passing one, 1/2
     def vg(x):
         return ((x - 0.3) ** 2).sum(-1), 2 * (x - 0.3)
 
-    x0 = torch.zeros(1, 1, dtype=f64)
-    for choice, want in (("largest", 0.5), ("best", 0.125)):
-        r = minimize_batched(vg, x0, maxiter=1, init_step=1.0, max_step=2.0, num_steps=3, shrink=0.25,
-                             step_choice=choice, check_every=None)
-        torch.testing.assert_close(r.x, torch.full((1, 1), want, dtype=f64), atol=0, rtol=0)
+    r = minimize_batched(vg, torch.zeros(1, 1, dtype=f64), maxiter=1, init_step=1.0, max_step=2.0, num_steps=3,
+                         shrink=0.25, check_every=None)
+    torch.testing.assert_close(r.x, torch.full((1, 1), 0.5, dtype=f64), atol=0, rtol=0)
 
 
 def test_line_search_argument_checks():
     vg = autograd_value_and_grad(rosen)
     x0 = torch.zeros(4, 2, dtype=f64)
-    with pytest.raises(ValueError, match="step_choice"):
-        minimize_batched(vg, x0, step_choice="smallest")
     with pytest.raises(ValueError, match="max_step"):
         minimize_batched(vg, x0, max_step=0.0)
     with pytest.raises(ValueError, match="init_step"):

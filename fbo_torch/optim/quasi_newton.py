@@ -88,7 +88,6 @@ def minimize_batched(
     num_steps: int = 4,
     shrink: float = 0.25,
     max_step: float = 1.0,
-    step_choice: str = "largest",
     gtol: float = 1e-8,
     ftol: float = 1e-12,
     armijo: float = 1e-4,
@@ -116,15 +115,11 @@ def minimize_batched(
             families are unchanged, at half the line-search cost.
         shrink: Ratio between consecutive candidate steps.
         max_step: The largest candidate as a multiple of the (quasi-)Newton step
-            (1: plain backtracking; > 1 lets a step extrapolate, see ``step_choice``).
-        step_choice: ``"largest"`` (default): the largest candidate that satisfies the
-            Armijo condition (classic backtracking). ``"best"``: of those, the one with
-            the lowest value — a discrete exact line search. With ``max_step > 1``
-            this lets a problem far from a minimum move several Newton steps at once
-            (what SciPy's extrapolating line search does), while near a minimum the
-            unit step is the best candidate and convergence stays superlinear (the
-            largest-Armijo rule would then overshoot). Always evaluates all
-            candidates in one call.
+            (1: plain backtracking; > 1 lets a problem far from a minimum move
+            several Newton steps at once, as SciPy's extrapolating line search
+            does). Each problem takes the largest candidate that satisfies Armijo;
+            near a minimum a step of ``max_step ≥ 2`` Newton steps fails it on a
+            quadratic, so convergence is kept.
         gtol: Stop a problem when its projected gradient's inf-norm is below this.
         ftol: Stop a problem when an accepted step decreases ``f`` by less than
             ``ftol · max(1, |f|)``.
@@ -156,8 +151,6 @@ def minimize_batched(
         line_search = "parallel" if sync_free else "sequential"
     if line_search not in ("parallel", "sequential"):
         raise ValueError(f"`line_search` must be 'parallel', 'sequential' or 'auto', got {line_search!r}.")
-    if step_choice not in ("largest", "best"):
-        raise ValueError(f"`step_choice` must be 'largest' or 'best', got {step_choice!r}.")
     if not max_step > 0:
         raise ValueError(f"`max_step` must be positive, got {max_step!r}.")
     if isinstance(init_step, Tensor):
@@ -211,7 +204,7 @@ def minimize_batched(
         cand = x.unsqueeze(0) + alphas.view(-1, 1, 1) * d.unsqueeze(0)  # K x B x p
         cand = torch.minimum(torch.maximum(cand, lo), hi)
         decrease = (g.unsqueeze(0) * (cand - x.unsqueeze(0))).sum(-1)  # projected-path Armijo
-        if line_search == "parallel" or step_choice == "best":  # all K candidate steps in one evaluation
+        if line_search == "parallel":  # all K candidate steps in one evaluation
             fc = values(cand)  # K x B
             ok = (fc <= f.unsqueeze(0) + armijo * decrease) & torch.isfinite(fc)
         else:  # one step size at a time until every moving problem has accepted one
@@ -224,10 +217,7 @@ def minimize_batched(
                 if not bool(need.any()):
                     break
         any_ok = ok.any(0)
-        if step_choice == "best":  # the accepted step with the lowest value
-            k = torch.where(ok, fc, torch.inf).argmin(0)
-        else:
-            k = torch.argmax(ok.to(torch.int8), dim=0)  # largest accepted step (first True)
+        k = torch.argmax(ok.to(torch.int8), dim=0)  # largest accepted step (first True)
         x_new = cand.gather(0, k.view(1, B, 1).expand(1, B, p)).squeeze(0)
         move = any_ok & ~done
         x_new = torch.where(move.unsqueeze(-1), x_new, x)

@@ -252,10 +252,11 @@ def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tens
     (the candidates ``4ℓ, ℓ, ℓ/4, …`` bracket the scale on which a stationary
     sample path varies), and every step may extrapolate to 4× the quasi-Newton
     step (5 candidates ``4, 1, 1/4, 1/16, 1/64``; the largest that satisfies
-    Armijo; 6 down to 1/256 measured the same). Measured by ``benchmarks/maximizer_quality.py`` (64 functions × 3
-    seeds per family): 5-D GP Thompson samples 5.0e-3 → 1.3e-5 mean gap (BoTorch's
-    ``optimize_acqf`` on the same budget 4.0e-4, whose jointly-optimized restarts
-    also take long steps), 5-D φᵀω ℓ = 0.1 1.1e-2 → 6.7e-3, the other families
+    Armijo; 6 down to 1/256 measured the same). Measured by
+    ``benchmarks/maximizer_quality.py`` (64 functions × 3 seeds per family): 5-D GP
+    Thompson samples 5.0e-3 → 1.3e-5 mean gap (BoTorch's ``optimize_acqf`` on the
+    same budget 4.0e-4, whose jointly-optimized restarts also take long steps),
+    5-D φᵀω ℓ = 0.1 1.3e-2 → 6.4e-3, 2-D φᵀω ℓ = 0.03 5.1e-4 → 2.8e-7, the other families
     unchanged or better; near a maximum the 4× step fails Armijo on a quadratic
     (``f(x + 4d) − f(x) = −4 gᵀd > 0``), so convergence stays at float roundoff.
     Functions without ``lengthscales()`` keep the plain rule (first step 0.05,

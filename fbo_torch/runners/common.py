@@ -51,15 +51,16 @@ class Domain:
     The defaults were chosen with ``benchmarks/maximizer_quality.py`` (mean and
     worst gap to a dense search over 64 sampled functions in 2-D and 5-D against
     per-agent ``optimize_acqf``; README has the table: as good or better on
-    five families, worse on 5-D GP samples). For ``φ(x)ᵀω`` at a short
+    five families, tied on 5-D ``φᵀω`` at ℓ = 0.03). For ``φ(x)ᵀω`` at a short
     lengthscale (0.03 in 2-D) the restarts decide: 2048 raw points / 16
     restarts left a mean gap of 2.6e-3 (worst 0.12) against ``optimize_acqf``'s
     7.2e-4 (0.035) on the same budget; 4096 / 32 give 5.1e-4 (0.033) at
     twice the (small) cost, while more refinement iterations changed nothing.
     Likewise for GP Thompson samples in 5-D: 8 restarts left a mean gap of
     1.2e-2 (worst 0.41), 16 give 5.0e-3 (0.21) for 35% more time on a CPU, and
-    doubling the iterations instead changed nothing (``optimize_acqf`` with 16
-    restarts reaches 4.0e-4 there: the first BFGS step length matters more).
+    doubling the iterations instead changed nothing (these gaps are from before
+    the lengthscale-scaled line search of ``maximize_batched``, which took 5-D GP
+    samples to 1.3e-5 against ``optimize_acqf``'s 4.0e-4).
         max_points: Memory cap on points per batched evaluation (``None``: by device).
         screen_dtype: Precision of the raw-point screening (``maximize_batched``'s
             ``screen_dtype``; ``None``: the bounds' dtype). float32 by default: the

@@ -87,11 +87,11 @@ def analyse(records: list[dict]) -> list[dict]:
     return rows
 
 
-def cells_for(factor_cells: list[tuple[str, dict]]) -> list[tuple[str, dict, list[str]]]:
+def cells_for(factor_cells: list[tuple[str, dict]], base: dict) -> list[tuple[str, dict, list[str]]]:
     """(name, full cell, methods) with the TS runs a cell needs."""
     out = []
     for name, change in factor_cells:
-        cell = {**BASE, **change}
+        cell = {**base, **change}
         methods = ["DP-FTS-DE"]
         if name == "base" or "h" in change or "N" in change:
             methods = ["TS", *methods]
@@ -108,13 +108,15 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in result["paired_final"] if r["method"] != "TS"]
+    # every cell has a DP-FTS-DE record carrying its full cell (TS records of z/M cells are the base's)
+    cell_of = {r["cell_name"]: r["cell"] for r in result["records"] if r["method"] == "DP-FTS-DE"}
+    base = result["base"]
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2), sharey=True)
     for ax, factor in zip(axes, ("h", "N", "z", "M")):
         names = ["base"] + [n for n, ch in CELLS if factor in ch]
-        xs = sorted({BASE[factor], *[ch[factor] for n, ch in CELLS if factor in ch]})
+        xs = sorted({base[factor], *[ch[factor] for n, ch in CELLS if factor in ch]})
         for method, marker in (("DP-FTS-DE", "o"), ("FTS-DE", "s")):
-            pts = [(next(ch for n, ch in [("base", BASE), *[(n, {**BASE, **c}) for n, c in CELLS]] if n == r["setup"])[factor], r)
-                   for r in rows if r["method"] == method and r["setup"] in names]
+            pts = [(cell_of[r["setup"]][factor], r) for r in rows if r["method"] == method and r["setup"] in names]
             if not pts:
                 continue
             pts.sort(key=lambda p: p[0])
@@ -153,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     factor_cells = [(n, ch) for n, ch in CELLS if n in args.cells]
+    base = dict(BASE)
     if args.quick:
-        BASE["N"] = 8
+        base["N"] = 8
         args.reps, args.rounds, args.grid = 2, 3, 100
         factor_cells = [(n, ch) for n, ch in CELLS if n in ("base", "z=2.0")]
     from round_time import machine_info
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = {(r["method"], json.dumps(r["cell"], sort_keys=True)): r for r in records}
     command = "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
     result = {}
-    for name, cell, methods in cells_for(factor_cells):
+    for name, cell, methods in cells_for(factor_cells, base):
         for method in methods:
             key = (method, json.dumps(cell, sort_keys=True))
             if key not in cache:
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             if not any(r["cell_name"] == name and r["method"] == "TS" for r in records):
                 records.append({**ts, "cell_name": name})
         result = {"benchmark": "dp_regime", "command": command, "machine": machine_info("cpu"), "reps": args.reps,
-                  "rounds": args.rounds, "grid": args.grid, "base": BASE, "dp": DP, "settings": SETTINGS,
+                  "rounds": args.rounds, "grid": args.grid, "base": base, "dp": DP, "settings": SETTINGS,
                   "records": records, "paired_final": analyse(records)}
         atomic_write_text(path, json.dumps(result, indent=1))
     for row in result.get("paired_final", []):

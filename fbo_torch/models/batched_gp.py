@@ -262,15 +262,45 @@ class BatchedExactGP:
         sq = (a * a).sum(-1, keepdim=True) - 2.0 * a @ b.mT + (b * b).sum(-1).unsqueeze(-2)
         return os_.unsqueeze(-1).unsqueeze(-1) * torch.exp(-0.5 * sq.clamp_min(0.0))
 
-    def _train_cov(self, hp: dict[str, Tensor]) -> Tensor:
-        """``... x B x n x n`` covariance ``K + σ²I`` with masked rows/columns replaced by identity."""
+    @property
+    def sqdist(self) -> Tensor:
+        r"""``B x n x n x k`` squared differences of the training inputs per dimension
+        (``k = d`` with ARD; summed over dimensions, ``k = 1``, with a shared lengthscale).
+
+        Computed once (the inputs do not change during a fit): every MLL
+        evaluation then needs one product with ``1/ℓ²`` instead of rebuilding
+        distances, and the lengthscale gradient is one contraction with it.
+        Differences, not ``|a|² − 2ab + |b|²``: no cancellation for close points.
+        Memory: ``B·n²·k`` numbers, ``k`` times the covariance matrix.
+        """
+        if getattr(self, "_sqd", None) is None:
+            diff = self.X.unsqueeze(-2) - self.X.unsqueeze(-3)
+            sqd = diff * diff
+            self._sqd = sqd if self.spec.ard else sqd.sum(-1, keepdim=True)
+        return self._sqd
+
+    def _scaled_sqdist(self, ls: Tensor) -> Tensor:
+        """``... x n x n`` squared distances in lengthscale units (``ls``: ``... x d``)."""
+        D = self.sqdist
+        if D.shape[-1] == 1:
+            return D.squeeze(-1) * ls[..., :1].pow(-2).unsqueeze(-1)
+        n = D.shape[-2]
+        out = D.flatten(-3, -2) @ ls.pow(-2).unsqueeze(-1)  # ... x n² x 1
+        return out.view(*out.shape[:-2], n, n)
+
+    def _train_parts(self, hp: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """``(K_f, K_f + σ²I)``: the masked signal covariance and the full one with
+        masked rows/columns replaced by identity, both ``B x n x n``."""
         X = self.X
-        K = self._kernel(X, X, hp["lengthscale"], hp["outputscale"])
-        n = X.shape[-2]
-        eye = torch.eye(n, dtype=X.dtype, device=X.device)
         mm = self.mask.unsqueeze(-1) & self.mask.unsqueeze(-2)
-        K = torch.where(mm, K, 0.0) + eye * torch.where(self.mask, hp["noise"].unsqueeze(-1), 1.0).unsqueeze(-1)
-        return K
+        os_ = hp["outputscale"].unsqueeze(-1).unsqueeze(-1)
+        Kf = torch.where(mm, os_ * torch.exp(-0.5 * self._scaled_sqdist(hp["lengthscale"])), 0.0)
+        eye = torch.eye(X.shape[-2], dtype=X.dtype, device=X.device)
+        return Kf, Kf + eye * torch.where(self.mask, hp["noise"].unsqueeze(-1), 1.0).unsqueeze(-1)
+
+    def _train_cov(self, hp: dict[str, Tensor]) -> Tensor:
+        """``B x n x n`` covariance ``K + σ²I`` with masked rows/columns replaced by identity."""
+        return self._train_parts(hp)[1]
 
     def mll(self, params: Tensor | None = None) -> Tensor:
         r"""GPyTorch's ``ExactMarginalLogLikelihood`` (incl. priors) per agent: ``...`` (``... x p`` params).
@@ -310,14 +340,10 @@ class BatchedExactGP:
         params = self.params if params is None else params
         s, d = self.spec, self.dim
         hp = self.unpack(params)
-        ls, os_, noise = hp["lengthscale"], hp["outputscale"], hp["noise"]
-        X, mask = self.X, self.mask
-        a = X / ls.unsqueeze(-2)  # ... x n x d
-        sq = ((a * a).sum(-1, keepdim=True) - 2.0 * a @ a.mT + (a * a).sum(-1).unsqueeze(-2)).clamp_min(0.0)
-        mm = mask.unsqueeze(-1) & mask.unsqueeze(-2)
-        Kf = torch.where(mm, os_.unsqueeze(-1).unsqueeze(-1) * torch.exp(-0.5 * sq), 0.0)
-        eye = torch.eye(X.shape[-2], dtype=X.dtype, device=X.device)
-        K = Kf + eye * torch.where(mask, noise.unsqueeze(-1), 1.0).unsqueeze(-1)
+        ls, noise = hp["lengthscale"], hp["noise"]
+        mask = self.mask
+        Kf, K = self._train_parts(hp)
+        eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
         L, info = torch.linalg.cholesky_ex(K)
         r = torch.where(mask, self.y - hp["mean"].unsqueeze(-1), 0.0)
         # K⁻¹ = L⁻ᵀL⁻¹ by triangular solves: unlike cholesky_inverse/cholesky_solve they neither raise on a
@@ -330,13 +356,11 @@ class BatchedExactGP:
         ll = -0.5 * (r * alpha).sum(-1) - logdet - 0.5 * n * _LOG2PI
         W = alpha.unsqueeze(-1) * alpha.unsqueeze(-2) - Kinv  # ... x n x n
         GK = W * Kf  # zero outside the valid block
-        # Σ_ik GK_ik (a_ij − a_kj)² = 2 Σ_i a_ij² (GK 1)_i − 2 Σ_i a_ij (GK a)_ij (GK symmetric)
-        D = 2.0 * (a * a * GK.sum(-1, keepdim=True)).sum(-2) - 2.0 * (a * (GK @ a)).sum(-2)  # ... x d
-        # ∂K_f/∂ℓ_j = K_f (x_ij − x_kj)² / ℓ_j³ and ∂ℓ_j/∂p_j = ℓ_j − ℓ_min
-        g_ls = 0.5 * D * (ls - s.lengthscale_lower) / ls
-        if not s.ard:
-            g_ls = g_ls.sum(-1, keepdim=True)
-        parts = [g_ls]
+        # ∂K_f/∂ℓ_j = K_f (x_ij − x_kj)² / ℓ_j³ and ∂ℓ_j/∂p_j = ℓ_j − ℓ_min (shared ℓ: summed over j)
+        Dsq = self.sqdist
+        GD = (GK.flatten(-2).unsqueeze(-2) @ Dsq.flatten(-3, -2)).squeeze(-2)  # Σ_ik GK_ik D_ikj: ... x k
+        ls_k = ls[..., : Dsq.shape[-1]]
+        parts = [0.5 * GD * (ls_k - s.lengthscale_lower) / ls_k.pow(3)]
         if s.outputscale:
             parts.append(0.5 * GK.sum((-2, -1)).unsqueeze(-1))
         diagW = torch.where(mask, W.diagonal(dim1=-2, dim2=-1), 0.0).sum(-1)
@@ -419,6 +443,7 @@ class BatchedExactGP:
         obj.spec, obj.dim = spec, dim
         rep = (lambda t: t.repeat(reps, *([1] * (t.ndim - 1)))) if reps > 1 else (lambda t: t)
         obj.X, obj.y, obj.mask, obj.num_valid = rep(X), rep(y), rep(mask), rep(num_valid)
+        obj._sqd = None
         return obj
 
     def random_params(self, keys: Tensor, num: int) -> Tensor:

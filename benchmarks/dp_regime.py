@@ -170,6 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     cache = {(r["method"], json.dumps(r["cell"], sort_keys=True)): r for r in records}
     command = "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
     result = {}
+
+    def save() -> dict:  # after every run: a killed study keeps what finished
+        out = {"benchmark": "dp_regime", "command": command, "machine": machine_info("cpu"), "reps": args.reps,
+               "rounds": args.rounds, "grid": args.grid, "base": base, "dp": DP, "settings": SETTINGS,
+               "records": records, "paired_final": analyse(records)}
+        atomic_write_text(path, json.dumps(out, indent=1))
+        return out
+
     for name, cell, methods in cells_for(factor_cells, base):
         for method in methods:
             key = (method, json.dumps(cell, sort_keys=True))
@@ -178,14 +186,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<8} {method:<10} {cache[key]['wall_time_s']:7.1f} s", flush=True)
             if not any(r["cell_name"] == name and r["method"] == method for r in records):
                 records.append({**cache[key], "cell_name": name})
+                result = save()
         if "TS" not in methods:  # z and M cells: the base cell's TS (TS uses neither)
-            ts = next(r for r in records if r["cell_name"] == "base" and r["method"] == "TS")
+            ts = next((r for r in records if r["cell_name"] == "base" and r["method"] == "TS"), None)
+            if ts is None:
+                raise SystemExit(f"cell {name} pairs with the base cell's TS: run --cells base too")
             if not any(r["cell_name"] == name and r["method"] == "TS" for r in records):
                 records.append({**ts, "cell_name": name})
-        result = {"benchmark": "dp_regime", "command": command, "machine": machine_info("cpu"), "reps": args.reps,
-                  "rounds": args.rounds, "grid": args.grid, "base": base, "dp": DP, "settings": SETTINGS,
-                  "records": records, "paired_final": analyse(records)}
-        atomic_write_text(path, json.dumps(result, indent=1))
+        result = save()
     for row in result.get("paired_final", []):
         if row["method"] != "TS":
             eps = f"  ε {row['epsilon_final']:.2f}" if row.get("epsilon_final") else ""

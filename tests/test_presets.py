@@ -106,3 +106,27 @@ def test_dp_regime_study_quick(tmp_path):
     assert eps["z=2.0"] < eps["base"]  # more noise, less privacy loss at the same q, T, N
     assert rows[("base", "FTS-DE")]["epsilon_final"] is None
     assert (out / "dp_regime.png").is_file()
+
+
+def test_fts_history_follows_the_scenario_setup():
+    # the other agents' TS histories are built as the setup's own GP does it, unless history.gp_kernel says otherwise
+    import torch
+
+    from fbo_torch.experiments.config import HistoryConfig
+    from fbo_torch.models.batched_gp import GP_SPECS
+    from fbo_torch.objectives.synthetic import GPSampleGridFederation
+    from fbo_torch.runners.common import Domain
+    from fbo_torch.runners.fts import FederationHistory
+
+    assert HistoryConfig().gp_kernel is None
+    obj = GPSampleGridFederation(num_groups=1, agents_per_group=3, grid_size=40, seed=0)
+    dom = Domain(obj.bounds, obj.candidates)
+    authors = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None, setup="authors")
+    assert (authors.settings.gp_kernel, authors.settings.gp_restarts, authors.settings.gp_sample_features) == (
+        "authors", SETUPS["authors"]["gp_restarts"], SETUPS["authors"]["gp_sample_features"])
+    assert authors.agents.gp_spec == GP_SPECS["authors"]
+    override = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel="botorch", setup="authors")
+    assert override.settings.gp_kernel == "botorch" and override.settings.gp_restarts == SETUPS["authors"]["gp_restarts"]
+    modern = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None)
+    assert modern.settings.gp_kernel == "botorch" and modern.settings.gp_restarts == 0
+    assert torch.isfinite(authors.train_Y).all() and authors.train_X.shape == (3, 4, 1)

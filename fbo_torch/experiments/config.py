@@ -262,7 +262,9 @@ class HistoryConfig:
     mode: str = "random"
     t_n: int = 40
     num_init: int = 3
-    gp_kernel: str = "botorch"
+    #: The other agents' GP in ``"ts"`` mode; ``None``: the scenario setup's (``botorch`` for
+    #: ``modern``; ``authors`` for ``authors``, whose other refit choices the history follows too).
+    gp_kernel: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("random", "ts"):
@@ -460,7 +462,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         kwargs = {k: v for k, v in objective.items() if k != "type"}
         check_callable_kwargs(f"{where}: objective ({objective['type']})", cls, kwargs)
         history = build_dataclass(HistoryConfig, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history")
-        if history.gp_kernel not in GP_SPECS:
+        if history.gp_kernel is not None and history.gp_kernel not in GP_SPECS:
             raise ConfigError(f"{where}: history: `gp_kernel` must be one of {sorted(GP_SPECS)}, "
                               f"got {history.gp_kernel!r}.")
         runs = build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")

@@ -195,7 +195,7 @@ def _run_fts_scenario(
         t0 = time.perf_counter()
         history = FederationHistory(
             objective, domain, t_n=h.t_n, mode=h.mode, num_init=h.num_init, gp_kernel=h.gp_kernel,
-            seed=seed + 17, device=device,
+            seed=seed + 17, device=device, setup=sc.setup,
         )
         log(f"  other agents' histories ({h.mode}, t_n={h.t_n}) built in {time.perf_counter() - t0:.1f} s")
 

@@ -38,6 +38,7 @@ from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule
 from fbo_torch.objectives.base import Objective
 from fbo_torch.runners.common import Domain, maximize_rff_samples
+from fbo_torch.runners.presets import apply_setup
 from fbo_torch.runners.settings import MethodSettings
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
@@ -95,7 +96,7 @@ class FederationHistory:
         t_n: Observations per agent.
         mode: ``"random"`` or ``"ts"``.
         num_init: Random points before TS (``"ts"`` mode).
-        gp_kernel: Kernel of the agents' GPs (``"ts"`` mode).
+        gp_kernel: Kernel of the agents' GPs (``"ts"`` mode; ``None``: ``setup``'s).
         seed: Seed of this history.
         device: Where tensors live.
     """
@@ -107,9 +108,10 @@ class FederationHistory:
         t_n: int,
         mode: str = "random",
         num_init: int = 3,
-        gp_kernel: str = "botorch",
+        gp_kernel: str | None = "botorch",
         seed: int = 0,
         device: torch.device | str = "cpu",
+        setup: str = "modern",
     ) -> None:
         if mode not in HISTORIES:
             raise ValueError(f"`history` must be one of {HISTORIES}, got {mode!r}.")
@@ -121,7 +123,9 @@ class FederationHistory:
         n0 = t_n if mode == "random" else min(num_init, t_n)
         X = domain.random(A, n0, keys=kr.fold(self.keys, "initial-points"))
         Y, _ = evaluate_agents(objective, X, torch.arange(A, device=X.device), kr.fold(self.keys, "evaluate-init"))
-        self.settings = MethodSettings(gp_kernel=gp_kernel, num_iterations=1)
+        # the other agents ran standard TS as the target's own GP does in this setup (refits, restarts, samples)
+        self.settings = apply_setup(MethodSettings(num_iterations=1), setup,
+                                    {"gp_kernel": gp_kernel} if gp_kernel is not None else None)
         self.agents = Agents(self.keys, X, Y.unsqueeze(-1), domain, self.settings, capacity=t_n - n0)
         self.rounds = t_n - n0
         for t in range(1, self.rounds + 1):

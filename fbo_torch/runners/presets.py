@@ -8,9 +8,10 @@ scored. ``setup: authors`` reproduces the choices of the authors' released code
 =====================================  =====================================  ==========================================
 choice                                 ``modern`` (default)                   ``authors``
 =====================================  =====================================  ==========================================
-agent's GP                             BoTorch's ``SingleTaskGP`` model: ARD  isotropic RBF, zero mean, raw outputs,
-                                       Matérn-5/2 with priors, standardized   maximum likelihood (``gp_kernel="authors"``)
-                                       outputs, MAP fit (``"botorch"``)
+agent's GP                             BoTorch's ``SingleTaskGP`` model: RBF  isotropic RBF, zero mean, raw outputs,
+                                       with ARD and BoTorch's priors,         maximum likelihood (``gp_kernel="authors"``)
+                                       standardized outputs, MAP fit
+                                       (``"botorch"``)
 hyperparameter refit                   every 5 evaluations, from the default  every 5 evaluations, from the current
                                        initialization (as BoTorch)            values and 10 random restarts
 own Thompson sample                    Matheron path, 256 random features     100 fresh random features
@@ -22,7 +23,8 @@ landmine search space                  log-scale ``C``, ``γ``                  
 =====================================  =====================================  ==========================================
 
 Everything else (RFF features, weights, clipping, noise, accounting, ``p_t``,
-initial points) is the same in both.
+initial points) is the same in both. In FTS experiments the other agents' TS
+histories are built with the setup's GP choices too.
 """
 
 from __future__ import annotations

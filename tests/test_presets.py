@@ -130,3 +130,43 @@ def test_fts_history_follows_the_scenario_setup():
     modern = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None)
     assert modern.settings.gp_kernel == "botorch" and modern.settings.gp_restarts == 0
     assert torch.isfinite(authors.train_Y).all() and authors.train_X.shape == (3, 4, 1)
+
+
+TINY_FTS_BOTH_SETUPS = """
+experiment: fts
+name: tiny-fts-setups
+seed: 2
+objective: {type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 60}
+runs: {num_inits: 3}
+history: {mode: ts, t_n: 5, num_init: 3}
+defaults: {num_iterations: 3, num_init: 2, num_features: 12}
+scenarios:
+  - {name: authors, setup: authors, methods: [{name: TS, algorithm: ts}, {name: FTS, algorithm: fts}]}
+  - {name: modern, setup: modern, methods: [{name: TS, algorithm: ts}, {name: FTS, algorithm: fts}]}
+"""
+
+
+def test_fts_two_setups_run_and_pair_per_run(tmp_path):
+    # the FTS two-setup comparison end to end from YAML, then paired differences to TS per (target, init)
+    from fbo_torch.cli import main
+
+    cfg = tmp_path / "fts.yaml"
+    cfg.write_text(TINY_FTS_BOTH_SETUPS)
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import paired_to_ts
+
+    assert paired_to_ts.main([str(out / "results.json")]) == 0
+    rows = {(r["setup"], r["method"]): r for r in json.loads((out / "paired.json").read_text())["paired"]}
+    res = json.loads((out / "results.json").read_text())
+    assert set(rows) == {(s, m) for s in ("authors", "modern") for m in ("TS", "FTS")}
+    for sc in res["scenarios"]:
+        curves = {m["name"]: m["runs"] for m in sc["methods"]}
+        d = [a[-1] - b[-1] for a, b in zip(curves["FTS"], curves["TS"])]
+        targets = sc["methods"][0]["targets"]
+        assert len(d) == len(targets) == 3 * len(set(targets))  # 3 initializations per target
+        assert rows[(sc["name"], "FTS")]["diff_to_ts"] == pytest.approx(sum(d) / len(d), abs=1e-12)
+        assert rows[(sc["name"], "TS")]["diff_to_ts"] == 0.0
+    with pytest.raises(SystemExit):  # a DP experiment's results are not an FTS experiment's
+        paired_to_ts.main([str(ROOT / "benchmarks" / "results" / "dp_fts_de_synthetic" / "results.json")])

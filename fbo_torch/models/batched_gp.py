@@ -204,6 +204,7 @@ class BatchedExactGP:
             raise ValueError(f"`params` must have shape {(B, p)}, got {tuple(params.shape)}.")
         self.params = params.to(dtype=dt, device=dev)
         self._chol: Tensor | None = None
+        self._sqd: Tensor | None = None
 
     # ----------------------------------------------------------- parameters
     def initial_params(self, batch: int, dtype: torch.dtype = torch.float64, device=None) -> Tensor:
@@ -257,11 +258,6 @@ class BatchedExactGP:
         return torch.cat(parts, -1)
 
     # ------------------------------------------------------------------ MLL
-    def _kernel(self, A: Tensor, Bx: Tensor, ls: Tensor, os_: Tensor) -> Tensor:
-        a, b = A / ls.unsqueeze(-2), Bx / ls.unsqueeze(-2)
-        sq = (a * a).sum(-1, keepdim=True) - 2.0 * a @ b.mT + (b * b).sum(-1).unsqueeze(-2)
-        return os_.unsqueeze(-1).unsqueeze(-1) * torch.exp(-0.5 * sq.clamp_min(0.0))
-
     @property
     def sqdist(self) -> Tensor:
         r"""``B x n x n x k`` squared differences of the training inputs per dimension
@@ -273,7 +269,7 @@ class BatchedExactGP:
         Differences, not ``|a|² − 2ab + |b|²``: no cancellation for close points.
         Memory: ``B·n²·k`` numbers, ``k`` times the covariance matrix.
         """
-        if getattr(self, "_sqd", None) is None:
+        if self._sqd is None:
             diff = self.X.unsqueeze(-2) - self.X.unsqueeze(-3)
             sqd = diff * diff
             self._sqd = sqd if self.spec.ard else sqd.sum(-1, keepdim=True)
@@ -318,11 +314,15 @@ class BatchedExactGP:
         logdet = torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)
         ll = -0.5 * (alpha * alpha).sum(-1) - logdet - 0.5 * n * _LOG2PI
         if self.spec.priors:
-            loc, scale = self.spec.ls_prior(self.dim)
-            ls = hp["lengthscale"] if self.spec.ard else hp["lengthscale"][..., :1]
-            ll = ll + _lognormal_logpdf(ls, loc, scale).sum(-1) + _lognormal_logpdf(hp["noise"], -4.0, 1.0)
+            ll = ll + self._log_prior(hp)
         ll = ll / n.clamp_min(1)
         return torch.where(info == 0, ll, torch.full_like(ll, -torch.inf))
+
+    def _log_prior(self, hp: dict[str, Tensor]) -> Tensor:
+        """BoTorch's LogNormal priors on the lengthscales and the noise, summed: ``...``."""
+        loc, scale = self.spec.ls_prior(self.dim)
+        ls = hp["lengthscale"] if self.spec.ard else hp["lengthscale"][..., :1]
+        return _lognormal_logpdf(ls, loc, scale).sum(-1) + _lognormal_logpdf(hp["noise"], -4.0, 1.0)
 
     def mll_and_grad(self, params: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r""":meth:`mll` and its gradient in the unconstrained parameters, in closed form.
@@ -369,9 +369,9 @@ class BatchedExactGP:
             parts.append(alpha.sum(-1, keepdim=True))
         grad = torch.cat(parts, -1)
         if s.priors:
+            ll = ll + self._log_prior(hp)
             loc, scale = s.ls_prior(d)
             ls_k = ls if s.ard else ls[..., :1]
-            ll = ll + _lognormal_logpdf(ls_k, loc, scale).sum(-1) + _lognormal_logpdf(noise, -4.0, 1.0)
             k = ls_k.shape[-1]
             # d/dx log LogNormal(x) = −((log x − loc)/scale² + 1)/x, times ∂x/∂p = x − x_min
             dls = -((torch.log(ls_k) - loc) / scale**2 + 1.0) / ls_k * (ls_k - s.lengthscale_lower)

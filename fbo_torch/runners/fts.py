@@ -96,9 +96,10 @@ class FederationHistory:
         t_n: Observations per agent.
         mode: ``"random"`` or ``"ts"``.
         num_init: Random points before TS (``"ts"`` mode).
-        gp_kernel: Kernel of the agents' GPs (``"ts"`` mode; ``None``: ``setup``'s).
+        gp_kernel: Kernel of the agents' GPs (``"ts"`` mode; ``None``: ``setup``'s, ``"botorch"`` for ``modern``).
         seed: Seed of this history.
         device: Where tensors live.
+        setup: ``"modern"`` or ``"authors"`` (:mod:`fbo_torch.runners.presets`): how the agents' GPs are refit and sampled.
     """
 
     def __init__(
@@ -108,7 +109,7 @@ class FederationHistory:
         t_n: int,
         mode: str = "random",
         num_init: int = 3,
-        gp_kernel: str | None = "botorch",
+        gp_kernel: str | None = None,
         seed: int = 0,
         device: torch.device | str = "cpu",
         setup: str = "modern",

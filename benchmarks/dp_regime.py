@@ -169,7 +169,6 @@ def main(argv: list[str] | None = None) -> int:
     records = json.loads(path.read_text())["records"] if args.resume and path.exists() else []
     cache = {(r["method"], json.dumps(r["cell"], sort_keys=True)): r for r in records}
     command = "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
-    result = {}
 
     def save() -> dict:  # after every run: a killed study keeps what finished
         out = {"benchmark": "dp_regime", "command": command, "machine": machine_info("cpu"), "reps": args.reps,
@@ -186,14 +185,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<8} {method:<10} {cache[key]['wall_time_s']:7.1f} s", flush=True)
             if not any(r["cell_name"] == name and r["method"] == method for r in records):
                 records.append({**cache[key], "cell_name": name})
-                result = save()
+                save()
         if "TS" not in methods:  # z and M cells: the base cell's TS (TS uses neither)
             ts = next((r for r in records if r["cell_name"] == "base" and r["method"] == "TS"), None)
             if ts is None:
                 raise SystemExit(f"cell {name} pairs with the base cell's TS: run --cells base too")
             if not any(r["cell_name"] == name and r["method"] == "TS" for r in records):
                 records.append({**ts, "cell_name": name})
-        result = save()
+    result = save() if records else {}
     for row in result.get("paired_final", []):
         if row["method"] != "TS":
             eps = f"  ε {row['epsilon_final']:.2f}" if row.get("epsilon_final") else ""

@@ -26,11 +26,10 @@ def records_of(result: dict) -> list[dict]:
     r"""One record per (scenario, method) with its per-run curves, checked to pair run by run."""
     records = []
     for sc in result["scenarios"]:
-        methods = sc["methods"]
-        if not any(m["name"] == "TS" for m in methods):
+        ts = next((m for m in sc["methods"] if m["name"] == "TS"), None)
+        if ts is None:
             continue
-        ts = next(m for m in methods if m["name"] == "TS")
-        for m in methods:
+        for m in sc["methods"]:
             if "runs" not in m:
                 raise SystemExit(f"error: scenario {sc['name']!r}, method {m['name']!r} has no per-run curves")
             if (m.get("targets"), m.get("inits")) != (ts.get("targets"), ts.get("inits")):

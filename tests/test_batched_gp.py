@@ -94,6 +94,21 @@ def test_restarts_keep_the_best_start():
     assert (multi.mll() >= plain.mll() - 1e-9).all()
 
 
+@pytest.mark.parametrize("spec", ["botorch", "authors"])
+def test_dropping_converged_fits_changes_no_result(spec):
+    # on a CPU the fit drops converged problems from the batch (minimize_batched's `restrict`);
+    # check_every=None keeps the whole batch to the end: the same iterations per problem, so the
+    # same parameters up to batched kernels' reassociation of float64 sums (as for one agent alone)
+    X, Y, bounds = _data(B=8, n=18, d=2, seed=6)
+    mask = torch.rand(8, 18, generator=torch.Generator().manual_seed(7)) > 0.2
+    gp = BatchedExactGP(X, Y, bounds, spec=spec, mask=mask)
+    starts = gp.random_params(kr.fold(kr.root_key(1, "restarts"), torch.arange(8)), 6)
+    fast = BatchedExactGP(X, Y, bounds, spec=spec, mask=mask).fit(maxiter=60, restarts=starts)
+    plain = BatchedExactGP(X, Y, bounds, spec=spec, mask=mask).fit(maxiter=60, restarts=starts, check_every=None)
+    torch.testing.assert_close(fast.params, plain.params, atol=1e-9, rtol=1e-9)
+    assert torch.equal(fast.converged, plain.converged)
+
+
 def test_paths_evaluate_like_botorch_matheron_paths():
     # BoTorch draws the randomness; our closed-form evaluation must give the same path values
     X, Y, bounds = _data(B=3, n=10, d=2)

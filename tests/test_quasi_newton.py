@@ -57,6 +57,36 @@ def test_problems_are_independent_of_the_batch():
     assert alone.iterations[0] == full.iterations[6]
 
 
+@pytest.mark.parametrize("with_values", [True, False])
+def test_dropping_converged_problems_changes_no_result(with_values):
+    # shifted Rosenbrocks (problem b depends on its own shift c[b]): some start at their minimum and
+    # stop at once, others take many iterations; with `restrict` the converged ones leave the batch
+    g = torch.Generator().manual_seed(5)
+    c = torch.rand(24, 3, generator=g, dtype=f64) - 0.5
+    x0 = torch.rand(24, 3, generator=g, dtype=f64) * 2 - 1
+    x0[:8] = c[:8] + 1.0  # rosen's minimum is at 1: converged at the first check
+
+    def functions(shift):
+        vg = autograd_value_and_grad(lambda x: rosen(x - shift))
+        return vg, ((lambda xs: rosen(xs - shift)) if with_values else None)
+
+    sizes = []
+
+    def restrict(index):
+        sizes.append(index.numel())
+        assert torch.equal(index, index.sort().values) and index.unique().numel() == index.numel()
+        return functions(c[index])
+
+    kw = dict(lower=-1.5, upper=1.5, maxiter=120, init_step=torch.linspace(0.05, 0.5, 24, dtype=f64))
+    plain = minimize_batched(*functions(c)[:1], x0, values=functions(c)[1], check_every=None, **kw)
+    fast = minimize_batched(*functions(c)[:1], x0, values=functions(c)[1], restrict=restrict, **kw)
+    assert sizes and sizes[0] <= 24 - 6 and sizes == sorted(sizes, reverse=True)  # it did drop problems
+    for a, b in ((fast.x, plain.x), (fast.fun, plain.fun), (fast.grad, plain.grad),
+                 (fast.converged, plain.converged), (fast.iterations, plain.iterations)):
+        assert torch.equal(a, b)
+    assert plain.converged.all()
+
+
 def test_nonfinite_candidates_are_rejected():
     # log-barrier at 0: the line search must not accept a step into the region where f is inf
     def vg(x):

@@ -205,6 +205,7 @@ class BatchedExactGP:
         self.params = params.to(dtype=dt, device=dev)
         self._chol: Tensor | None = None
         self._sqd: Tensor | None = None
+        self._bias: Tensor | None = None
 
     # ----------------------------------------------------------- parameters
     def initial_params(self, batch: int, dtype: torch.dtype = torch.float64, device=None) -> Tensor:
@@ -275,28 +276,49 @@ class BatchedExactGP:
             self._sqd = sqd if self.spec.ard else sqd.sum(-1, keepdim=True)
         return self._sqd
 
-    def _scaled_sqdist(self, ls: Tensor) -> Tensor:
-        """``... x n x n`` squared distances in lengthscale units (``ls``: ``... x d``)."""
-        D = self.sqdist
-        if D.shape[-1] == 1:
-            return D.squeeze(-1) * ls[..., :1].pow(-2).unsqueeze(-1)
-        n = D.shape[-2]
-        out = D.flatten(-3, -2) @ ls.pow(-2).unsqueeze(-1)  # ... x n² x 1
-        return out.view(*out.shape[:-2], n, n)
+    @property
+    def _pair_bias(self) -> Tensor:
+        """``B x n x n``: 0 where both points are observed, ``-inf`` where either is padding
+        (added to the exponent, it zeroes the padded part of ``K_f``). Built once, like :attr:`sqdist`."""
+        if self._bias is None:
+            mm = self.mask.unsqueeze(-1) & self.mask.unsqueeze(-2)
+            self._bias = torch.zeros(mm.shape, dtype=self.X.dtype, device=self.X.device).masked_fill_(~mm, -torch.inf)
+        return self._bias
 
-    def _train_parts(self, hp: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """``(K_f, K_f + σ²I)``: the masked signal covariance and the full one with
-        masked rows/columns replaced by identity, both ``B x n x n``."""
-        X = self.X
-        mm = self.mask.unsqueeze(-1) & self.mask.unsqueeze(-2)
-        os_ = hp["outputscale"].unsqueeze(-1).unsqueeze(-1)
-        Kf = torch.where(mm, os_ * torch.exp(-0.5 * self._scaled_sqdist(hp["lengthscale"])), 0.0)
-        eye = torch.eye(X.shape[-2], dtype=X.dtype, device=X.device)
-        return Kf, Kf + eye * torch.where(self.mask, hp["noise"].unsqueeze(-1), 1.0).unsqueeze(-1)
+    def _train_parts(self, hp: dict[str, Tensor], signal: bool = True) -> tuple[Tensor | None, Tensor]:
+        r"""``(K_f, K_f + σ²I)``: the masked signal covariance and the full one with
+        masked rows/columns replaced by identity, both ``... x B x n x n``.
+
+        ``K_f = exp(log s² − ½ Σ_j D_j/ℓ_j² + bias)``: one ``... x B x n x n`` allocation
+        and two passes in place (an out-of-place chain of products, ``where`` and
+        ``exp`` made seven, and on a CPU the page faults of each fresh allocation cost
+        as much as the arithmetic). With ``signal=False`` only ``K`` is built (``None``
+        for ``K_f``) and, unless autograd records, in the same memory.
+        """
+        D = self.sqdist
+        ls, os_ = hp["lengthscale"], hp["outputscale"]
+        if D.shape[-1] == 1:
+            t = D.squeeze(-1) * (-0.5 * ls[..., :1].pow(-2)).unsqueeze(-1)
+        else:
+            n = D.shape[-2]
+            t = D.flatten(-3, -2) @ (-0.5 * ls.pow(-2)).unsqueeze(-1)  # ... x n² x 1
+            t = t.view(*t.shape[:-2], n, n)
+        t.add_(self._pair_bias)
+        if self.spec.outputscale:
+            t.add_(torch.log(os_).unsqueeze(-1).unsqueeze(-1))
+        grad_mode = torch.is_grad_enabled() and t.requires_grad
+        Kf = t.exp() if grad_mode else t.exp_()
+        K = Kf.clone() if (signal or grad_mode) else Kf
+        diag = torch.where(self.mask, hp["noise"].unsqueeze(-1), 1.0)
+        if grad_mode:  # out of place: autograd keeps the exp's output for its backward
+            K = K + torch.diag_embed(diag.expand(K.shape[:-1]))
+        else:
+            K.diagonal(dim1=-2, dim2=-1).add_(diag)
+        return (Kf if signal else None), K
 
     def _train_cov(self, hp: dict[str, Tensor]) -> Tensor:
         """``B x n x n`` covariance ``K + σ²I`` with masked rows/columns replaced by identity."""
-        return self._train_parts(hp)[1]
+        return self._train_parts(hp, signal=False)[1]
 
     def mll(self, params: Tensor | None = None) -> Tensor:
         r"""GPyTorch's ``ExactMarginalLogLikelihood`` (incl. priors) per agent: ``...`` (``... x p`` params).
@@ -354,8 +376,12 @@ class BatchedExactGP:
         n = self.num_valid
         logdet = torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)
         ll = -0.5 * (r * alpha).sum(-1) - logdet - 0.5 * n * _LOG2PI
-        W = alpha.unsqueeze(-1) * alpha.unsqueeze(-2) - Kinv  # ... x n x n
-        GK = W * Kf  # zero outside the valid block
+        # W = ααᵀ − K⁻¹ and GK = W ∘ K_f in K⁻¹'s memory (each fresh n x n batch costs a pass of page faults)
+        nn = Kinv.shape[-1]
+        W = Kinv.neg_()
+        W.view(-1, nn, nn).baddbmm_(alpha.reshape(-1, nn, 1), alpha.reshape(-1, 1, nn))  # ... x n x n
+        diagW = torch.where(mask, W.diagonal(dim1=-2, dim2=-1), 0.0).sum(-1)
+        GK = W.mul_(Kf)  # zero outside the valid block
         # ∂K_f/∂ℓ_j = K_f (x_ij − x_kj)² / ℓ_j³ and ∂ℓ_j/∂p_j = ℓ_j − ℓ_min (shared ℓ: summed over j)
         Dsq = self.sqdist
         GD = (GK.flatten(-2).unsqueeze(-2) @ Dsq.flatten(-3, -2)).squeeze(-2)  # Σ_ik GK_ik D_ikj: ... x k
@@ -363,7 +389,6 @@ class BatchedExactGP:
         parts = [0.5 * GD * (ls_k - s.lengthscale_lower) / ls_k.pow(3)]
         if s.outputscale:
             parts.append(0.5 * GK.sum((-2, -1)).unsqueeze(-1))
-        diagW = torch.where(mask, W.diagonal(dim1=-2, dim2=-1), 0.0).sum(-1)
         parts.append((0.5 * diagW * (noise - s.noise_lower)).unsqueeze(-1))
         if s.mean == "constant":
             parts.append(alpha.sum(-1, keepdim=True))
@@ -413,16 +438,21 @@ class BatchedExactGP:
         def pure(X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, start: Tensor) -> tuple[Tensor, ...]:
             data = BatchedExactGP._view(spec, dim, X, y, mask, num_valid, reps)
 
-            def vg(x: Tensor) -> tuple[Tensor, Tensor]:
-                f, g = data.mll_and_grad(x)
-                return -f, -g
+            def functions(gp: BatchedExactGP):
+                def vg(x: Tensor) -> tuple[Tensor, Tensor]:
+                    f, g = gp.mll_and_grad(x)
+                    return -f, -g
 
-            def values(xs: Tensor) -> Tensor:
-                with torch.no_grad():
-                    f = -data.mll(xs)
-                return torch.where(torch.isnan(f), torch.full_like(f, torch.inf), f)
+                def values(xs: Tensor) -> Tensor:
+                    with torch.no_grad():
+                        f = -gp.mll(xs)
+                    return torch.where(torch.isnan(f), torch.full_like(f, torch.inf), f)
 
-            res = minimize_batched(vg, start, values=values, maxiter=maxiter, **opts)
+                return vg, values
+
+            vg, values = functions(data)
+            res = minimize_batched(vg, start, values=values, maxiter=maxiter,
+                                   restrict=lambda index: functions(data._subset(index)), **opts)
             return res.x, res.fun, res.converged
 
         tensors = (self.X, self.y, self.mask, self.num_valid, x0.reshape(reps * B, p))
@@ -443,7 +473,15 @@ class BatchedExactGP:
         obj.spec, obj.dim = spec, dim
         rep = (lambda t: t.repeat(reps, *([1] * (t.ndim - 1)))) if reps > 1 else (lambda t: t)
         obj.X, obj.y, obj.mask, obj.num_valid = rep(X), rep(y), rep(mask), rep(num_valid)
-        obj._sqd = None
+        obj._sqd = obj._bias = None
+        return obj
+
+    def _subset(self, index: Tensor) -> BatchedExactGP:
+        """A bare GP of the agents ``index`` (what :meth:`mll` needs), sharing the cached distances."""
+        obj = BatchedExactGP._view(self.spec, self.dim, self.X[index], self.y[index], self.mask[index],
+                                   self.num_valid[index])
+        obj._sqd = self.sqdist[index]
+        obj._bias = self._pair_bias[index]
         return obj
 
     def random_params(self, keys: Tensor, num: int) -> Tensor:

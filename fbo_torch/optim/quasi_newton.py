@@ -93,6 +93,7 @@ def minimize_batched(
     armijo: float = 1e-4,
     check_every: int | None | str = "auto",
     line_search: str = "auto",
+    restrict: Callable[[Tensor], tuple[ValueAndGrad, Values | None]] | None = None,
 ) -> QNResult:
     r"""Minimize a batch of independent smooth functions with box-constrained BFGS.
 
@@ -136,6 +137,14 @@ def minimize_batched(
             when every problem has accepted one: usually one or two evaluations
             instead of ``num_steps``, what a CPU prefers); ``"auto"`` picks by
             device. Both accept the same step.
+        restrict: Optional ``index (m) -> (value_and_grad, values)``: the functions of
+            the sub-batch ``index`` (its problem ``i`` is problem ``index[i]``). Where
+            the loop reads the host anyway (``check_every``, i.e. on a CPU), the
+            converged problems are then dropped from the batch once they are a
+            quarter of it, and the others go on in a smaller batch: the same
+            iterations per problem, less work where convergence is uneven (GP
+            refits with restarts: median 19 of up to 60 iterations). Never on a
+            sync-free device, whose shapes stay fixed.
 
     Returns:
         :class:`QNResult`.
@@ -164,9 +173,10 @@ def minimize_batched(
         return torch.full((B, p), default if v is None else float(v), dtype=dt, device=dev)
 
     lo, hi = bound(lower, -torch.inf), bound(upper, torch.inf)
-    if values is None:
-        def values(xs: Tensor) -> Tensor:  # noqa: E306  (K calls; pass `values` for one batched call)
-            return torch.stack([value_and_grad(x)[0] for x in xs])
+    if values is None:  # K calls; pass `values` for one batched call
+        values = _stacked(value_and_grad)
+    full: list[Tensor] | None = None  # x, f, g, done, iters of the whole batch once problems were dropped
+    index = torch.arange(B, device=dev)  # the problems still in the batch
 
     alphas = max_step * shrink ** torch.arange(num_steps, dtype=dt, device=dev)  # K
     eye = torch.eye(p, dtype=dt, device=dev)
@@ -250,6 +260,33 @@ def minimize_batched(
         first = first | failed
         iters = iters + move.to(torch.long)
         x, f, g = x_new, f_new, g_new
-        if check_every and (it + 1) % check_every == 0 and bool(done.all()):
-            break
+        if check_every and (it + 1) % check_every == 0:
+            num_done = int(done.sum())
+            if num_done == B:
+                break
+            if restrict is not None and 4 * num_done >= B:  # go on with the problems still moving
+                if full is None:
+                    full = [t.clone() for t in (x, f, g, done, iters)]
+                else:
+                    for t, v in zip(full, (x, f, g, done, iters)):
+                        t[index] = v
+                keep = (~done).nonzero().squeeze(-1)
+                index = index[keep]
+                x, f, g, H, first, done, iters, prev_free, lo, hi = (
+                    t[keep] for t in (x, f, g, H, first, done, iters, prev_free, lo, hi)
+                )
+                if isinstance(init_step, Tensor) and init_step.ndim == 1:
+                    init_step = init_step[keep]
+                value_and_grad, sub_values = restrict(index)
+                values = sub_values if sub_values is not None else _stacked(value_and_grad)
+                B = index.numel()
+    if full is not None:
+        for t, v in zip(full, (x, f, g, done, iters)):
+            t[index] = v
+        x, f, g, done, iters = full
     return QNResult(x=x, fun=f, grad=g, converged=done, iterations=iters)
+
+
+def _stacked(value_and_grad: ValueAndGrad) -> Values:
+    """``values`` from ``value_and_grad``: one call per candidate step."""
+    return lambda xs: torch.stack([value_and_grad(x)[0] for x in xs])

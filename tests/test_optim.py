@@ -108,6 +108,58 @@ def test_keyed_maximization_of_one_problem_does_not_depend_on_the_batch(problem)
     torch.testing.assert_close(v3[0], v[3], atol=1e-12, rtol=0)
 
 
+class _NoTake:
+    """The same functions without ``take``: the maximizer keeps every restart in the batch."""
+
+    def __init__(self, fn):
+        self.fn, self.value_and_grad, self.lengthscales = fn, fn.value_and_grad, fn.lengthscales
+
+    def __call__(self, X):
+        return self.fn(X)
+
+
+def test_dropping_converged_functions_changes_no_maximizer(problem, monkeypatch):
+    # on a CPU the BFGS drops functions whose restarts have all converged (RFF paths and GP samples
+    # have `take`); a function keeps its k restarts together, so its evaluations are the same
+    # operations as in the full batch: the same maximizers as keeping everyone to the end
+    from fbo_torch.models.batched_gp import BatchedExactGP
+
+    rff, omegas, _ = problem
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(6, 12, 2, generator=g, dtype=f64)
+    gp = BatchedExactGP(X, torch.sin(6 * X).sum(-1, keepdim=True), BOUNDS).fit(maxiter=40)
+    paths = gp.draw_paths(kr.fold(kr.root_key(1, "own"), torch.arange(6)), 64)
+    taken = []
+    for fn in (RFFSamplePaths(rff, omegas), paths):
+        orig = type(fn).take
+        monkeypatch.setattr(type(fn), "take", lambda self, index: (taken.append(index.numel()), orig(self, index))[1])
+        keys = kr.fold(kr.root_key(0, "drop"), torch.arange(6))
+        Xa, va = maximize_batched(fn, BOUNDS, 6, raw_samples=128, num_restarts=4, keys=keys, maxiter=60)
+        Xb, vb = maximize_batched(_NoTake(fn), BOUNDS, 6, raw_samples=128, num_restarts=4, keys=keys, maxiter=60)
+        torch.testing.assert_close(Xa, Xb, atol=1e-12, rtol=0)
+        torch.testing.assert_close(va, vb, atol=1e-12, rtol=0)
+        assert taken and all(m < 6 for m in taken), taken  # functions did leave the batch
+        taken.clear()
+
+
+def test_take_selects_functions(problem):
+    from fbo_torch.models.batched_gp import BatchedExactGP
+
+    rff, omegas, _ = problem
+    g = torch.Generator().manual_seed(4)
+    X = torch.rand(6, 10, 2, generator=g, dtype=f64)
+    paths = BatchedExactGP(X, X.sum(-1, keepdim=True), BOUNDS).draw_paths(
+        kr.fold(kr.root_key(2, "own"), torch.arange(6)), 32)
+    index = torch.tensor([4, 1, 1, 5])
+    pts = torch.rand(6, 3, 2, generator=g, dtype=f64)
+    for fn in (RFFSamplePaths(rff, omegas), paths):
+        sub = fn.take(index)
+        torch.testing.assert_close(sub(pts[index]), fn(pts)[index], atol=1e-12, rtol=0)
+        for a, b in zip(sub.value_and_grad(pts[index]), fn.value_and_grad(pts)):
+            torch.testing.assert_close(a, b[index], atol=1e-12, rtol=0)
+        torch.testing.assert_close(sub.lengthscales().expand(4, 2), fn.lengthscales().expand(6, 2)[index])
+
+
 def test_raw_points_are_shifted_sobol_sets():
     keys = kr.fold(kr.root_key(1, "raw"), torch.arange(3))
     U = raw_points(keys, 64, 2, f64)

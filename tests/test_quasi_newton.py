@@ -87,6 +87,28 @@ def test_dropping_converged_problems_changes_no_result(with_values):
     assert plain.converged.all()
 
 
+def test_groups_leave_the_batch_together():
+    # with group = 3, problems 3j..3j+2 leave together: restrict only ever sees whole groups
+    g = torch.Generator().manual_seed(9)
+    c = torch.rand(12, 2, generator=g, dtype=f64)
+    x0 = torch.rand(12, 2, generator=g, dtype=f64) * 2 - 1
+    x0[:6] = c[:6] + 1.0  # groups 0 and 1 start at their minima
+    seen = []
+
+    def restrict(index):
+        seen.append(index)
+        return autograd_value_and_grad(lambda x: rosen(x - c[index])), None
+
+    vg = autograd_value_and_grad(lambda x: rosen(x - c))
+    res = minimize_batched(vg, x0, maxiter=100, restrict=restrict, group=3)
+    plain = minimize_batched(vg, x0, maxiter=100, check_every=None)
+    assert seen and all(i.numel() % 3 == 0 and torch.equal(i.view(-1, 3) % 3, torch.arange(3).expand(i.numel() // 3, 3))
+                        for i in seen)
+    assert torch.equal(res.x, plain.x) and torch.equal(res.iterations, plain.iterations)
+    with pytest.raises(ValueError, match="group"):
+        minimize_batched(vg, x0, restrict=restrict, group=5)
+
+
 def test_nonfinite_candidates_are_rejected():
     # log-barrier at 0: the line search must not accept a step into the region where f is inf
     def vg(x):

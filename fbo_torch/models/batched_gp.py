@@ -638,6 +638,12 @@ class GPThompsonPaths:
         lo, width = gp.bounds[0], gp.bounds[1] - gp.bounds[0]
         return cls(lo, width, W, w, amp, gp.X, v, hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std)
 
+    def take(self, index: Tensor) -> GPThompsonPaths:
+        """The paths ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
+        shared = ("lo", "width")  # the domain's box, d
+        return type(self).from_graph_state(
+            tuple(getattr(self, f) if f in shared else getattr(self, f)[index] for f in self._FIELDS), ())
+
     @property
     def batch_size(self) -> int:
         return self.W.shape[0]

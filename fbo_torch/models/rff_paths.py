@@ -65,6 +65,11 @@ class RFFSamplePaths:
         tensors, config = self.graph_state()
         return type(self).from_graph_state(tuple(t.to(dtype) for t in tensors), config)
 
+    def take(self, index: Tensor) -> RFFSamplePaths:
+        """The functions ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
+        tensors, config = self.graph_state()
+        return type(self).from_graph_state((*tensors[:-1], self.omegas[index]), config)
+
     @property
     def batch_size(self) -> int:
         return self.omegas.shape[0]

@@ -224,7 +224,7 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
     elif refine == "qn":
         ls_fn = getattr(fn, "lengthscales", None)
         ls = None if ls_fn is None else ls_fn().to(width).expand(B, d) / width.squeeze(1)  # unit coordinates
-        U_fin, v_fin = _refine_qn(fn_unit, vg, lo, width, U0, maxiter, max_points, ls)
+        U_fin, v_fin = _refine_qn(fn, lo, width, U0, maxiter, max_points, ls)
     elif refine == "lbfgsb" and fmin_l_bfgs_b_batched is not None:
         U_fin = _refine_lbfgsb(fn_unit, U0, maxiter)
         with torch.no_grad():
@@ -243,7 +243,7 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
     return X_best.detach(), best.detach()
 
 
-def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tensor, maxiter: int,
+def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxiter: int,
                max_points: int = DEFAULT_MAX_POINTS_CUDA, lengthscales: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn).
 
@@ -261,6 +261,15 @@ def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tens
     (``f(x + 4d) − f(x) = −4 gᵀd > 0``), so convergence stays at float roundoff.
     Functions without ``lengthscales()`` keep the plain rule (first step 0.05,
     backtracking from the unit step).
+
+    Functions with a ``take(index)`` method (the functions of the problems ``index``,
+    repeats allowed: :class:`~fbo_torch.models.rff_paths.RFFSamplePaths`,
+    :class:`~fbo_torch.models.batched_gp.GPThompsonPaths`) let the BFGS drop
+    functions whose restarts have all converged on a CPU (``minimize_batched``'s
+    ``restrict``, a function's ``k`` restarts as one group, so its values are the
+    same operations as in the full batch): measured on 200 agents × 16 restarts of
+    GP samples, a mean of 7.5 iterations per restart against a cap of 30 that a
+    few restarts reach.
     """
     B, k, d = U0.shape
     if lengthscales is None:
@@ -269,36 +278,52 @@ def _refine_qn(fn_unit: BatchedFunction, vg, lo: Tensor, width: Tensor, U0: Tens
         init = lengthscales.amin(-1).clamp(max=1.0).unsqueeze(-1).expand(B, k).reshape(B * k)
         step = dict(init_step=init, max_step=4.0, num_steps=5)
 
-    def value_and_grad(x: Tensor) -> tuple[Tensor, Tensor]:
-        U = x.view(B, k, d)
-        if vg is not None:
-            f, g = vg(lo + U * width)
-            g = g * width
-        else:
-            with torch.enable_grad():
-                Ug = U.detach().requires_grad_(True)
-                f = fn_unit(Ug)
-                (g,) = torch.autograd.grad(f.sum(), Ug)
-            f = f.detach()
-        return -f.reshape(-1), -g.reshape(-1, d)
+    def functions(f: BatchedFunction, lo: Tensor, width: Tensor, B: int, k: int):
+        """value-and-gradient and line-search values of the ``B * k`` problems (``k`` restarts of ``f``'s ``B``)."""
+        vg = getattr(f, "value_and_grad", None)
 
-    def values(xs: Tensor) -> Tensor:  # K x (B*k) x d -> K x (B*k): fn on B x (K*k) points per call
-        K = xs.shape[0]
-        # as few calls as the memory cap allows (one for N <= ~10^4 agents: the op count stays flat)
-        per_call = max(1, min(K, (4 * max_points) // max(1, B * k)))
-        out = []
-        for s0 in range(0, K, per_call):
-            Kc = min(per_call, K - s0)
-            U = xs[s0 : s0 + Kc].view(Kc, B, k, d).permute(1, 0, 2, 3).reshape(B, Kc * k, d)
-            with torch.no_grad():
-                f = fn_unit(U)
-            f = torch.where(torch.isnan(f), torch.full_like(f, -torch.inf), f)
-            out.append(-f.view(B, Kc, k).permute(1, 0, 2).reshape(Kc, B * k))
-        return out[0] if len(out) == 1 else torch.cat(out)
+        def fn_unit(U: Tensor) -> Tensor:
+            return f(lo + U * width)
+
+        def value_and_grad(x: Tensor) -> tuple[Tensor, Tensor]:
+            U = x.view(B, k, d)
+            if vg is not None:
+                fv, g = vg(lo + U * width)
+                g = g * width
+            else:
+                with torch.enable_grad():
+                    Ug = U.detach().requires_grad_(True)
+                    fv = fn_unit(Ug)
+                    (g,) = torch.autograd.grad(fv.sum(), Ug)
+                fv = fv.detach()
+            return -fv.reshape(-1), -g.reshape(-1, d)
+
+        def values(xs: Tensor) -> Tensor:  # K x (B*k) x d -> K x (B*k): fn on B x (K*k) points per call
+            K = xs.shape[0]
+            # as few calls as the memory cap allows (one for N <= ~10^4 agents: the op count stays flat)
+            per_call = max(1, min(K, (4 * max_points) // max(1, B * k)))
+            out = []
+            for s0 in range(0, K, per_call):
+                Kc = min(per_call, K - s0)
+                U = xs[s0 : s0 + Kc].view(Kc, B, k, d).permute(1, 0, 2, 3).reshape(B, Kc * k, d)
+                with torch.no_grad():
+                    fv = fn_unit(U)
+                fv = torch.where(torch.isnan(fv), torch.full_like(fv, -torch.inf), fv)
+                out.append(-fv.view(B, Kc, k).permute(1, 0, 2).reshape(Kc, B * k))
+            return out[0] if len(out) == 1 else torch.cat(out)
+
+        return value_and_grad, values
+
+    value_and_grad, values = functions(fn, lo, width, B, k)
+    restrict = None
+    if hasattr(fn, "take"):
+        def restrict(index: Tensor):  # problem b * k + j is restart j of function b; whole functions leave
+            agent = torch.div(index[::k], k, rounding_mode="floor")
+            return functions(fn.take(agent), lo[agent], width[agent], agent.numel(), k)
 
     res = minimize_batched(
         value_and_grad, U0.reshape(B * k, d), values=values, lower=0.0, upper=1.0, maxiter=maxiter,
-        gtol=1e-9, ftol=1e-12, **step,
+        gtol=1e-9, ftol=1e-12, restrict=restrict, group=k, **step,
     )
     return res.x.view(B, k, d), -res.fun.view(B, k)
 

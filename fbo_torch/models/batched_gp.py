@@ -306,13 +306,13 @@ class BatchedExactGP:
         t.add_(self._pair_bias)
         if self.spec.outputscale:
             t.add_(torch.log(os_).unsqueeze(-1).unsqueeze(-1))
-        grad_mode = torch.is_grad_enabled() and t.requires_grad
-        Kf = t.exp() if grad_mode else t.exp_()
-        K = Kf.clone() if (signal or grad_mode) else Kf
         diag = torch.where(self.mask, hp["noise"].unsqueeze(-1), 1.0)
-        if grad_mode:  # out of place: autograd keeps the exp's output for its backward
-            K = K + torch.diag_embed(diag.expand(K.shape[:-1]))
+        if torch.is_grad_enabled() and t.requires_grad:  # out of place: autograd keeps the exp's output
+            Kf = t.exp()
+            K = Kf + torch.diag_embed(diag.expand(Kf.shape[:-1]))
         else:
+            Kf = t.exp_()
+            K = Kf.clone() if signal else Kf
             K.diagonal(dim1=-2, dim2=-1).add_(diag)
         return (Kf if signal else None), K
 

@@ -17,6 +17,7 @@ normalized map (``‖φ(x)‖ = σ₀``) gives ``f = σ₀ ωᵀc / ‖c‖`` an
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -67,8 +68,9 @@ class RFFSamplePaths:
 
     def take(self, index: Tensor) -> RFFSamplePaths:
         """The functions ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
-        tensors, config = self.graph_state()
-        return type(self).from_graph_state((*tensors[:-1], self.omegas[index]), config)
+        sub = copy.copy(self)  # the feature map is shared; only the weight vectors are per function
+        sub.omegas = self.omegas[index]
+        return sub
 
     @property
     def batch_size(self) -> int:

@@ -185,7 +185,7 @@ def minimize_batched(
     if values is None:  # K calls; pass `values` for one batched call
         values = _stacked(value_and_grad)
     full: list[Tensor] | None = None  # x, f, g, done, iters of the whole batch once problems were dropped
-    index = torch.arange(B, device=dev)  # the problems still in the batch
+    index: Tensor | None = None  # then: the problems still in the batch
 
     alphas = max_step * shrink ** torch.arange(num_steps, dtype=dt, device=dev)  # K
     eye = torch.eye(p, dtype=dt, device=dev)
@@ -276,7 +276,7 @@ def minimize_batched(
                 break
             if restrict is not None and 4 * num_done >= group_done.numel():  # go on with the groups still moving
                 if full is None:
-                    full = [t.clone() for t in (x, f, g, done, iters)]
+                    full, index = [t.clone() for t in (x, f, g, done, iters)], torch.arange(B, device=dev)
                 else:
                     for t, v in zip(full, (x, f, g, done, iters)):
                         t[index] = v

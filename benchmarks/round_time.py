@@ -84,59 +84,6 @@ def machine_info(device: str) -> dict:
 
 
 # ---------------------------------------------------------------------- cell
-#: Operators that never launch a kernel (views, allocations, metadata).
-NO_KERNEL = {
-    "aten::view", "aten::empty", "aten::empty_strided", "aten::as_strided", "aten::reshape", "aten::expand",
-    "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice", "aten::t", "aten::transpose",
-    "aten::permute", "aten::detach", "aten::alias", "aten::resize_", "aten::empty_like", "aten::lift_fresh",
-    "aten::_unsafe_view", "aten::numpy_T", "aten::mT", "aten::matrix_H", "aten::unbind", "aten::split",
-    "aten::chunk", "aten::diagonal", "aten::narrow", "aten::expand_as", "aten::view_as", "aten::squeeze_",
-    "aten::unsqueeze_", "aten::result_type", "aten::_reshape_alias", "aten::is_nonzero_dummy", "aten::size",
-    "aten::stride", "aten::dim", "aten::is_floating_point", "aten::_has_compatible_shallow_copy_type",
-    "aten::_to_copy_dummy", "aten::to", "aten::contiguous", "aten::broadcast_tensors", "aten::flatten",
-    "aten::movedim", "aten::type_as", "aten::real", "aten::conj", "aten::resolve_conj", "aten::resolve_neg",
-}
-SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"}
-
-
-def count_ops(fn) -> dict:
-    """Leaf operators, estimated kernel launches (eager, and with the CUDA graphs the engine
-    uses on a GPU) and host synchronizations of ``fn()``, counted on any device."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from fbo_torch.utils.cuda_graphs import GRAPH_REGION
-
-    os.environ["FBO_SYNC_FREE"] = "1"  # count the GPU's code path (a CPU otherwise stops loops early)
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn()
-    finally:
-        del os.environ["FBO_SYNC_FREE"]
-    events = prof.events()
-    leaf = [e for e in events if e.name.startswith("aten::") and not any(
-        c.name.startswith("aten::") for c in e.cpu_children)]
-
-    def in_graph(e) -> bool:
-        p = e.cpu_parent
-        while p is not None:
-            if p.name.startswith(GRAPH_REGION):
-                return True
-            p = p.cpu_parent
-        return False
-
-    kernels = [e for e in leaf if e.name not in NO_KERNEL]
-    regions = [e for e in events if e.name.startswith(GRAPH_REGION) and not in_graph(e)]
-    # a replay: copy each input into the graph's static inputs, one graph launch, clone ~2 outputs
-    replay = sum(1 + int(e.name.rsplit("::", 1)[-1]) + 2 for e in regions)
-    return {
-        "leaf_ops": len(leaf),
-        "kernel_ops": len(kernels),
-        "kernel_ops_with_graphs": sum(1 for e in kernels if not in_graph(e)) + replay,
-        "graph_replays": len(regions),
-        "syncs": sum(1 for e in events if e.name in SYNC_OPS),
-    }
-
-
 def profile_cuda(fn) -> dict:
     """Kernel launches, synchronizations, device-host copies and GPU busy time of ``fn()`` on CUDA."""
     import torch
@@ -168,6 +115,7 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
     from fbo_torch.runners.common import Domain, maximize_broadcast
     from fbo_torch.runners.dp_fts_de import DPFTSDESettings, federation_agent_keys, federation_keys
     from fbo_torch.utils import keyed_random as kr
+    from fbo_torch.utils.op_count import count_ops
 
     dev = torch.device(device)
     f64 = torch.float64

@@ -14,7 +14,7 @@ from fbo_torch.runners.dp_fts_de import DPFTSDERunner, DPFTSDESettings, federati
 from fbo_torch.utils import keyed_random as kr
 
 f64 = torch.float64
-SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::item"}
+from fbo_torch.utils.op_count import SYNC_OPS
 
 
 @pytest.fixture(scope="module")

@@ -126,11 +126,6 @@ def get_spec(spec: str | GPSpec) -> GPSpec:
     return GP_SPECS[spec]
 
 
-def _lognormal_logpdf(x: Tensor, loc: float, scale: float) -> Tensor:
-    lx = torch.log(x)
-    return -0.5 * ((lx - loc) / scale) ** 2 - math.log(scale) - 0.5 * _LOG2PI - lx
-
-
 class BatchedExactGP:
     r"""``B`` independent exact GPs with a :class:`GPSpec`, as batched tensors.
 
@@ -232,19 +227,22 @@ class BatchedExactGP:
         """
         s, d = self.spec, self.dim
         k = d if s.ard else 1
-        ls = s.lengthscale_lower + params[..., :k].exp()
+        con, _ = self._constrained(params)
+        ls = con[..., :k]
         if not s.ard:
             ls = ls.expand(*params.shape[:-1], d)
-        i = k
-        if s.outputscale:
-            os_ = params[..., i].exp()
-            i += 1
-        else:
-            os_ = torch.ones_like(params[..., 0])
-        noise = s.noise_lower + params[..., i].exp()
-        i += 1
-        mean = params[..., i] if s.mean == "constant" else torch.zeros_like(params[..., 0])
+        os_ = con[..., k] if s.outputscale else torch.ones_like(params[..., 0])
+        noise = con[..., k + int(s.outputscale)]
+        mean = params[..., -1] if s.mean == "constant" else torch.zeros_like(params[..., 0])
         return {"lengthscale": ls, "outputscale": os_, "noise": noise, "mean": mean}
+
+    def _constrained(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        r"""``(x, e)``: the positive hyperparameters ``x = x_min + e``, ``e = exp(p)``, in the
+        order of ``params`` (lengthscales, signal variance, noise; ``... x (p - 1)`` with a
+        constant mean, else ``... x p``), in two tensor operations."""
+        c = self._consts()
+        e = params[..., : c["num_positive"]].exp()
+        return e + c["lower"], e
 
     def pack(self, lengthscale: Tensor, noise: Tensor, outputscale: Tensor | None = None, mean: Tensor | None = None) -> Tensor:
         """Unconstrained parameters from constrained values (inverse of :meth:`unpack`)."""
@@ -285,9 +283,37 @@ class BatchedExactGP:
             self._bias = torch.zeros(mm.shape, dtype=self.X.dtype, device=self.X.device).masked_fill_(~mm, -torch.inf)
         return self._bias
 
-    def _train_parts(self, hp: dict[str, Tensor], signal: bool = True) -> tuple[Tensor | None, Tensor]:
-        r"""``(K_f, K_f + σ²I)``: the masked signal covariance and the full one with
-        masked rows/columns replaced by identity, both ``... x B x n x n``.
+    def _consts(self) -> dict:
+        r"""Tensors that depend only on the data and the spec, built once per GP (the fit
+        evaluates the MLL a few hundred times on the same data): masks as numbers, ``1/n``,
+        the MLL's constant, the priors' locations and scales, the positive parameters' lower bounds."""
+        c = getattr(self, "_const_cache", None)
+        if c is not None:
+            return c
+        s, d = self.spec, self.dim
+        dt, dev = self.X.dtype, self.X.device
+        k = d if s.ard else 1
+        mask_f = self.mask.to(dt)
+        n = self.num_valid.to(dt)
+        const = 0.5 * _LOG2PI * n  # −log N's constant; the priors' normalizers are added below
+        lower = [s.lengthscale_lower] * k + [0.0] * int(s.outputscale) + [s.noise_lower]
+        c = {"mask_f": mask_f, "pad_f": 1.0 - mask_f, "inv_n": 1.0 / n.clamp_min(1), "num_positive": len(lower),
+             "lower": constant_tensor(lower, dtype=dt, device=dev), "k": k}
+        if s.priors:
+            loc, scale = s.ls_prior(d)
+            locs, scales = [loc] * k + [-4.0], [scale] * k + [1.0]  # lengthscales, noise: LogNormal
+            inv_s = constant_tensor([1.0 / v for v in scales], dtype=dt, device=dev)
+            c["prior_inv_scale"] = inv_s
+            c["prior_shift"] = constant_tensor([-m / v for m, v in zip(locs, scales)], dtype=dt, device=dev)
+            const = const + sum(math.log(v) + 0.5 * _LOG2PI for v in scales)
+        c["const"] = const
+        self._const_cache = c
+        return c
+
+    def _train_parts(self, x: Tensor, params: Tensor, signal: bool = True) -> tuple[Tensor | None, Tensor, Tensor]:
+        r"""``(K_f, K_f + σ²I, ℓ⁻²)``: the masked signal covariance and the full one with
+        masked rows/columns replaced by identity, both ``... x B x n x n``, from the
+        constrained hyperparameters ``x`` (:meth:`_constrained`).
 
         ``K_f = exp(log s² − ½ Σ_j D_j/ℓ_j² + bias)``: one ``... x B x n x n`` allocation
         and two passes in place (an out-of-place chain of products, ``where`` and
@@ -295,30 +321,34 @@ class BatchedExactGP:
         as much as the arithmetic). With ``signal=False`` only ``K`` is built (``None``
         for ``K_f``) and, unless autograd records, in the same memory.
         """
+        s, c = self.spec, self._consts()
+        k = c["k"]
         D = self.sqdist
-        ls, os_ = hp["lengthscale"], hp["outputscale"]
+        inv_ls2 = x[..., :k].pow(-2)
         if D.shape[-1] == 1:
-            t = D.squeeze(-1) * (-0.5 * ls[..., :1].pow(-2)).unsqueeze(-1)
+            t = D.squeeze(-1) * (-0.5 * inv_ls2).unsqueeze(-1)
         else:
             n = D.shape[-2]
-            t = D.flatten(-3, -2) @ (-0.5 * ls.pow(-2)).unsqueeze(-1)  # ... x n² x 1
+            t = D.flatten(-3, -2) @ (-0.5 * inv_ls2).unsqueeze(-1)  # ... x n² x 1
             t = t.view(*t.shape[:-2], n, n)
-        t.add_(self._pair_bias)
-        if self.spec.outputscale:
-            t.add_(torch.log(os_).unsqueeze(-1).unsqueeze(-1))
-        diag = torch.where(self.mask, hp["noise"].unsqueeze(-1), 1.0)
-        if torch.is_grad_enabled() and t.requires_grad:  # out of place: autograd keeps the exp's output
+        grad = torch.is_grad_enabled() and t.requires_grad  # autograd: out of place
+        t = t + self._pair_bias if grad else t.add_(self._pair_bias)
+        if s.outputscale:  # log s² is the unconstrained parameter itself
+            log_os = params[..., k].unsqueeze(-1).unsqueeze(-1)
+            t = t + log_os if grad else t.add_(log_os)
+        diag = torch.addcmul(c["pad_f"], x[..., k + int(s.outputscale)].unsqueeze(-1), c["mask_f"])
+        if grad:  # out of place: autograd keeps the exp's output
             Kf = t.exp()
             K = Kf + torch.diag_embed(diag.expand(Kf.shape[:-1]))
         else:
             Kf = t.exp_()
             K = Kf.clone() if signal else Kf
             K.diagonal(dim1=-2, dim2=-1).add_(diag)
-        return (Kf if signal else None), K
+        return (Kf if signal else None), K, inv_ls2
 
-    def _train_cov(self, hp: dict[str, Tensor]) -> Tensor:
+    def _train_cov(self, params: Tensor) -> Tensor:
         """``B x n x n`` covariance ``K + σ²I`` with masked rows/columns replaced by identity."""
-        return self._train_parts(hp, signal=False)[1]
+        return self._train_parts(self._constrained(params)[0], params, signal=False)[1]
 
     def mll(self, params: Tensor | None = None) -> Tensor:
         r"""GPyTorch's ``ExactMarginalLogLikelihood`` (incl. priors) per agent: ``...`` (``... x p`` params).
@@ -326,25 +356,7 @@ class BatchedExactGP:
         ``(log N(y | c, K + σ²I) + log priors) / n`` on the standardized outcomes
         and normalized inputs; ``-inf`` where the covariance is not positive definite.
         """
-        params = self.params if params is None else params
-        hp = self.unpack(params)
-        K = self._train_cov(hp)
-        L, info = torch.linalg.cholesky_ex(K)
-        r = torch.where(self.mask, self.y - hp["mean"].unsqueeze(-1), 0.0)
-        alpha = torch.linalg.solve_triangular(L, r.unsqueeze(-1), upper=False).squeeze(-1)
-        n = self.num_valid
-        logdet = torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)
-        ll = -0.5 * (alpha * alpha).sum(-1) - logdet - 0.5 * n * _LOG2PI
-        if self.spec.priors:
-            ll = ll + self._log_prior(hp)
-        ll = ll / n.clamp_min(1)
-        return torch.where(info == 0, ll, torch.full_like(ll, -torch.inf))
-
-    def _log_prior(self, hp: dict[str, Tensor]) -> Tensor:
-        """BoTorch's LogNormal priors on the lengthscales and the noise, summed: ``...``."""
-        loc, scale = self.spec.ls_prior(self.dim)
-        ls = hp["lengthscale"] if self.spec.ard else hp["lengthscale"][..., :1]
-        return _lognormal_logpdf(ls, loc, scale).sum(-1) + _lognormal_logpdf(hp["noise"], -4.0, 1.0)
+        return self._mll(self.params if params is None else params, False, 1.0)[0]
 
     def mll_and_grad(self, params: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r""":meth:`mll` and its gradient in the unconstrained parameters, in closed form.
@@ -359,57 +371,74 @@ class BatchedExactGP:
         authors' setup (11 starts × 580 GPs, n ≈ 60) the backward pass took half of
         every refit; this costs one factorization-sized product instead.
         """
-        params = self.params if params is None else params
-        s, d = self.spec, self.dim
-        hp = self.unpack(params)
-        ls, noise = hp["lengthscale"], hp["noise"]
-        mask = self.mask
-        Kf, K = self._train_parts(hp)
-        eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
+        return self._mll(self.params if params is None else params, True, 1.0)
+
+    def _mll(self, params: Tensor, with_grad: bool, sign: float) -> tuple[Tensor, Tensor | None]:
+        r"""``sign ·`` :meth:`mll` (and its gradient): the fit minimizes ``−mll`` with ``sign = −1``
+        at no extra cost. Written for few tensor operations (each is a kernel launch on a GPU, and
+        the fit evaluates this a few hundred times): constants folded once (:meth:`_consts`), the
+        signal variance's log taken from the parameters, the priors of all lengthscales and the
+        noise as one vector expression, every quadratic form a batched product."""
+        s, c = self.spec, self._consts()
+        k = c["k"]
+        x, e = self._constrained(params)
+        Kf, K, inv_ls2 = self._train_parts(x, params, signal=with_grad)
         L, info = torch.linalg.cholesky_ex(K)
-        r = torch.where(mask, self.y - hp["mean"].unsqueeze(-1), 0.0)
-        # K⁻¹ = L⁻ᵀL⁻¹ by triangular solves: unlike cholesky_inverse/cholesky_solve they neither raise on a
-        # failed factorization (masked below) nor read an error flag on the host (no CUDA sync)
-        Li = torch.linalg.solve_triangular(L, eye.expand_as(L), upper=False)
-        Kinv = Li.mT @ Li
-        alpha = (Kinv @ r.unsqueeze(-1)).squeeze(-1)  # K⁻¹r; 0 on masked entries
-        n = self.num_valid
-        logdet = torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)
-        ll = -0.5 * (r * alpha).sum(-1) - logdet - 0.5 * n * _LOG2PI
+        r = torch.addcmul(self.y, params[..., -1:], c["mask_f"], value=-1.0) if s.mean == "constant" else \
+            self.y.expand(K.shape[:-1])  # y − c, 0 on masked entries
+        r = r.unsqueeze(-1)
+        if with_grad:
+            # K⁻¹ = L⁻ᵀL⁻¹ by triangular solves: unlike cholesky_inverse/cholesky_solve they neither raise on a
+            # failed factorization (masked below) nor read an error flag on the host (no CUDA sync)
+            eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
+            Li = torch.linalg.solve_triangular(L, eye.expand_as(L), upper=False)
+            Kinv = Li.mT @ Li
+            alpha = Kinv @ r  # K⁻¹r; 0 on masked entries
+            quad = (r.mT @ alpha).view(K.shape[:-2])
+        else:
+            z = torch.linalg.solve_triangular(L, r, upper=False)
+            quad = (z.mT @ z).view(K.shape[:-2])
+        # −n · mll = Σ log L_ii + ½ rᵀK⁻¹r + ½ n log 2π (− log priors)
+        acc = torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1).add_(quad, alpha=0.5).add_(c["const"])
+        if s.priors:
+            # LogNormal on the lengthscales and the noise: −log p = ½ z² + log x + const, z = (log x − loc)/scale
+            xp = x[..., [*range(k), k + 1]] if s.outputscale else x
+            lx = torch.log(xp)
+            zp = torch.addcmul(c["prior_shift"], lx, c["prior_inv_scale"])
+            acc = acc + torch.addcmul(lx, zp, zp, value=0.5).sum(-1)
+        scale = c["inv_n"] * -sign  # value = sign · mll = −sign · acc / n
+        ok = info == 0
+        value = torch.where(ok, acc * scale, -sign * torch.inf)
+        if not with_grad:
+            return value, None
         # W = ααᵀ − K⁻¹ and GK = W ∘ K_f in K⁻¹'s memory (each fresh n x n batch costs a pass of page faults)
         nn = Kinv.shape[-1]
         W = Kinv.neg_()
         W.view(-1, nn, nn).baddbmm_(alpha.reshape(-1, nn, 1), alpha.reshape(-1, 1, nn))  # ... x n x n
-        diagW = torch.where(mask, W.diagonal(dim1=-2, dim2=-1), 0.0).sum(-1)
+        diagW = (W.diagonal(dim1=-2, dim2=-1) * c["mask_f"]).sum(-1)
         GK = W.mul_(Kf)  # zero outside the valid block
-        # ∂K_f/∂ℓ_j = K_f (x_ij − x_kj)² / ℓ_j³ and ∂ℓ_j/∂p_j = ℓ_j − ℓ_min (shared ℓ: summed over j)
+        # ∂(n·mll)/∂p: lengthscales ½ Σ GK D_j / ℓ_j³ · (ℓ_j − ℓ_min), i.e. ½ GD · ℓ⁻² · e/ℓ;
+        # signal variance ½ Σ GK; noise ½ tr(W) e_σ²; mean Σα (accumulated as −n·∂mll, like acc)
         Dsq = self.sqdist
         GD = (GK.flatten(-2).unsqueeze(-2) @ Dsq.flatten(-3, -2)).squeeze(-2)  # Σ_ik GK_ik D_ikj: ... x k
-        ls_k = ls[..., : Dsq.shape[-1]]
-        parts = [0.5 * GD * (ls_k - s.lengthscale_lower) / ls_k.pow(3)]
+        parts = [GD * (inv_ls2 * e[..., :k] / x[..., :k]).mul_(-0.5)]
         if s.outputscale:
-            parts.append(0.5 * GK.sum((-2, -1)).unsqueeze(-1))
-        parts.append((0.5 * diagW * (noise - s.noise_lower)).unsqueeze(-1))
+            parts.append(GK.sum((-2, -1)).mul_(-0.5).unsqueeze(-1))
+        parts.append((diagW * e[..., k + int(s.outputscale)]).mul_(-0.5).unsqueeze(-1))
         if s.mean == "constant":
-            parts.append(alpha.sum(-1, keepdim=True))
+            parts.append(alpha.sum(-2).neg_())
         grad = torch.cat(parts, -1)
         if s.priors:
-            ll = ll + self._log_prior(hp)
-            loc, scale = s.ls_prior(d)
-            ls_k = ls if s.ard else ls[..., :1]
-            k = ls_k.shape[-1]
-            # d/dx log LogNormal(x) = −((log x − loc)/scale² + 1)/x, times ∂x/∂p = x − x_min
-            dls = -((torch.log(ls_k) - loc) / scale**2 + 1.0) / ls_k * (ls_k - s.lengthscale_lower)
-            dnoise = -((torch.log(noise) - (-4.0)) / 1.0 + 1.0) / noise * (noise - s.noise_lower)
-            i_noise = k + int(s.outputscale)
-            prior_grad = torch.zeros_like(grad)
-            prior_grad[..., :k] = dls
-            prior_grad[..., i_noise] = dnoise
-            grad = grad + prior_grad
-        nc = n.clamp_min(1)
-        ll, grad = ll / nc, grad / nc.unsqueeze(-1)
-        ok = info == 0
-        return torch.where(ok, ll, torch.full_like(ll, -torch.inf)), torch.where(ok.unsqueeze(-1), grad, 0.0)
+            # ∂/∂p (½ z² + log x) = (z/scale + 1) · e/x
+            gp = torch.addcmul(torch.ones((), dtype=e.dtype, device=e.device), zp, c["prior_inv_scale"])
+            gp = gp * (e[..., [*range(k), k + 1]] if s.outputscale else e) / xp
+            if s.outputscale:
+                grad[..., :k] += gp[..., :k]
+                grad[..., k + 1] += gp[..., k]
+            else:
+                grad[..., : k + 1] += gp
+        grad = grad * scale.unsqueeze(-1)
+        return value, torch.where(ok.unsqueeze(-1), grad, 0.0)
 
     def fit(self, maxiter: int = 60, restarts: Tensor | None = None, **options) -> BatchedExactGP:
         r"""Maximize each agent's MLL from its current parameters (warm start).
@@ -440,13 +469,12 @@ class BatchedExactGP:
 
             def functions(gp: BatchedExactGP):
                 def vg(x: Tensor) -> tuple[Tensor, Tensor]:
-                    f, g = gp.mll_and_grad(x)
-                    return -f, -g
+                    return gp._mll(x, True, -1.0)  # −mll and its gradient
 
                 def values(xs: Tensor) -> Tensor:
                     with torch.no_grad():
-                        f = -gp.mll(xs)
-                    return torch.where(torch.isnan(f), torch.full_like(f, torch.inf), f)
+                        f = gp._mll(xs, False, -1.0)[0]
+                    return f.nan_to_num_(nan=torch.inf, posinf=torch.inf, neginf=-torch.inf)
 
                 return vg, values
 
@@ -514,7 +542,7 @@ class BatchedExactGP:
     def cholesky(self) -> Tensor:
         r"""``B x n x n`` Cholesky factor of ``K + σ²I`` at the current parameters."""
         if self._chol is None:
-            K = self._train_cov(self.hyperparameters)
+            K = self._train_cov(self.params)
             L, info = torch.linalg.cholesky_ex(K)
             # a failed factorization (not expected with σ² ≥ σ²_min) falls back to a jittered one
             jitter = 1e-6 * torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
@@ -614,11 +642,52 @@ class GPThompsonPaths:
     gradient in closed form (a handful of batched operations).
     """
 
+    #: Callable on ``... x B x C x d`` points (a maximizer may stack its line-search candidates in front).
+    leading_dims = True
+
     def __init__(self, lo: Tensor, width: Tensor, W: Tensor, w: Tensor, amp: Tensor, X: Tensor, v: Tensor,
                  ls: Tensor, os_: Tensor, mean: Tensor, y_mean: Tensor, y_std: Tensor) -> None:
         self.lo, self.width = lo, width
         self.W, self.w, self.amp, self.Xt, self.v, self.ls, self.os, self.mean = W, w, amp, X, v, ls, os_, mean
         self.y_mean, self.y_std = y_mean, y_std
+        self._ready = False
+
+    def _prepare(self) -> None:
+        r"""Fold every per-path constant into the matrices it multiplies, once per batch of paths
+        (at the first evaluation: a maximizer that captures the paths as a CUDA graph rebuilds
+        them from :meth:`graph_state` inside the graph, and only that copy is evaluated).
+
+        A maximizer evaluates the paths at every BFGS iteration (a few dozen times per
+        round); what does not depend on the points is computed here, so an evaluation
+        is ~17 tensor operations (~23 with the gradient) instead of ~30 (~43):
+
+        * ``[sin z, cos z] = cos([z − π/2, z])`` with ``z = (x − lo) W'ᵀ``, ``W' = W / width``:
+          one product and one ``cos`` for both halves of the features;
+        * the outcome scale ``y_std`` and the feature amplitude folded into the feature
+          weights, ``v`` and the constant; the lengthscales into the scaled training inputs
+          ``b = X/ℓ`` and their squared norms.
+        """
+        B, F2, d = self.W.shape
+        inv_w = 1.0 / self.width  # d
+        Wx = self.W * inv_w  # B x F/2 x d: frequencies in domain units
+        self._W2t = torch.cat([Wx, Wx], -2).mT  # B x d x F
+        self._off = torch.zeros(2 * F2, dtype=self.W.dtype, device=self.W.device)
+        self._off[:F2] = -0.5 * math.pi  # sin z = cos(z − π/2)
+        scale = self.amp * self.y_std  # B
+        wA = self.w * scale.unsqueeze(-1)  # B x F
+        self._wA = wA.unsqueeze(-1)  # B x F x 1
+        self._gW = -(wA.unsqueeze(-1) * self._W2t.mT)  # B x F x d: ∇ of the prior part is sin(·) @ this
+        inv_ls = 1.0 / self.ls  # B x d
+        self._q = (inv_ls * inv_w).unsqueeze(-2)  # B x 1 x d: (x − lo) → (x̃ / ℓ)
+        b = self.Xt * inv_ls.unsqueeze(-2)  # B x n x d
+        self._bt = b.mT  # B x d x n
+        self._bb = (b * b).sum(-1).unsqueeze(-2)  # B x 1 x n
+        vs = self.v * self.y_std.unsqueeze(-1)  # B x n
+        self._v = vs.unsqueeze(-1)  # B x n x 1
+        self._vb = vs.unsqueeze(-1) * b  # B x n x d
+        self._log_os = torch.log(self.os).view(-1, 1, 1)
+        self._const = (self.y_mean + self.y_std * self.mean).view(-1, 1)
+        self._ready = True
 
     @classmethod
     def from_draws(cls, gp: BatchedExactGP, W: Tensor, w: Tensor, eps: Tensor) -> GPThompsonPaths:
@@ -663,6 +732,7 @@ class GPThompsonPaths:
         obj = cls.__new__(cls)
         for f, t in zip(cls._FIELDS, tensors):
             setattr(obj, f, t)
+        obj._ready = False
         return obj
 
     def astype(self, dtype: torch.dtype) -> GPThompsonPaths:
@@ -671,32 +741,30 @@ class GPThompsonPaths:
 
     def _parts(self, X: Tensor, grad: bool):
         # every reduction over features or data points is a batched matrix product (no
-        # elementwise pass over B x C x F): weights fold into the matrices they multiply
-        U = (X - self.lo) / self.width  # ... x B x C x d
+        # elementwise pass over B x C x F): weights are folded into the matrices (_prepare)
+        if not self._ready:
+            self._prepare()
+        Xc = X - self.lo  # ... x B x C x d
         inplace = not (torch.is_grad_enabled() and X.requires_grad)  # in-place only without autograd
-        F2 = self.W.shape[-2]
-        lin = U @ self.W.mT  # ... x B x C x F/2
-        s = torch.sin(lin)
-        c = lin.cos_() if inplace else torch.cos(lin)
-        ws, wc = self.w[:, :F2].unsqueeze(-1), self.w[:, F2:].unsqueeze(-1)  # B x F/2 x 1
-        amp = self.amp.view(-1, 1)
-        f = amp * ((s @ ws) + (c @ wc)).squeeze(-1)
-        inv_ls = 1.0 / self.ls.unsqueeze(-2)  # B x 1 x d
-        a, b = U * inv_ls, self.Xt * inv_ls
-        diff_sq = (a * a).sum(-1, keepdim=True) - 2.0 * a @ b.mT + (b * b).sum(-1).unsqueeze(-2)
+        lin = Xc @ self._W2t  # ... x B x C x F
+        lin = lin.add_(self._off) if inplace else lin + self._off
+        s = torch.sin(lin) if grad else None
+        c = lin.cos_() if inplace else torch.cos(lin)  # [sin z, cos z]
+        f = c @ self._wA  # ... x B x C x 1
+        a = Xc * self._q  # x̃ / ℓ
+        ab = a @ self._bt  # ... x B x C x n
+        D = ((a * a).sum(-1, keepdim=True) + self._bb).add_(ab, alpha=-2.0) if inplace else \
+            (a * a).sum(-1, keepdim=True) + self._bb - 2.0 * ab  # squared scaled distances
         if inplace:
-            k = torch.exp(diff_sq.clamp_min_(0.0).mul_(-0.5)).mul_(self.os.view(-1, 1, 1))  # ... x B x C x n
+            k = torch.add(self._log_os, D.clamp_min_(0.0), alpha=-0.5).exp_()
         else:
-            k = torch.exp(-0.5 * diff_sq.clamp_min(0.0)) * self.os.view(-1, 1, 1)
-        kv = (k @ self.v.unsqueeze(-1)).squeeze(-1)  # ... x B x C
-        f = f + kv + self.mean.view(-1, 1)
-        out = self.y_mean.view(-1, 1) + self.y_std.view(-1, 1) * f
+            k = torch.exp(self._log_os - 0.5 * D.clamp_min(0.0))
+        kv = k @ self._v  # ... x B x C x 1
+        out = (f + kv).squeeze(-1) + self._const
         if not grad:
             return out, None
-        # d/dU: prior amp·(cos·(w_s ⊙ W) − sin·(w_c ⊙ W)); data Σ_j v_j k_j (x_j − x)/ℓ²
-        gp_ = amp.unsqueeze(-1) * (c @ (ws * self.W) - s @ (wc * self.W))
-        gk = (k @ (self.v.unsqueeze(-1) * self.Xt) - kv.unsqueeze(-1) * U) * (inv_ls * inv_ls)
-        g = (gp_ + gk) * (self.y_std.view(-1, 1, 1) / self.width)
+        # d/dx: prior sin(·) @ (−w ⊙ W'); data Σ_j v_j k_j (b_j − a) ⊙ ∂a/∂x
+        g = s @ self._gW + torch.addcmul(k @ self._vb, kv, a, value=-1.0) * self._q
         return out, g
 
     def __call__(self, X: Tensor) -> Tensor:

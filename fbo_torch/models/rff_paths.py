@@ -37,6 +37,9 @@ class RFFSamplePaths:
     Called on ``B x C x d`` (or ``... x B x C x d``) points, returns ``... x B x C``.
     """
 
+    #: Callable on ``... x B x C x d`` points (a maximizer may stack its line-search candidates in front).
+    leading_dims = True
+
     def __init__(self, features: RandomFourierFeatures, omegas: Tensor) -> None:
         check_tensor("omegas", omegas)
         if omegas.ndim != 2 or omegas.shape[-1] != features.num_features:
@@ -49,6 +52,18 @@ class RFFSamplePaths:
         self.outputscale = features.outputscale.to(omegas)
         self.lengthscale = features.lengthscale.to(omegas)  # d
         self.normalize = features.normalize
+        self._ready = False
+
+    def _prepare(self) -> None:
+        """Per-batch constants, once at the first evaluation (not at every one): ``σ₀`` or the
+        unnormalized amplitude, ``Sᵀ`` and ``−ω ⊙ S`` (the gradient's first product)."""
+        M = self.spectral.shape[0]
+        s0 = self.outputscale.sqrt()
+        self._amp = s0 if self.normalize else s0 * math.sqrt(2.0 / M)
+        self._St = self.spectral.T.contiguous()  # d x M
+        self._om = self.omegas.unsqueeze(-1)  # B x M x 1
+        self._nSw = -(self._om * self.spectral)  # B x M x d
+        self._ready = True
 
     # a pure function of tensors: maximizers may capture it as a CUDA graph
     def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
@@ -59,6 +74,7 @@ class RFFSamplePaths:
         obj = cls.__new__(cls)
         obj.spectral, obj.phase, obj.outputscale, obj.lengthscale, obj.omegas = tensors
         (obj.normalize,) = config
+        obj._ready = False
         return obj
 
     def astype(self, dtype: torch.dtype) -> RFFSamplePaths:
@@ -70,6 +86,7 @@ class RFFSamplePaths:
         """The functions ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
         sub = copy.copy(self)  # the feature map is shared; only the weight vectors are per function
         sub.omegas = self.omegas[index]
+        sub._ready = False
         return sub
 
     @property
@@ -81,41 +98,40 @@ class RFFSamplePaths:
         return self.lengthscale
 
     def _lin(self, X: Tensor) -> Tensor:
-        S = self.spectral
-        check_last_dim("X", X, S.shape[-1])
+        check_last_dim("X", X, self.spectral.shape[-1])
+        if not self._ready:
+            self._prepare()
         d = X.shape[-1]
-        return torch.addmm(self.phase, X.reshape(-1, d), S.T).view(*X.shape[:-1], -1)  # ... x B x C x M
-
-    def _scale(self, c: Tensor) -> tuple[Tensor, Tensor | None]:
-        s0 = self.outputscale.sqrt()
-        if self.normalize:
-            nrm2 = torch.linalg.vector_norm(c, dim=-1).square().clamp_min(torch.finfo(c.dtype).tiny)
-            return s0 / nrm2.sqrt(), nrm2
-        return s0 * math.sqrt(2.0 / self.spectral.shape[0]) * torch.ones_like(c[..., 0]), None
+        return torch.addmm(self.phase, X.reshape(-1, d), self._St).view(*X.shape[:-1], -1)  # ... x B x C x M
 
     def __call__(self, X: Tensor) -> Tensor:
         """Values ``... x B x C`` at ``... x B x C x d`` points."""
         lin = self._lin(X)
         c = lin.cos_() if not (torch.is_grad_enabled() and lin.requires_grad) else torch.cos(lin)
-        om = self.omegas
-        dot = (c @ om.unsqueeze(-1)).squeeze(-1)  # ... x B x C
-        a, _ = self._scale(c)
-        return a * dot
+        dot = (c @ self._om).squeeze(-1)  # ... x B x C
+        if not self.normalize:
+            return self._amp * dot
+        nrm = torch.linalg.vector_norm(c, dim=-1).clamp_min(_TINY_SQRT[c.dtype])
+        return dot * (self._amp / nrm)
 
     def value_and_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """Values ``... x B x C`` and input gradients ``... x B x C x d`` (closed form)."""
         z = self._lin(X)
         c = torch.cos(z)
         s = z.sin_() if not (torch.is_grad_enabled() and z.requires_grad) else torch.sin(z)
-        om = self.omegas
-        dot = (c @ om.unsqueeze(-1)).squeeze(-1)
-        a, nrm2 = self._scale(c)
-        # Sᵀ(sin ⊙ ω) as one product with ω folded into S; the normalization term as another
-        g = s @ (om.unsqueeze(-1) * self.spectral)  # ... x B x C x d
-        if nrm2 is not None:
-            g = g - (dot / nrm2).unsqueeze(-1) * ((s * c) @ self.spectral)
-        g = g * (-a.unsqueeze(-1))
+        dot = (c @ self._om).squeeze(-1)
+        g = s @ self._nSw  # −Sᵀ(sin ⊙ ω): ... x B x C x d
+        if not self.normalize:
+            return self._amp * dot, g * self._amp
+        nrm = torch.linalg.vector_norm(c, dim=-1).clamp_min(_TINY_SQRT[c.dtype])
+        a = self._amp / nrm
+        beta = dot / (nrm * nrm)
+        # −a Sᵀ(sin ⊙ (ω − βc)) = a (−Sᵀ(sin ⊙ ω) + β Sᵀ(sin ⊙ c))
+        g = torch.addcmul(g, beta.unsqueeze(-1), (s * c) @ self.spectral) * a.unsqueeze(-1)
         return a * dot, g
+
+
+_TINY_SQRT = {dt: math.sqrt(torch.finfo(dt).tiny) for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
 
 __all__ = ["RFFSamplePaths"]

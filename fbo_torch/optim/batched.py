@@ -206,7 +206,7 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
     vg = getattr(fn, "value_and_grad", None)
 
     def fn_unit(U: Tensor) -> Tensor:  # B x C x d in unit coordinates
-        return fn(lo + U * width)
+        return fn(torch.addcmul(lo, U, width))
 
     U_raw = raw_points(keys, raw_samples, d, bounds.dtype)
     if screen_dtype is None:
@@ -281,22 +281,25 @@ def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxit
     def functions(f: BatchedFunction, lo: Tensor, width: Tensor, B: int, k: int):
         """value-and-gradient and line-search values of the ``B * k`` problems (``k`` restarts of ``f``'s ``B``)."""
         vg = getattr(f, "value_and_grad", None)
+        neg_width = -width  # B x 1 x d: the chain rule and the sign of the minimized -f in one product
+        # functions callable on K x B x C x d take the line search's candidates as they come (no copies)
+        stacked = getattr(f, "leading_dims", False)
 
-        def fn_unit(U: Tensor) -> Tensor:
-            return f(lo + U * width)
+        def to_domain(U: Tensor) -> Tensor:
+            return torch.addcmul(lo, U, width)
 
         def value_and_grad(x: Tensor) -> tuple[Tensor, Tensor]:
             U = x.view(B, k, d)
             if vg is not None:
-                fv, g = vg(lo + U * width)
-                g = g * width
+                fv, g = vg(to_domain(U))
+                g = g * neg_width
             else:
                 with torch.enable_grad():
                     Ug = U.detach().requires_grad_(True)
-                    fv = fn_unit(Ug)
+                    fv = f(to_domain(Ug))
                     (g,) = torch.autograd.grad(fv.sum(), Ug)
-                fv = fv.detach()
-            return -fv.reshape(-1), -g.reshape(-1, d)
+                fv, g = fv.detach(), g.neg()
+            return fv.reshape(-1).neg(), g.reshape(-1, d)
 
         def values(xs: Tensor) -> Tensor:  # K x (B*k) x d -> K x (B*k): fn on B x (K*k) points per call
             K = xs.shape[0]
@@ -305,11 +308,14 @@ def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxit
             out = []
             for s0 in range(0, K, per_call):
                 Kc = min(per_call, K - s0)
-                U = xs[s0 : s0 + Kc].view(Kc, B, k, d).permute(1, 0, 2, 3).reshape(B, Kc * k, d)
                 with torch.no_grad():
-                    fv = fn_unit(U)
-                fv = torch.where(torch.isnan(fv), torch.full_like(fv, -torch.inf), fv)
-                out.append(-fv.view(B, Kc, k).permute(1, 0, 2).reshape(Kc, B * k))
+                    if stacked:
+                        fv = f(to_domain(xs[s0 : s0 + Kc].view(Kc, B, k, d))).view(Kc, B * k)
+                    else:
+                        U = xs[s0 : s0 + Kc].view(Kc, B, k, d).permute(1, 0, 2, 3).reshape(B, Kc * k, d)
+                        fv = f(to_domain(U)).view(B, Kc, k).permute(1, 0, 2).reshape(Kc, B * k)
+                # minimized: -f, with NaN as +inf (never accepted by the line search)
+                out.append(fv.neg().nan_to_num_(nan=torch.inf, posinf=torch.inf, neginf=-torch.inf))
             return out[0] if len(out) == 1 else torch.cat(out)
 
         return value_and_grad, values

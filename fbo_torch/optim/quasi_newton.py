@@ -25,6 +25,13 @@ operations:
   while the others continue. The number of iterations is a fixed cap, so the
   loop never reads a device value on the host (no synchronization at all,
   unless ``check_every`` asks for an early exit).
+* **Few operations per iteration**: on a GPU every tensor operation is a kernel
+  launch of a few microseconds whatever the batch, so an iteration is written as
+  ~60 of them besides the function's own (was ~100): a reset of the curvature
+  information is a flag, not a write of the identity into ``H``; ``sᵀs, sᵀy, yᵀy``
+  come from one ``2 x 2`` Gram product; the rank-two BFGS update is one
+  ``baddbmm``; device scalars instead of Python numbers; unbounded problems skip
+  the active-set bookkeeping (``tests/test_op_budget.py`` holds the counts).
 
 The result for one problem does not depend on which other problems share the
 batch (up to floating-point reassociation in batched kernels): a single agent
@@ -182,63 +189,74 @@ def minimize_batched(
         return torch.full((B, p), default if v is None else float(v), dtype=dt, device=dev)
 
     lo, hi = bound(lower, -torch.inf), bound(upper, torch.inf)
+    bounded = lower is not None or upper is not None  # without bounds no coordinate is ever held
     if values is None:  # K calls; pass `values` for one batched call
         values = _stacked(value_and_grad)
     full: list[Tensor] | None = None  # x, f, g, done, iters of the whole batch once problems were dropped
     index: Tensor | None = None  # then: the problems still in the batch
 
-    alphas = max_step * shrink ** torch.arange(num_steps, dtype=dt, device=dev)  # K
-    eye = torch.eye(p, dtype=dt, device=dev)
-    x = torch.minimum(torch.maximum(x0.detach(), lo), hi)
+    alphas = (max_step * shrink ** torch.arange(num_steps, dtype=dt, device=dev)).view(-1, 1, 1)  # K x 1 x 1
+    # device scalars: a Python number in a tensor expression costs a host-side wrapper op each time
+    zero, one = torch.zeros((), dtype=dt, device=dev), torch.ones((), dtype=dt, device=dev)
+    neg_step = -init_step if isinstance(init_step, Tensor) else torch.full((), -float(init_step), dtype=dt, device=dev)
+    x = x0.detach().clamp(lo, hi)
     f, g = value_and_grad(x)
+    # H (batch x p x p) holds a problem's inverse-Hessian approximation only where `first` is False;
+    # where it is True the next step is steepest descent and the next update starts from a scaled
+    # identity, so a reset is just `first = True` (no write to H)
+    eye = torch.eye(p, dtype=dt, device=dev)
     H = eye.expand(B, p, p).clone()
     first = torch.ones(B, dtype=torch.bool, device=dev)  # no curvature pair yet
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     iters = torch.zeros(B, dtype=torch.long, device=dev)
+    failed = torch.zeros(B, dtype=torch.bool, device=dev)
+    held = None
     tiny = torch.finfo(dt).tiny
 
     for it in range(maxiter):
-        # coordinates held at a bound: moving along -g would leave the box
-        at_lo = (x <= lo) & (g > 0)
-        at_hi = (x >= hi) & (g < 0)
-        free = ~(at_lo | at_hi)
-        if it > 0:  # the active set changed: the curvature pairs describe another subspace
-            changed = (free != prev_free).any(-1)
-            H = torch.where(changed.unsqueeze(-1).unsqueeze(-1), eye, H)
-            first = first | changed
-        prev_free = free
-        pg = torch.where(free, g, 0.0)
+        if bounded:
+            # coordinates held at a bound: moving along -g would leave the box; where the held
+            # set changed, the curvature pairs describe another subspace: start over
+            prev_held = held
+            held = ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
+            restart = failed if prev_held is None else (held != prev_held).any(-1) | failed
+            pg = torch.where(held, zero, g)
+        else:
+            restart, pg = failed, g
+        first = first | restart
         gnorm = pg.abs().amax(-1)
         done = done | (gnorm <= gtol)
-        ff = free.to(dt)
-        Hf = H * ff.unsqueeze(-1) * ff.unsqueeze(-2)
-        d = -(Hf @ pg.unsqueeze(-1)).squeeze(-1)
-        # before any curvature pair: a steepest-descent step of length init_step
-        d = torch.where(first.unsqueeze(-1), -pg * (init_step / gnorm.clamp_min(tiny)).unsqueeze(-1), d)
-        slope = (pg * d).sum(-1)
-        bad = ~(slope < 0)  # not a descent direction (numerical loss of definiteness): reset
-        d = torch.where(bad.unsqueeze(-1), -pg * (init_step / gnorm.clamp_min(tiny)).unsqueeze(-1), d)
-        H = torch.where(bad.unsqueeze(-1).unsqueeze(-1), eye, H)
+        # steepest descent with a step of length init_step: before any curvature pair, and
+        # where the quasi-Newton direction is not a descent direction (loss of definiteness)
+        sd = pg * (neg_step / gnorm.clamp_min(tiny)).unsqueeze(-1)
+        d = (H @ pg.unsqueeze(-1)).squeeze(-1).neg_()
+        if bounded:
+            d = torch.where(held, zero, d)
+        d = torch.where(first.unsqueeze(-1), sd, d)
+        bad = ~((pg.unsqueeze(-2) @ d.unsqueeze(-1)).view(B) < 0)  # also NaN
+        d = torch.where(bad.unsqueeze(-1), sd, d)
         first = first | bad
-        cand = x.unsqueeze(0) + alphas.view(-1, 1, 1) * d.unsqueeze(0)  # K x B x p
-        cand = torch.minimum(torch.maximum(cand, lo), hi)
-        decrease = (g.unsqueeze(0) * (cand - x.unsqueeze(0))).sum(-1)  # projected-path Armijo
+        cand = torch.addcmul(x, alphas, d)  # K x B x p
+        if bounded:
+            cand = cand.clamp(lo, hi)
+        decrease = (g * (cand - x)).sum(-1)  # K x B, projected-path Armijo
+        moving = ~done
         if line_search == "parallel":  # all K candidate steps in one evaluation
             fc = values(cand)  # K x B
-            ok = (fc <= f.unsqueeze(0) + armijo * decrease) & torch.isfinite(fc)
+            # fc <= threshold already rejects NaN and +inf
+            ok = (fc <= torch.add(f, decrease, alpha=armijo)) & (fc != -torch.inf) & moving
         else:  # one step size at a time until every moving problem has accepted one
             ok = torch.zeros(num_steps, B, dtype=torch.bool, device=dev)
-            need = ~done
+            need = moving
             for j in range(num_steps):
                 fj = values(cand[j : j + 1])[0]
-                ok[j] = need & (fj <= f + armijo * decrease[j]) & torch.isfinite(fj)
+                ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj != -torch.inf)
                 need = need & ~ok[j]
                 if not bool(need.any()):
                     break
-        any_ok = ok.any(0)
+        move = ok.any(0)  # a moving problem that accepted a step
         k = torch.argmax(ok.to(torch.int8), dim=0)  # largest accepted step (first True)
         x_new = cand.gather(0, k.view(1, B, 1).expand(1, B, p)).squeeze(0)
-        move = any_ok & ~done
         x_new = torch.where(move.unsqueeze(-1), x_new, x)
         f_new, g_new = value_and_grad(x_new)
         f_new = torch.where(move, f_new, f)
@@ -246,28 +264,27 @@ def minimize_batched(
         # BFGS update of the inverse Hessian where the curvature condition holds
         s = x_new - x
         y = g_new - g
-        sy = (s * y).sum(-1)
-        upd = move & (sy > 1e-10 * s.norm(dim=-1) * y.norm(dim=-1)) & (sy > 0)
-        yy = (y * y).sum(-1)
-        H0 = torch.where(first.unsqueeze(-1).unsqueeze(-1), eye * (sy / yy.clamp_min(tiny)).view(B, 1, 1), H)
-        rho = 1.0 / torch.where(upd, sy, torch.ones_like(sy))
-        Hy = (H0 @ y.unsqueeze(-1)).squeeze(-1)
-        yHy = (y * Hy).sum(-1)
-        H_upd = (
-            H0
-            - rho.view(B, 1, 1) * (Hy.unsqueeze(-1) * s.unsqueeze(-2) + s.unsqueeze(-1) * Hy.unsqueeze(-2))
-            + (rho * rho * yHy + rho).view(B, 1, 1) * (s.unsqueeze(-1) * s.unsqueeze(-2))
-        )
-        H = torch.where(upd.unsqueeze(-1).unsqueeze(-1), H_upd, H)
-        first = first & ~upd
+        sy_ = torch.stack((s, y), -2)  # B x 2 x p
+        gram = sy_ @ sy_.mT  # B x 2 x 2: sᵀs, sᵀy, yᵀy in one product
+        ss, sy, yy = gram[:, 0, 0], gram[:, 0, 1], gram[:, 1, 1]
+        upd = move & (sy > 1e-10 * torch.sqrt(ss * yy))  # also sᵀy > 0
+        # before the first update: H₀ = (sᵀy / yᵀy) I (Nocedal & Wright 6.20)
+        H0 = torch.where(first.view(B, 1, 1), eye * (sy / yy.clamp_min(tiny)).view(B, 1, 1), H)
+        rho = torch.where(upd, sy, one).reciprocal()
+        nHy = (H0 @ y.unsqueeze(-1)).squeeze(-1).neg_()  # -H₀y
+        yHy = -(y.unsqueeze(-2) @ nHy.unsqueeze(-1)).view(B)
+        # H₀ − ρ(H₀y sᵀ + s yᵀH₀) + (ρ²yᵀH₀y + ρ) ssᵀ = H₀ + a uᵀ + u (−H₀y)ᵀ, u = ρs, a = (1 + ρyᵀH₀y)s − H₀y
+        u = rho.unsqueeze(-1) * s
+        a = torch.addcmul(nHy, torch.addcmul(one, rho, yHy).unsqueeze(-1), s)
+        H_upd = torch.baddbmm(H0, torch.stack((a, u), -1), torch.stack((u, nHy), -2))
+        H = torch.where(upd.view(B, 1, 1), H_upd, H)
+        first = first > upd  # first & ~upd
         # a failed line search restarts from steepest descent; failing that too, no decrease
         # is possible at this resolution: converged. So is a negligible decrease.
-        failed = ~done & ~any_ok
+        failed = moving ^ move  # moving & ~move (move implies moving)
         small = (f - f_new) <= ftol * torch.clamp(f.abs(), min=1.0)
         done = done | (failed & first) | (move & small)
-        H = torch.where(failed.unsqueeze(-1).unsqueeze(-1), eye, H)
-        first = first | failed
-        iters = iters + move.to(torch.long)
+        iters = iters + move
         x, f, g = x_new, f_new, g_new
         if check_every and (it + 1) % check_every == 0:
             group_done = done.view(-1, group).all(-1)
@@ -282,11 +299,13 @@ def minimize_batched(
                         t[index] = v
                 keep = (~group_done).repeat_interleave(group).nonzero().squeeze(-1)
                 index = index[keep]
-                x, f, g, H, first, done, iters, prev_free, lo, hi = (
-                    t[keep] for t in (x, f, g, H, first, done, iters, prev_free, lo, hi)
+                x, f, g, H, first, done, iters, failed, lo, hi = (
+                    t[keep] for t in (x, f, g, H, first, done, iters, failed, lo, hi)
                 )
-                if isinstance(init_step, Tensor) and init_step.ndim == 1:
-                    init_step = init_step[keep]
+                if held is not None:
+                    held = held[keep]
+                if neg_step.ndim == 1:
+                    neg_step = neg_step[keep]
                 value_and_grad, sub_values = restrict(index)
                 values = sub_values if sub_values is not None else _stacked(value_and_grad)
                 B = index.numel()

@@ -1,0 +1,54 @@
+"""What a GPU would launch, counted on a CPU: kernel operators per optimizer iteration and per round.
+
+On a GPU the round is launch-bound (each tensor operator is one kernel of a few
+microseconds, whatever its size), so the number of operators per BFGS iteration
+is what the maximizers and the GP fit cost there, at any number of agents. The
+budgets are the counts of the current code (torch 2.13: 87-89 for φᵀω paths,
+106 for GP Thompson paths, 129 for the GP fit) with ~12% headroom for operator
+decompositions that differ between torch versions; the code before it took
+131, 173 and 235 (``benchmarks/round_time.py --ops`` reports whole rounds).
+"""
+
+import pytest
+import torch
+
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.models.batched_gp import BatchedExactGP
+from fbo_torch.models.rff_paths import RFFSamplePaths
+from fbo_torch.optim import maximize_batched
+from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.op_count import count_ops
+
+f64 = torch.float64
+BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
+BUDGET = {"rff": 100, "gp_path": 120, "gp_fit": 145}
+
+
+def _problem(kind: str, B: int):
+    """``maxiter -> None``: one maximization (or fit) of ``B`` problems, built as the engine builds them."""
+    g = torch.Generator().manual_seed(B)
+    keys = torch.arange(B)
+    opts = dict(raw_samples=64, num_restarts=4, keys=keys, validate=False)
+    X = torch.rand(B, 12, 2, generator=g, dtype=f64)
+    Y = torch.sin(5 * X).sum(-1, keepdim=True)
+    gp = BatchedExactGP(X, Y, BOUNDS, validate=False).fit(maxiter=5)
+    if kind == "rff":
+        paths = RFFSamplePaths(RandomFourierFeatures(2, 50, lengthscale=0.2, seed=0), torch.randn(B, 50, generator=g, dtype=f64))
+        return lambda m: maximize_batched(paths, BOUNDS, B, maxiter=m, **opts)
+    if kind == "gp_path":
+        paths = gp.draw_paths(kr.fold(kr.root_key(0, "budget"), keys), 64)
+        return lambda m: maximize_batched(paths, BOUNDS, B, maxiter=m, **opts)
+    return lambda m: BatchedExactGP(X, Y, BOUNDS, params=gp.params, validate=False).fit(maxiter=m)
+
+
+@pytest.mark.parametrize("kind", sorted(BUDGET))
+def test_kernel_operators_per_iteration_are_few_and_flat_in_the_batch(kind):
+    per_iter = {}
+    for B in (4, 32):
+        run = _problem(kind, B)
+        run(1)  # first calls fill caches (the Sobol points)
+        counts = {m: count_ops(lambda m=m: run(m)) for m in (10, 20)}
+        per_iter[B] = (counts[20]["kernel_ops"] - counts[10]["kernel_ops"]) / 10
+        assert counts[10]["syncs"] == counts[20]["syncs"] == 0  # nothing read on the host
+    assert per_iter[4] == per_iter[32], per_iter  # one batched operator per step, whatever the batch
+    assert per_iter[4] <= BUDGET[kind], per_iter

@@ -659,28 +659,35 @@ class GPThompsonPaths:
 
         A maximizer evaluates the paths at every BFGS iteration (a few dozen times per
         round); what does not depend on the points is computed here, so an evaluation
-        is ~17 tensor operations (~23 with the gradient) instead of ~30 (~43):
+        is ~17 tensor operations (~20 with the gradient) instead of ~30 (~43):
 
         * ``[sin z, cos z] = cos([z − π/2, z])`` with ``z = (x − lo) W'ᵀ``, ``W' = W / width``:
-          one product and one ``cos`` for both halves of the features;
+          one product (the phase ``−π/2`` enters through a column of ones appended to
+          ``x − lo``, not as a pass over the ``C x F`` features) and one ``cos`` for both halves;
+        * the gradient from the same features: ``∂[sin z, cos z] = [cos z, −sin z] ⊙ W'``
+          is the value features with their halves swapped, so it is one more product
+          with the weights' halves swapped (``−w_c ⊙ W'``, ``w_s ⊙ W'``), no ``sin``;
         * the outcome scale ``y_std`` and the feature amplitude folded into the feature
           weights, ``v`` and the constant; the lengthscales into the scaled training inputs
           ``b = X/ℓ`` and their squared norms.
         """
         B, F2, d = self.W.shape
+        dt, dev = self.W.dtype, self.W.device
         inv_w = 1.0 / self.width  # d
         Wx = self.W * inv_w  # B x F/2 x d: frequencies in domain units
-        self._W2t = torch.cat([Wx, Wx], -2).mT  # B x d x F
-        self._off = torch.zeros(2 * F2, dtype=self.W.dtype, device=self.W.device)
-        self._off[:F2] = -0.5 * math.pi  # sin z = cos(z − π/2)
+        off = torch.zeros(B, 2 * F2, 1, dtype=dt, device=dev)
+        off[:, :F2] = -0.5 * math.pi  # sin z = cos(z − π/2)
+        self._W2t = torch.cat([torch.cat([Wx, Wx], -2), off], -1).mT  # B x (d+1) x F: [x − lo, 1] → [z − π/2, z]
         scale = self.amp * self.y_std  # B
         wA = self.w * scale.unsqueeze(-1)  # B x F
         self._wA = wA.unsqueeze(-1)  # B x F x 1
-        self._gW = -(wA.unsqueeze(-1) * self._W2t.mT)  # B x F x d: ∇ of the prior part is sin(·) @ this
+        # ∇ of the prior part: [cos z, −sin z] (the features, halves swapped) @ [w_s ⊙ W'; w_c ⊙ W']
+        self._gW = torch.cat([-wA[:, F2:, None] * Wx, wA[:, :F2, None] * Wx], -2)  # B x F x d
         inv_ls = 1.0 / self.ls  # B x d
         self._q = (inv_ls * inv_w).unsqueeze(-2)  # B x 1 x d: (x − lo) → (x̃ / ℓ)
+        self._q1 = torch.nn.functional.pad(self._q, (0, 1))  # B x 1 x (d+1): the ones column maps to 0
         b = self.Xt * inv_ls.unsqueeze(-2)  # B x n x d
-        self._bt = b.mT  # B x d x n
+        self._bt = torch.nn.functional.pad(b.mT, (0, 0, 0, 1))  # B x (d+1) x n
         self._bb = (b * b).sum(-1).unsqueeze(-2)  # B x 1 x n
         vs = self.v * self.y_std.unsqueeze(-1)  # B x n
         self._v = vs.unsqueeze(-1)  # B x n x 1
@@ -744,14 +751,12 @@ class GPThompsonPaths:
         # elementwise pass over B x C x F): weights are folded into the matrices (_prepare)
         if not self._ready:
             self._prepare()
-        Xc = X - self.lo  # ... x B x C x d
+        Xc = torch.nn.functional.pad(X - self.lo, (0, 1), value=1.0)  # ... x B x C x (d+1): [x − lo, 1]
         inplace = not (torch.is_grad_enabled() and X.requires_grad)  # in-place only without autograd
-        lin = Xc @ self._W2t  # ... x B x C x F
-        lin = lin.add_(self._off) if inplace else lin + self._off
-        s = torch.sin(lin) if grad else None
+        lin = Xc @ self._W2t  # ... x B x C x F: [z − π/2, z]
         c = lin.cos_() if inplace else torch.cos(lin)  # [sin z, cos z]
         f = c @ self._wA  # ... x B x C x 1
-        a = Xc * self._q  # x̃ / ℓ
+        a = Xc * self._q1  # [x̃ / ℓ, 0]
         ab = a @ self._bt  # ... x B x C x n
         D = ((a * a).sum(-1, keepdim=True) + self._bb).add_(ab, alpha=-2.0) if inplace else \
             (a * a).sum(-1, keepdim=True) + self._bb - 2.0 * ab  # squared scaled distances
@@ -763,8 +768,8 @@ class GPThompsonPaths:
         out = (f + kv).squeeze(-1) + self._const
         if not grad:
             return out, None
-        # d/dx: prior sin(·) @ (−w ⊙ W'); data Σ_j v_j k_j (b_j − a) ⊙ ∂a/∂x
-        g = s @ self._gW + torch.addcmul(k @ self._vb, kv, a, value=-1.0) * self._q
+        # d/dx: prior [cos z, −sin z] @ (w ⊙ W'); data Σ_j v_j k_j (b_j − a) ⊙ ∂a/∂x
+        g = c @ self._gW + torch.addcmul(k @ self._vb, kv, a[..., :-1], value=-1.0) * self._q
         return out, g
 
     def __call__(self, X: Tensor) -> Tensor:

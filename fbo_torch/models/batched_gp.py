@@ -642,8 +642,11 @@ class GPThompsonPaths:
     gradient in closed form (a handful of batched operations).
     """
 
-    #: Callable on ``... x B x C x d`` points (a maximizer may stack its line-search candidates in front).
-    leading_dims = True
+    #: Not ``True`` although callable on ``... x B x C x d``: a maximizer that stacked its K line-search
+    #: candidates in front would make ``matmul`` copy every per-path matrix K times (broadcast batch
+    #: dimensions are materialized); folding them into ``C`` copies only the points (measured: fewer
+    #: operations and less time).
+    leading_dims = False
 
     def __init__(self, lo: Tensor, width: Tensor, W: Tensor, w: Tensor, amp: Tensor, X: Tensor, v: Tensor,
                  ls: Tensor, os_: Tensor, mean: Tensor, y_mean: Tensor, y_std: Tensor) -> None:

@@ -37,7 +37,8 @@ class RFFSamplePaths:
     Called on ``B x C x d`` (or ``... x B x C x d``) points, returns ``... x B x C``.
     """
 
-    #: Callable on ``... x B x C x d`` points (a maximizer may stack its line-search candidates in front).
+    #: Callable on ``... x B x C x d`` points, and cheaply: the spectral matrix is shared (one ``addmm``
+    #: for all leading dimensions), so a maximizer may stack its line-search candidates in front.
     leading_dims = True
 
     def __init__(self, features: RandomFourierFeatures, omegas: Tensor) -> None:

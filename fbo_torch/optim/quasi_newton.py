@@ -142,9 +142,11 @@ def minimize_batched(
             converged problems do not move.
         line_search: ``"parallel"`` (all ``num_steps`` candidates in one call, as
             on a GPU) or ``"sequential"`` (one candidate step at a time, stopping
-            when every problem has accepted one: usually one or two evaluations
-            instead of ``num_steps``, what a CPU prefers); ``"auto"`` picks by
-            device. Both accept the same step.
+            when every problem has accepted one, what a CPU prefers; with ``restrict``
+            a smaller step is evaluated only for the groups of problems that still need
+            it once they are at most three quarters of the batch: with thousands of
+            restarts a few always reject the larger steps, and every candidate was
+            evaluated for all of them); ``"auto"`` picks by device. Both accept the same step.
         restrict: Optional ``index (m) -> (value_and_grad, values)``: the functions of
             the sub-batch ``index`` (its problem ``i`` is problem ``index[i]``). Where
             the loop reads the host anyway (``check_every``, i.e. on a CPU), the
@@ -249,11 +251,22 @@ def minimize_batched(
             ok = torch.zeros(num_steps, B, dtype=torch.bool, device=dev)
             need = moving
             for j in range(num_steps):
-                fj = values(cand[j : j + 1])[0]
+                groups = need.view(-1, group).any(-1)
+                num_groups = int(groups.sum())
+                if num_groups == 0:
+                    break
+                if restrict is not None and j > 0 and 4 * num_groups <= 3 * groups.numel():
+                    # most problems accepted a larger step: evaluate this one only where it is
+                    # still needed (whole groups, so every function sees the points it would
+                    # see in the full batch: the same values)
+                    pos = groups.repeat_interleave(group).nonzero().squeeze(-1)
+                    sub_vg, sub_values = restrict(pos if index is None else index[pos])
+                    sub = (sub_values if sub_values is not None else _stacked(sub_vg))(cand[j : j + 1, pos])[0]
+                    fj = torch.full((B,), torch.inf, dtype=dt, device=dev).index_copy_(0, pos, sub)
+                else:
+                    fj = values(cand[j : j + 1])[0]
                 ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj != -torch.inf)
                 need = need & ~ok[j]
-                if not bool(need.any()):
-                    break
         move = ok.any(0)  # a moving problem that accepted a step
         k = torch.argmax(ok.to(torch.int8), dim=0)  # largest accepted step (first True)
         x_new = cand.gather(0, k.view(1, B, 1).expand(1, B, p)).squeeze(0)

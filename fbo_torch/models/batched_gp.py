@@ -404,7 +404,10 @@ class BatchedExactGP:
         acc = torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1).add_(quad, alpha=0.5).add_(c["const"])
         if s.priors:
             # LogNormal on the lengthscales and the noise: −log p = ½ z² + log x + const, z = (log x − loc)/scale
-            xp = x[..., [*range(k), k + 1]] if s.outputscale else x
+            # lengthscales and noise (without the signal variance between them); slices, not an
+            # index list: a list is copied from the host (a synchronization, and no CUDA graph)
+            skip_os = (lambda t: torch.cat([t[..., :k], t[..., k + 1 :]], -1)) if s.outputscale else (lambda t: t)
+            xp = skip_os(x)
             lx = torch.log(xp)
             zp = torch.addcmul(c["prior_shift"], lx, c["prior_inv_scale"])
             acc = acc + torch.addcmul(lx, zp, zp, value=0.5).sum(-1)
@@ -433,7 +436,7 @@ class BatchedExactGP:
         if s.priors:
             # ∂/∂p (½ z² + log x) = (z/scale + 1) · e/x
             gp = torch.addcmul(c["one"], zp, c["prior_inv_scale"])
-            gp = gp * (e[..., [*range(k), k + 1]] if s.outputscale else e) / xp
+            gp = gp * skip_os(e) / xp
             if s.outputscale:
                 grad[..., :k] += gp[..., :k]
                 grad[..., k + 1] += gp[..., k]

@@ -130,7 +130,9 @@ def maximize_batched(
         fn: Batched function ``B x C x d -> B x C`` (differentiable in its
             input for gradient refinement, or with a ``value_and_grad`` method
             returning values and input gradients). Problem ``b`` must only
-            depend on row ``b`` of the input.
+            depend on row ``b`` of the input. With a true ``leading_dims``
+            attribute it is also called on ``K x B x C x d`` (the line search's
+            ``K`` candidate steps, without reordering them into ``C``).
         bounds: ``2 x d`` (shared) or ``B x 2 x d`` per-problem boxes.
         batch_size: ``B`` (required with shared bounds).
         raw_samples: Raw (Sobol) points scored per problem.

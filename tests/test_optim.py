@@ -99,6 +99,21 @@ def test_rff_sample_paths_values_and_closed_form_gradient(problem):
         RFFSamplePaths(rff, omegas[:, :10])
 
 
+def test_rff_sample_paths_differentiate_in_their_weights_on_every_call(problem):
+    # the per-batch constants are cached after the first evaluation, except where the weights
+    # record gradients: then every evaluation builds its own graph (two backward passes work)
+    rff, omegas, _ = problem
+    om = omegas.clone().requires_grad_(True)
+    paths = RFFSamplePaths(rff, om)
+    X = torch.rand(6, 9, 2, dtype=f64)
+    with torch.no_grad():
+        paths(X)
+    (g1,) = torch.autograd.grad(paths(X).sum(), om)
+    (g2,) = torch.autograd.grad(paths.value_and_grad(X)[0].sum(), om)
+    torch.testing.assert_close(g1, g2, atol=1e-12, rtol=1e-12)
+    assert g1.abs().sum() > 0
+
+
 def test_keyed_maximization_of_one_problem_does_not_depend_on_the_batch(problem):
     rff, omegas, _ = problem
     keys = kr.fold(kr.root_key(0, "test"), torch.arange(6))

@@ -57,8 +57,9 @@ def test_problems_are_independent_of_the_batch():
     assert alone.iterations[0] == full.iterations[6]
 
 
+@pytest.mark.parametrize("line_search", ["parallel", "sequential"])
 @pytest.mark.parametrize("with_values", [True, False])
-def test_dropping_converged_problems_changes_no_result(with_values):
+def test_dropping_converged_problems_changes_no_result(with_values, line_search):
     # shifted Rosenbrocks (problem b depends on its own shift c[b]): some start at their minimum and
     # stop at once, others take many iterations; with `restrict` the converged ones leave the batch
     g = torch.Generator().manual_seed(5)
@@ -77,10 +78,14 @@ def test_dropping_converged_problems_changes_no_result(with_values):
         assert torch.equal(index, index.sort().values) and index.unique().numel() == index.numel()
         return functions(c[index])
 
-    kw = dict(lower=-1.5, upper=1.5, maxiter=120, init_step=torch.linspace(0.05, 0.5, 24, dtype=f64))
+    kw = dict(lower=-1.5, upper=1.5, maxiter=120, init_step=torch.linspace(0.05, 0.5, 24, dtype=f64),
+              line_search=line_search)
     plain = minimize_batched(*functions(c)[:1], x0, values=functions(c)[1], check_every=None, **kw)
     fast = minimize_batched(*functions(c)[:1], x0, values=functions(c)[1], restrict=restrict, **kw)
-    assert sizes and max(sizes) <= 24 - 6  # it went on with (or line-searched) sub-batches only
+    if line_search == "parallel":  # restrict only drops problems: ever smaller batches
+        assert sizes and sizes[0] <= 24 - 6 and sizes == sorted(sizes, reverse=True)
+    else:  # it also line-searches sub-batches (at most 3/4 of the batch)
+        assert sizes and max(sizes) <= 24 - 6
     for a, b in ((fast.x, plain.x), (fast.fun, plain.fun), (fast.grad, plain.grad),
                  (fast.converged, plain.converged), (fast.iterations, plain.iterations)):
         assert torch.equal(a, b)
@@ -107,6 +112,20 @@ def test_groups_leave_the_batch_together():
     assert torch.equal(res.x, plain.x) and torch.equal(res.iterations, plain.iterations)
     with pytest.raises(ValueError, match="group"):
         minimize_batched(vg, x0, restrict=restrict, group=5)
+
+
+def test_no_step_onto_an_infinite_plateau():
+    # f = +inf where x0 > 1: from there, the Armijo threshold f + c1 * decrease is +inf as well and
+    # would accept any +inf candidate; only finite values are accepted, and every candidate step
+    # (at most 4 x 0.1 long) stays on the plateau, so the problem stays put
+    def vg(x):
+        f = torch.where(x[..., 0] > 1, torch.full_like(x[..., 0], torch.inf), (x * x).sum(-1))
+        return f, 2 * x
+
+    x0 = torch.tensor([[3.0, 0.5]], dtype=f64)
+    for ls in ("parallel", "sequential"):
+        res = minimize_batched(vg, x0, maxiter=20, init_step=0.1, max_step=4.0, line_search=ls, check_every=None)
+        assert torch.equal(res.x, x0) and res.iterations[0] == 0
 
 
 def test_nonfinite_candidates_are_rejected():

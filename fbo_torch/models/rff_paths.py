@@ -57,14 +57,17 @@ class RFFSamplePaths:
 
     def _prepare(self) -> None:
         """Per-batch constants, once at the first evaluation (not at every one): ``σ₀`` or the
-        unnormalized amplitude, ``Sᵀ`` and ``−ω ⊙ S`` (the gradient's first product)."""
+        unnormalized amplitude, ``Sᵀ`` and ``−ω ⊙ S`` (the gradient's first product). The paths
+        are constants from then on: assign ``omegas`` anew only through :meth:`take` or a new object."""
         M = self.spectral.shape[0]
         s0 = self.outputscale.sqrt()
         self._amp = s0 if self.normalize else s0 * math.sqrt(2.0 / M)
         self._St = self.spectral.T.contiguous()  # d x M
         self._om = self.omegas.unsqueeze(-1)  # B x M x 1
         self._nSw = -(self._om * self.spectral)  # B x M x d
-        self._ready = True
+        # constants of the paths; where a source records gradients they are rebuilt at every
+        # evaluation, so each backward pass has its own graph
+        self._ready = not any(t.requires_grad for t in (self.omegas, self.spectral, self.outputscale))
 
     # a pure function of tensors: maximizers may capture it as a CUDA graph
     def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:

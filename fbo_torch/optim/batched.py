@@ -270,7 +270,7 @@ def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxit
     functions whose restarts have all converged on a CPU (``minimize_batched``'s
     ``restrict``, a function's ``k`` restarts as one group, so its values are the
     same operations as in the full batch): measured on 200 agents × 16 restarts of
-    GP samples, a mean of 7.5 iterations per restart against a cap of 30 that a
+    GP samples, a mean of 7.5 iterations per restart against the then cap of 30 (25 now) that a
     few restarts reach.
     """
     B, k, d = U0.shape

@@ -245,8 +245,8 @@ def minimize_batched(
         moving = ~done
         if line_search == "parallel":  # all K candidate steps in one evaluation
             fc = values(cand)  # K x B
-            # fc <= threshold already rejects NaN and +inf
-            ok = (fc <= torch.add(f, decrease, alpha=armijo)) & (fc != -torch.inf) & moving
+            # finite (|fc| < inf, also false for NaN): with f = +inf the threshold alone accepts +inf
+            ok = (fc <= torch.add(f, decrease, alpha=armijo)) & (fc.abs() < torch.inf) & moving
         else:  # one step size at a time until every moving problem has accepted one
             ok = torch.zeros(num_steps, B, dtype=torch.bool, device=dev)
             need = moving
@@ -265,7 +265,7 @@ def minimize_batched(
                     fj = torch.full((B,), torch.inf, dtype=dt, device=dev).index_copy_(0, pos, sub)
                 else:
                     fj = values(cand[j : j + 1])[0]
-                ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj != -torch.inf)
+                ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj.abs() < torch.inf)
                 need = need & ~ok[j]
         move = ok.any(0)  # a moving problem that accepted a step
         k = torch.argmax(ok.to(torch.int8), dim=0)  # largest accepted step (first True)

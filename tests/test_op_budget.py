@@ -3,8 +3,8 @@
 On a GPU the round is launch-bound (each tensor operator is one kernel of a few
 microseconds, whatever its size), so the number of operators per BFGS iteration
 is what the maximizers and the GP fit cost there, at any number of agents. The
-budgets are the counts of the current code (torch 2.13: 87-89 for φᵀω paths,
-105 for GP Thompson paths, 127 for the GP fit) with ~12% headroom for operator
+budgets are the counts of the current code (torch 2.13: 88 for φᵀω paths,
+106 for GP Thompson paths, 128 for the GP fit) with ~12% headroom for operator
 decompositions that differ between torch versions; the code before it took
 131, 173 and 235 (``benchmarks/round_time.py --ops`` reports whole rounds).
 """

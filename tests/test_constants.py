@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fbo_torch.utils.constants import constant_tensor
+from fbo_torch.utils.constants import _runs, constant_tensor
 from fbo_torch.utils import keyed_random as kr
 
 from conftest import DEVICES
@@ -17,6 +17,15 @@ def test_constant_tensor_values_dtype_device(device):
     assert constant_tensor([], dtype=torch.float32, device=device).shape == (0,)
 
 
+def test_runs_of_equal_values_are_one_fill_each():
+    # on a GPU each run is one fill: d equal lower bounds cost one kernel, and 100 values in 3 runs
+    # stay below the 64-fill limit (beyond it the values are copied from the host)
+    assert _runs([]) == []
+    assert _runs([0.5] * 100 + [1.5] + [2] * 3) == [(0, 100, 0.5), (100, 101, 1.5), (101, 104, 2)]
+    assert [r[:2] for r in _runs([1, 1.0, True])] == [(0, 1), (1, 2), (2, 3)]  # equal, but other types
+    assert [r[:2] for r in _runs([float("nan")] * 2)] == [(0, 1), (1, 2)]  # nan != nan: one run each
+
+
 @pytest.mark.cuda
 def test_constant_tensor_and_int_key_fold_do_not_synchronize():
     dev = torch.device("cuda")
@@ -26,8 +35,10 @@ def test_constant_tensor_and_int_key_fold_do_not_synchronize():
     torch.cuda.set_sync_debug_mode("error")
     try:
         t = constant_tensor([1.0, 2.0], dtype=torch.float64, device=dev)
+        long = constant_tensor([0.5] * 100 + [1.5] + [2] * 3, dtype=torch.float64, device=dev)  # 3 runs
         folded = kr.fold(kr.root_key(3), v)  # a Python-int key folded with a device tensor
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert t.cpu().tolist() == [1.0, 2.0]
+    assert long.cpu().tolist() == [0.5] * 100 + [1.5] + [2.0] * 3
     assert torch.equal(folded, expected)

@@ -296,25 +296,15 @@ class BatchedExactGP:
         mask_f = self.mask.to(dt)
         n = self.num_valid.to(dt)
         const = 0.5 * _LOG2PI * n  # −log N's constant; the priors' normalizers are added below
-
-        def runs(*parts: tuple[int, float]) -> Tensor:
-            # one fill per run of equal values (kernels with the value as an argument: no host
-            # copy, so also inside a CUDA graph capture, and as few fills for any dimension)
-            out = torch.empty(sum(m for m, _ in parts), dtype=dt, device=dev)
-            i = 0
-            for m, v in parts:
-                out[i : i + m].fill_(v)
-                i += m
-            return out
-
-        num_os = int(s.outputscale)
-        c = {"mask_f": mask_f, "pad_f": 1.0 - mask_f, "inv_n": 1.0 / n.clamp_min(1), "num_positive": k + num_os + 1,
-             "lower": runs((k, s.lengthscale_lower), (num_os, 0.0), (1, s.noise_lower)), "k": k,
-             "one": torch.ones((), dtype=dt, device=dev)}
+        # constant_tensor writes runs of equal values with one fill each (no host copy: also
+        # inside a CUDA graph capture, for any dimension)
+        lower = [s.lengthscale_lower] * k + [0.0] * int(s.outputscale) + [s.noise_lower]
+        c = {"mask_f": mask_f, "pad_f": 1.0 - mask_f, "inv_n": 1.0 / n.clamp_min(1), "num_positive": len(lower),
+             "lower": constant_tensor(lower, dtype=dt, device=dev), "k": k, "one": torch.ones((), dtype=dt, device=dev)}
         if s.priors:  # LogNormal on the lengthscales (k) and the noise (1)
             loc, scale = s.ls_prior(d)
-            c["prior_inv_scale"] = runs((k, 1.0 / scale), (1, 1.0))
-            c["prior_shift"] = runs((k, -loc / scale), (1, 4.0))
+            c["prior_inv_scale"] = constant_tensor([1.0 / scale] * k + [1.0], dtype=dt, device=dev)
+            c["prior_shift"] = constant_tensor([-loc / scale] * k + [4.0], dtype=dt, device=dev)
             const = const + k * (math.log(scale) + 0.5 * _LOG2PI) + 0.5 * _LOG2PI
         c["const"] = const
         self._const_cache = c

@@ -53,6 +53,7 @@ def count_ops(fn: Callable[[], object]) -> dict[str, int]:
     events = prof.events()
     leaf = [e for e in events if e.name.startswith("aten::") and not any(
         c.name.startswith("aten::") for c in e.cpu_children)]
+    kernels = [e for e in events if _launches(e)]
 
     def in_graph(e) -> bool:
         p = e.cpu_parent
@@ -62,7 +63,6 @@ def count_ops(fn: Callable[[], object]) -> dict[str, int]:
             p = p.cpu_parent
         return False
 
-    kernels = [e for e in leaf if e.name not in NO_KERNEL]
     regions = [e for e in events if e.name.startswith(GRAPH_REGION) and not in_graph(e)]
     # a replay: copy each input into the graph's static inputs, one graph launch, clone ~2 outputs
     replay = sum(1 + int(e.name.rsplit("::", 1)[-1]) + 2 for e in regions)
@@ -73,6 +73,23 @@ def count_ops(fn: Callable[[], object]) -> dict[str, int]:
         "graph_replays": len(regions),
         "syncs": sum(1 for e in events if e.name in SYNC_OPS),
     }
+
+
+def _launches(e) -> bool:
+    """Whether operator ``e`` launches a kernel itself: an operator that launches none of its own
+    (a view, an allocation) or whose work is done by child operators (``matmul`` → ``bmm``) does
+    not; an operator whose children are all kernel-free does (``bmm``, whose only children are
+    ``resolve_conj`` checks, is one launch)."""
+    if not e.name.startswith("aten::") or e.name in NO_KERNEL:
+        return False
+    return not any(_launches_below(c) for c in e.cpu_children)
+
+
+def _launches_below(e) -> bool:
+    """Whether ``e`` or an operator below it launches a kernel."""
+    if not e.name.startswith("aten::"):
+        return False
+    return e.name not in NO_KERNEL or any(_launches_below(c) for c in e.cpu_children)
 
 
 __all__ = ["NO_KERNEL", "SYNC_OPS", "count_ops"]

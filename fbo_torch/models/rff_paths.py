@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.utils.dispatch import rowdot
 from fbo_torch.utils.validation import check_last_dim, check_tensor
 
 
@@ -111,11 +112,12 @@ class RFFSamplePaths:
     def __call__(self, X: Tensor) -> Tensor:
         """Values ``... x B x C`` at ``... x B x C x d`` points."""
         lin = self._lin(X)
-        c = lin.cos_() if not (torch.is_grad_enabled() and lin.requires_grad) else torch.cos(lin)
-        dot = (c @ self._om).squeeze(-1)  # ... x B x C
+        inplace = not (torch.is_grad_enabled() and lin.requires_grad)
+        c = lin.cos_() if inplace else torch.cos(lin)
         if not self.normalize:
-            return self._amp * dot
+            return self._amp * rowdot(c, self._om, inplace)
         nrm = torch.linalg.vector_norm(c, dim=-1).clamp_min(_TINY_SQRT[c.dtype])
+        dot = rowdot(c, self._om, inplace)
         return dot * (self._amp / nrm)
 
     def value_and_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
@@ -123,7 +125,7 @@ class RFFSamplePaths:
         z = self._lin(X)
         c = torch.cos(z)
         s = z.sin_() if not (torch.is_grad_enabled() and z.requires_grad) else torch.sin(z)
-        dot = (c @ self._om).squeeze(-1)
+        dot = rowdot(c, self._om)
         g = s @ self._nSw  # −Sᵀ(sin ⊙ ω): ... x B x C x d
         if not self.normalize:
             return self._amp * dot, g * self._amp

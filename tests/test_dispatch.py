@@ -1,0 +1,39 @@
+"""The CPU and GPU code paths of the same sums (fbo_torch.utils.dispatch)."""
+
+import pytest
+import torch
+
+from fbo_torch.utils.dispatch import gpu_path, rowdot
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("leading", [(), (3,)])
+def test_rowdot_is_the_batched_matrix_vector_product(dtype, leading, monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(*leading, 4, 5, 64, generator=g, dtype=torch.float64)
+    w = torch.randn(4, 64, 1, generator=g, dtype=torch.float64)
+    exact = (a @ w).squeeze(-1)  # float64 reference
+    # both paths sum the same 64 products in dtype: |error| <= 64 eps sum|a_i w_i| (a crude
+    # forward bound of recursive summation; blocked and pairwise sums stay below it)
+    bound = 64 * torch.finfo(dtype).eps * (a.abs() * w.mT.abs()).sum(-1) + 2 * torch.finfo(dtype).tiny
+    a_, w_ = a.to(dtype), w.to(dtype)
+    bound = bound + (a_.double() * w_.double().mT).sum(-1).sub(exact).abs()  # the inputs' own rounding
+    for sync_free in ("0", "1"):
+        monkeypatch.setenv("FBO_SYNC_FREE", sync_free)
+        assert gpu_path(a_.device) == (sync_free == "1")
+        out = rowdot(a_, w_)
+        assert out.shape == (*leading, 4, 5) and out.dtype == dtype
+        assert ((out.double() - exact).abs() <= bound).all()
+    monkeypatch.setenv("FBO_SYNC_FREE", "0")
+    b = a_.clone()
+    torch.testing.assert_close(rowdot(b, w_, overwrite=True), rowdot(a_, w_), rtol=0, atol=0)
+    assert not torch.equal(b, a_)  # a CPU overwrote the input it was allowed to
+    c = a_.clone()
+    rowdot(c, w_)
+    assert torch.equal(c, a_)  # and only then
+
+
+def test_gpu_path_follows_the_device(monkeypatch):
+    monkeypatch.delenv("FBO_SYNC_FREE", raising=False)
+    assert not gpu_path(torch.device("cpu"))
+    assert gpu_path(torch.device("cuda"))  # a device object needs no GPU

@@ -27,11 +27,15 @@ operations:
   unless ``check_every`` asks for an early exit).
 * **Few operations per iteration**: on a GPU every tensor operation is a kernel
   launch of a few microseconds whatever the batch, so an iteration is written as
-  ~60 of them besides the function's own (was ~100): a reset of the curvature
-  information is a flag, not a write of the identity into ``H``; ``sᵀs, sᵀy, yᵀy``
-  come from one ``2 x 2`` Gram product; the rank-two BFGS update is one
-  ``baddbmm``; device scalars instead of Python numbers; unbounded problems skip
-  the active-set bookkeeping (``tests/test_op_budget.py`` holds the counts).
+  ~76 of them besides the function's own (counted by :mod:`fbo_torch.utils.op_count`):
+  a reset of the curvature information is a flag, not a write of the identity into
+  ``H``; ``H`` is stored negated (the quasi-Newton direction and ``−H₀y`` without a
+  negation); ``sᵀs, sᵀy, yᵀy`` come from one ``2 x 2`` Gram product; the rank-two BFGS
+  update is one ``baddbmm``; the held set is one comparison with a per-coordinate bound
+  chosen by the gradient's sign; whether a problem accepted a step and which one is one
+  ``max``; device scalars instead of Python numbers; unbounded problems skip the
+  active-set bookkeeping (``tests/test_op_budget.py`` holds the counts; every rewrite
+  gives the same iterates bit for bit).
 
 The result for one problem does not depend on which other problems share the
 batch (up to floating-point reassociation in batched kernels): a single agent
@@ -200,14 +204,15 @@ def minimize_batched(
     alphas = (max_step * shrink ** torch.arange(num_steps, dtype=dt, device=dev)).view(-1, 1, 1)  # K x 1 x 1
     # device scalars: a Python number in a tensor expression costs a host-side wrapper op each time
     zero, one = torch.zeros((), dtype=dt, device=dev), torch.ones((), dtype=dt, device=dev)
+    nan = torch.full((), torch.nan, dtype=dt, device=dev)
     neg_step = -init_step if isinstance(init_step, Tensor) else torch.full((), -float(init_step), dtype=dt, device=dev)
     x = x0.detach().clamp(lo, hi)
     f, g = value_and_grad(x)
-    # H (batch x p x p) holds a problem's inverse-Hessian approximation only where `first` is False;
-    # where it is True the next step is steepest descent and the next update starts from a scaled
-    # identity, so a reset is just `first = True` (no write to H)
-    eye = torch.eye(p, dtype=dt, device=dev)
-    H = eye.expand(B, p, p).clone()
+    # nH (batch x p x p) holds minus a problem's inverse-Hessian approximation (the sign saves a
+    # negation per product) only where `first` is False; where it is True the next step is steepest
+    # descent and the next update starts from a scaled identity, so a reset is just `first = True`
+    neg_eye = -torch.eye(p, dtype=dt, device=dev)
+    nH = neg_eye.expand(B, p, p).clone()
     first = torch.ones(B, dtype=torch.bool, device=dev)  # no curvature pair yet
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     iters = torch.zeros(B, dtype=torch.long, device=dev)
@@ -220,24 +225,25 @@ def minimize_batched(
             # coordinates held at a bound: moving along -g would leave the box; where the held
             # set changed, the curvature pairs describe another subspace: start over
             prev_held = held
-            held = ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
+            # (x <= lo) & (g > 0) | (x >= hi) & (g < 0) for x in [lo, hi], in fewer operations
+            held = x == torch.where(g > 0, lo, torch.where(g < 0, hi, nan))
             restart = failed if prev_held is None else (held != prev_held).any(-1) | failed
             pg = torch.where(held, zero, g)
         else:
             restart, pg = failed, g
         first = first | restart
-        gnorm = pg.abs().amax(-1)
+        gnorm = torch.linalg.vector_norm(pg, ord=torch.inf, dim=-1)
         done = done | (gnorm <= gtol)
         # steepest descent with a step of length init_step: before any curvature pair, and
         # where the quasi-Newton direction is not a descent direction (loss of definiteness)
         sd = pg * (neg_step / gnorm.clamp_min(tiny)).unsqueeze(-1)
-        d = (H @ pg.unsqueeze(-1)).squeeze(-1).neg_()
+        d = (nH @ pg.unsqueeze(-1)).squeeze(-1)
         if bounded:
             d = torch.where(held, zero, d)
         d = torch.where(first.unsqueeze(-1), sd, d)
-        bad = ~((pg.unsqueeze(-2) @ d.unsqueeze(-1)).view(B) < 0)  # also NaN
-        d = torch.where(bad.unsqueeze(-1), sd, d)
-        first = first | bad
+        descent = (pg.unsqueeze(-2) @ d.unsqueeze(-1)).view(B) < 0  # False also for NaN
+        d = torch.where(descent.unsqueeze(-1), d, sd)
+        first = first >= descent  # first | ~descent
         cand = torch.addcmul(x, alphas, d)  # K x B x p
         if bounded:
             cand = cand.clamp(lo, hi)
@@ -267,8 +273,8 @@ def minimize_batched(
                     fj = values(cand[j : j + 1])[0]
                 ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj.abs() < torch.inf)
                 need = need & ~ok[j]
-        move = ok.any(0)  # a moving problem that accepted a step
-        k = torch.argmax(ok.to(torch.int8), dim=0)  # largest accepted step (first True)
+        # a moving problem that accepted a step, and the largest accepted step (the first True)
+        move, k = ok.max(0)
         x_new = cand.gather(0, k.view(1, B, 1).expand(1, B, p)).squeeze(0)
         x_new = torch.where(move.unsqueeze(-1), x_new, x)
         f_new, g_new = value_and_grad(x_new)
@@ -282,15 +288,15 @@ def minimize_batched(
         ss, sy, yy = gram[:, 0, 0], gram[:, 0, 1], gram[:, 1, 1]
         upd = move & (sy > 1e-10 * torch.sqrt(ss * yy))  # also sᵀy > 0
         # before the first update: H₀ = (sᵀy / yᵀy) I (Nocedal & Wright 6.20)
-        H0 = torch.where(first.view(B, 1, 1), eye * (sy / yy.clamp_min(tiny)).view(B, 1, 1), H)
+        nH0 = torch.where(first.view(B, 1, 1), neg_eye * (sy / yy.clamp_min(tiny)).view(B, 1, 1), nH)
         rho = torch.where(upd, sy, one).reciprocal()
-        nHy = (H0 @ y.unsqueeze(-1)).squeeze(-1).neg_()  # -H₀y
-        yHy = -(y.unsqueeze(-2) @ nHy.unsqueeze(-1)).view(B)
+        nHy = (nH0 @ y.unsqueeze(-1)).squeeze(-1)  # -H₀y
+        q = (y.unsqueeze(-2) @ nHy.unsqueeze(-1)).view(B)  # -yᵀH₀y
         # H₀ − ρ(H₀y sᵀ + s yᵀH₀) + (ρ²yᵀH₀y + ρ) ssᵀ = H₀ + a uᵀ + u (−H₀y)ᵀ, u = ρs, a = (1 + ρyᵀH₀y)s − H₀y
         u = rho.unsqueeze(-1) * s
-        a = torch.addcmul(nHy, torch.addcmul(one, rho, yHy).unsqueeze(-1), s)
-        H_upd = torch.baddbmm(H0, torch.stack((a, u), -1), torch.stack((u, nHy), -2))
-        H = torch.where(upd.view(B, 1, 1), H_upd, H)
+        a = torch.addcmul(nHy, torch.addcmul(one, rho, q, value=-1.0).unsqueeze(-1), s)
+        nH_upd = torch.baddbmm(nH0, torch.stack((a, u), -1), torch.stack((u, nHy), -2), alpha=-1.0)
+        nH = torch.where(upd.view(B, 1, 1), nH_upd, nH)
         first = first > upd  # first & ~upd
         # a failed line search restarts from steepest descent; failing that too, no decrease
         # is possible at this resolution: converged. So is a negligible decrease.
@@ -312,8 +318,8 @@ def minimize_batched(
                         t[index] = v
                 keep = (~group_done).repeat_interleave(group).nonzero().squeeze(-1)
                 index = index[keep]
-                x, f, g, H, first, done, iters, failed, lo, hi = (
-                    t[keep] for t in (x, f, g, H, first, done, iters, failed, lo, hi)
+                x, f, g, nH, first, done, iters, failed, lo, hi = (
+                    t[keep] for t in (x, f, g, nH, first, done, iters, failed, lo, hi)
                 )
                 if held is not None:
                     held = held[keep]

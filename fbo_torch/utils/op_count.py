@@ -28,6 +28,7 @@ NO_KERNEL = frozenset({
     "aten::stride", "aten::dim", "aten::is_floating_point", "aten::_has_compatible_shallow_copy_type",
     "aten::_to_copy_dummy", "aten::to", "aten::contiguous", "aten::broadcast_tensors", "aten::flatten",
     "aten::movedim", "aten::type_as", "aten::real", "aten::conj", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::as_strided_", "aten::t_", "aten::transpose_", "aten::swapaxes", "aten::swapdims", "aten::unflatten",
 })
 #: Operators that make the host wait for the device.
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::item"})

@@ -37,3 +37,24 @@ def test_gpu_path_follows_the_device(monkeypatch):
     monkeypatch.delenv("FBO_SYNC_FREE", raising=False)
     assert not gpu_path(torch.device("cpu"))
     assert gpu_path(torch.device("cuda"))  # a device object needs no GPU
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cos_in_place_is_the_cosine(dtype, threads, monkeypatch):
+    from fbo_torch.utils.dispatch import cos_
+
+    monkeypatch.delenv("FBO_SYNC_FREE", raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(1)
+        z = ((torch.rand(64, 33, generator=g, dtype=torch.float64) - 0.5) * 400).to(dtype)  # |z| <= 200
+        exact = torch.cos(z.double())  # the cosine of the rounded arguments
+        for a in (z.clone(), z.clone().mT):  # contiguous (NumPy's kernel on a CPU float32) and not
+            out = cos_(a)
+            assert out is a and out.dtype == dtype
+            # |cos| <= 1: a few units in the last place of 1 are an absolute error of ~eps
+            assert (out.double() - (exact if out.shape == z.shape else exact.mT)).abs().max() <= 2 * torch.finfo(dtype).eps
+    finally:
+        torch.set_num_threads(before)

@@ -47,7 +47,7 @@ from fbo_torch.optim.quasi_newton import minimize_batched
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.constants import constant_tensor
 from fbo_torch.utils.cuda_graphs import GraphCache
-from fbo_torch.utils.dispatch import rowdot
+from fbo_torch.utils.dispatch import cos_, rowdot
 from fbo_torch.utils.validation import check_bounds, check_int, check_tensor
 
 _LOG2PI = math.log(2.0 * math.pi)
@@ -771,7 +771,7 @@ class GPThompsonPaths:
         Xc = torch.nn.functional.pad(X - self.lo, (0, 1), value=1.0)  # ... x B x C x (d+1): [x − lo, 1]
         inplace = not (torch.is_grad_enabled() and X.requires_grad)  # in-place only without autograd
         lin = Xc @ self._W2t  # ... x B x C x F: [z − π/2, z]
-        c = lin.cos_() if inplace else torch.cos(lin)  # [sin z, cos z]
+        c = cos_(lin) if inplace else torch.cos(lin)  # [sin z, cos z]
         a = Xc * self._q1  # [x̃ / ℓ, 0]
         ab = a @ self._bt  # ... x B x C x n
         D = ((a * a).sum(-1, keepdim=True) + self._bb).add_(ab, alpha=-2.0) if inplace else \

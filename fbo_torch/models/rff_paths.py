@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.utils.dispatch import rowdot
+from fbo_torch.utils.dispatch import cos_, rowdot
 from fbo_torch.utils.validation import check_last_dim, check_tensor
 
 
@@ -113,7 +113,7 @@ class RFFSamplePaths:
         """Values ``... x B x C`` at ``... x B x C x d`` points."""
         lin = self._lin(X)
         inplace = not (torch.is_grad_enabled() and lin.requires_grad)
-        c = lin.cos_() if inplace else torch.cos(lin)
+        c = cos_(lin) if inplace else torch.cos(lin)
         if not self.normalize:
             return self._amp * rowdot(c, self._om, inplace)
         nrm = torch.linalg.vector_norm(c, dim=-1).clamp_min(_TINY_SQRT[c.dtype])

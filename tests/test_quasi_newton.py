@@ -218,7 +218,13 @@ def test_smaller_steps_are_evaluated_only_where_still_needed():
             points.append(xs.shape[0] * xs.shape[1])
             return rosen(xs - shift)
 
-        return autograd_value_and_grad(lambda x: rosen(x - shift)), values
+        vg = autograd_value_and_grad(lambda x: rosen(x - shift))
+
+        def value_and_grad(x):  # from the unit step down the candidates come with their gradients
+            points.append(x.shape[0])
+            return vg(x)
+
+        return value_and_grad, values
 
     kw = dict(lower=-1.5, upper=1.5, maxiter=60, line_search="sequential", check_every=10**6, group=2)
     vg, values = functions(c)
@@ -228,3 +234,37 @@ def test_smaller_steps_are_evaluated_only_where_still_needed():
     assert sum(points) < n_plain
     for a, b in ((fast.x, plain.x), (fast.fun, plain.fun), (fast.iterations, plain.iterations)):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("max_step", [1.0, 4.0])
+def test_sequential_line_search_evaluates_each_accepted_point_once(max_step):
+    # on a CPU the candidates from the unit step down come with their gradients: the accepted
+    # point is not evaluated again (an extrapolating candidate, value only, gets its gradient
+    # where it was accepted); the same iterates as the parallel (GPU) search, which evaluates
+    # every candidate by value and the accepted point with its gradient
+    calls = {"vg": 0, "values": 0}
+    vg0 = autograd_value_and_grad(rosen)
+
+    def vg(x):
+        calls["vg"] += 1
+        return vg0(x)
+
+    def values(xs):
+        calls["values"] += 1
+        return rosen(xs)
+
+    x0 = torch.rand(16, 3, generator=torch.Generator().manual_seed(9), dtype=f64) * 2 - 1
+    kw = dict(values=values, lower=-1.2, upper=1.2, maxiter=40, max_step=max_step, num_steps=5)
+    seq = minimize_batched(vg, x0, line_search="sequential", check_every=None, **kw)
+    n_seq = dict(calls)
+    calls.update(vg=0, values=0)
+    par = minimize_batched(vg, x0, line_search="parallel", check_every=None, **kw)
+    torch.testing.assert_close(seq.x, par.x, atol=1e-12, rtol=0)
+    assert torch.equal(seq.iterations, par.iterations)
+    assert calls == {"vg": 41, "values": 40}  # parallel: one gradient per iteration (+ the start)
+    if max_step == 1.0:
+        # the unit step is the first candidate: every evaluation comes with its gradient, and
+        # fewer calls than the parallel search, which evaluates each accepted point twice
+        assert n_seq["values"] == 0 and n_seq["vg"] < 81
+    else:
+        assert 0 < n_seq["values"] <= 40  # only the 4x candidate by value, once per iteration at most

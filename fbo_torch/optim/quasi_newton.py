@@ -150,7 +150,10 @@ def minimize_batched(
             a smaller step is evaluated only for the groups of problems that still need
             it once they are at most three quarters of the batch: with thousands of
             restarts a few always reject the larger steps, and every candidate was
-            evaluated for all of them); ``"auto"`` picks by device. Both accept the same step.
+            evaluated for all of them; candidates from the unit step down are evaluated with
+            their gradients, so the accepted point is not evaluated again, while the
+            extrapolating ones, rarely accepted, are evaluated by value and get their gradient
+            only where accepted); ``"auto"`` picks by device. Both accept the same step.
         restrict: Optional ``index (m) -> (value_and_grad, values)``: the functions of
             the sub-batch ``index`` (its problem ``i`` is problem ``index[i]``). Where
             the loop reads the host anyway (``check_every``, i.e. on a CPU), the
@@ -202,6 +205,7 @@ def minimize_batched(
     index: Tensor | None = None  # then: the problems still in the batch
 
     alphas = (max_step * shrink ** torch.arange(num_steps, dtype=dt, device=dev)).view(-1, 1, 1)  # K x 1 x 1
+    unit = next((j for j in range(num_steps) if max_step * shrink**j <= 1.0), num_steps)  # the first step <= 1
     # device scalars: a Python number in a tensor expression costs a host-side wrapper op each time
     zero, one = torch.zeros((), dtype=dt, device=dev), torch.ones((), dtype=dt, device=dev)
     nan = torch.full((), torch.nan, dtype=dt, device=dev)
@@ -256,30 +260,61 @@ def minimize_batched(
         else:  # one step size at a time until every moving problem has accepted one
             ok = torch.zeros(num_steps, B, dtype=torch.bool, device=dev)
             need = moving
+            # from the unit step down a candidate is evaluated with its gradient, which the next
+            # iteration needs where it is accepted (one of them almost always is): no evaluation
+            # of the accepted point afterwards; the longer, extrapolating candidates, rarely
+            # accepted, by value only, and where one was accepted its gradient is evaluated below
+            f_new, g_new = f, g
             for j in range(num_steps):
                 groups = need.view(-1, group).any(-1)
                 num_groups = int(groups.sum())
                 if num_groups == 0:
                     break
+                with_grad = j >= unit
                 if restrict is not None and j > 0 and 4 * num_groups <= 3 * groups.numel():
                     # most problems accepted a larger step: evaluate this one only where it is
                     # still needed (whole groups, so every function sees the points it would
                     # see in the full batch: the same values)
                     pos = groups.repeat_interleave(group).nonzero().squeeze(-1)
                     sub_vg, sub_values = restrict(pos if index is None else index[pos])
-                    sub = (sub_values if sub_values is not None else _stacked(sub_vg))(cand[j : j + 1, pos])[0]
-                    fj = torch.full((B,), torch.inf, dtype=dt, device=dev).index_copy_(0, pos, sub)
+                    fj = torch.full((B,), torch.inf, dtype=dt, device=dev)
+                    if with_grad:
+                        sub, sub_g = sub_vg(cand[j, pos])
+                        gj = g.index_copy(0, pos, sub_g)
+                    else:
+                        sub = (sub_values if sub_values is not None else _stacked(sub_vg))(cand[j : j + 1, pos])[0]
+                    fj.index_copy_(0, pos, sub)
+                elif with_grad:
+                    fj, gj = value_and_grad(cand[j])
                 else:
                     fj = values(cand[j : j + 1])[0]
                 ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj.abs() < torch.inf)
+                if with_grad:
+                    f_new = torch.where(ok[j], fj, f_new)
+                    g_new = torch.where(ok[j].unsqueeze(-1), gj, g_new)
                 need = need & ~ok[j]
         # a moving problem that accepted a step, and the largest accepted step (the first True)
         move, k = ok.max(0)
         x_new = cand.gather(0, k.view(1, B, 1).expand(1, B, p)).squeeze(0)
         x_new = torch.where(move.unsqueeze(-1), x_new, x)
-        f_new, g_new = value_and_grad(x_new)
-        f_new = torch.where(move, f_new, f)
-        g_new = torch.where(move.unsqueeze(-1), g_new, g)
+        if line_search == "parallel":
+            f_new, g_new = value_and_grad(x_new)
+            f_new = torch.where(move, f_new, f)
+            g_new = torch.where(move.unsqueeze(-1), g_new, g)
+        elif unit > 0:  # problems that accepted a value-only (extrapolating) candidate
+            late = ok[:unit].any(0)
+            groups = late.view(-1, group).any(-1)
+            num_groups = int(groups.sum())
+            if num_groups:
+                if restrict is not None and 4 * num_groups <= 3 * groups.numel():
+                    pos = groups.repeat_interleave(group).nonzero().squeeze(-1)
+                    sub_vg, _ = restrict(pos if index is None else index[pos])
+                    sub, sub_g = sub_vg(x_new[pos])
+                    f_late, g_late = f_new.index_copy(0, pos, sub), g_new.index_copy(0, pos, sub_g)
+                else:
+                    f_late, g_late = value_and_grad(x_new)
+                f_new = torch.where(late, f_late, f_new)
+                g_new = torch.where(late.unsqueeze(-1), g_late, g_new)
         # BFGS update of the inverse Hessian where the curvature condition holds
         s = x_new - x
         y = g_new - g

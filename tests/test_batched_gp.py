@@ -204,6 +204,32 @@ def test_bad_inputs_name_the_argument():
     assert math.isfinite(gp.mll().sum().item())
 
 
+def test_paths_differentiate_in_every_tensor_they_are_built_from():
+    # values without the gradient run in place where autograd records nothing; a path built from
+    # tensors that record gradients (hyperparameters, weights) must still differentiate: each
+    # tensor's autograd gradient equals a central difference (float64, step 1e-6: truncation
+    # ~1e-12 relative, cancellation ~1e-10 absolute)
+    X, Y, bounds = _data(B=3, n=7, d=2, seed=5)
+    gp = BatchedExactGP(X, Y, bounds).fit(maxiter=30)
+    paths = gp.draw_paths(kr.fold(kr.root_key(2, "diff"), torch.arange(3)), num_features=16)
+    gen = torch.Generator().manual_seed(0)
+    Xq = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(3, 4, 2, generator=gen, dtype=f64)
+    tensors, config = paths.graph_state()
+    fields = GPThompsonPaths._FIELDS
+
+    def total(i, t):
+        return GPThompsonPaths.from_graph_state(tensors[:i] + (t,) + tensors[i + 1:], config)(Xq).sum()
+
+    for name in ("ls", "os", "w", "v", "mean", "W"):
+        i = fields.index(name)
+        t = tensors[i].detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(total(i, t), t)
+        e = torch.zeros_like(t).view(-1)
+        e[0] = 1e-6
+        fd = (total(i, t.detach() + e.view_as(t)) - total(i, t.detach() - e.view_as(t))) / 2e-6
+        torch.testing.assert_close(grad.reshape(-1)[0], fd, rtol=1e-6, atol=1e-8, msg=name)
+
+
 def test_float32_screening_copy_and_screened_maximization():
     from fbo_torch.optim import maximize_batched
 

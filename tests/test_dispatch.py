@@ -42,9 +42,13 @@ def test_gpu_path_follows_the_device(monkeypatch):
 @pytest.mark.parametrize("threads", [1, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cos_in_place_is_the_cosine(dtype, threads, monkeypatch):
+    import fbo_torch.utils.dispatch as dispatch
     from fbo_torch.utils.dispatch import cos_
 
     monkeypatch.delenv("FBO_SYNC_FREE", raising=False)
+    numpy_calls = []
+    np_cos = dispatch.np.cos
+    monkeypatch.setattr(dispatch.np, "cos", lambda *a, **k: (numpy_calls.append(1), np_cos(*a, **k))[1])
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -56,5 +60,11 @@ def test_cos_in_place_is_the_cosine(dtype, threads, monkeypatch):
             assert out is a and out.dtype == dtype
             # |cos| <= 1: a few units in the last place of 1 are an absolute error of ~eps
             assert (out.double() - (exact if out.shape == z.shape else exact.mT)).abs().max() <= 2 * torch.finfo(dtype).eps
+        # NumPy's kernel exactly for the contiguous float32 tensor with at most two threads
+        assert len(numpy_calls) == (1 if dtype == torch.float32 and threads <= 2 else 0)
+        v = torch.zeros(3)
+        before_version = v._version
+        cos_(v)
+        assert v._version > before_version  # autograd sees the write
     finally:
         torch.set_num_threads(before)

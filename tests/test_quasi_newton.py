@@ -259,8 +259,9 @@ def test_sequential_line_search_evaluates_each_accepted_point_once(max_step):
     n_seq = dict(calls)
     calls.update(vg=0, values=0)
     par = minimize_batched(vg, x0, line_search="parallel", check_every=None, **kw)
-    torch.testing.assert_close(seq.x, par.x, atol=1e-12, rtol=0)
-    assert torch.equal(seq.iterations, par.iterations)
+    # `values` and `value_and_grad` compute rosen the same way: the same iterates, bit for bit
+    for a, b in ((seq.x, par.x), (seq.fun, par.fun), (seq.grad, par.grad), (seq.iterations, par.iterations)):
+        assert torch.equal(a, b)
     assert calls == {"vg": 41, "values": 40}  # parallel: one gradient per iteration (+ the start)
     if max_step == 1.0:
         # the unit step is the first candidate: every evaluation comes with its gradient, and
@@ -268,3 +269,33 @@ def test_sequential_line_search_evaluates_each_accepted_point_once(max_step):
         assert n_seq["values"] == 0 and n_seq["vg"] < 81
     else:
         assert 0 < n_seq["values"] <= 40  # only the 4x candidate by value, once per iteration at most
+
+
+def test_late_gradients_of_extrapolated_steps_in_dropped_batches():
+    # with extrapolating candidates (max_step 4) a problem that accepted the 4x step, evaluated by
+    # value only, gets its gradient afterwards, on the groups it is in; with `restrict` (converged
+    # groups dropped, late evaluations on sub-batches) the same iterates as without, bit for bit
+    g = torch.Generator().manual_seed(11)
+    c = torch.rand(40, 3, generator=g, dtype=f64) - 0.5
+    x0 = torch.rand(40, 3, generator=g, dtype=f64) * 2 - 1
+    sub_calls = []
+
+    def functions(shift, record=False):
+        vg = autograd_value_and_grad(lambda x: rosen(x - shift))
+
+        def value_and_grad(x):
+            if record:
+                sub_calls.append(x.shape[0])
+            return vg(x)
+
+        return value_and_grad, (lambda xs: rosen(xs - shift))
+
+    kw = dict(lower=-1.5, upper=1.5, maxiter=60, line_search="sequential", check_every=4, group=2,
+              max_step=4.0, num_steps=5, init_step=0.05)
+    vg, values = functions(c)
+    plain = minimize_batched(vg, x0, values=values, **kw)
+    fast = minimize_batched(vg, x0, values=values, restrict=lambda index: functions(c[index], True), **kw)
+    par = minimize_batched(vg, x0, values=values, **{**kw, "line_search": "parallel", "check_every": None})
+    assert sub_calls and min(sub_calls) < 40  # sub-batches were evaluated with their gradients
+    for a, b, p in ((fast.x, plain.x, par.x), (fast.fun, plain.fun, par.fun), (fast.iterations, plain.iterations, par.iterations)):
+        assert torch.equal(a, b) and torch.equal(a, p)

@@ -769,7 +769,8 @@ class GPThompsonPaths:
         if not self._ready:
             self._prepare()
         Xc = torch.nn.functional.pad(X - self.lo, (0, 1), value=1.0)  # ... x B x C x (d+1): [x − lo, 1]
-        inplace = not (torch.is_grad_enabled() and X.requires_grad)  # in-place only without autograd
+        # in place only where autograd records nothing (the points or, `_ready` False, the paths' tensors)
+        inplace = not (torch.is_grad_enabled() and (X.requires_grad or not self._ready))
         lin = Xc @ self._W2t  # ... x B x C x F: [z − π/2, z]
         c = cos_(lin) if inplace else torch.cos(lin)  # [sin z, cos z]
         a = Xc * self._q1  # [x̃ / ℓ, 0]

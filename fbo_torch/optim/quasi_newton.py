@@ -27,7 +27,7 @@ operations:
   unless ``check_every`` asks for an early exit).
 * **Few operations per iteration**: on a GPU every tensor operation is a kernel
   launch of a few microseconds whatever the batch, so an iteration is written as
-  ~76 of them besides the function's own (counted by :mod:`fbo_torch.utils.op_count`):
+  ~77 of them besides the function's own (counted by :mod:`fbo_torch.utils.op_count`):
   a reset of the curvature information is a flag, not a write of the identity into
   ``H``; ``H`` is stored negated (the quasi-Newton direction and ``−H₀y`` without a
   negation); ``sᵀs, sᵀy, yᵀy`` come from one ``2 x 2`` Gram product; the rank-two BFGS
@@ -45,12 +45,13 @@ compute the same thing.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from fbo_torch.utils.dispatch import gpu_path
 
 ValueAndGrad = Callable[[Tensor], tuple[Tensor, Tensor]]
 Values = Callable[[Tensor], Tensor]
@@ -153,7 +154,10 @@ def minimize_batched(
             evaluated for all of them; candidates from the unit step down are evaluated with
             their gradients, so the accepted point is not evaluated again, while the
             extrapolating ones, rarely accepted, are evaluated by value and get their gradient
-            only where accepted); ``"auto"`` picks by device. Both accept the same step.
+            only where accepted); ``"auto"`` picks by device. Both accept the same steps up to
+            the rounding of ``values`` against ``value_and_grad`` (identical where they compute
+            the value the same way; GP sample paths and the MLL round them differently, and
+            the iterates then differ at the level of that rounding, e.g. 6e-9 in a maximizer).
         restrict: Optional ``index (m) -> (value_and_grad, values)``: the functions of
             the sub-batch ``index`` (its problem ``i`` is problem ``index[i]``). Where
             the loop reads the host anyway (``check_every``, i.e. on a CPU), the
@@ -176,7 +180,7 @@ def minimize_batched(
         raise ValueError(f"`x0` must be batch x p, got shape {tuple(x0.shape)}.")
     B, p = x0.shape
     dt, dev = x0.dtype, x0.device
-    sync_free = dev.type == "cuda" or os.environ.get("FBO_SYNC_FREE") == "1"
+    sync_free = gpu_path(dev)
     if check_every == "auto":
         check_every = None if sync_free else 4
     if line_search == "auto":

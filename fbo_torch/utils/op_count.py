@@ -5,7 +5,10 @@ each tensor operator is about one kernel launch of a few microseconds, however
 small its tensors (``../shared/perf/H100-PROFILE.md``: ~90% of a round was idle
 GPU between tiny kernels). :func:`count_ops` runs a function under
 ``torch.profiler`` and counts, from the operators torch dispatches — the same on
-a CPU as on a GPU — the leaf operators that launch a kernel, how many of those a
+a CPU as on a GPU — the operators that launch a kernel (an operator counts when it is not
+kernel-free and no operator below it launches one; the ``add*mm`` family, which copies its
+input term and then multiplies, counts itself besides that copy; an approximation: a CPU's
+decomposition of an operator is not always a GPU's), how many of those a
 CUDA graph replay would replace (calls inside :data:`~fbo_torch.utils.cuda_graphs.GRAPH_REGION`
 profiler ranges), and host synchronizations (``.item()``, ``bool()``, ``nonzero``).
 With ``FBO_SYNC_FREE=1`` (set here) a CPU runs the GPU's code path: fixed
@@ -30,13 +33,17 @@ NO_KERNEL = frozenset({
     "aten::movedim", "aten::type_as", "aten::real", "aten::conj", "aten::resolve_conj", "aten::resolve_neg",
     "aten::as_strided_", "aten::t_", "aten::transpose_", "aten::swapaxes", "aten::swapdims", "aten::unflatten",
 })
+#: Matrix products that copy their input term into the output (a child ``copy_``) and then
+#: launch their own product kernel with ``beta = 1``: two launches.
+ACCUMULATING = frozenset({"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv", "aten::addr"})
 #: Operators that make the host wait for the device.
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::item"})
 
 
 def count_ops(fn: Callable[[], object]) -> dict[str, int]:
     """Leaf operators, estimated kernel launches (eager, and with the CUDA graphs the engine
-    uses on a GPU) and host synchronizations of ``fn()``, counted on any device."""
+    uses on a GPU) and host synchronizations of ``fn()``, counted on any device (see the module
+    docstring for what counts as a launch)."""
     from torch.profiler import ProfilerActivity, profile
 
     from fbo_torch.utils.cuda_graphs import GRAPH_REGION
@@ -83,7 +90,7 @@ def _launches(e) -> bool:
     ``resolve_conj`` checks, is one launch)."""
     if not e.name.startswith("aten::") or e.name in NO_KERNEL:
         return False
-    return not any(_launches_below(c) for c in e.cpu_children)
+    return e.name in ACCUMULATING or not any(_launches_below(c) for c in e.cpu_children)
 
 
 def _launches_below(e) -> bool:
@@ -93,4 +100,4 @@ def _launches_below(e) -> bool:
     return e.name not in NO_KERNEL or any(_launches_below(c) for c in e.cpu_children)
 
 
-__all__ = ["NO_KERNEL", "SYNC_OPS", "count_ops"]
+__all__ = ["ACCUMULATING", "NO_KERNEL", "SYNC_OPS", "count_ops"]

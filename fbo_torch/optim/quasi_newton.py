@@ -228,6 +228,29 @@ def minimize_batched(
     held = None
     tiny = torch.finfo(dt).tiny
 
+    def _on_groups(mask: Tensor, pts: Tensor, with_grad: bool, may_restrict: bool):
+        """Values (and gradients) at ``pts`` (``B x p``) for the groups with a problem in ``mask``
+        (sequential line search): ``None`` if there are none; with ``restrict``, once they are at
+        most three quarters of the batch, evaluated on those whole groups only (so every
+        function sees the points it would see in the full batch: the same values), the other
+        problems' values +inf; else on the whole batch."""
+        groups = mask.view(-1, group).any(-1)
+        num_groups = int(groups.sum())
+        if num_groups == 0:
+            return None
+        if restrict is not None and may_restrict and 4 * num_groups <= 3 * groups.numel():
+            pos = groups.repeat_interleave(group).nonzero().squeeze(-1)
+            sub_vg, sub_values = restrict(pos if index is None else index[pos])
+            fs = torch.full((B,), torch.inf, dtype=dt, device=dev)
+            if with_grad:
+                sub, sub_g = sub_vg(pts[pos])
+                return fs.index_copy_(0, pos, sub), g.index_copy(0, pos, sub_g)
+            sub = (sub_values if sub_values is not None else _stacked(sub_vg))(pts[pos].unsqueeze(0))[0]
+            return fs.index_copy_(0, pos, sub), None
+        if with_grad:
+            return value_and_grad(pts)
+        return values(pts.unsqueeze(0))[0], None
+
     for it in range(maxiter):
         if bounded:
             # coordinates held at a bound: moving along -g would leave the box; where the held
@@ -270,28 +293,13 @@ def minimize_batched(
             # accepted, by value only, and where one was accepted its gradient is evaluated below
             f_new, g_new = f, g
             for j in range(num_steps):
-                groups = need.view(-1, group).any(-1)
-                num_groups = int(groups.sum())
-                if num_groups == 0:
-                    break
                 with_grad = j >= unit
-                if restrict is not None and j > 0 and 4 * num_groups <= 3 * groups.numel():
-                    # most problems accepted a larger step: evaluate this one only where it is
-                    # still needed (whole groups, so every function sees the points it would
-                    # see in the full batch: the same values)
-                    pos = groups.repeat_interleave(group).nonzero().squeeze(-1)
-                    sub_vg, sub_values = restrict(pos if index is None else index[pos])
-                    fj = torch.full((B,), torch.inf, dtype=dt, device=dev)
-                    if with_grad:
-                        sub, sub_g = sub_vg(cand[j, pos])
-                        gj = g.index_copy(0, pos, sub_g)
-                    else:
-                        sub = (sub_values if sub_values is not None else _stacked(sub_vg))(cand[j : j + 1, pos])[0]
-                    fj.index_copy_(0, pos, sub)
-                elif with_grad:
-                    fj, gj = value_and_grad(cand[j])
-                else:
-                    fj = values(cand[j : j + 1])[0]
+                # after the first candidate most problems accepted a larger step: evaluate this one
+                # only on the groups that still need it
+                ev = _on_groups(need, cand[j], with_grad, j > 0)
+                if ev is None:
+                    break
+                fj, gj = ev
                 ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj.abs() < torch.inf)
                 if with_grad:
                     f_new = torch.where(ok[j], fj, f_new)
@@ -307,18 +315,10 @@ def minimize_batched(
             g_new = torch.where(move.unsqueeze(-1), g_new, g)
         elif unit > 0:  # problems that accepted a value-only (extrapolating) candidate
             late = ok[:unit].any(0)
-            groups = late.view(-1, group).any(-1)
-            num_groups = int(groups.sum())
-            if num_groups:
-                if restrict is not None and 4 * num_groups <= 3 * groups.numel():
-                    pos = groups.repeat_interleave(group).nonzero().squeeze(-1)
-                    sub_vg, _ = restrict(pos if index is None else index[pos])
-                    sub, sub_g = sub_vg(x_new[pos])
-                    f_late, g_late = f_new.index_copy(0, pos, sub), g_new.index_copy(0, pos, sub_g)
-                else:
-                    f_late, g_late = value_and_grad(x_new)
-                f_new = torch.where(late, f_late, f_new)
-                g_new = torch.where(late.unsqueeze(-1), g_late, g_new)
+            ev = _on_groups(late, x_new, True, True)
+            if ev is not None:
+                f_new = torch.where(late, ev[0], f_new)
+                g_new = torch.where(late.unsqueeze(-1), ev[1], g_new)
         # BFGS update of the inverse Hessian where the curvature condition holds
         s = x_new - x
         y = g_new - g

@@ -293,3 +293,44 @@ def test_report_redraws_a_finished_run_but_not_while_one_runs(finished, tmp_path
     (out / "results.json").write_text('{"scenarios": [')
     assert main(["report", str(out)]) == 2
     assert "results.json is unreadable or incomplete" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ nothing lost on disk (issue 26, items 6 and 7)
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for a test (restored after)."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+def test_files_respect_the_umask_unless_a_mode_is_given(tmp_path, umask, monkeypatch):
+    path = tmp_path / "f"
+    for mask, expected in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664), (0o000, 0o666)):
+        umask(mask)
+        assert outdir.current_umask() == mask and outdir.current_umask() == mask  # read, not changed
+        write_json(path, {"a": 1})
+        assert path.stat().st_mode & 0o777 == expected, oct(mask)
+    for mask, mode in ((0o000, 0o600), (0o077, 0o640)):  # an explicit mode, exactly
+        umask(mask)
+        outdir.atomic_write_text(path, "secret", mode=mode)
+        assert path.stat().st_mode & 0o777 == mode and path.read_text() == "secret"
+
+    def no_proc(*args, **kwargs):  # no /proc: read by setting and restoring the umask
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(outdir, "open", no_proc, raising=False)
+    umask(0o027)
+    assert outdir.current_umask() == 0o027 and outdir.current_umask() == 0o027
+
+
+def test_a_run_writes_its_files_with_the_umask(tmp_path, umask):
+    umask(0o027)
+    out = tmp_path / "out"
+    assert _run(_cfg(tmp_path, FTS), "--out", out) == 0
+    modes = {p.relative_to(out).as_posix(): p.stat().st_mode & 0o777 for p in out.rglob("*")}
+    assert modes["results.json"] == modes["run.json"] == modes["checkpoints/scenario0_method0.pt"] == 0o640
+    assert modes["regret.png"] == modes["summary.txt"] == modes[".lock"] == 0o640
+    assert modes["checkpoints"] == 0o750

@@ -11,6 +11,9 @@ with the same fingerprint and otherwise names the keys that differ.
 
 Things that do not change results (output paths, ``--threads``, progress
 bars, ``checkpoint_every``) are not part of the fingerprint.
+
+Files are written with the permissions ``open()`` would give them (``0o666``
+less the umask) unless a caller asks for a mode.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +125,45 @@ def _show(value: Any) -> str:
 # ----------------------------------------------------------------- atomic writes
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file next to ``path``, flush it to disk, then ``os.replace`` it."""
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    r"""The process's umask, read without changing it where the system allows.
+
+    Linux reports it in ``/proc/self/status``; elsewhere it is read by setting
+    and restoring it (``os.umask`` can only be read by setting it), under a lock
+    so that two threads of this module never interleave that.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        old = os.umask(0o077)
+        os.umask(old)
+    return old
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
+    r"""Write ``data`` to a temporary file next to ``path``, flush it to disk, then ``os.replace`` it.
+
+    Args:
+        path: The file to (over)write.
+        data: Its new contents.
+        mode: Permission bits of the file: ``None`` gives what ``open()`` would
+            (``0o666`` less the umask); an explicit mode (e.g. ``0o600`` for a
+            secret) is applied exactly, whatever the umask. The file never has
+            wider permissions than these while it is written.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), (0o666 & ~current_umask()) if mode is None else mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -139,8 +176,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> None:
+    """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
+    atomic_write_bytes(path, text.encode(), mode=mode)
 
 
 # ----------------------------------------------------------------- the folder
@@ -324,6 +362,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "config_diff",
+    "current_umask",
     "fingerprint",
     "fingerprinted_config",
 ]

@@ -117,12 +117,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _again(command: list[str], out: Path) -> str:
+    """The shell command that resumes a run into ``out`` (``command``: the words before ``--out``)."""
+    import shlex
+
+    return shlex.join(["fbo-torch", *command, "--out", str(out), "--resume"])
+
+
 def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, resume: bool, progress: bool,
-             overwrite: bool = False) -> int:
+             overwrite: bool = False, again: list[str] | None = None) -> int:
+    r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
+    config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
+    not be written, ...); a failed write says how to resume."""
     from fbo_torch.experiments.config import ConfigError, load_config
-    from fbo_torch.experiments.outdir import OutputError
+    from fbo_torch.experiments.outdir import MANIFEST, OutputError, WriteError
     from fbo_torch.experiments.report import summary_table
     from fbo_torch.experiments.run import run_experiment
+
+    if again is None:
+        again = ["run", str(config)] + (["--device", device] if device else []) \
+            + (["--seeds", str(seeds)] if seeds is not None else [])
+
+    def resume_hint() -> str:
+        if (out / MANIFEST).is_file():
+            return f"resume with: {_again(again, out)}"
+        return f"nothing was written to {out}; run the same command again to start"
 
     try:
         cfg = load_config(config)
@@ -136,7 +155,15 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
     except (ConfigError, OutputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
+    except WriteError as err:
+        print(f"error: {err}; the checkpoints written so far are intact: fix that, then {resume_hint()}",
+              file=sys.stderr)
+        return 1
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1
+    except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print()
@@ -187,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "quickstart":
         cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")
         with resources.as_file(cfg) as path:
-            code = _cmd_run(Path(path), args.out, None, None, args.resume, not args.no_progress, args.overwrite)
+            code = _cmd_run(Path(path), args.out, None, None, args.resume, not args.no_progress, args.overwrite,
+                            again=["quickstart"])
         if code == 0:
             print("\nOpen the plot above to see simple regret per iteration (lower is better).")
         return code
@@ -216,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         except OutputError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        except OSError as err:  # a plot or summary.txt could not be written (WriteError names it)
+            print(f"error: {err}", file=sys.stderr)
+            return 1
         print(summary_table(results))
         return 0
     parser.error(f"unknown command {args.command!r}")

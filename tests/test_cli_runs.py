@@ -1,5 +1,6 @@
 """Output folders and resume: fingerprints, refusals, locks, atomic writes (issue 11, items 2 and 3)."""
 
+import errno
 import json
 import os
 import subprocess
@@ -296,6 +297,39 @@ def test_report_redraws_a_finished_run_but_not_while_one_runs(finished, tmp_path
 
 
 # ------------------------------------------------------------ nothing lost on disk (issue 26, items 6 and 7)
+
+
+def _fail_fsync(monkeypatch, name, code):
+    """os.fsync fails with ``code`` while a temporary file of ``name`` is written (disk full, ...)."""
+    real = os.fsync
+
+    def fsync(fd):
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).startswith(f".{name}."):
+            raise OSError(code, os.strerror(code))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.parametrize("name, code", [
+    ("results.json", errno.ENOSPC),
+    ("scenario0_method0.pt", errno.EACCES),
+    ("regret.png", errno.EROFS),
+])
+def test_a_failed_write_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, name, code):
+    cfg = _cfg(tmp_path, FTS)
+    out = tmp_path / "out"
+    _fail_fsync(monkeypatch, name, code)
+    assert _run(cfg, "--out", out) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    target = out / "checkpoints" / name if name.endswith(".pt") else out / name
+    assert f"cannot write {target}: {os.strerror(code)} ({errno.errorcode[code]})" in err, err
+    assert f"resume with: fbo-torch run {cfg} --out {out} --resume" in err
+    assert not list(out.rglob("*.tmp"))  # no temporary file left behind
+    if code == errno.ENOSPC:  # space freed: the run resumes from its intact checkpoints
+        monkeypatch.undo()
+        assert _run(cfg, "--out", out, "--resume") == 0
 
 
 @pytest.fixture

@@ -47,6 +47,18 @@ class ResumeError(OutputError):
     """``--resume`` would mix this run with a different one, or its files are unreadable."""
 
 
+class WriteError(OSError):
+    """A file could not be written (disk full, no permission, read-only file system, ...).
+
+    ``filename`` is the file that was being written (not its temporary file);
+    ``str()`` is one line naming it and the system's reason.
+    """
+
+    def __str__(self) -> str:
+        code = errno.errorcode.get(self.errno) if isinstance(self.errno, int) else None
+        return f"cannot write {self.filename}: {self.strerror}" + (f" ({code})" if code else "")
+
+
 # ----------------------------------------------------------------- fingerprints
 
 
@@ -148,18 +160,7 @@ def current_umask() -> int:
     return old
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
-    r"""Write ``data`` to a temporary file next to ``path``, flush it to disk, then ``os.replace`` it.
-
-    Args:
-        path: The file to (over)write.
-        data: Its new contents.
-        mode: Permission bits of the file: ``None`` gives what ``open()`` would
-            (``0o666`` less the umask); an explicit mode (e.g. ``0o600`` for a
-            secret) is applied exactly, whatever the umask. The file never has
-            wider permissions than these while it is written.
-    """
-    path = Path(path)
+def _write_replace(path: Path, data: bytes, mode: int | None) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -174,6 +175,34 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -
         except OSError:
             pass
         raise
+
+
+def _write(path: Path, data: bytes, mode: int | None) -> None:
+    try:
+        _write_replace(path, data, mode)
+    except WriteError:
+        raise
+    except OSError as err:
+        raise WriteError(err.errno, err.strerror or str(err), str(path)) from err
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
+    r"""Write ``data`` to a temporary file next to ``path``, flush it to disk, then ``os.replace`` it.
+
+    Args:
+        path: The file to (over)write.
+        data: Its new contents.
+        mode: Permission bits of the file: ``None`` gives what ``open()`` would
+            (``0o666`` less the umask); an explicit mode (e.g. ``0o600`` for a
+            secret) is applied exactly, whatever the umask. The file never has
+            wider permissions than these while it is written.
+
+    Raises:
+        WriteError: The write failed (``OSError`` with ``filename=path`` and the
+            system's ``errno``); ``path`` keeps its old contents and no temporary
+            file is left behind.
+    """
+    _write(Path(path), data, mode)
 
 
 def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> None:
@@ -359,6 +388,7 @@ __all__ = [
     "OutputError",
     "OutputFolder",
     "ResumeError",
+    "WriteError",
     "atomic_write_bytes",
     "atomic_write_text",
     "config_diff",

@@ -128,7 +128,7 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
              overwrite: bool = False, again: list[str] | None = None) -> int:
     r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
     config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
-    not be written, ...); a failed write says how to resume."""
+    not be written, ...), 130 for Ctrl-C; the last two say how to resume."""
     from fbo_torch.experiments.config import ConfigError, load_config
     from fbo_torch.experiments.outdir import MANIFEST, OutputError, WriteError
     from fbo_torch.experiments.report import summary_table
@@ -152,6 +152,9 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
     try:
         results = run_experiment(cfg, out, device=device, seeds=seeds, resume=resume, progress=progress,
                                  overwrite=overwrite, echo_config=True)
+    except KeyboardInterrupt:
+        print(f"interrupted; {resume_hint()}", file=sys.stderr)
+        return 130
     except (ConfigError, OutputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -141,8 +141,7 @@ def test_interrupted_run_resumes_bit_identically_with_exact_epsilon(finished, tm
             raise KeyboardInterrupt
 
     monkeypatch.setattr(Checkpoints, "save", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        _run(cfg, "--out", out)
+    assert _run(cfg, "--out", out) == 130  # Ctrl-C: a one-line message, not a traceback
     monkeypatch.setattr(Checkpoints, "save", real)
     state = torch.load(out / "checkpoints" / "scenario0_method1.pt", weights_only=False)
     assert state["runner"]["t"] == 2 and len(state["runner"]["epsilons"]) == 2  # mid-run, not finished
@@ -330,6 +329,34 @@ def test_a_failed_write_is_one_line_naming_the_file(tmp_path, capsys, monkeypatc
     if code == errno.ENOSPC:  # space freed: the run resumes from its intact checkpoints
         monkeypatch.undo()
         assert _run(cfg, "--out", out, "--resume") == 0
+
+
+def test_ctrl_c_prints_one_line_and_exits_130_with_valid_checkpoints(tmp_path):
+    import signal
+    import time
+
+    from fbo_torch.experiments.run import Checkpoints
+
+    cfg = _cfg(tmp_path, DP.replace("num_iterations: 2", "num_iterations: 400"))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-m", "fbo_torch.cli", "run", cfg, "--out", str(out), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "checkpoints" / "scenario0_method0.pt").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [f"interrupted; resume with: fbo-torch run {cfg} --out {out} --resume"], err
+    resolved = load_config(cfg).resolved()
+    with OutputFolder(out, resume=True) as folder:  # what --resume checks first: all accepted
+        folder.check_resume(resolved)
+        Checkpoints(out / "checkpoints", fingerprint(resolved), resume=True).verify_all()
 
 
 @pytest.fixture

@@ -148,35 +148,38 @@ def run_methods(
     """
     total = sum(m.num_iterations for _, m in sc.methods)
     bar = _Progress(total, f"[{si + 1}/{len(cfg.scenarios)}] {sc.name}", progress)
-    records = []
-    for mi, (label, settings) in enumerate(sc.methods):
-        ckpt = checkpoints.path(si, mi)
-        state = checkpoints.load(ckpt)
-        if state is not None and "record" in state:
-            records.append(state["record"])
-            bar.update(settings.num_iterations)
-            continue
-        runner = make_runner(label, settings)
-        if state is not None and "runner" in state:
-            runner.load_state_dict(state["runner"])
-            bar.update(runner.t)
+    try:  # the bar ends its line however the loop ends (Ctrl-C, a failed write)
+        records = []
+        for mi, (label, settings) in enumerate(sc.methods):
+            ckpt = checkpoints.path(si, mi)
+            state = checkpoints.load(ckpt)
+            if state is not None and "record" in state:
+                records.append(state["record"])
+                bar.update(settings.num_iterations)
+                continue
+            runner = make_runner(label, settings)
+            if state is not None and "runner" in state:
+                runner.load_state_dict(state["runner"])
+                bar.update(runner.t)
 
-        def callback(r: Any, ckpt: Path = ckpt) -> None:
-            postfix = {"method": r.name}
-            eps = getattr(r, "epsilons", None)
-            if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
-                postfix["eps"] = f"{eps[-1]:.2f}"
-            bar.update(1, **postfix)  # the postfix shown with round r.t is the state after round r.t
-            if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
-                checkpoints.save(ckpt, {"runner": r.state_dict()})
+            def callback(r: Any, ckpt: Path = ckpt) -> None:
+                postfix = {"method": r.name}
+                eps = getattr(r, "epsilons", None)
+                if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
+                    postfix["eps"] = f"{eps[-1]:.2f}"
+                bar.update(1, **postfix)  # the postfix shown with round r.t is the state after round r.t
+                if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
+                    checkpoints.save(ckpt, {"runner": r.state_dict()})
 
-        runner.run(callback)
-        record = make_record(label, settings, runner)
-        log(f"  {label}: final {record['loss_name']} {record['loss_mean'][-1]:.4f}, {record['wall_time_s']:.1f} s")
-        checkpoints.save(ckpt, {"record": record})
-        records.append(record)
-    bar.close()
-    return records
+            runner.run(callback)
+            record = make_record(label, settings, runner)
+            log(f"  {label}: final {record['loss_name']} {record['loss_mean'][-1]:.4f}, "
+                f"{record['wall_time_s']:.1f} s")
+            checkpoints.save(ckpt, {"record": record})
+            records.append(record)
+        return records
+    finally:
+        bar.close()
 
 
 def _run_fts_scenario(
@@ -266,6 +269,8 @@ def run_experiment(
         OutputError: ``out_dir`` is unusable, locked by another run, or not empty.
         ResumeError: ``resume`` into a run of a different configuration, or an unreadable checkpoint.
         ConfigError: ``device`` (or the config's) is ``cuda`` but no CUDA device is available.
+        WriteError: A file could not be written (disk full, no permission); it names the file.
+        KeyboardInterrupt: Passed on; the checkpoints written so far stay valid (``resume=True``).
     """
     import fbo_torch
 

@@ -60,8 +60,9 @@ def _add_out_args(p: argparse.ArgumentParser, default: Path | None = None) -> No
                            "methods, seeds, repetitions, privacy, device) and the fbo_torch version are the ones "
                            "that run used (the message names the keys that differ)")
     mode.add_argument("--overwrite", action="store_true",
-                      help="delete what an earlier run left in --out, then start over (without --resume or "
-                           "--overwrite a non-empty --out is refused)")
+                      help="delete the files earlier fbo-torch runs wrote in --out (listed in its run.json; "
+                           "other files are kept), then start over (without --resume or --overwrite a "
+                           "non-empty --out is refused)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 

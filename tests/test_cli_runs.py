@@ -298,6 +298,74 @@ def test_report_redraws_a_finished_run_but_not_while_one_runs(finished, tmp_path
 # ------------------------------------------------------------ nothing lost on disk (issue 26, items 6 and 7)
 
 
+def _mine(out):
+    """A user's files in an output folder: what --overwrite must keep."""
+    (out / "src").mkdir()
+    (out / "src" / "main.py").write_text("print('mine')")
+    (out / ".git").mkdir()
+    (out / ".git" / "HEAD").write_text("ref: refs/heads/main")
+    (out / "notes.txt").write_text("precious")
+    (out / "checkpoints" / "mine.txt").write_text("also mine")
+    return ["src/main.py", ".git/HEAD", "notes.txt", "checkpoints/mine.txt"]
+
+
+def test_overwrite_deletes_only_the_files_runs_wrote(finished, tmp_path, capsys):
+    _, cfg, src = finished
+    out = _copy(src, tmp_path / "out")
+    listed = json.loads((out / "run.json").read_text())["files"]
+    assert {"run.json", "results.json", "checkpoints/", "epsilon.png", "summary.txt"} <= set(listed)
+    mine = _mine(out)
+    (out / "checkpoints" / ".scenario0_method1.pt.x1y2.tmp").write_bytes(b"cut short by a kill")
+    capsys.readouterr()
+    assert _run(_cfg(tmp_path, FTS, "fts.yaml"), "--out", out, "--overwrite") == 0
+    said = capsys.readouterr().out
+    assert "--overwrite: deleted" in said and "kept 4 it did not write: .git/, checkpoints/, notes.txt, src/" in said
+    assert [(out / m).read_text() for m in mine] == ["print('mine')", "ref: refs/heads/main", "precious", "also mine"]
+    assert not (out / "epsilon.png").exists() and not (out / "privacy_utility.png").exists()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["mine.txt", "scenario0_method0.pt"]
+    files = json.loads((out / "run.json").read_text())["files"]
+    assert not set(files) & {"notes.txt", "src/main.py", "checkpoints/mine.txt", "epsilon.png"}
+
+
+@pytest.mark.parametrize("files, says", [
+    (None, "does not list the files its run wrote"),            # run.json of an older fbo_torch
+    (["results.json", "../victim.txt"], "which is not a file inside"),
+    ("results.json", "is not a list of names"),
+])
+def test_overwrite_deletes_nothing_it_cannot_prove_a_run_wrote(finished, tmp_path, files, says):
+    _, _, src = finished
+    out = _copy(src, tmp_path / "out")
+    (tmp_path / "victim.txt").write_text("outside")
+    manifest = json.loads((out / "run.json").read_text())
+    if files is None:
+        del manifest["files"]
+    else:
+        manifest["files"] = files
+    (out / "run.json").write_text(json.dumps(manifest))
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(OutputError, match=says) as err:
+        OutputFolder(out, overwrite=True).open()
+    assert "nothing was deleted" in str(err.value) or "deletes nothing" in str(err.value)
+    assert len(str(err.value).splitlines()) == 1
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert (tmp_path / "victim.txt").read_text() == "outside"
+
+
+def test_overwrite_does_not_follow_a_linked_folder(finished, tmp_path):
+    _, _, src = finished
+    out = _copy(src, tmp_path / "out")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "scenario0_method0.pt").write_text("not the run's")
+    import shutil
+
+    shutil.rmtree(out / "checkpoints")
+    (out / "checkpoints").symlink_to(elsewhere)
+    with OutputFolder(out, overwrite=True) as folder:
+        assert "checkpoints/" in folder.kept and "results.json" not in folder.kept
+    assert (elsewhere / "scenario0_method0.pt").read_text() == "not the run's"
+
+
 def _fail_fsync(monkeypatch, name, code):
     """os.fsync fails with ``code`` while a temporary file of ``name`` is written (disk full, ...)."""
     real = os.fsync

@@ -12,8 +12,11 @@ with the same fingerprint and otherwise names the keys that differ.
 Things that do not change results (output paths, ``--threads``, progress
 bars, ``checkpoint_every``) are not part of the fingerprint.
 
-Files are written with the permissions ``open()`` would give them (``0o666``
-less the umask) unless a caller asks for a mode.
+``run.json`` also lists every file and folder the run writes (``files``),
+each name recorded before its file is first written, so ``--overwrite``
+deletes exactly what fbo-torch runs wrote and keeps everything else. Files
+are written with the permissions ``open()`` would give them (``0o666`` less
+the umask) unless a caller asks for a mode.
 """
 
 from __future__ import annotations
@@ -25,16 +28,13 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import tempfile
 import threading
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 MANIFEST = "run.json"
 LOCK = ".lock"
-#: Files and folders whose presence marks a folder as an fbo-torch output folder.
-MARKERS = (MANIFEST, "results.json", "checkpoints")
 #: Keys of the resolved configuration that do not change results.
 NOT_FINGERPRINTED = ("checkpoint_every",)
 
@@ -136,7 +136,6 @@ def _show(value: Any) -> str:
 
 # ----------------------------------------------------------------- atomic writes
 
-
 _UMASK_LOCK = threading.Lock()
 
 
@@ -201,8 +200,13 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -
         WriteError: The write failed (``OSError`` with ``filename=path`` and the
             system's ``errno``); ``path`` keeps its old contents and no temporary
             file is left behind.
+
+    Inside the folder of an open :class:`OutputFolder`, the file's name is added
+    to that folder's list of files the run wrote before the file is written.
     """
-    _write(Path(path), data, mode)
+    path = Path(path)
+    _record_write(path)
+    _write(path, data, mode)
 
 
 def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> None:
@@ -212,13 +216,24 @@ def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> N
 
 # ----------------------------------------------------------------- the folder
 
+#: Output folders open in this process; :func:`atomic_write_bytes` records writes into them.
+_OPEN: list[OutputFolder] = []
+_OPEN_LOCK = threading.Lock()
 
-def _is_output_folder(out: Path) -> bool:
-    return any((out / m).exists() for m in MARKERS)
+
+def _record_write(path: Path) -> None:
+    with _OPEN_LOCK:
+        folders = list(_OPEN)
+    for folder in folders:
+        folder.record(path)
 
 
 def _entries(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.name != LOCK)
+
+
+def _shown(names: list[str], most: int = 3) -> str:
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
 class OutputFolder:
@@ -227,8 +242,16 @@ class OutputFolder:
     Opening checks the folder is usable (one-line :class:`OutputError` otherwise),
     takes the exclusive lock on ``OUT/.lock`` (refused while another run holds
     it) and then, when the folder already holds files: with ``overwrite`` deletes
-    them (only in a folder an fbo-torch run wrote); with ``resume`` leaves them
-    for :meth:`check_resume`; otherwise refuses.
+    the files and folders that ``OUT/run.json`` lists as written by fbo-torch
+    runs and keeps every other one (:attr:`deleted`, :attr:`kept`); a folder
+    without that list (no ``run.json``, or one written before fbo-torch kept
+    it) is refused, so nothing is deleted that a run cannot be shown to have
+    written. With ``resume`` the files stay for :meth:`check_resume`; otherwise
+    a non-empty folder is refused.
+
+    While the folder is open, every :func:`atomic_write_bytes` into it adds the
+    file's name to ``run.json``'s ``files`` (from :meth:`write_manifest` on), and
+    :meth:`make_dir` does the same for folders.
     """
 
     def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False) -> None:
@@ -240,9 +263,16 @@ class OutputFolder:
         self.overwrite = overwrite
         self._fd: int | None = None
         self.had_files = False
+        self._to_delete: list[str] | None = None
+        #: What ``overwrite`` deleted (names relative to the folder) and what it kept (top-level names).
+        self.deleted: list[str] = []
+        self.kept: list[str] = []
+        self._manifest: dict[str, Any] | None = None  # run.json once read or written; {} if it lists no files
+        self._record_lock = threading.Lock()
 
     # -- lifecycle
     def open(self) -> OutputFolder:
+        """Check, lock and prepare the folder (see the class docstring); returns ``self``."""
         out = self.path
         if out.exists() and not out.is_dir():
             raise OutputError(f"--out {out} is a file, not a folder; choose a folder path.")
@@ -250,6 +280,19 @@ class OutputFolder:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise OutputError(f"--out {out}: cannot create the folder ({err.strerror or err}).") from None
+        self._lock()
+        try:
+            self._inspect()
+            if self._to_delete is not None:
+                self._clear(self._to_delete)
+                self._to_delete = None
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _lock(self) -> None:
+        out = self.path
         if not os.access(out, os.W_OK | os.X_OK):
             raise OutputError(f"--out {out}: no permission to write in this folder.")
         lock = out / LOCK
@@ -278,42 +321,119 @@ class OutputFolder:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
-        try:
-            self._prepare()
-        except BaseException:
-            self.close()
-            raise
-        return self
+        with _OPEN_LOCK:
+            _OPEN.append(self)
 
-    def _prepare(self) -> None:
+    def _inspect(self) -> None:
         out = self.path
         entries = _entries(out)
         self.had_files = bool(entries)
         if not entries:
             return
         if self.overwrite:
-            if not _is_output_folder(out):
-                raise OutputError(
-                    f"--out {out} holds files but no fbo-torch run ({', '.join(MARKERS)}); "
-                    "--overwrite only clears folders an fbo-torch run wrote: choose an empty or new folder."
-                )
-            for p in entries:
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p)
-                else:
-                    p.unlink()
-            self.had_files = False
+            self._to_delete = self._written_files()
             return
         if self.resume:
             return
-        shown = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
         raise OutputError(
-            f"--out {out} is not empty ({shown}); pass --resume to continue the run in it, "
-            "--overwrite to delete its files and start over, or choose another --out."
+            f"--out {out} is not empty ({_shown([p.name for p in entries])}); pass --resume to continue the run "
+            "in it, --overwrite to delete the files an earlier run wrote there (other files are kept), "
+            "or choose another --out."
         )
+
+    def _read_manifest(self, error: type[OutputError], missing: str, unreadable: str) -> dict[str, Any]:
+        r"""``OUT/run.json`` as a dict, or ``error(missing)`` when there is none and ``error(unreadable)``
+        (``{reason}`` filled in) when it is not a JSON object."""
+        path = self.path / MANIFEST
+        if not path.is_file():
+            raise error(missing)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise error(unreadable.format(reason=f"{type(err).__name__}: {err}")) from None
+        if not isinstance(data, dict):
+            raise error(unreadable.format(reason="not a JSON object"))
+        return data
+
+    def _written_files(self) -> list[str]:
+        r"""The names ``run.json`` lists as written by fbo-torch runs (checked to lie inside the folder)."""
+        out = self.path
+        path = out / MANIFEST
+        files = self._read_manifest(
+            OutputError,
+            f"--out {out} holds files but no fbo-torch run ({MANIFEST} is missing); --overwrite only clears "
+            "folders an fbo-torch run wrote: nothing was deleted; choose an empty or new folder.",
+            f"--overwrite: {path} is unreadable ({{reason}}), so the files the old run wrote cannot be told from "
+            "others; nothing was deleted: delete the old run's files yourself or choose another --out.",
+        ).get("files")
+        if files is None:
+            raise OutputError(
+                f"--overwrite: {path} does not list the files its run wrote (it was written by an older "
+                "fbo_torch), so --overwrite cannot tell them from yours and deletes nothing: delete the old run's "
+                "files yourself (e.g. results.json, run.json, checkpoints/, *.png, summary.txt) or choose "
+                "another --out."
+            )
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise OutputError(f"--overwrite: `files` in {path} is not a list of names; nothing was deleted: "
+                              "delete the old run's files yourself or choose another --out.")
+        for name in files:
+            pure = PurePosixPath(name)
+            if pure.is_absolute() or not pure.parts or ".." in pure.parts or name in (LOCK, "."):
+                raise OutputError(f"--overwrite: {path} lists {name!r}, which is not a file inside {out}; "
+                                  "nothing was deleted: delete the old run's files yourself or choose another --out.")
+        return files
+
+    def _clear(self, files: list[str]) -> None:
+        r"""Delete the listed files (and the temporary files of their interrupted writes), then the listed
+        folders that are empty after that, then ``run.json`` (so the list outlives an interrupted
+        deletion); keep everything else."""
+        out = self.path
+        deleted = []
+
+        def inside(rel: PurePosixPath) -> bool:  # no folder on the way is a link out of the folder
+            p = out
+            for part in rel.parts[:-1]:
+                p = p / part
+                if p.is_symlink() or not p.is_dir():
+                    return False
+            return True
+
+        def remove(name: str) -> None:
+            rel = PurePosixPath(name)
+            if not inside(rel):
+                return
+            target = out / rel
+            doomed = [target] if target.is_symlink() or target.is_file() else []
+            doomed += [p for p in target.parent.glob(f".{rel.name}.*.tmp") if p.is_file() and not p.is_symlink()]
+            for p in doomed:
+                p.unlink()
+                deleted.append(p.relative_to(out).as_posix())
+
+        names = [f for f in files if not f.endswith("/")]
+        folders = sorted((f for f in files if f.endswith("/")), key=lambda f: -f.count("/"))  # deepest first
+        try:
+            for name in sorted(f for f in names if f != MANIFEST):
+                remove(name)
+            for name in folders:
+                rel = PurePosixPath(name)
+                target = out / rel
+                if inside(rel) and target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+                    target.rmdir()
+                    deleted.append(name)
+            if MANIFEST in names:
+                remove(MANIFEST)
+        except OSError as err:
+            raise OutputError(f"--overwrite: cannot delete {err.filename or out} ({err.strerror or err}); "
+                              "fix its permissions or choose another --out.") from None
+        self.deleted = deleted
+        self.kept = [p.name + ("/" if p.is_dir() else "") for p in _entries(out)]
+        self.had_files = bool(self.kept)
 
     def close(self) -> None:
         if self._fd is not None:
+            with _OPEN_LOCK:
+                if self in _OPEN:
+                    _OPEN.remove(self)
             os.close(self._fd)  # releases the lock; the file stays (unlinking it would race a waiting run)
             self._fd = None
 
@@ -323,6 +443,49 @@ class OutputFolder:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    # -- the list of written files
+    def _relative(self, path: Path) -> str | None:
+        try:
+            rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(self.path))
+        except ValueError:
+            return None
+        return rel.as_posix() if rel.parts else None
+
+    def record(self, path: str | Path, folder: bool = False) -> None:
+        r"""Add ``path`` (a file, or with ``folder`` a folder, inside this folder) to ``run.json``'s ``files``.
+
+        Does nothing outside the folder, for names already listed, and in a folder
+        whose ``run.json`` keeps no list (a folder of an older run, redrawn by
+        ``fbo-torch report``: what its run wrote cannot be listed after the fact).
+        """
+        rel = self._relative(Path(path))
+        if rel is None or self._fd is None or rel == LOCK:
+            return
+        name = rel + "/" if folder else rel
+        with self._record_lock:
+            if self._manifest is None:
+                try:
+                    found = json.loads((self.path / MANIFEST).read_text())
+                except (OSError, ValueError):
+                    found = None
+                self._manifest = found if isinstance(found, dict) and isinstance(found.get("files"), list) else {}
+            files = self._manifest.get("files")
+            if files is None or name in files:
+                return
+            files.append(name)
+            files.sort()
+            _write(self.path / MANIFEST, json.dumps(self._manifest, indent=1).encode(), None)
+
+    def make_dir(self, name: str) -> Path:
+        """Create the folder ``OUT/name`` (listed in ``run.json`` first); returns its path."""
+        path = self.path / name
+        self.record(path, folder=True)
+        try:
+            path.mkdir(exist_ok=True)
+        except OSError as err:
+            raise WriteError(err.errno, err.strerror or str(err), str(path)) from err
+        return path
+
     # -- the manifest
     def check_resume(self, resolved: dict[str, Any]) -> None:
         r"""With ``resume`` and files present: refuse unless ``OUT/run.json`` has this run's fingerprint."""
@@ -330,20 +493,19 @@ class OutputFolder:
             return
         out = self.path
         path = out / MANIFEST
-        if not path.is_file():
-            raise ResumeError(
-                f"--resume: {out} holds files but no {MANIFEST} (not an fbo-torch run, or one written before "
-                "fingerprints existed), so it cannot be checked against this config; "
-                "rerun with --overwrite to start over, or choose another --out."
-            )
+        unreadable = (f"--resume: {path} is unreadable or incomplete ({{reason}}); rerun with --overwrite to start "
+                      "over, or choose another --out.")
+        old = self._read_manifest(
+            ResumeError,
+            f"--resume: {out} holds files but no {MANIFEST} (not an fbo-torch run, or one written before "
+            "fingerprints existed), so it cannot be checked against this config; "
+            "rerun with --overwrite to start over, or choose another --out.",
+            unreadable,
+        )
         try:
-            old = json.loads(path.read_text())
             old_fp, old_cfg, old_version = old["fingerprint"], old["config"], old["fbo_torch_version"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ResumeError(
-                f"--resume: {path} is unreadable or incomplete ({type(err).__name__}: {err}); "
-                "rerun with --overwrite to start over, or choose another --out."
-            ) from None
+        except KeyError as err:
+            raise ResumeError(unreadable.format(reason=f"KeyError: {err}")) from None
         import fbo_torch
 
         if old_fp == fingerprint(resolved):
@@ -363,7 +525,8 @@ class OutputFolder:
         )
 
     def write_manifest(self, resolved: dict[str, Any]) -> str:
-        """Write ``OUT/run.json`` (fingerprint, version, fingerprinted config); returns the fingerprint."""
+        r"""Write ``OUT/run.json`` (fingerprint, version, fingerprinted config, the files the run wrote);
+        returns the fingerprint. A resumed run keeps the old ``created`` time and file list."""
         import fbo_torch
 
         fp = fingerprint(resolved)
@@ -372,14 +535,21 @@ class OutputFolder:
             "fbo_torch_version": fbo_torch.__version__,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "config": fingerprinted_config(resolved, ints=False),
+            "files": [MANIFEST],
         }
         path = self.path / MANIFEST
         if self.resume and path.is_file():
             try:
-                manifest["created"] = json.loads(path.read_text()).get("created", manifest["created"])
+                old = json.loads(path.read_text())
             except ValueError:
-                pass
-        atomic_write_text(path, json.dumps(manifest, indent=1))
+                old = None
+            old = old if isinstance(old, dict) else {}
+            manifest["created"] = old.get("created", manifest["created"])
+            if isinstance(old.get("files"), list):
+                manifest["files"] = sorted(set(old["files"]) | {MANIFEST})
+        with self._record_lock:
+            self._manifest = manifest
+            _write(path, json.dumps(manifest, indent=1).encode(), None)
         return fp
 
 

@@ -248,8 +248,9 @@ def run_experiment(
     The output folder is locked for the run (:class:`~fbo_torch.experiments.outdir.OutputFolder`):
     a second run into it is refused while this one runs, and a folder that
     already holds files is refused unless ``resume`` (continue the run in it, only
-    if its configuration fingerprint equals this one's) or ``overwrite`` (delete
-    its files first).
+    if its configuration fingerprint equals this one's) or ``overwrite`` (first
+    delete the files its ``run.json`` lists as written by fbo-torch runs; other
+    files are kept).
 
     Args:
         cfg: A parsed configuration (:func:`~fbo_torch.experiments.config.load_config`).
@@ -259,7 +260,7 @@ def run_experiment(
         resume: Continue from checkpoints in ``out_dir/checkpoints``.
         progress: Show progress bars.
         log: Where status lines go.
-        overwrite: Delete what an earlier run left in ``out_dir`` first.
+        overwrite: Delete what earlier runs wrote in ``out_dir`` first (and nothing else).
         echo_config: Log the resolved configuration (YAML) once the folder is checked.
 
     Returns:
@@ -286,13 +287,16 @@ def run_experiment(
     out = Path(out_dir)
     with OutputFolder(out, resume=resume, overwrite=overwrite) as folder:
         folder.check_resume(resolved)
+        if overwrite and (folder.deleted or folder.kept):
+            kept = folder.kept
+            log(f"--overwrite: deleted the {len(folder.deleted)} file(s) and folder(s) an earlier run wrote in "
+                f"{out}" + (f"; kept {len(kept)} it did not write: {', '.join(kept[:5])}"
+                            f"{', ...' if len(kept) > 5 else ''}" if kept else ""))
         if echo_config:
             log("# resolved config")
             log(yaml.safe_dump(resolved, sort_keys=False).rstrip())
         fp = folder.write_manifest(resolved)
-        ckpt_dir = out / "checkpoints"
-        ckpt_dir.mkdir(exist_ok=True)
-        checkpoints = Checkpoints(ckpt_dir, fp, resume)
+        checkpoints = Checkpoints(folder.make_dir("checkpoints"), fp, resume)
         checkpoints.verify_all()
         atomic_write_text(out / "config.resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
         results: dict[str, Any] = {

@@ -427,6 +427,20 @@ def test_ctrl_c_prints_one_line_and_exits_130_with_valid_checkpoints(tmp_path):
         Checkpoints(out / "checkpoints", fingerprint(resolved), resume=True).verify_all()
 
 
+def test_interrupt_before_anything_is_written_says_so(tmp_path, capsys, monkeypatch):
+    import fbo_torch.experiments.run as run_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_mod, "build_objective", interrupted)
+    out = tmp_path / "out"
+    assert _run(_cfg(tmp_path, FTS), "--out", out) == 130
+    assert capsys.readouterr().err.strip() == f"interrupted; nothing was written to {out}; run the same command " \
+                                              "again to start"
+    assert not out.exists()
+
+
 @pytest.fixture
 def umask():
     """Set the process umask for a test (restored after)."""

@@ -1,6 +1,7 @@
 """Everything is validated at config load, before anything runs (issue 11, item 4)."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -159,3 +160,93 @@ def test_bare_command_prints_help_and_fails(capsys):
     assert main([]) == 2  # the console script exits with main()'s return value
     err = capsys.readouterr().err
     assert "usage: fbo-torch" in err and "quickstart" in err and "give a COMMAND" in err
+
+
+# ------------------------------------------------- checked before --out is created (issue 26, item 7)
+
+TINY = """\
+experiment: dp_fts_de
+objective: {type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 50}
+defaults: {num_iterations: 2, num_init: 2, num_features: 10, gp_refit_every: 0}
+methods:
+  - {name: DP, algorithm: fts_de, num_regions: 2, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 1.0}
+"""
+TINY_FTS = """\
+experiment: fts
+objective: {type: gp_grid, num_groups: 1, agents_per_group: 3, grid_size: 50}
+history: {t_n: 3}
+defaults: {num_iterations: 2, num_features: 10, gp_refit_every: 0}
+methods:
+  - {name: TS, algorithm: ts}
+  - {name: FTS, algorithm: fts}
+"""
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (TINY.replace("clip_norm: 1.0", "clip_norm: .inf"),
+         "methods[0]: `clip_norm` must be finite when `noise_multiplier` > 0"),
+        (TINY.replace("agents_per_group: 4", "agents_per_group: 1"),
+         "methods[0] ('DP'): a private method (`noise_multiplier` 1.0) with `privacy.delta` null takes δ = 1/N^1.1, "
+         "which needs N >= 2 agents, but the objective has 1"),
+        (TINY.replace("num_regions: 2", "num_regions: 100"),
+         "methods[0] ('DP'): `num_regions: 100` is too many for the objective's 50 candidate points"),
+        (TINY.replace("{type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 50}",
+                      "{type: landmine, path: /no/such/LandmineData.mat}"),
+         "objective (landmine): LandmineData.mat not found (given as `path`). Looked in: /no/such/LandmineData.mat;"),
+        (TINY.replace("{type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 50}",
+                      "{type: har, path: /no/such/har}"),
+         "objective (har): UCI HAR data set not found under /no/such/har"),
+        (TINY.replace("num_groups: 1", "num_groups: 0"), "objective (gp_grid): `num_groups` must be >= 1, got 0."),
+        (TINY_FTS.replace("agents_per_group: 3", "agents_per_group: 1"),
+         "methods[1] ('FTS', algorithm fts): target agent(s) [0] have no other agent of its group"),
+        (TINY_FTS.replace("history:", "runs: {targets: [5]}\nhistory:"), "runs.targets [5] exceed the objective's 3"),
+    ],
+    ids=["infinite-S", "one-agent-private", "too-many-regions", "landmine-file", "har-files", "objective-argument",
+         "fts-without-peers", "targets"],
+)
+def test_what_needs_the_objective_is_refused_before_out_exists(tmp_path, capsys, text, says):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {cfg}") and says in captured.err, captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and "# resolved config" not in captured.out
+    assert not out.exists()
+
+
+def test_a_refused_config_deletes_nothing_with_overwrite(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    (out / "run.json").write_text('{"files": ["results.json", "run.json"]}')
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TINY.replace("num_regions: 2", "num_regions: 100"))
+    assert main(["run", str(cfg), "--out", str(out), "--overwrite", "--no-progress"]) == 2
+    assert "is too many" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "results.json", "run.json"]
+
+
+@pytest.mark.parametrize(
+    "method, says",
+    [
+        ({"noise_multiplier": math.inf, "clip_norm": 1.0}, "`noise_multiplier` must be a finite number >= 0, got inf"),
+        ({"noise_multiplier": 1.0, "clip_norm": 1.0, "max_epsilon": math.inf}, "`max_epsilon` must be a finite number"),
+        ({"num_regions": 2, "weight_a": 0.5}, "`weight_a` must be a finite number >= `weight_b` (1.0), got 0.5"),
+        ({"num_regions": 2, "weight_b": 0.0}, "`weight_b` must be a finite number > 0, got 0.0"),
+        ({"num_regions": 2, "decay_rounds": -1}, "`decay_rounds` must be an integer >= 0, got -1"),
+        ({"rff_lengthscale": 0.0}, "`rff_lengthscale` must be a finite number > 0"),
+        ({"rff_outputscale": math.nan}, "`rff_outputscale` must be a finite number > 0"),
+        ({"rff_noise_variance": -1.0}, "`rff_noise_variance` must be a finite number > 0"),
+        ({"rff_seed": 2**64}, "`rff_seed` must be a signed 64-bit integer"),
+        ({"experiment": "fts", "algorithm": "taf", "taf_bandwidth": math.inf}, "`taf_bandwidth` must be a finite"),
+    ],
+)
+def test_values_the_runners_refuse_are_named_at_load(method, says):
+    method = dict(method)
+    experiment = method.pop("experiment", "dp_fts_de")
+    with pytest.raises(ConfigError) as err:
+        parse(experiment=experiment, methods=[{"name": "m", **method}])
+    assert str(err.value).startswith("exp.yaml: methods[0]: ") and says in str(err.value), str(err.value)

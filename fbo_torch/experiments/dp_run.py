@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
-from fbo_torch.experiments.config import ExperimentConfig, Scenario
+from fbo_torch.experiments.config import ConfigError, ExperimentConfig, Scenario
 from fbo_torch.experiments.report import mean_stderr, summarize_curves
 from fbo_torch.objectives import build_objective
 from fbo_torch.runners.common import Domain
@@ -31,14 +31,47 @@ def _other_epsilons(settings: Any, releases: int, delta: float | None, names: li
     return out
 
 
+def check_dp_scenario(cfg: ExperimentConfig, sc: Scenario, objective: Any) -> None:
+    r"""What a DP-FTS-DE scenario's runners would refuse once started, as a :class:`ConfigError`
+    naming the YAML key: a private method on fewer than 2 agents with ``privacy.delta: null``
+    (``δ = 1/N^1.1`` needs ``N ≥ 2``), and more sub-regions than the candidates of a finite
+    domain fill (with ``distributed_init``, agent ``n`` starts among the candidates of region
+    ``n mod P``, which must hold one)."""
+    from fbo_torch.federation.partition import SubRegionPartition
+
+    N = objective.num_agents
+    for j, (label, s) in enumerate(sc.methods):
+        where = f"{sc.where}: methods[{j}] ({label!r})"
+        if s.is_private and cfg.privacy.get("delta") is None and N < 2:
+            raise ConfigError(
+                f"{where}: a private method (`noise_multiplier` {s.noise_multiplier}) with `privacy.delta` null "
+                f"takes δ = 1/N^1.1, which needs N >= 2 agents, but the objective has {N}; set `privacy.delta` "
+                "or give the objective more agents."
+            )
+        P = s.num_regions
+        if not (s.algorithm == "fts_de" and s.distributed_init and P > 1 and objective.candidates is not None):
+            continue
+        domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
+        filled = set(SubRegionPartition(domain.bounds, P).region_of(domain.candidates).unique().tolist())
+        empty = sorted({n % P for n in range(N)} - filled)
+        if empty:
+            shown = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")
+            raise ConfigError(
+                f"{where}: `num_regions: {P}` is too many for the objective's {objective.candidates.shape[0]} "
+                f"candidate points: sub-region(s) {shown}, where agents start (`distributed_init`), hold none; "
+                "use fewer regions or `distributed_init: false`."
+            )
+
+
 def run_dp_scenario(
     cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, checkpoints: Any,
-    progress: bool, log: Callable[[str], None],
+    progress: bool, log: Callable[[str], None], objective: Any = None,
 ) -> dict[str, Any]:
     from fbo_torch.experiments.run import run_methods
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 
-    objective = build_objective(sc.objective, device=device)
+    if objective is None:
+        objective = build_objective(sc.objective, device=device)
     domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
     seed = cfg.seed + 1000 * si
     privacy = cfg.privacy

@@ -249,6 +249,11 @@ class OutputFolder:
     written. With ``resume`` the files stay for :meth:`check_resume`; otherwise
     a non-empty folder is refused.
 
+    ``open(create=False)`` does all of that except creating and deleting: an
+    existing folder is locked and checked, a missing one only checked. A later
+    :meth:`open` creates the folder (and takes the lock) if needed and deletes
+    what ``overwrite`` deletes, so a run can check everything else in between.
+
     While the folder is open, every :func:`atomic_write_bytes` into it adds the
     file's name to ``run.json``'s ``files`` (from :meth:`write_manifest` on), and
     :meth:`make_dir` does the same for folders.
@@ -271,24 +276,52 @@ class OutputFolder:
         self._record_lock = threading.Lock()
 
     # -- lifecycle
-    def open(self) -> OutputFolder:
-        """Check, lock and prepare the folder (see the class docstring); returns ``self``."""
+    def check(self) -> None:
+        r"""Refuse a path that cannot serve as the output folder (a file, an uncreatable or unwritable
+        folder), creating nothing."""
         out = self.path
         if out.exists() and not out.is_dir():
             raise OutputError(f"--out {out} is a file, not a folder; choose a folder path.")
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise OutputError(f"--out {out}: cannot create the folder ({err.strerror or err}).") from None
-        self._lock()
-        try:
-            self._inspect()
-            if self._to_delete is not None:
+        if out.is_dir():
+            if not os.access(out, os.W_OK | os.X_OK):
+                raise OutputError(f"--out {out}: no permission to write in this folder.")
+            return
+        parent = Path(os.path.abspath(out)).parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        reason = None
+        if not parent.is_dir():
+            reason = os.strerror(errno.ENOTDIR)
+        elif not os.access(parent, os.W_OK | os.X_OK):
+            reason = os.strerror(errno.EACCES)
+        if reason is not None:
+            raise OutputError(f"--out {out}: cannot create the folder ({reason}: {parent}).")
+
+    def open(self, create: bool = True) -> OutputFolder:
+        """Check, lock and prepare the folder (see the class docstring); returns ``self``."""
+        if self._fd is None:
+            self.check()
+            if not self.path.is_dir():
+                if not create:
+                    return self
+                try:
+                    self.path.mkdir(parents=True, exist_ok=True)
+                except OSError as err:
+                    raise OutputError(f"--out {self.path}: cannot create the folder ({err.strerror or err}).") \
+                        from None
+            self._lock()
+            try:
+                self._inspect()
+            except BaseException:
+                self.close()
+                raise
+        if create and self._to_delete is not None:
+            try:
                 self._clear(self._to_delete)
-                self._to_delete = None
-        except BaseException:
-            self.close()
-            raise
+            except BaseException:
+                self.close()
+                raise
+            self._to_delete = None
         return self
 
     def _lock(self) -> None:

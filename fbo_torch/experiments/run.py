@@ -20,8 +20,14 @@ from typing import Any
 import torch
 import yaml
 
-from fbo_torch.experiments.config import ExperimentConfig, Scenario, check_device
-from fbo_torch.experiments.outdir import OutputFolder, ResumeError, atomic_write_bytes, atomic_write_text
+from fbo_torch.experiments.config import ConfigError, ExperimentConfig, Scenario, check_device
+from fbo_torch.experiments.outdir import (
+    OutputFolder,
+    ResumeError,
+    atomic_write_bytes,
+    atomic_write_text,
+    fingerprint,
+)
 from fbo_torch.experiments.report import (
     environment,
     plot_curves,
@@ -182,13 +188,75 @@ def run_methods(
         bar.close()
 
 
+def _targets_checked(objective: Objective, sc: Scenario) -> torch.Tensor:
+    try:
+        return _targets(objective, sc.runs)
+    except ValueError as err:
+        raise ConfigError(f"{sc.where}: {err}") from None
+
+
+def check_fts_scenario(sc: Scenario, objective: Objective) -> None:
+    r"""What an FTS scenario's runners would refuse once started, as a :class:`ConfigError`:
+    ``runs.targets`` beyond the objective's agents, and a federated method (FTS, RGPE, TAF) whose
+    target has no other agent to receive messages from (the other agents of its group, where the
+    objective has groups, as :class:`~fbo_torch.runners.fts.FTSRunner` picks them)."""
+    from fbo_torch.runners.fts import FEDERATED
+
+    targets = _targets_checked(objective, sc)
+    groups = getattr(objective, "group_of_agent", None)
+    groups = torch.zeros(objective.num_agents, dtype=torch.long) if groups is None else groups.cpu()
+    peers = (groups.unsqueeze(0) == groups[targets.cpu()].unsqueeze(-1)).sum(-1) - 1
+    alone = targets[peers.cpu() < 1].tolist()
+    for j, (label, settings) in enumerate(sc.methods):
+        if settings.algorithm in FEDERATED and alone:
+            kind = "of its group " if getattr(objective, "group_of_agent", None) is not None else ""
+            raise ConfigError(
+                f"{sc.where}: methods[{j}] ({label!r}, algorithm {settings.algorithm}): target agent(s) {alone} "
+                f"have no other agent {kind}to receive messages from (the objective has {objective.num_agents} "
+                "agent(s)); give the objective more agents, or use `algorithm: ts`."
+            )
+
+
+def _one_line(err: BaseException) -> str:
+    """An error's message on one line (a multi-line one's lines joined; list bullets dropped)."""
+    lines = [line.strip().removeprefix("- ") for line in str(err).splitlines() if line.strip()]
+    text = " ".join(line if line[-1] in ".:;,!?" or line is lines[-1] else line + ";" for line in lines)
+    return text or type(err).__name__
+
+
+def prepare_objectives(cfg: ExperimentConfig, device: str) -> list[Objective]:
+    r"""Build every scenario's objective and check what needs it, before the output folder is created.
+
+    Refuses, with a one-line :class:`ConfigError` naming the YAML key, an objective that cannot be
+    built (missing data files, bad arguments) and the settings its methods' runners would refuse
+    only once started (too few agents, ``runs.targets``, too many sub-regions; see
+    :func:`check_fts_scenario` and :func:`~fbo_torch.experiments.dp_run.check_dp_scenario`).
+    Returns the objectives, one per scenario, for the run to use (each is built once).
+    """
+    objectives = []
+    for sc in cfg.scenarios:
+        try:
+            objective = build_objective(sc.objective, device=device)
+        except (ValueError, TypeError, OSError, ImportError, RuntimeError) as err:
+            raise ConfigError(f"{sc.where}: objective ({sc.objective['type']}): {_one_line(err)}") from None
+        if cfg.experiment == "fts":
+            check_fts_scenario(sc, objective)
+        else:
+            from fbo_torch.experiments.dp_run import check_dp_scenario
+
+            check_dp_scenario(cfg, sc, objective)
+        objectives.append(objective)
+    return objectives
+
+
 def _run_fts_scenario(
     cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, checkpoints: Checkpoints,
-    progress: bool, log: Callable[[str], None],
+    progress: bool, log: Callable[[str], None], objective: Objective | None = None,
 ) -> dict[str, Any]:
     from fbo_torch.runners.fts import FEDERATED, FederationHistory, FTSRunner
 
-    objective = build_objective(sc.objective, device=device)
+    if objective is None:
+        objective = build_objective(sc.objective, device=device)
     domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
     targets = _targets(objective, sc.runs)
     seed = cfg.seed + 1000 * si
@@ -245,12 +313,13 @@ def run_experiment(
 ) -> dict[str, Any]:
     r"""Run every scenario and method of ``cfg``; write results and plots to ``out_dir``.
 
-    The output folder is locked for the run (:class:`~fbo_torch.experiments.outdir.OutputFolder`):
-    a second run into it is refused while this one runs, and a folder that
-    already holds files is refused unless ``resume`` (continue the run in it, only
-    if its configuration fingerprint equals this one's) or ``overwrite`` (first
-    delete the files its ``run.json`` lists as written by fbo-torch runs; other
-    files are kept).
+    Every scenario's objective is built and checked (:func:`prepare_objectives`) before
+    ``out_dir`` is created or anything in it deleted. The output folder is locked for
+    the run (:class:`~fbo_torch.experiments.outdir.OutputFolder`): a second run into it
+    is refused while this one runs, and a folder that already holds files is refused
+    unless ``resume`` (continue the run in it, only if its configuration fingerprint
+    equals this one's) or ``overwrite`` (first delete the files its ``run.json`` lists
+    as written by fbo-torch runs; other files are kept).
 
     Args:
         cfg: A parsed configuration (:func:`~fbo_torch.experiments.config.load_config`).
@@ -269,7 +338,8 @@ def run_experiment(
     Raises:
         OutputError: ``out_dir`` is unusable, locked by another run, or not empty.
         ResumeError: ``resume`` into a run of a different configuration, or an unreadable checkpoint.
-        ConfigError: ``device`` (or the config's) is ``cuda`` but no CUDA device is available.
+        ConfigError: ``device`` (or the config's) is ``cuda`` but no CUDA device is available, or an
+            objective cannot be built or does not fit the methods (see :func:`prepare_objectives`).
         WriteError: A file could not be written (disk full, no permission); it names the file.
         KeyboardInterrupt: Passed on; the checkpoints written so far stay valid (``resume=True``).
     """
@@ -285,8 +355,16 @@ def run_experiment(
         for sc in resolved["scenarios"]:
             sc["runs"]["num_inits"] = seeds
     out = Path(out_dir)
-    with OutputFolder(out, resume=resume, overwrite=overwrite) as folder:
+    folder = OutputFolder(out, resume=resume, overwrite=overwrite)
+    try:
+        # An existing folder is locked and checked first (a resumed run's fingerprint and checkpoints);
+        # nothing is created or deleted before the objectives are built and checked.
+        folder.open(create=False)
         folder.check_resume(resolved)
+        checkpoints = Checkpoints(out / "checkpoints", fingerprint(resolved), resume)
+        checkpoints.verify_all()
+        objectives = prepare_objectives(cfg, device)
+        folder.open()
         if overwrite and (folder.deleted or folder.kept):
             kept = folder.kept
             log(f"--overwrite: deleted the {len(folder.deleted)} file(s) and folder(s) an earlier run wrote in "
@@ -295,14 +373,13 @@ def run_experiment(
         if echo_config:
             log("# resolved config")
             log(yaml.safe_dump(resolved, sort_keys=False).rstrip())
-        fp = folder.write_manifest(resolved)
-        checkpoints = Checkpoints(folder.make_dir("checkpoints"), fp, resume)
-        checkpoints.verify_all()
+        folder.write_manifest(resolved)
+        folder.make_dir("checkpoints")
         atomic_write_text(out / "config.resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
         results: dict[str, Any] = {
             "experiment": cfg.experiment,
             "name": cfg.name,
-            "fingerprint": fp,
+            "fingerprint": checkpoints.fingerprint,
             "fbo_torch_version": fbo_torch.__version__,
             "command": " ".join(sys.argv),
             "environment": environment(device),
@@ -313,17 +390,21 @@ def run_experiment(
         for si, sc in enumerate(cfg.scenarios):
             num_inits = seeds if seeds is not None else sc.runs.num_inits
             log(f"scenario {si + 1}/{len(cfg.scenarios)}: {sc.name}")
+            objective, objectives[si] = objectives[si], None  # held no longer than its scenario runs
             if cfg.experiment == "fts":
-                rec = _run_fts_scenario(cfg, si, sc, device, num_inits, checkpoints, progress, log)
+                rec = _run_fts_scenario(cfg, si, sc, device, num_inits, checkpoints, progress, log, objective)
             else:
                 from fbo_torch.experiments.dp_run import run_dp_scenario
 
-                rec = run_dp_scenario(cfg, si, sc, device, num_inits, checkpoints, progress, log)
+                rec = run_dp_scenario(cfg, si, sc, device, num_inits, checkpoints, progress, log, objective)
+            del objective
             results["scenarios"].append(rec)
             write_json(out / "results.json", results)
         results["wall_time_s"] = time.perf_counter() - t_start
         write_json(out / "results.json", results)
         render_reports(results, out)
+    finally:
+        folder.close()
     return results
 
 

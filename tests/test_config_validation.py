@@ -250,3 +250,31 @@ def test_values_the_runners_refuse_are_named_at_load(method, says):
     with pytest.raises(ConfigError) as err:
         parse(experiment=experiment, methods=[{"name": "m", **method}])
     assert str(err.value).startswith("exp.yaml: methods[0]: ") and says in str(err.value), str(err.value)
+
+
+BOMB = "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10) if i else ', '.join(['x'] * 10)}]\n" for i in range(7))
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (bytes(range(256)) * 4, "not a YAML text file (byte 128 is not UTF-8: invalid start byte)"),
+        (b"experiment: fts\nname: \xff\xfe\n", "not a YAML text file (byte 22 is not UTF-8"),
+        (b"experiment: fts\x00\n", "not valid YAML: unacceptable character #x0000"),
+        (b"a: &a [*a]\n", "`a[0]` is a YAML alias (*name) of a value that contains it"),
+        (b"experiment: fts\nobjective: &o {type: gp_grid, num_groups: [1, *o]}\nmethods: [{name: TS}]\n",
+         "`objective.num_groups[1]` is a YAML alias (*name) of a value that contains it"),
+        (BOMB.encode(), "expands to more than 1,000,000 values through YAML aliases"),
+        (b"experiment: fts\nobjective: " + b"[" * 150 + b"]" * 150 + b"\n", "is nested more than 100 levels deep"),
+        (b"experiment: fts\nobjective: {type: gp_grid\nmethods: []\n",
+         "not valid YAML: expected ',' or '}', but got ':' (line 3, column 8: methods: [])"),
+    ],
+    ids=["binary", "invalid-utf8", "nul", "self-alias", "alias-cycle-in-objective", "alias-bomb", "deep", "syntax"],
+)
+def test_unreadable_yaml_is_a_one_line_error_naming_the_file(tmp_path, capsys, content, says):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_bytes(content)
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {cfg}: ") and says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()

@@ -541,15 +541,70 @@ def _expand_env(value: Any, where: str) -> Any:
     return value
 
 
+#: Limits on what a config file may expand to through YAML aliases (``*name``); real configs are far smaller.
+MAX_DEPTH, MAX_VALUES = 100, 1_000_000
+
+
+def check_structure(value: Any, source: str) -> None:
+    r"""Refuse a parsed YAML tree that contains itself (``a: &a [*a]``: an anchor used inside its own
+    value), nests deeper than :data:`MAX_DEPTH` or expands through aliases to more than
+    :data:`MAX_VALUES` values, with a one-line :class:`ConfigError` naming the key."""
+    stack: list[tuple[Any, str, frozenset[int]]] = [(value, "", frozenset())]
+    count = 0
+    while stack:
+        node, key, above = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(f"{source}: expands to more than {MAX_VALUES:,} values through YAML aliases "
+                              "(*name); write the values out instead.")
+        if not isinstance(node, (dict, list)):
+            continue
+        shown = key or "the top level"
+        if id(node) in above:
+            raise ConfigError(f"{source}: `{shown}` is a YAML alias (*name) of a value that contains it, so it "
+                              "never ends; write the value out instead.")
+        if len(above) >= MAX_DEPTH:
+            raise ConfigError(f"{source}: `{shown}` is nested more than {MAX_DEPTH} levels deep.")
+        inner = above | {id(node)}
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for k, v in items:
+            sub = f"{key}[{k}]" if isinstance(node, list) else (f"{key}.{k}" if key else str(k))
+            stack.append((v, sub, inner))
+
+
+def _yaml_problem(err: yaml.YAMLError, text: str) -> str:
+    """One line: what PyYAML found wrong, and where (with that line of ``text``)."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if problem and mark is not None:
+        lines = text.splitlines()
+        line = lines[mark.line].strip() if mark.line < len(lines) else ""
+        line = line if len(line) <= 100 else line[:97] + "..."
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1}" + (f": {line}" if line else "") + ")"
+    lines = str(err).strip().splitlines()
+    reason = lines[0] if lines else type(err).__name__
+    position = getattr(err, "position", None)
+    return f"{reason} (character {position})" if position is not None else reason
+
+
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read and validate a YAML experiment file (``${VAR}`` values come from the environment)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist.")
     try:
-        raw = load_yaml(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a YAML text file (byte {err.start} is not UTF-8: {err.reason}); "
+                          "give an experiment .yaml file (see configs/).") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the file ({err.strerror or err}).") from None
+    try:
+        raw = load_yaml(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(err, text)}.") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply.") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level.")
+    check_structure(raw, str(path))
     return parse_config(_expand_env(raw, str(path)), source=str(path))

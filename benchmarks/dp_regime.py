@@ -51,8 +51,9 @@ DP = dict(algorithm="fts_de", num_regions=2, sample_rate=0.25, clip_norm=11.0)
 
 def run_one(method: str, cell: dict, rounds: int, reps: int, grid: int, seed: int) -> dict:
     from fbo_torch.objectives.synthetic import GPSampleGridFederation
-    from fbo_torch.runners.common import Domain
-    from fbo_torch.runners.dp_fts_de import DPFTSDERunner, DPFTSDESettings
+    from fbo_torch.federation.domain import Domain
+    from fbo_torch.federation.settings import DPFTSDESettings
+    from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 
     objective = GPSampleGridFederation(num_groups=1, agents_per_group=cell["N"], perturbation=cell["h"],
                                        perturb_first=True, grid_size=grid, lengthscale=0.03, noise_variance=0.01,

@@ -58,12 +58,13 @@ def run_method(setup: str, label: str, rounds: int, reps: int, fields, n_jobs: i
     import torch
 
     from fbo_torch.objectives.landmine import LandmineSVM
-    from fbo_torch.runners.dp_fts_de import DPFTSDERunner, DPFTSDESettings
+    from fbo_torch.federation.settings import DPFTSDESettings
+    from fbo_torch.runners.dp_fts_de import DPFTSDERunner
     from fbo_torch.runners.presets import apply_setup, objective_setup
 
     objective = LandmineSVM(fields=fields, n_jobs=n_jobs, **objective_setup("landmine", setup))
     settings = apply_setup(DPFTSDESettings(num_iterations=rounds, **PAPER), setup, METHODS[label])
-    from fbo_torch.runners.common import Domain
+    from fbo_torch.federation.domain import Domain
 
     domain = Domain(objective.bounds, objective.candidates, **SEARCH)
     runner = DPFTSDERunner(objective, settings, reps, domain=domain, seed=seed, device=device, name=label,

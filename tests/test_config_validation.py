@@ -8,7 +8,7 @@ import torch
 
 from fbo_torch.cli import build_parser, main
 from fbo_torch.experiments.config import ConfigError, load_config, parse_config
-from fbo_torch.runners.dp_fts_de import DPFTSDESettings
+from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.runners.fts import FTSSettings
 
 BASE = {

@@ -9,8 +9,10 @@ from torch.profiler import ProfilerActivity, profile
 from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
-from fbo_torch.runners.common import Domain, maximize_broadcast
-from fbo_torch.runners.dp_fts_de import DPFTSDERunner, DPFTSDESettings, federation_agent_keys, federation_keys
+from fbo_torch.federation.domain import Domain, maximize_broadcast
+from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.settings import DPFTSDESettings
+from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 from fbo_torch.utils import keyed_random as kr
 
 f64 = torch.float64

@@ -176,6 +176,29 @@ def test_the_package_imports_without_flwr():
     assert out.stdout.strip() == "lazy"
 
 
+def test_the_deployment_imports_no_simulator_code():
+    """An agent's step and the server's round come from fbo_torch.federation: with the simulator
+    (fbo_torch.runners) unimportable, a node and the coordinator still build and take a round."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['fbo_torch.runners'] = None\n"
+            "import json, torch\n"
+            "from fbo_torch.flower.config import FlowerRunConfig\n"
+            "from fbo_torch.flower.agent_node import AgentNode\n"
+            "from fbo_torch.flower.coordinator import Coordinator\n"
+            f"cfg = FlowerRunConfig.from_run_config({RUN_CONFIG!r})\n"
+            "obj = cfg.build_objective()\n"
+            "coord = Coordinator(cfg, obj.bounds, obj.dim)\n"
+            "plan = coord.plan()\n"
+            "node = AgentNode(cfg, 1)\n"
+            "reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)\n"
+            "assert reply.omega.shape == (cfg.num_features,)\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
 def test_two_nodes_claiming_one_agent_keep_the_first(monkeypatch):
     from flower_grid import InProcessGrid as Grid
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fbo_torch.runners.dp_fts_de import DPFTSDESettings
+from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.runners.fts import FTSSettings
 from fbo_torch.runners.presets import SETUPS, apply_setup, objective_setup
 
@@ -115,7 +115,7 @@ def test_fts_history_follows_the_scenario_setup():
     from fbo_torch.experiments.config import HistoryConfig
     from fbo_torch.models.batched_gp import GP_SPECS
     from fbo_torch.objectives.synthetic import GPSampleGridFederation
-    from fbo_torch.runners.common import Domain
+    from fbo_torch.federation.domain import Domain
     from fbo_torch.runners.fts import FederationHistory
 
     assert HistoryConfig().gp_kernel is None

@@ -5,8 +5,9 @@ import torch
 
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
 from fbo_torch.privacy import compute_epsilon, default_delta
-from fbo_torch.runners.common import Domain
-from fbo_torch.runners.dp_fts_de import DPFTSDERunner, DPFTSDESettings
+from fbo_torch.federation.domain import Domain
+from fbo_torch.federation.settings import DPFTSDESettings
+from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 from fbo_torch.runners.fts import FederationHistory, FTSRunner, FTSSettings
 
 
@@ -163,7 +164,8 @@ def test_non_private_runs_without_opacus():
     code = (
         "import sys; sys.modules['opacus'] = None\n"
         "from fbo_torch.objectives.synthetic import GPSampleGridFederation\n"
-        "from fbo_torch.runners.dp_fts_de import DPFTSDERunner, DPFTSDESettings\n"
+        "from fbo_torch.federation.settings import DPFTSDESettings\n"
+        "from fbo_torch.runners.dp_fts_de import DPFTSDERunner\n"
         "obj = GPSampleGridFederation(num_groups=1, agents_per_group=4, perturb_first=True, grid_size=50)\n"
         "s = DPFTSDESettings(num_iterations=2, num_init=2, num_features=10, num_regions=2)\n"
         "res = DPFTSDERunner(obj, s, num_inits=1).run()\n"

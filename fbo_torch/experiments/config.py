@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from fbo_torch.optim.batched import REFINE
-from fbo_torch.runners.common import Domain
+from fbo_torch.federation.domain import Domain
 
 EXPERIMENTS = ("fts", "dp_fts_de")
 TOP_KEYS = (
@@ -280,7 +280,7 @@ class HistoryConfig:
 class OptimizerConfig:
     r"""Acquisition maximization (the YAML ``optimizer:`` section).
 
-    The fields and their defaults are :class:`~fbo_torch.runners.common.Domain`'s
+    The fields and their defaults are :class:`~fbo_torch.federation.domain.Domain`'s
     (what ``benchmarks/maximizer_quality.py`` measured): one copy of the defaults,
     whether the engine is driven from YAML or from Python. ``screen_dtype`` is
     ``"float32"``, ``"float64"`` or ``null`` (the bounds' dtype).
@@ -312,7 +312,7 @@ class OptimizerConfig:
             raise ValueError(f"`screen_dtype` must be 'float32', 'float64' or null, got {self.screen_dtype!r}.")
 
     def domain_kwargs(self) -> dict[str, Any]:
-        r"""Keyword arguments of :class:`~fbo_torch.runners.common.Domain`."""
+        r"""Keyword arguments of :class:`~fbo_torch.federation.domain.Domain`."""
         import torch
 
         kw = dataclasses.asdict(self)
@@ -378,7 +378,7 @@ def _settings_class(experiment: str) -> type:
         from fbo_torch.runners.fts import FTSSettings
 
         return FTSSettings
-    from fbo_torch.runners.dp_fts_de import DPFTSDESettings
+    from fbo_torch.federation.settings import DPFTSDESettings
 
     return DPFTSDESettings
 

@@ -11,7 +11,7 @@ from typing import Any
 from fbo_torch.experiments.config import ConfigError, ExperimentConfig, Scenario
 from fbo_torch.experiments.report import mean_stderr, summarize_curves
 from fbo_torch.objectives import build_objective
-from fbo_torch.runners.common import Domain
+from fbo_torch.federation.domain import Domain
 
 
 def _finite_or_none(values: list[float]) -> list[float | None]:

@@ -38,7 +38,7 @@ from fbo_torch.experiments.report import (
 )
 from fbo_torch.objectives import build_objective
 from fbo_torch.objectives.base import Objective
-from fbo_torch.runners.common import Domain
+from fbo_torch.federation.domain import Domain
 
 CHECKPOINT_VERSION = 1
 

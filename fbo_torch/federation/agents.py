@@ -12,6 +12,11 @@ methods are the steps of a round —
 * :meth:`Agents.observe`: add the evaluated point (a failed evaluation is
   recorded and left out of the models).
 
+and the functions a round is made of, for the simulator and a deployed agent
+alike: :func:`start_agents` (initial queries), :func:`broadcast_points` (where
+agents that follow a broadcast query) and :func:`agent_round` (choose,
+evaluate, observe).
+
 The batched simulator (:mod:`fbo_torch.runners`) calls them with all ``R·N``
 agents of a federation's repetitions; a deployment (:mod:`fbo_torch.flower`)
 calls the same methods with ``B = 1`` on each device. Every random number an
@@ -31,6 +36,9 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.domain import Domain, broadcast_queries
+from fbo_torch.federation.faults import FaultInjector, evaluate_agents
+from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.models.batched_gp import BatchedExactGP, get_spec
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.utils import keyed_random as kr
@@ -44,7 +52,7 @@ class Agents:
         keys: ``B`` int64 keys, one per agent (e.g. ``fold(root_key(seed), agent)``).
         train_X: ``B x n0 x d`` initial inputs; train_Y: ``B x n0 x 1`` observations
             (NaN marks a failed evaluation).
-        domain: The :class:`~fbo_torch.runners.common.Domain` agents search.
+        domain: The :class:`~fbo_torch.federation.domain.Domain` agents search.
         settings: Method settings (``gp_kernel``, ``gp_refit_every``,
             ``gp_sample_features``, ``gp_fit_maxiter``, ``rff_noise_variance``).
         features: The shared RFF map (``None`` for agents that send nothing, e.g. TS).
@@ -245,8 +253,6 @@ class Agents:
         Returns:
             ``(y, ok)``: ``B`` observations (NaN where failed) and ``B`` booleans.
         """
-        from fbo_torch.federation.faults import evaluate_agents
-
         y, _ = evaluate_agents(objective, X_next, agent_ids, self.round_keys(round, "evaluate"))
         if faults is not None:
             y = torch.where(faults.failed(self.keys, round), torch.nan, y)
@@ -277,3 +283,112 @@ class Agents:
             for name, buf in state["rff_buffers"].items():
                 setattr(self.rff, name, buf.to(dev))
             self.rff._n = int(state["rff_n"])
+
+
+def start_agents(
+    objective: Any,
+    settings: Any,
+    domain: Domain,
+    keys: Tensor,
+    agent_ids: Tensor,
+    features: RandomFourierFeatures | None,
+    partition: SubRegionPartition | None,
+) -> tuple[Agents, Tensor]:
+    r"""``B`` agents after their initial queries, and their best initial (noiseless) values ``B``.
+
+    The simulator calls it with every agent of every repetition, a deployed
+    agent (:mod:`fbo_torch.flower`) with its own key and index: both get the
+    same points (each from the agent's key) and the same models.
+
+    Args:
+        keys: ``B`` agent keys (:func:`~fbo_torch.federation.keys.federation_agent_keys`). agent_ids: ``B``
+            agent indices in the objective (agent ``n`` explores region ``n mod P``).
+        features: The shared map (``None`` for TS). partition: The server's
+            sub-regions (distributed initialization when ``P > 1``), or ``None``.
+    """
+    spread = (settings.algorithm == "fts_de" and settings.distributed_init and partition is not None
+              and partition.num_regions > 1)
+    X0 = initial_points(domain, keys, settings.num_init, partition if spread else None, agent_ids)
+    y0, F0 = observe_initial(objective, X0, agent_ids, keys)
+    agents = Agents(keys, X0, y0.unsqueeze(-1), domain, settings, features, capacity=settings.num_iterations)
+    return agents, F0.max(-1).values
+
+
+def agent_round(
+    agents: Agents,
+    objective: Any,
+    agent_ids: Tensor,
+    round: int,
+    p: float,
+    X_broadcast: Tensor | None,
+    faults: FaultInjector | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""The agents' half of round ``round`` after the broadcast: choose, evaluate, observe.
+
+    Returns:
+        ``(X_next, used_broadcast, ok, f)``: ``B x d`` queries, ``B`` booleans
+        (the query came from the broadcast), ``B`` booleans (the evaluation
+        succeeded) and ``B`` noiseless values of the queries (``-inf`` where
+        the evaluation failed; for the records, never seen by the models).
+    """
+    X_next, used = agents.next_queries(round, p, X_broadcast)
+    _, ok = agents.evaluate(objective, agent_ids, X_next, round, faults)
+    f, _ = evaluate_agents(objective, X_next, agent_ids, noiseless=True)
+    return X_next, used, ok, torch.where(ok & torch.isfinite(f), f, -torch.inf)
+
+
+def broadcast_points(
+    settings: Any,
+    features: RandomFourierFeatures,
+    broadcast: Tensor,
+    region_bounds: Tensor,
+    domain: Domain,
+    round: int,
+    federation_keys: Tensor,
+    agent_keys: Tensor,
+    run_of: Tensor,
+) -> Tensor:
+    r"""``B x d``: each agent's maximizer of its federation's broadcast ``φ(x)ᵀω^(i[x])``.
+
+    Args:
+        broadcast: ``R x P x M`` releases of ``R`` federations. federation_keys: ``R`` keys.
+        agent_keys: ``B`` keys. run_of: ``B`` federation of each agent.
+
+    With ``broadcast_maximization="shared"`` one maximization per federation
+    (its key) serves all its agents; with ``"per_agent"`` each agent maximizes
+    with its own key. A deployed agent passes ``R = B = 1``.
+    """
+    if settings.broadcast_maximization == "shared":
+        return broadcast_queries(features, broadcast, region_bounds, domain, round, federation_keys)[run_of]
+    return broadcast_queries(features, broadcast[run_of], region_bounds, domain, round, agent_keys)
+
+
+def initial_points(domain: Domain, keys: Tensor, num: int, partition=None, agents: Tensor | None = None) -> Tensor:
+    r"""``B x num x d`` initial points of each agent, from its key.
+
+    With a ``partition`` (distributed exploration), agent ``n`` draws inside
+    region ``n mod P``; on a finite domain, uniformly among that region's candidates.
+    """
+    init_keys = kr.fold(keys, "initial-points")
+    if partition is None:
+        return domain.random(keys.shape[0], num, keys=init_keys)
+    regions = agents % partition.num_regions  # the papers' assignment: agent n explores region n mod P
+    if domain.candidates is None:
+        rb = partition.region_bounds()[regions]  # B x 2 x d
+        u = kr.uniform(init_keys, num * domain.dim, dtype=domain.bounds.dtype).view(-1, num, domain.dim)
+        return rb[:, 0:1] + u * (rb[:, 1:2] - rb[:, 0:1])
+    cand_region = partition.region_of(domain.candidates)  # C
+    member = cand_region.unsqueeze(0) == regions.unsqueeze(-1)  # B x C
+    count = member.sum(-1)
+    if not bool((count > 0).all()):
+        raise ValueError("Some sub-region contains no candidate point; use fewer regions.")
+    order = torch.argsort((~member).to(torch.int8), dim=-1, stable=True)  # members first
+    pick = (kr.uniform(init_keys, num) * count.unsqueeze(-1)).long().clamp_max(count.unsqueeze(-1) - 1)
+    return domain.candidates[order.gather(1, pick)]
+
+
+def observe_initial(objective: Any, X0: Tensor, agents: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Observations ``B x n0`` of the initial points and their noiseless values (``-inf`` where failed)."""
+    y, _ = evaluate_agents(objective, X0, agents, kr.fold(keys, "evaluate-init"))
+    f, _ = evaluate_agents(objective, X0, agents, noiseless=True)
+    return y, torch.where(torch.isfinite(y) & torch.isfinite(f), f, -torch.inf)

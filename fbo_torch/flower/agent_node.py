@@ -3,9 +3,9 @@ r"""One deployed agent: its data, objective and models, and its step of a round.
 :class:`AgentNode` is what a ClientApp holds for its agent. It is the
 simulator's :class:`~fbo_torch.federation.agents.Agents` with ``B = 1`` (the
 agent's own key and index) driven by the same functions
-(:func:`~fbo_torch.runners.dp_fts_de.start_agents`,
-:func:`~fbo_torch.runners.dp_fts_de.broadcast_points`,
-:func:`~fbo_torch.runners.dp_fts_de.agent_round`), so agent ``n`` computes
+(:func:`~fbo_torch.federation.agents.start_agents`,
+:func:`~fbo_torch.federation.agents.broadcast_points`,
+:func:`~fbo_torch.federation.agents.agent_round`), so agent ``n`` computes
 in a deployment what row ``n`` of the simulator computes.
 
 Flower runs a ClientApp in a fresh process per message, so the agent lives in
@@ -62,7 +62,7 @@ class AgentNode:
     def __init__(self, config: FlowerRunConfig, agent_id: int) -> None:
         from fbo_torch.federation.faults import FaultInjector
         from fbo_torch.federation.partition import SubRegionPartition
-        from fbo_torch.runners.dp_fts_de import start_agents
+        from fbo_torch.federation.agents import start_agents
 
         n = int(agent_id)
         if not 0 <= n < config.num_agents:
@@ -107,7 +107,7 @@ class AgentNode:
             region_bounds: ``P x 2 x d`` sub-regions the broadcast refers to.
             omega_round: The round whose release the server asks ``ω`` for.
         """
-        from fbo_torch.runners.dp_fts_de import agent_round, broadcast_points
+        from fbo_torch.federation.agents import agent_round, broadcast_points
 
         used = failed = False
         if round > 0:

@@ -3,9 +3,9 @@ r"""The run configuration of a Flower deployment, and what both sides build from
 A Flower run config is a flat mapping of scalars (``[tool.flwr.app.config]`` in
 the app's ``pyproject.toml``, overridden by ``flwr run --run-config``). The
 ServerApp and every ClientApp read the same mapping, so
-:class:`FlowerRunConfig` turns it into the simulator's objects
-(:class:`~fbo_torch.runners.dp_fts_de.DPFTSDESettings`, the objective, the
-:class:`~fbo_torch.runners.common.Domain`, the shared feature map and the keys):
+:class:`FlowerRunConfig` turns it into the federation's objects
+(:class:`~fbo_torch.federation.settings.DPFTSDESettings`, the objective, the
+:class:`~fbo_torch.federation.domain.Domain`, the shared feature map and the keys):
 a deployment and :class:`~fbo_torch.runners.dp_fts_de.DPFTSDERunner` with
 ``num_inits=1`` and the same seed then run the same computation.
 
@@ -121,8 +121,8 @@ class FlowerRunConfig:
 
     # ------------------------------------------------------------ builders
     def dp_settings(self) -> Any:
-        """The :class:`~fbo_torch.runners.dp_fts_de.DPFTSDESettings` of the run."""
-        from fbo_torch.runners.dp_fts_de import DPFTSDESettings
+        """The :class:`~fbo_torch.federation.settings.DPFTSDESettings` of the run."""
+        from fbo_torch.federation.settings import DPFTSDESettings
 
         base = dict(
             algorithm="fts_de" if self.method == "dp-fts-de" else "ts",
@@ -147,7 +147,7 @@ class FlowerRunConfig:
         return obj
 
     def build_domain(self, objective: Any) -> Any:
-        from fbo_torch.runners.common import Domain
+        from fbo_torch.federation.domain import Domain
 
         return Domain(objective.bounds, objective.candidates, **self.domain).to("cpu")
 
@@ -157,12 +157,12 @@ class FlowerRunConfig:
 
     def agent_keys(self, agent_ids: Tensor) -> Tensor:
         """Keys of agents ``agent_ids`` (repetition 0 of the simulator)."""
-        from fbo_torch.runners.dp_fts_de import federation_agent_keys
+        from fbo_torch.federation.keys import federation_agent_keys
 
         return federation_agent_keys(int(self.seed), torch.zeros_like(agent_ids), agent_ids)
 
     def federation_key(self) -> Tensor:
         """The federation's key (``1``): the server's stream and the shared broadcast search."""
-        from fbo_torch.runners.dp_fts_de import federation_keys
+        from fbo_torch.federation.keys import federation_keys
 
         return federation_keys(int(self.seed), torch.zeros(1, dtype=torch.long))

@@ -87,7 +87,7 @@ def _preload() -> dict:
 
     import fbo_torch.flower.client_app  # noqa: F401
     import fbo_torch.flower.server_app  # noqa: F401
-    import fbo_torch.runners.dp_fts_de  # noqa: F401
+    import fbo_torch.federation.agents  # noqa: F401
 
     return {name: getattr(importlib.import_module(mod), fn) for name, (mod, fn) in ENTRY_POINTS.items()}
 

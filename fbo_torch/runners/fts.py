@@ -37,9 +37,9 @@ from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule
 from fbo_torch.objectives.base import Objective
-from fbo_torch.runners.common import Domain, maximize_rff_samples
+from fbo_torch.federation.domain import Domain, maximize_rff_samples
 from fbo_torch.runners.presets import apply_setup
-from fbo_torch.runners.settings import MethodSettings
+from fbo_torch.federation.settings import MethodSettings
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
 

@@ -1,4 +1,13 @@
-r"""Settings shared by every method of the runners: the shared features and the agents' GPs."""
+r"""Settings of a federation's methods: what agents share, how they model and search, and the server.
+
+* :class:`MethodSettings` — fields every method has: the shared random
+  features, the agents' own GPs, ``p_t``, fault injection.
+* :class:`DPFTSDESettings` — a DP-FTS-DE method (the FTS family with a
+  server): sub-regions, weights, sampling rate, clipping, noise, budget.
+
+The simulator (:mod:`fbo_torch.runners`) and a deployment (:mod:`fbo_torch.flower`)
+build their agents and server from the same settings.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +18,7 @@ import torch
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.schedules import PtSchedule
+from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.batched_gp import GP_SPECS
 from fbo_torch.utils.validation import check_int, check_probability
 
@@ -16,7 +26,7 @@ from fbo_torch.utils.validation import check_int, check_probability
 @dataclass
 class MethodSettings:
     r"""Fields common to :class:`~fbo_torch.runners.fts.FTSSettings` and
-    :class:`~fbo_torch.runners.dp_fts_de.DPFTSDESettings`.
+    :class:`~fbo_torch.federation.settings.DPFTSDESettings`.
 
     Attributes:
         num_iterations: BO iterations (rounds) ``T`` after initialization.
@@ -108,3 +118,77 @@ class MethodSettings:
             dim, self.num_features, lengthscale=self.rff_lengthscale, outputscale=self.rff_outputscale,
             seed=self.rff_seed, normalize=self.rff_normalize, device=device,
         )
+
+
+ALGORITHMS = ("ts", "fts_de")
+
+
+@dataclass
+class DPFTSDESettings(MethodSettings):
+    r"""Settings of one method in a DP-FTS-DE experiment (plus those of :class:`MethodSettings`).
+
+    ``algorithm="fts_de"`` covers the papers' family: FTS (``num_regions=1``,
+    ``noise_multiplier=0``), FTS-DE (``num_regions>1``, ``noise_multiplier=0``),
+    DP-FTS (``num_regions=1``, ``z>0``) and DP-FTS-DE. ``"ts"`` is standard TS.
+    The defaults follow the DP-FTS-DE synthetic setting (``T = 40``,
+    ``N_init = 10``, ``M = 50``, ``1 - p_t = 1/√t`` for all t, so ``p_1 = 0``).
+
+    Attributes:
+        num_regions: ``P`` sub-regions.
+        distributed_init: Initial points inside each agent's assigned region.
+        weights: ``"adaptive"``, ``"fixed"`` or ``"uniform"`` (see ExplorationWeights).
+        weight_a, weight_b, const_rounds, decay_rounds: The weight schedule.
+        sample_rate: ``q``. noise_multiplier: ``z``. clip_norm: ``S`` (None: no clipping).
+        local_threshold: Stop using the server once ``1 - p_t`` falls below it.
+        max_epsilon: Stop releasing before ε would exceed this (needs ``z > 0``).
+        broadcast_maximization: ``"shared"`` (the broadcast is the same for every
+            agent of a federation, so it is maximized once per federation) or
+            ``"per_agent"`` (every agent maximizes it with its own random
+            restarts, as the authors' code does).
+    """
+
+    algorithm: str = "fts_de"
+    num_iterations: int = 40
+    num_init: int = 10
+    num_features: int = 50
+    p1_equals_p2: bool = False
+    gp_refit_every: int = 5
+    num_regions: int = 1
+    distributed_init: bool = True
+    weights: str = "adaptive"
+    weight_a: float = 16.0
+    weight_b: float = 1.0
+    const_rounds: int = 5
+    decay_rounds: int = 5
+    sample_rate: float = 1.0
+    noise_multiplier: float = 0.0
+    clip_norm: float | None = None
+    local_threshold: float = 0.0
+    max_epsilon: float | None = None
+    broadcast_maximization: str = "shared"
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"`algorithm` must be one of {ALGORITHMS}, got {self.algorithm!r}.")
+        super().__post_init__()
+        check_int("num_regions", self.num_regions, minimum=1)
+        check_probability("sample_rate", self.sample_rate, open_left=True)
+        if not (isinstance(self.noise_multiplier, (int, float)) and self.noise_multiplier >= 0):
+            raise ValueError(f"`noise_multiplier` z must be >= 0, got {self.noise_multiplier!r}.")
+        if self.clip_norm is not None and not (isinstance(self.clip_norm, (int, float)) and self.clip_norm > 0):
+            raise ValueError(f"`clip_norm` S must be > 0 (or null for no clipping), got {self.clip_norm!r}.")
+        if self.noise_multiplier > 0 and self.clip_norm is None:
+            raise ValueError("`clip_norm` is required when `noise_multiplier` > 0.")
+        if self.max_epsilon is not None and not self.max_epsilon > 0:
+            raise ValueError(f"`max_epsilon` must be > 0, got {self.max_epsilon!r}.")
+        check_probability("local_threshold", self.local_threshold)
+        if self.broadcast_maximization not in ("shared", "per_agent"):
+            raise ValueError(
+                f"`broadcast_maximization` must be 'shared' or 'per_agent', got {self.broadcast_maximization!r}."
+            )
+        if self.weights not in ExplorationWeights.MODES:
+            raise ValueError(f"`weights` must be one of {ExplorationWeights.MODES}, got {self.weights!r}.")
+
+    @property
+    def is_private(self) -> bool:
+        return self.algorithm == "fts_de" and self.noise_multiplier > 0

@@ -158,7 +158,8 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
             return state["gp"].cholesky
 
         def server_round():
-            state["bc"] = server.release(state["omega"].view(1, N, M), t)
+            server.plan(t, 0.5)
+            state["bc"] = server.release(state["omega"].view(1, N, M))
 
         def sample():
             state["omega"] = agents.message(t)

@@ -144,7 +144,7 @@ def test_interrupted_run_resumes_bit_identically_with_exact_epsilon(finished, tm
     assert _run(cfg, "--out", out) == 130  # Ctrl-C: a one-line message, not a traceback
     monkeypatch.setattr(Checkpoints, "save", real)
     state = torch.load(out / "checkpoints" / "scenario0_method1.pt", weights_only=False)
-    assert state["runner"]["t"] == 2 and len(state["runner"]["epsilons"]) == 2  # mid-run, not finished
+    assert state["runner"]["t"] == 2 and len(state["runner"]["server"]["rounds"]) == 2  # mid-run, not finished
     assert _run(cfg, "--out", out, "--resume") == 0
     a = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"][1]
     b = json.loads((out / "results.json").read_text())["scenarios"][0]["methods"][1]

@@ -210,11 +210,13 @@ def test_server_validation(kwargs, match):
         DPAggregator(**args).aggregate(torch.randn(3, 4, dtype=f64))
 
 
-def test_server_rejects_wrong_agent_count_and_nan():
+def test_server_rejects_wrong_agent_count_and_drops_non_finite_vectors():
     server = DPAggregator(0.5, 1.0, 1.0, uniform_weights(2, 3))
     with pytest.raises(ValueError, match="3 columns but 4 agents"):
         server.aggregate(torch.randn(4, 5, dtype=f64))
     bad = torch.randn(3, 5, dtype=f64)
     bad[0, 0] = float("nan")
-    with pytest.raises(ValueError, match="omegas"):
-        server.aggregate(bad)
+    out = server.aggregate(bad, generator=torch.Generator().manual_seed(0))
+    rec = server.history[-1]
+    assert torch.isfinite(out).all()
+    assert rec.valid.tolist() == [False, True, True] and int(rec.num_invalid) == 1 and not rec.sampled[0]

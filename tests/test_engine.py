@@ -11,6 +11,7 @@ from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
 from fbo_torch.federation.domain import Domain, maximize_broadcast
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 from fbo_torch.utils import keyed_random as kr
@@ -185,8 +186,10 @@ def test_broadcast_signal_parts_add_up(objective):
     r = DPFTSDERunner(objective, s, num_inits=1, domain=_domain(objective), seed=2)
     r.step()
     omegas = r.agents.message(2).view(1, 6, -1)
-    bc = r.server.release(omegas, 2)
-    rec = r.server.last_record
+    server = DPFTSDEServer(6, r.domain.bounds, s, r.federation_keys, accountant=None)  # a copy: r keeps its rounds
+    assert server.plan(1, 0.5)
+    bc = server.release(omegas)
+    rec = server.last_record
     data, sample = r._signal_parts(omegas, rec, 2)
     assert data.shape == sample.shape == (1, 2)
     # triangle inequality both ways bounds the aggregate's norm, which is the broadcast's (z = 0)

@@ -17,6 +17,7 @@ pytest.importorskip("flwr")
 from flower_grid import InProcessGrid  # noqa: E402
 
 from fbo_torch.federation.faults import FaultInjector  # noqa: E402
+from fbo_torch.federation.randomness import SecretServerRandomness  # noqa: E402
 from fbo_torch.flower import client_app, server_app  # noqa: E402
 from fbo_torch.flower.config import FlowerRunConfig  # noqa: E402
 from fbo_torch.flower.coordinator import Coordinator  # noqa: E402
@@ -29,8 +30,10 @@ RUN_CONFIG = {
     "clip-norm": 1.0, "num-regions": 2, "seed": 3, "num-init": 3, "num-features": 20, "rff-lengthscale": 0.05,
     "objective": json.dumps({"type": "gp_grid", "grid_size": 200, "perturbation": 0.05, "perturb_first": True}),
     "settings": json.dumps({"gp_sample_features": 32, "gp_fit_maxiter": 15}),
-    "round-timeout": 5.0, "min-nodes-timeout": 0.0,
+    "round-timeout": 5.0, "min-nodes-timeout": 0.0, "report-best": True,
 }
+#: The server's secret, given to the simulator and to the ServerApp server-side (never in the run config).
+SECRET = bytes(range(32))
 
 
 def _record_releases(server):
@@ -60,13 +63,14 @@ def _simulate(run_config):
     cfg = FlowerRunConfig.from_run_config(run_config)
     obj = cfg.build_objective()
     runner = DPFTSDERunner(obj, cfg.dp_settings(), num_inits=1, domain=cfg.build_domain(obj), seed=cfg.seed,
-                           accountant=cfg.accountant, delta=cfg.delta_or_none)
+                           accountant=cfg.accountant, delta=cfg.ledger_delta,
+                           server_randomness=SecretServerRandomness(SECRET, secure_mode=cfg.secure_mode))
     releases = _record_releases(runner.server)
     runner.run()
     return runner, releases
 
 
-def deploy(run_config, monkeypatch, **grid_kwargs):
+def deploy(run_config, monkeypatch, secret=SECRET, state=None, **grid_kwargs):
     releases = []
     init = Coordinator.__init__
 
@@ -78,7 +82,7 @@ def deploy(run_config, monkeypatch, **grid_kwargs):
     grid = InProcessGrid(client_app.app, run_config, N, **grid_kwargs)
     lines = []
     coord = server_app.run_federation(grid, FlowerRunConfig.from_run_config(run_config), echo=lines.append,
-                                      poll_interval=0.0)
+                                      poll_interval=0.0, secret=secret, state=state)
     X = {n: record_to_state(ctx.state.array_records[AGENT_STATE]) for n, ctx in enumerate(grid.contexts.values())
          if AGENT_STATE in ctx.state.array_records}
     return coord, releases[0], X, lines

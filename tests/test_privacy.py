@@ -341,6 +341,41 @@ def test_ledger_state_dict_round_trip():
         PrivacyLedger("rdp-classic", num_agents=N).load_state_dict(bad)
 
 
+@pytest.mark.parametrize("accountant", ["rdp", "rdp-classic"])
+def test_a_forged_ledger_is_refused(accountant):
+    """A saved ledger is verified, not trusted: epsilons that its releases do not give are refused."""
+    ledger = PrivacyLedger(accountant, num_agents=N)
+    for _ in range(5):
+        ledger.record(1.0, 0.35)
+    state = ledger.state_dict()
+    PrivacyLedger(accountant, num_agents=N).load_state_dict(state)  # the true one loads
+    lower = dict(state, epsilons=[e / 2 for e in state["epsilons"]])  # the last epsilon halved, and the others
+    with pytest.raises(ValueError, match="do not follow from its steps"):
+        PrivacyLedger(accountant, num_agents=N).load_state_dict(lower)
+    one = dict(state, epsilons=state["epsilons"][:2] + [state["epsilons"][2] * 0.999] + state["epsilons"][3:])
+    with pytest.raises(ValueError, match="after release 3"):
+        PrivacyLedger(accountant, num_agents=N).load_state_dict(one)
+    fewer = dict(state, accountant={"history": [(1.0, 0.35, 2)], "mechanism": ledger.mechanism},
+                 epsilons=state["epsilons"][:2])  # consistent, but a history cut short...
+    resumed = PrivacyLedger(accountant, num_agents=N)
+    resumed.load_state_dict(fewer)  # ...is a valid ledger of 2 releases: the server checks its own round count
+    assert resumed.rounds == 2
+
+
+def test_delta_at_or_above_one_over_n_warns_and_the_deployment_default_is_small():
+    from fbo_torch.privacy import deployment_delta
+
+    with pytest.warns(UserWarning, match="releasing one agent's data in full"):
+        PrivacyLedger("rdp", delta=0.3, num_agents=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PrivacyLedger("rdp", num_agents=4)  # the papers' 1/N^1.1 is below 1/N
+        PrivacyLedger("rdp", delta=deployment_delta(4), num_agents=4)
+    assert deployment_delta(4) == 1e-5 and deployment_delta(10**6) == pytest.approx(1e-8)
+    assert all(deployment_delta(n) * n <= 0.01 for n in (1, 2, 4, 100, 10**4, 10**7))
+    assert default_delta(4) * 4 == pytest.approx(4**-0.1)  # 0.87: why deployments do not use it
+
+
 def test_ledger_accepts_accountant_instance():
     acc = ClassicRDPAccountant(orders=range(2, 65))
     ledger = PrivacyLedger(acc, num_agents=N)

@@ -40,7 +40,7 @@ from fbo_torch.objectives import build_objective
 from fbo_torch.objectives.base import Objective
 from fbo_torch.federation.domain import Domain
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 
 
 def _targets(objective: Objective, runs: Any) -> torch.Tensor:

@@ -13,9 +13,9 @@ methods are the steps of a round —
   recorded and left out of the models).
 
 and the functions a round is made of, for the simulator and a deployed agent
-alike: :func:`start_agents` (initial queries), :func:`broadcast_points` (where
-agents that follow a broadcast query) and :func:`agent_round` (choose,
-evaluate, observe).
+alike: :func:`start_agents` (initial queries), :func:`agent_messages` (what
+agents send), :func:`broadcast_points` (where agents that follow a broadcast
+query) and :func:`agent_round` (choose, evaluate, observe).
 
 The batched simulator (:mod:`fbo_torch.runners`) calls them with all ``R·N``
 agents of a federation's repetitions; a deployment (:mod:`fbo_torch.flower`)
@@ -312,6 +312,13 @@ def start_agents(
     y0, F0 = observe_initial(objective, X0, agent_ids, keys)
     agents = Agents(keys, X0, y0.unsqueeze(-1), domain, settings, features, capacity=settings.num_iterations)
     return agents, F0.max(-1).values
+
+
+def agent_messages(agents: Agents, round: int, faults: FaultInjector | None = None) -> Tensor:
+    r"""``B x M``: what the agents send for the release of round ``round`` — their ``ω``
+    draws, with hostile agents' replaced by their attack when ``faults`` injects some."""
+    omegas = agents.message(round)
+    return omegas if faults is None else faults.corrupt(omegas, agents.keys, round)
 
 
 def agent_round(

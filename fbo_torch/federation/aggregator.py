@@ -22,6 +22,26 @@ anything else (the authors' code substitutes a random vector) would either be
 equivalent to more noise or depend on data outside the sample. The server
 does not tell agents that the sample was empty: the sample size is itself
 private information. Such rounds are visible in :attr:`DPAggregator.history`.
+
+**Invalid messages are dropped, never mixed in.** A row of ``omegas`` with a
+non-finite entry (NaN, ±inf: a malfunction or an attack) is treated like a
+message that never arrived: it takes no part in the sample, and its entries
+are replaced by zeros with ``torch.where`` *before* any arithmetic (multiplying
+a NaN by a zero mask would still give NaN). The accounting is unchanged: the
+guarantee is for neighbouring federations that differ in one agent's data
+replaced by the null message (Kairouz et al. 2021's zero-out neighbours, which
+give the sampled Gaussian mechanism the same (ε, δ) as adding or removing the
+agent); a dropped message contributes exactly what the null message does, the
+zero vector, whatever the agent's data, and every message that enters is
+clipped to the same bound, so the sensitivity and the sampling probability
+``q`` the accountant assumes still hold. An honest agent's ``ω`` is always a
+finite vector (its models never take non-finite observations), so whether a
+message is valid does not depend on an honest agent's data.
+
+**Randomness.** The Poisson coins and the noise come from a
+:class:`~fbo_torch.federation.randomness.ServerRandomness`: a cryptographic
+stream keyed by the server's secret in deployment, the federation's seeded
+streams in research (see :mod:`fbo_torch.federation.randomness`).
 """
 
 from __future__ import annotations
@@ -33,7 +53,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fbo_torch.utils import keyed_random as kr
+from fbo_torch.federation.randomness import (
+    GeneratorServerRandomness,
+    KeyedServerRandomness,
+    ServerRandomness,
+)
 from fbo_torch.utils.validation import check_finite, check_int, check_probability, check_tensor
 
 RegionWeights = Tensor | Callable[[int], Tensor]
@@ -53,7 +77,10 @@ class AggregationRecord:
             (a 0-d tensor on the keyed, synchronization-free path).
         signal_norm: ``... x P`` norms of the data part ``Σ w clip(ω) / q`` of each region.
         noise_norm: ``... x P`` norms of the added noise of each region.
-        num_reported: ``...`` agents that sent a vector (all ``N`` without dropouts).
+        num_reported: ``...`` agents whose vector arrived (all ``N`` without dropouts).
+        valid: ``... x N`` booleans: agents whose vector arrived and was valid
+            (finite); only these take part in the Poisson sample.
+        num_invalid: ``...`` vectors that arrived but were invalid (dropped).
     """
 
     round: int
@@ -65,15 +92,23 @@ class AggregationRecord:
     signal_norm: Tensor | None = None
     noise_norm: Tensor | None = None
     num_reported: Tensor | None = None
+    valid: Tensor | None = None
+    num_invalid: Tensor | None = None
 
 
 def clip_vectors(omegas: Tensor, max_norm: float) -> tuple[Tensor, Tensor]:
     r"""Clip each vector (last dimension) to L2 norm ``max_norm``.
 
     Returns ``(clipped, was_clipped)``; vectors within the bound are unchanged.
+    A finite vector whose norm overflows (entries near ``1e300``) has its norm
+    taken after scaling by its largest entry, so it too lands on the bound,
+    direction kept.
     """
+    tiny = torch.finfo(omegas.dtype).tiny
     norms = omegas.norm(dim=-1, keepdim=True)
-    scale = torch.clamp(max_norm / norms.clamp_min(torch.finfo(omegas.dtype).tiny), max=1.0)
+    amax = omegas.abs().amax(dim=-1, keepdim=True).clamp_min(tiny)
+    norms = torch.where(torch.isfinite(norms), norms, (omegas / amax).norm(dim=-1, keepdim=True) * amax)
+    scale = torch.clamp(max_norm / norms.clamp_min(tiny), max=1.0)
     return omegas * scale, (norms.squeeze(-1) > max_norm)
 
 
@@ -158,25 +193,31 @@ class DPAggregator:
         generator: torch.Generator | None = None,
         keys: Tensor | None = None,
         reported: Tensor | None = None,
+        randomness: ServerRandomness | None = None,
     ) -> Tensor:
         r"""One server round.
 
         Args:
             omegas: ``... x N x M`` vectors from ``N`` agents (leading dimensions
-                are independent federations, e.g. repetitions).
+                are independent federations, e.g. repetitions). Rows with a
+                non-finite entry are invalid and dropped (see the module docstring).
             round: Round index (selects the weights of a schedule).
             generator: Optional generator for the subsample and the noise.
-            keys: Optional ``...`` int64 keys of the federations' server streams
-                (:mod:`fbo_torch.utils.keyed_random`) instead of ``generator``:
-                agent ``n``'s Poisson coin depends only on (key, ``n``, round)
-                and the noise only on (key, round), so a deployment that sees
-                one federation gets the simulator's numbers. This path reads
-                no device value on the host (no synchronization).
+            keys: Optional ``...`` int64 keys of the federations' seeded streams
+                (:class:`~fbo_torch.federation.randomness.KeyedServerRandomness`:
+                reproducible, for research).
             reported: Optional ``... x N`` booleans: agents whose vector arrived
                 (dropped agents are treated as not sampled; their rows may hold
                 anything). Privacy accounting with ``q`` stays valid: an agent
                 that did not report is not in the aggregate, one that reported
                 was included with probability ``q``.
+            randomness: The server's :class:`~fbo_torch.federation.randomness.ServerRandomness`
+                (e.g. a :class:`~fbo_torch.federation.randomness.SecretServerRandomness`
+                in deployment), instead of ``generator`` or ``keys``.
+
+        With ``keys`` or ``randomness`` nothing is read back to the host (no
+        synchronization); with a ``generator`` (or nothing) the weights are
+        checked on the host first.
 
         Returns:
             ``... x P x M`` broadcast vectors, on ``omegas``' device and dtype.
@@ -184,68 +225,63 @@ class DPAggregator:
         check_tensor("omegas", omegas)
         if omegas.ndim < 2:
             raise ValueError(f"`omegas` must be N x M (or ... x N x M), got shape {tuple(omegas.shape)}.")
+        if not omegas.is_floating_point():
+            raise TypeError(f"`omegas` must be a floating-point tensor, got {omegas.dtype}.")
         round = check_int("round", round, minimum=0)
         N = omegas.shape[-2]
         batch = omegas.shape[:-1]  # ... x N
         if reported is not None and reported.shape != batch:
             raise ValueError(f"`reported` must have shape {tuple(batch)}, got {tuple(reported.shape)}.")
-        if keys is None:
-            check_finite("omegas", omegas if reported is None else torch.where(reported.unsqueeze(-1), omegas, 0.0))
+        if sum(x is not None for x in (generator, keys, randomness)) > 1:
+            raise ValueError("give at most one of `generator`, `keys` and `randomness`.")
+        if keys is not None:
+            if keys.shape != batch[:-1] or keys.dtype != torch.int64:
+                raise ValueError(f"`keys` must be int64 of shape {tuple(batch[:-1])}, got {keys.dtype} {tuple(keys.shape)}.")
+            randomness = KeyedServerRandomness(keys)
+        checked = randomness is None
+        if checked:
+            randomness = GeneratorServerRandomness(generator)
             W = self.weights(round)
             self._check_weights(W, num_agents=N)
         else:
-            if keys.shape != batch[:-1] or keys.dtype != torch.int64:
-                raise ValueError(f"`keys` must be int64 of shape {tuple(batch[:-1])}, got {keys.dtype} {tuple(keys.shape)}.")
             W = self.region_weights(round) if callable(self.region_weights) else self.region_weights
             if W.ndim != 2 or W.shape[1] != N:
                 raise ValueError(f"`region_weights` must be P x {N}, got shape {tuple(W.shape)}.")
         W = W.to(omegas)
         P = W.shape[0]
-        if keys is None:
-            u = self._rand(batch, omegas, generator)
-        else:
-            ids = torch.arange(N, device=omegas.device)
-            coin_keys = kr.fold(kr.fold(kr.fold(keys.unsqueeze(-1), "poisson"), round), ids)  # ... x N
-            u = kr.uniform(coin_keys, 1, dtype=omegas.dtype).squeeze(-1)
-        sampled = u < self.sample_rate
+        # validate before any arithmetic: an invalid row is replaced, not multiplied by a zero mask
+        valid = torch.isfinite(omegas).all(-1)  # ... x N
         if reported is not None:
-            sampled = sampled & reported
-            omegas = torch.where(reported.unsqueeze(-1), omegas, 0.0)
+            valid = valid & reported
+        omegas = torch.where(valid.unsqueeze(-1), omegas, 0.0)
+        u = randomness.coins(round, batch, omegas)
+        sampled = (u < self.sample_rate) & valid
         clipped, was_clipped = clip_vectors(omegas, self.clip_norm / math.sqrt(P))
         masked = clipped * sampled.unsqueeze(-1).to(omegas.dtype)
         signal = (W @ masked) / self.sample_rate  # ... x P x M
-        if keys is None:
+        if checked:
             std = self.noise_std(W)
-            noise = std * self._randn(signal.shape, omegas, generator) if std > 0 else torch.zeros_like(signal)
+            positive = std > 0
         else:
             std = self.noise_multiplier * W.amax() * (self.clip_norm / self.sample_rate)  # a 0-d tensor
-            if self.noise_multiplier > 0:
-                z = kr.normal(kr.fold(kr.fold(keys, "noise"), round), P * signal.shape[-1], dtype=omegas.dtype)
-                noise = std * z.view(signal.shape)
-            else:
-                noise = torch.zeros_like(signal)
+            positive = self.noise_multiplier > 0
+        if positive:
+            z = randomness.normals(round, signal.shape[:-2] + (P * signal.shape[-1],), omegas)
+            noise = std * z.view(signal.shape)
+        else:
+            noise = torch.zeros_like(signal)
         out = signal + noise
         num = sampled.sum(-1)
         n_clip = (was_clipped & sampled).sum(-1)
         frac = torch.where(num > 0, n_clip.to(omegas.dtype) / num.clamp_min(1).to(omegas.dtype), torch.zeros_like(num, dtype=omegas.dtype))
         n_rep = torch.full_like(num, N) if reported is None else reported.sum(-1)
+        n_valid = valid.sum(-1)
         self.history.append(AggregationRecord(
             round, sampled, num, was_clipped & sampled, frac, std,
             signal_norm=signal.norm(dim=-1), noise_norm=noise.norm(dim=-1), num_reported=n_rep,
+            valid=valid, num_invalid=n_rep - n_valid,
         ))
         return out
-
-    @staticmethod
-    def _rand(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
-        if generator is None:
-            return torch.rand(shape, dtype=like.dtype, device=like.device)
-        return torch.rand(shape, dtype=like.dtype, device=generator.device, generator=generator).to(like.device)
-
-    @staticmethod
-    def _randn(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
-        if generator is None:
-            return torch.randn(shape, dtype=like.dtype, device=like.device)
-        return torch.randn(shape, dtype=like.dtype, device=generator.device, generator=generator).to(like.device)
 
     def __repr__(self) -> str:
         return (

@@ -1,17 +1,31 @@
-r"""Faults a federation must survive: failed evaluations and agents that drop out.
+r"""Faults a federation must survive: failed evaluations, agents that drop out, hostile agents.
 
 Real agents fail: a training run diverges (NaN), a job crashes, a phone goes
-offline before it reports. :func:`evaluate_agents` evaluates every agent's
-query and turns failures into NaN observations (which
+offline before it reports — and some are hostile. :func:`evaluate_agents`
+evaluates every agent's query and turns failures into NaN observations (which
 :meth:`~fbo_torch.federation.agents.Agents.observe` records and keeps out of
-the models) instead of stopping the run; :class:`FaultInjector` injects both
-kinds of faults at given rates, from the agents' keyed streams, so robustness
-can be studied and tested reproducibly.
+the models) instead of stopping the run; :class:`FaultInjector` injects each
+kind of fault at a given rate, from the agents' keyed streams, so robustness
+can be studied and tested reproducibly:
+
+* ``eval_failure_rate``: an agent's evaluation fails in a round;
+* ``dropout_rate``: an agent's message is lost in a round;
+* ``byzantine_rate`` / ``byzantine_kind``: an agent is hostile for the whole
+  run and every message it sends is replaced by an attack — ``"nan"`` (one
+  entry NaN), ``"inf"`` (one entry +inf), ``"huge"`` (its ``ω`` times 1e300:
+  finite, with a norm that overflows) or ``"random"`` (a random vector with
+  entries of size 1e6). The server must drop the non-finite ones and clip the
+  others (:class:`~fbo_torch.federation.DPAggregator`); a hostile agent still
+  runs its own search honestly.
+
+The injector's coins come from the agents' own keys, so the simulator and a
+deployed agent (:mod:`fbo_torch.flower`) inject the same faults.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,21 +34,50 @@ from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_probability
 
 
+#: What a hostile agent sends instead of its ``ω`` (see the module docstring).
+BYZANTINE_KINDS = ("nan", "inf", "huge", "random")
+
+
 @dataclass
 class FaultInjector:
-    r"""Independent per-agent, per-round faults.
+    r"""Independent per-agent faults (the ``faults:`` section of a method's settings).
 
     Attributes:
-        eval_failure_rate: Probability that an agent's evaluation fails (returns NaN).
-        dropout_rate: Probability that an agent's message does not reach the server.
+        eval_failure_rate: Probability that an agent's evaluation fails (returns NaN) in a round.
+        dropout_rate: Probability that an agent's message does not reach the server in a round.
+        byzantine_rate: Probability that an agent is hostile (for the whole run).
+        byzantine_kind: What hostile agents send, one of :data:`BYZANTINE_KINDS`.
     """
 
     eval_failure_rate: float = 0.0
     dropout_rate: float = 0.0
+    byzantine_rate: float = 0.0
+    byzantine_kind: str = "nan"
 
     def __post_init__(self) -> None:
-        check_probability("eval_failure_rate", self.eval_failure_rate, open_right=True)
-        check_probability("dropout_rate", self.dropout_rate, open_right=True)
+        check_probability("faults.eval_failure_rate", self.eval_failure_rate, open_right=True)
+        check_probability("faults.dropout_rate", self.dropout_rate, open_right=True)
+        check_probability("faults.byzantine_rate", self.byzantine_rate, open_right=True)
+        if self.byzantine_kind not in BYZANTINE_KINDS:
+            raise ValueError(f"`faults.byzantine_kind` must be one of {list(BYZANTINE_KINDS)}, "
+                             f"got {self.byzantine_kind!r}.")
+
+    @classmethod
+    def from_config(cls, faults: Any) -> FaultInjector:
+        """From a ``faults:`` mapping (``None``: no faults); unknown keys are an error naming them."""
+        faults = {} if faults is None else faults
+        names = [f.name for f in fields(cls)]
+        if not isinstance(faults, dict):
+            raise ValueError(f"`faults` must be a mapping with keys among {names}, got {faults!r}.")
+        unknown = sorted(set(faults) - set(names))
+        if unknown:
+            raise ValueError(f"`faults` has unknown key(s) {unknown}; allowed: {', '.join(names)}.")
+        return cls(**faults)
+
+    @property
+    def affects_messages(self) -> bool:
+        """Whether some messages may be lost or hostile."""
+        return self.dropout_rate > 0 or self.byzantine_rate > 0
 
     def _coin(self, keys: Tensor, round: int, purpose: str, rate: float) -> Tensor:
         if rate <= 0:
@@ -48,6 +91,28 @@ class FaultInjector:
     def dropped(self, keys: Tensor, round: int) -> Tensor:
         """``B`` booleans: the agents whose message is lost in ``round``."""
         return self._coin(keys, round, "fault-dropout", self.dropout_rate)
+
+    def byzantine(self, keys: Tensor) -> Tensor:
+        """``B`` booleans: the hostile agents (the same in every round)."""
+        return self._coin(keys, 0, "fault-byzantine", self.byzantine_rate)
+
+    def corrupt(self, omegas: Tensor, keys: Tensor, round: int) -> Tensor:
+        r"""``B x M`` messages as sent: hostile agents' ``ω`` replaced by their attack of ``round``."""
+        if self.byzantine_rate <= 0:
+            return omegas
+        hostile = self.byzantine(keys).unsqueeze(-1)  # B x 1
+        B, M = omegas.shape
+        k = kr.fold(kr.fold(keys, round), "fault-byzantine-message")
+        if self.byzantine_kind in ("nan", "inf"):
+            entry = (kr.uniform(k, 1) * M).long().clamp_max(M - 1)  # B x 1: which entry is poisoned
+            bad = torch.arange(M, device=omegas.device) == entry
+            value = torch.nan if self.byzantine_kind == "nan" else torch.inf
+            attack = torch.where(bad, value, omegas)
+        elif self.byzantine_kind == "huge":
+            attack = omegas * 1e300
+        else:  # random
+            attack = 1e6 * kr.normal(k, M, dtype=omegas.dtype)
+        return torch.where(hostile, attack, omegas)
 
 
 def evaluate_agents(

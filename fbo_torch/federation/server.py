@@ -2,23 +2,39 @@ r"""What the DP-FTS-DE server does in a round (DP-FTS-DE Algorithm 1, lines 5-12
 
 :class:`DPFTSDEServer` is the server's half of a round, written once: the
 batched simulator calls it with ``R`` independent federations (repetitions)
-at once, a deployment (:mod:`fbo_torch.flower`) with ``R = 1``. It holds
+at once, a deployment (:mod:`fbo_torch.flower`) with ``R = 1``. A round is two
+calls, in this order for every round ``t``:
 
-* the sub-region partition and the agents' assignment (distributed exploration),
-* the weight schedule :class:`~fbo_torch.federation.ExplorationWeights`,
-* the mechanism :class:`~fbo_torch.federation.DPAggregator` (Poisson
-  subsampling, clipping, weighted averages, Gaussian noise),
-* the :class:`~fbo_torch.privacy.PrivacyLedger`, which decides whether one
-  more release fits the budget and records every release.
+1. :meth:`DPFTSDEServer.plan` — decide whether round ``t`` releases (the
+   schedule's ``p_t``, the local threshold, the privacy budget). A deployment
+   decides one exchange ahead, so that it can ask the agents for ``ω`` in the
+   same message that carries round ``t - 1``'s broadcast.
+2. :meth:`DPFTSDEServer.release` — validate the messages, Poisson-sample,
+   clip, weight, add noise (:class:`~fbo_torch.federation.DPAggregator`),
+   record the release in the :class:`~fbo_torch.privacy.PrivacyLedger` and in a
+   :class:`ServerRound`, and only then return the broadcast.
 
-Every random number of federation ``r`` comes from its key, folded with the
-round (Poisson coins also with the agent index), so the simulator and a
-deployment release the same vectors. No device value is read on the host.
+The server holds the sub-region partition and the agents' assignment
+(distributed exploration), the weight schedule, the mechanism, the ledger, its
+randomness (:mod:`fbo_torch.federation.randomness`: the federations' seeded
+streams in research, a secret cryptographic stream in deployment) and the
+record of every round: ε is kept in one place, the ledger, and each
+:class:`ServerRound` carries the ledger's ε after it.
+
+**A round without a valid message releases nothing and costs nothing.** When
+the caller knows on the host how many valid messages arrived (a deployment,
+``num_valid``) and none did, the round records ``released = False`` and the
+ledger is not charged: the output would not depend on any agent's data. (The
+batched simulator does not read device values inside a round; there a
+federation without a valid message releases only noise, as the mechanism's
+empty sample does, and the shared ledger is charged: an upper bound, never an
+under-count.)
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,8 +42,42 @@ from torch import Tensor
 
 from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator
 from fbo_torch.federation.partition import SubRegionPartition
+from fbo_torch.federation.randomness import KeyedServerRandomness, ServerRandomness
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.utils.validation import check_int
+
+#: Why a round released nothing.
+NOT_RELEASED = ("schedule", "budget", "no valid message")
+
+
+@dataclass
+class ServerRound:
+    r"""The server's record of one round.
+
+    Attributes:
+        round: ``t``.
+        released: Whether a broadcast was released.
+        epsilon: ε after the round (the ledger's; ``inf`` once a non-private
+            release happened; ``0.0`` before any private release; NaN for a
+            non-private server that has not released yet).
+        reason: Why nothing was released (one of :data:`NOT_RELEASED`), ``""`` when released.
+        record: The mechanism's statistics of a release (device tensors), else ``None``.
+    """
+
+    round: int
+    released: bool
+    epsilon: float
+    reason: str = ""
+    record: AggregationRecord | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The host part (no tensors), JSON-able."""
+        eps = self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon)
+        return {"round": self.round, "released": self.released, "epsilon": eps, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerRound:
+        return cls(int(data["round"]), bool(data["released"]), float(data["epsilon"]), str(data.get("reason", "")))
 
 
 class DPFTSDEServer:
@@ -39,7 +89,9 @@ class DPFTSDEServer:
         settings: DP-FTS-DE settings (``num_regions``, ``weights``, ``weight_a``,
             ``weight_b``, ``const_rounds``, ``decay_rounds``, ``sample_rate``,
             ``clip_norm``, ``noise_multiplier``, ``local_threshold``, ``max_epsilon``).
-        keys: ``R`` int64 keys of the federations' server streams.
+        randomness: Where the coins and noise come from: a
+            :class:`~fbo_torch.federation.randomness.ServerRandomness`, or ``R``
+            int64 federation keys (the seeded streams, for research).
         accountant / delta: The privacy ledger's accountant and δ (default ``1/N^1.1``);
             only used when ``noise_multiplier > 0``. ``accountant=None`` runs the
             mechanism without a ledger (benchmarks of the mechanism only: no
@@ -51,12 +103,18 @@ class DPFTSDEServer:
         num_agents: int,
         bounds: Tensor,
         settings: Any,
-        keys: Tensor,
+        randomness: ServerRandomness | Tensor,
         accountant: str | None = "rdp",
         delta: float | None = None,
     ) -> None:
         N = check_int("num_agents", num_agents, minimum=1)
-        self.num_agents, self.settings, self.keys = N, settings, keys
+        self.num_agents, self.settings = N, settings
+        if isinstance(randomness, Tensor):
+            randomness = KeyedServerRandomness(randomness)
+        if not isinstance(randomness, ServerRandomness):
+            raise TypeError("`randomness` must be a ServerRandomness or a tensor of int64 federation keys, "
+                            f"got {type(randomness).__name__}.")
+        self.randomness = randomness
         P = settings.num_regions
         self.partition = SubRegionPartition(bounds, P)
         self.assignment = self.partition.assign_agents(N)
@@ -73,54 +131,84 @@ class DPFTSDEServer:
         if self.private and accountant is not None:
             from fbo_torch.privacy import PrivacyLedger
 
-            self.ledger = PrivacyLedger(
-                accountant=accountant, delta=delta, num_agents=N if delta is None else None,
-                max_epsilon=settings.max_epsilon,
-            )
+            self.ledger = PrivacyLedger(accountant=accountant, delta=delta, num_agents=N,
+                                        max_epsilon=settings.max_epsilon)
         self.stopped = False
-        self.epsilons: list[float] = []
+        self.stop_reason = ""
+        self.rounds: list[ServerRound] = []
+        self._planned: int | None = None  # the round plan() said releases, until release() takes it
+
+    @property
+    def keys(self) -> Tensor | None:
+        """The federations' keys of seeded randomness (``None`` with any other source)."""
+        return getattr(self.randomness, "keys", None)
 
     @property
     def num_regions(self) -> int:
         return self.partition.num_regions
 
-    def will_release(self, p_t: float) -> bool:
-        r"""Whether the server releases in a round with ``p_t``.
+    # ------------------------------------------------------------------ a round
+    def plan(self, round: int, p_t: float) -> bool:
+        r"""Decide whether round ``round`` releases; rounds are planned once each, in order.
 
-        It stops for good once ``1 - p_t`` falls below ``local_threshold``
+        The server stops for good once ``1 - p_t`` falls below ``local_threshold``
         (DP-FTS-DE footnote 13: agents switch to local TS) or once one more
-        release would take ε above ``max_epsilon``.
+        release would take ε above ``max_epsilon``. A round that will not
+        release is recorded here; one that will is recorded by :meth:`release`.
         """
+        round = check_int("round", round, minimum=1)
+        last = self.rounds[-1].round if self.rounds else 0
+        if self._planned is not None or round != last + 1:
+            expected = self._planned if self._planned is not None else last + 1
+            raise RuntimeError(f"the server expected to {'release' if self._planned else 'plan'} round "
+                               f"{expected}, not plan round {round}.")
+        reason = ""
         if self.stopped:
+            reason = self.stop_reason
+        elif 1.0 - p_t < self.settings.local_threshold:
+            reason = "schedule"
+        elif self.ledger is not None and not self.ledger.can_release(self.settings.noise_multiplier,
+                                                                     self.settings.sample_rate):
+            reason = "budget"
+        if reason:
+            self.stopped, self.stop_reason = True, reason
+            self.rounds.append(ServerRound(round, False, self.epsilon, reason))
             return False
-        if 1.0 - p_t < self.settings.local_threshold:
-            self.stopped = True
-            return False
-        s = self.settings
-        if self.ledger is not None and not self.ledger.can_release(s.noise_multiplier, s.sample_rate):
-            self.stopped = True
-            return False
+        self._planned = round
         return True
 
-    def release(self, omegas: Tensor, round: int, reported: Tensor | None = None) -> Tensor:
-        r"""Aggregate the agents' vectors into ``R x P x M`` broadcast vectors and account for them.
+    def release(self, omegas: Tensor, reported: Tensor | None = None, num_valid: int | None = None) -> Tensor | None:
+        r"""Release the planned round: validate, sample, clip, weight, noise, account, record.
 
         Args:
-            omegas: ``R x N x M`` vectors (rows of agents that did not report may hold anything).
-            round: The round (weights schedule, random streams).
+            omegas: ``R x N x M`` vectors (rows of agents that did not report may
+                hold anything; non-finite rows are dropped as invalid).
             reported: Optional ``R x N`` booleans, agents whose vector arrived.
+            num_valid: The number of valid messages when the caller knows it on
+                the host (a deployment, ``R = 1``): with 0, nothing is released
+                and the ledger is not charged.
 
         Returns:
-            The broadcast. The ledger records the release before it is returned.
+            The ``R x P x M`` broadcast, or ``None`` when nothing was released.
+            The ledger and the round's record are written before it is returned.
         """
+        if self._planned is None:
+            raise RuntimeError("release() without a planned round: call plan(round, p_t) first.")
+        t, self._planned = self._planned, None
+        if num_valid is not None and int(num_valid) <= 0:
+            self.rounds.append(ServerRound(t, False, self.epsilon, "no valid message"))
+            return None
         s = self.settings
-        out = self.aggregator.aggregate(omegas, round=round, keys=self.keys.to(omegas.device), reported=reported)
+        out = self.aggregator.aggregate(omegas, round=t, reported=reported, randomness=self.randomness)
         if len(self.aggregator.history) > 1:
             del self.aggregator.history[:-1]
         eps = self.ledger.record(s.noise_multiplier, s.sample_rate) if self.ledger is not None else math.inf
-        self.epsilons.append(eps)
+        if s.noise_multiplier == 0:
+            eps = math.inf
+        self.rounds.append(ServerRound(t, True, eps, "", self.aggregator.history[-1]))
         return out
 
+    # ------------------------------------------------------------------ records
     @property
     def last_record(self) -> AggregationRecord | None:
         """The mechanism's record of the last release (device tensors)."""
@@ -128,17 +216,58 @@ class DPFTSDEServer:
 
     @property
     def epsilon(self) -> float:
-        """ε after the last release (0 before any; ``inf`` for non-private releases)."""
-        return self.epsilons[-1] if self.epsilons else 0.0
+        """ε after the last round (see :attr:`ServerRound.epsilon`)."""
+        if self.rounds:
+            return self.rounds[-1].epsilon
+        return 0.0 if self.private else math.nan
+
+    @property
+    def epsilons(self) -> list[float]:
+        """ε after each round so far."""
+        return [r.epsilon for r in self.rounds]
+
+    @property
+    def released(self) -> list[bool]:
+        """Whether each round so far released."""
+        return [r.released for r in self.rounds]
 
     def state_dict(self) -> dict[str, Any]:
+        """The rounds, the stop flag and the ledger (host data only; the randomness is not saved)."""
         return {
-            "stopped": self.stopped, "epsilons": list(self.epsilons),
+            "stopped": self.stopped, "stop_reason": self.stop_reason, "rounds": [r.to_dict() for r in self.rounds],
+            "planned": self._planned,
             "ledger": None if self.ledger is None else self.ledger.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.stopped = bool(state["stopped"])
-        self.epsilons = list(state["epsilons"])
+        r"""Restore a saved server after checking it: the ledger's ε is recomputed from its
+        recorded releases (:meth:`~fbo_torch.privacy.PrivacyLedger.load_state_dict`) and must
+        match the rounds' records, release for release.
+
+        Raises:
+            ValueError: The state is malformed or its records disagree with its ledger.
+        """
+        try:
+            rounds = [ServerRound.from_dict(r) for r in state["rounds"]]
+            stopped, stop_reason = bool(state["stopped"]), str(state.get("stop_reason", "schedule"))
+            ledger = state["ledger"]
+            planned = None if state.get("planned") is None else int(state["planned"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"the saved server state is malformed ({type(err).__name__}: {err}).") from None
+        if [r.round for r in rounds] != list(range(1, len(rounds) + 1)):
+            raise ValueError("the saved server state's rounds are not 1, 2, ... in order.")
+        if planned is not None and planned != len(rounds) + 1:
+            raise ValueError(f"the saved server state planned round {planned} after {len(rounds)} rounds.")
+        released = [r for r in rounds if r.released]
         if self.ledger is not None:
-            self.ledger.load_state_dict(state["ledger"])
+            if ledger is None:
+                raise ValueError("the saved server state has no privacy ledger, but this server is private.")
+            self.ledger.load_state_dict(ledger)
+            if self.ledger.rounds != len(released):
+                raise ValueError(f"the saved server state records {len(released)} releases but its ledger "
+                                 f"{self.ledger.rounds}: refusing a state that cannot account for its releases.")
+            for r, eps in zip(released, self.ledger.epsilons):
+                if not math.isclose(r.epsilon, eps, rel_tol=1e-9, abs_tol=1e-12):
+                    raise ValueError(f"the saved server state says ε = {r.epsilon} after round {r.round}, "
+                                     f"its ledger {eps}: refusing it.")
+        self.rounds, self.stopped, self.stop_reason, self._planned = rounds, stopped, stop_reason, planned

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.faults import FaultInjector
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.batched_gp import GP_SPECS
@@ -56,9 +57,12 @@ class MethodSettings:
             Thompson sample (256; None: BoTorch's default, 1024, about 4x slower;
             the reference implementation used 100 features for its own samples).
         faults: Fault injection for robustness studies, ``{eval_failure_rate: r,
-            dropout_rate: r}``: each agent's evaluation fails (returns NaN) with
-            probability ``eval_failure_rate`` per round, and each agent's message
-            is lost with probability ``dropout_rate`` per round.
+            dropout_rate: r, byzantine_rate: r, byzantine_kind: nan | inf | huge |
+            random}``: each agent's evaluation fails (returns NaN) with
+            probability ``eval_failure_rate`` per round, each agent's message is
+            lost with probability ``dropout_rate`` per round, and each agent is
+            hostile with probability ``byzantine_rate`` (see
+            :class:`~fbo_torch.federation.faults.FaultInjector`).
     """
 
     num_iterations: int = 50
@@ -97,20 +101,12 @@ class MethodSettings:
                 raise ValueError(f"`gp_sample_features` must be even ([sin, cos] pairs), got {self.gp_sample_features}.")
         if self.gp_kernel not in GP_SPECS:
             raise ValueError(f"`gp_kernel` must be one of {sorted(GP_SPECS)}, got {self.gp_kernel!r}.")
-        self.fault_rates()  # validates
+        self.fault_injector()  # validates
         PtSchedule(self.p_t, self.p1_equals_p2)  # validates
 
-    def fault_rates(self) -> tuple[float, float]:
-        """``(eval_failure_rate, dropout_rate)`` from :attr:`faults` (validated)."""
-        f = self.faults or {}
-        if not isinstance(f, dict):
-            raise ValueError(f"`faults` must be a mapping {{eval_failure_rate, dropout_rate}}, got {f!r}.")
-        unknown = set(f) - {"eval_failure_rate", "dropout_rate"}
-        if unknown:
-            raise ValueError(f"`faults` has unknown key(s) {sorted(unknown)}; allowed: eval_failure_rate, dropout_rate.")
-        ev = check_probability("faults.eval_failure_rate", f.get("eval_failure_rate", 0.0), open_right=True)
-        dr = check_probability("faults.dropout_rate", f.get("dropout_rate", 0.0), open_right=True)
-        return ev, dr
+    def fault_injector(self) -> FaultInjector:
+        """The :class:`~fbo_torch.federation.faults.FaultInjector` :attr:`faults` describes (validated)."""
+        return FaultInjector.from_config(self.faults)
 
     def features(self, dim: int, device: torch.device | str | None = None) -> RandomFourierFeatures:
         """The shared random-feature map these settings describe."""

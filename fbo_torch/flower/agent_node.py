@@ -60,7 +60,6 @@ class AgentNode:
     """
 
     def __init__(self, config: FlowerRunConfig, agent_id: int) -> None:
-        from fbo_torch.federation.faults import FaultInjector
         from fbo_torch.federation.partition import SubRegionPartition
         from fbo_torch.federation.agents import start_agents
 
@@ -74,7 +73,7 @@ class AgentNode:
         self.ids = torch.tensor([n])
         self.keys = config.agent_keys(self.ids)
         self.federation_key = config.federation_key()
-        self.faults = FaultInjector(*self.settings.fault_rates())
+        self.faults = self.settings.fault_injector()
         fts = self.settings.algorithm == "fts_de"
         self.features = self.settings.features(self.objective.dim) if fts else None
         partition = SubRegionPartition(self.domain.bounds, self.settings.num_regions) if fts else None
@@ -107,7 +106,7 @@ class AgentNode:
             region_bounds: ``P x 2 x d`` sub-regions the broadcast refers to.
             omega_round: The round whose release the server asks ``ω`` for.
         """
-        from fbo_torch.federation.agents import agent_round, broadcast_points
+        from fbo_torch.federation.agents import agent_messages, agent_round, broadcast_points
 
         used = failed = False
         if round > 0:
@@ -121,7 +120,7 @@ class AgentNode:
             self.best = torch.maximum(self.best, f)
             used, failed = bool(used_t[0]), not bool(ok[0])
             self.round = round
-        omega = self.agents.message(omega_round)[0] if omega_round > 0 else None
+        omega = agent_messages(self.agents, omega_round, self.faults)[0] if omega_round > 0 else None
         return AgentReply(self.agent_id, self.fingerprint, omega, self.agents.n, float(self.best[0]), used, failed)
 
     # ---------------------------------------------------------- node state

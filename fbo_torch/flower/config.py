@@ -23,17 +23,27 @@ Keys (kebab-case, as Flower writes them):
 ``clip-norm``                 ``S`` (0: no clipping, only with ``z = 0``)
 ``num-regions``               ``P``
 ``max-epsilon``               stop releasing before ε would exceed it (0: no budget)
-``accountant``, ``delta``     the ledger's accountant and δ (0: ``1/N^1.1``)
+``accountant``, ``delta``     the ledger's accountant and δ (0: the deployment default
+                              :func:`~fbo_torch.privacy.deployment_delta`,
+                              ``min(1e-5, 0.01/N)``; a δ ≥ ``1/N`` is refused)
+``allow-large-delta``         accept a δ ≥ ``1/N`` (a guarantee that allows leaking
+                              one agent's data in full); off by default
+``secure-mode``               draw the server's noise with the mitigation of
+                              floating-point attacks (Opacus' secure mode); on by default
 ``objective``                 JSON ``{"type": ..., **kwargs}`` for
                               :func:`~fbo_torch.objectives.build_objective`;
                               ``agents_per_group`` defaults to ``N``
-``seed``                      every random stream (agents' keys, server's key)
+``seed``                      the agents' keyed streams and the shared broadcast
+                              search (public: every node reads it); never the
+                              server's coins or noise, which come from the server's
+                              own secret (:mod:`fbo_torch.flower.server_state`)
 ``num-init``, ``num-features``, ``rff-lengthscale``  as in the settings
 ``settings``                  JSON of any other ``DPFTSDESettings`` fields
 ``domain``                    JSON of :class:`Domain` maximizer options
 ``round-timeout``             seconds the server waits for replies in a round
 ``min-nodes-timeout``         seconds it waits for ``N`` nodes to connect
-``report-best``               agents report their best value (for the demo's print-out)
+``report-best``               agents report their best value in clear (for the demo's
+                              print-out); off by default
 ``summary-path``              the server writes its round log there as JSON ("": no file)
 ============================  =======================================================
 """
@@ -79,6 +89,8 @@ class FlowerRunConfig:
     max_epsilon: float = 0.0
     accountant: str = "rdp"
     delta: float = 0.0
+    allow_large_delta: bool = False
+    secure_mode: bool = True
     objective: dict[str, Any] = field(default_factory=lambda: {"type": "gp_grid"})
     seed: int = 0
     num_init: int = 5
@@ -88,7 +100,7 @@ class FlowerRunConfig:
     domain: dict[str, Any] = field(default_factory=dict)
     round_timeout: float = 120.0
     min_nodes_timeout: float = 120.0
-    report_best: bool = True
+    report_best: bool = False
     summary_path: str = ""
 
     def __post_init__(self) -> None:
@@ -96,6 +108,13 @@ class FlowerRunConfig:
             raise ValueError(f"run config `method` must be one of {METHODS}, got {self.method!r}.")
         if int(self.num_agents) < 1 or int(self.num_rounds) < 1:
             raise ValueError(f"`num-agents` and `num-rounds` must be >= 1, got {self.num_agents}, {self.num_rounds}.")
+        if not (0.0 <= float(self.delta) < 1.0):
+            raise ValueError(f"run config `delta` must be in [0, 1) (0: the deployment default), got {self.delta}.")
+        if self.delta > 0 and self.delta * self.num_agents >= 1.0 and not self.allow_large_delta:
+            raise ValueError(
+                f"run config `delta` = {self.delta:g} is >= 1/N = {1 / self.num_agents:g}: such a guarantee allows "
+                "releasing one agent's data in full. Use a smaller delta (0: the deployment default "
+                "min(1e-5, 0.01/N)), or set `allow-large-delta = true` to accept it.")
         self.dp_settings()  # validates the rest
 
     @classmethod
@@ -152,8 +171,22 @@ class FlowerRunConfig:
         return Domain(objective.bounds, objective.candidates, **self.domain).to("cpu")
 
     @property
-    def delta_or_none(self) -> float | None:
-        return float(self.delta) if self.delta > 0 else None
+    def ledger_delta(self) -> float:
+        """The ledger's δ: ``delta``, or the deployment default for ``N`` agents when 0."""
+        from fbo_torch.privacy import deployment_delta
+
+        return float(self.delta) if self.delta > 0 else deployment_delta(int(self.num_agents))
+
+    #: Keys that do not change what the federation computes or releases (left out of its fingerprint).
+    TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path")
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the keys that define the federation (all but :attr:`TRANSPORT_KEYS`)."""
+        import hashlib
+
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.TRANSPORT_KEYS}
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def agent_keys(self, agent_ids: Tensor) -> Tensor:
         """Keys of agents ``agent_ids`` (repetition 0 of the simulator)."""

@@ -10,35 +10,50 @@ the simulator). So a run of ``T`` rounds is ``T + 1`` exchanges:
   ``ω`` it received, sends it with ``p_t``; agents take round ``t`` and send
   ``ω`` for round ``t + 1`` when the server will release again.
 
-:class:`Coordinator` holds the simulator's server,
-:class:`~fbo_torch.federation.server.DPFTSDEServer` with ``R = 1`` (the
-sub-region partition, the region weights, the
-:class:`~fbo_torch.federation.DPAggregator` and the
-:class:`~fbo_torch.privacy.PrivacyLedger`), and calls it in the simulator's
-order: ``will_release(p_1)``, ``release(1)``, ``will_release(p_2)``, ... so the
-ledger, the Poisson coins and the noise are the simulator's. Nothing here
-imports ``flwr``.
+:class:`Coordinator` holds the federation's server,
+:class:`~fbo_torch.federation.server.DPFTSDEServer` with ``R = 1`` — the same
+object, called the same way (``plan``, then ``release``), as in the simulator
+— and adds what a network needs:
 
-**Agents that do not report** (a straggler past the round's timeout, a node
-that went away, a refused node) are aggregated as the simulator aggregates
-dropped agents: their rows are left out of the sum (``reported = False``),
-nothing is renormalized, and the noise keeps its scale ``z φ_max S / q``. The
-accounting with ``(z, q)`` stays valid: an agent's vector enters a release
+* **Server randomness no agent can reproduce**: the coins and noise come from
+  the server's secret (:class:`~fbo_torch.federation.randomness.SecretServerRandomness`,
+  secure mode by default), never from the run config's seed.
+* **Every reply validated**: :meth:`Coordinator.receive` checks the agent id,
+  the feature map and ``ω`` (an ``M``-vector of finite float64); a bad reply is
+  counted as invalid for its sender and left out like a dropout, and never
+  stops the server.
+* **A durable ledger**: with a :class:`~fbo_torch.flower.server_state.ServerState`,
+  :meth:`Coordinator.plan` writes the ledger, the rounds and the exchange it is
+  about to send *before* returning it; a restarted coordinator resumes from
+  that file and first re-sends that exchange, unchanged.
+
+**Agents that do not report, or report invalid messages** (a straggler past
+the round's timeout, a node that went away, a refused node, a malformed or
+non-finite ``ω``) are aggregated as the simulator aggregates dropped agents:
+their rows are left out of the sum, nothing is renormalized, and the noise
+keeps its scale ``z φ_max S / q``. The accounting with ``(z, q)`` stays valid
+(see :mod:`fbo_torch.federation.aggregator`): an agent's vector enters a release
 only if its Poisson coin (probability ``q``, drawn by the server) came up *and*
-it reported, so it enters with probability at most ``q``, and each vector it
-contributes is clipped to the same bound; an agent that did not report
-contributes nothing, so the release's distribution does not depend on its data.
+it arrived valid, each vector that enters is clipped to the same bound, and a
+message left out contributes exactly what the null message of a zero-out
+neighbour does. A round in which no valid message arrived releases nothing and
+costs no ε. Nothing here imports ``flwr``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from fbo_torch.flower.config import FlowerRunConfig
+
+
+class InvalidReply(ValueError):
+    """A reply that cannot be used: the message says why; its sender is left out of the round."""
 
 
 @dataclass(frozen=True)
@@ -63,18 +78,75 @@ class RoundPlan:
     fingerprint: str
     features: dict = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able (floats kept exactly)."""
+        return {"round": self.round, "p": self.p, "omega_round": self.omega_round, "fingerprint": self.fingerprint,
+                "features": dict(self.features),
+                "broadcast": None if self.broadcast is None else self.broadcast.tolist(),
+                "region_bounds": None if self.region_bounds is None else self.region_bounds.tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoundPlan:
+        def tensor(v: Any) -> Tensor | None:
+            return None if v is None else torch.tensor(v, dtype=torch.float64)
+
+        return cls(int(data["round"]), float(data["p"]), tensor(data["broadcast"]), tensor(data["region_bounds"]),
+                   int(data["omega_round"]), str(data["fingerprint"]), dict(data["features"]))
+
 
 @dataclass
 class RoundLog:
-    r"""The server's record of one round: ``released``, ``epsilon`` after it, reporters."""
+    r"""The coordinator's record of one round.
+
+    Attributes:
+        round: ``t``.
+        released: The server released a broadcast.
+        epsilon: ε after the round (the server's ledger).
+        num_reported: Valid ``ω`` that entered the release.
+        num_invalid: Replies left out as invalid (malformed, wrong shape or dtype, non-finite).
+        num_replied: Replies from agents to the exchange that opened the round.
+        reason: Why nothing was released (``""`` when released).
+        best_values / num_observations: What agents reported after the round.
+    """
 
     round: int
     released: bool
     epsilon: float
     num_reported: int
+    num_invalid: int = 0
     num_replied: int = 0
+    reason: str = ""
     best_values: dict[int, float] = field(default_factory=dict)
     num_observations: dict[int, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"round": self.round, "released": self.released,
+                "epsilon": self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon),
+                "num_reported": self.num_reported, "num_invalid": self.num_invalid, "num_replied": self.num_replied,
+                "reason": self.reason, "best_values": {str(k): v for k, v in sorted(self.best_values.items())},
+                "num_observations": {str(k): v for k, v in sorted(self.num_observations.items())}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoundLog:
+        return cls(int(d["round"]), bool(d["released"]), float(d["epsilon"]), int(d["num_reported"]),
+                   int(d["num_invalid"]), int(d["num_replied"]), str(d["reason"]),
+                   {int(k): float(v) for k, v in d["best_values"].items()},
+                   {int(k): int(v) for k, v in d["num_observations"].items()})
+
+
+def message_problem(omega: Any, num_features: int) -> str:
+    r"""Why ``omega`` cannot enter a release (``""`` when it can): it must be an
+    ``M``-vector of finite float64 numbers."""
+    if not isinstance(omega, Tensor):
+        return f"ω is {type(omega).__name__}, not a tensor"
+    if omega.dtype != torch.float64:
+        return f"ω has dtype {omega.dtype}, expected torch.float64"
+    if tuple(omega.shape) != (num_features,):
+        return f"ω has shape {tuple(omega.shape)}, expected ({num_features},)"
+    bad = int((~torch.isfinite(omega)).sum())
+    if bad:
+        return f"ω holds {bad} non-finite value(s)"
+    return ""
 
 
 class Coordinator:
@@ -83,22 +155,43 @@ class Coordinator:
     Args:
         config: The run config.
         bounds: ``2 x d`` domain (from the objective).
+        dim: ``d``.
+        secret: The server's 32-byte secret (server-side only). Default: the
+            ``state``'s, or a fresh one from the OS's generator.
+        state: A :class:`~fbo_torch.flower.server_state.ServerState` to write
+            the ledger and rounds to before every exchange, and to resume from.
+
+    Raises:
+        ServerStateError: ``state`` holds another federation, a finished one, or
+            a ledger that does not verify.
     """
 
-    def __init__(self, config: FlowerRunConfig, bounds: Tensor, dim: int) -> None:
+    def __init__(self, config: FlowerRunConfig, bounds: Tensor, dim: int, secret: bytes | None = None,
+                 state: Any = None) -> None:
+        from fbo_torch.federation.randomness import SecretServerRandomness
         from fbo_torch.federation.schedules import PtSchedule
         from fbo_torch.federation.server import DPFTSDEServer
+        from fbo_torch.flower.server_state import ServerStateError
+        from fbo_torch.utils.secure_random import new_secret
 
         self.config = config
         self.settings = s = config.dp_settings()
         self.N = int(config.num_agents)
         self.schedule = PtSchedule(s.p_t, s.p1_equals_p2)
+        self.state = state
+        self.federation = config.fingerprint()
+        saved = state.load(self.federation) if state is not None else None
+        if secret is None:
+            secret = state.secret() if state is not None else new_secret()
+        elif state is not None:
+            state.set_secret(secret)
         self.server = None
         self.features = None
         if s.algorithm == "fts_de":
             self.features = s.features(dim)
-            self.server = DPFTSDEServer(self.N, bounds.to(torch.float64), s, config.federation_key(),
-                                        config.accountant, config.delta_or_none)
+            self.server = DPFTSDEServer(self.N, bounds.to(torch.float64), s,
+                                        SecretServerRandomness(secret, secure_mode=config.secure_mode),
+                                        config.accountant, config.ledger_delta)
         M = s.num_features
         self._omegas = torch.zeros(1, self.N, M, dtype=torch.float64)
         self._reported = torch.zeros(1, self.N, dtype=torch.bool)
@@ -107,6 +200,17 @@ class Coordinator:
         self.logs: list[RoundLog] = []
         self.refused: dict[int, str] = {}  # agent -> why
         self.refused_nodes: dict[int, str] = {}  # transport peer (e.g. Flower node id) -> why
+        self.invalid: dict[int, int] = {}  # agent -> invalid replies so far
+        self._resend: RoundPlan | None = None
+        self.resumed = saved is not None
+        if saved is not None:
+            try:
+                self._load(saved)
+            except (KeyError, TypeError, ValueError) as err:
+                raise ServerStateError(
+                    f"{state.folder}: the saved server state does not verify ({err}); the server cannot account "
+                    "for what it released: restore the folder, or start a new federation in a new state folder."
+                ) from None
 
     @property
     def fingerprint(self) -> str:
@@ -119,65 +223,139 @@ class Coordinator:
     @property
     def epsilon(self) -> float:
         """ε after the last round (NaN without DP, ``inf`` after a non-private release)."""
-        return self.logs[-1].epsilon if self.logs else (0.0 if self.settings.is_private else math.nan)
+        if self.server is None:
+            return math.nan
+        return self.server.epsilon
 
     @property
     def done(self) -> bool:
-        return self.round >= self.settings.num_iterations
+        return self.round >= self.settings.num_iterations and self._resend is None
 
+    # ------------------------------------------------------------------ exchanges
     def plan(self) -> RoundPlan:
-        r"""Open the next exchange: release the round's broadcast (if any) and decide the next."""
+        r"""Open the next exchange: release the round's broadcast (if any) and decide the next.
+
+        With a state folder, the ledger, the rounds and the plan are written
+        before the plan is returned (the caller sends it after). After a
+        restart the first plan is the last one written, unchanged.
+        """
+        if self._resend is not None:
+            plan, self._resend = self._resend, None
+            return plan
         s = self.settings
         t = self.round + 1
-        broadcast, released = None, False
-        if t >= 1 and self._omega_round == t:
-            broadcast = self.server.release(self._omegas, t, reported=self._reported.clone())[0]
-            released = True
+        broadcast = None
         if t >= 1:
-            eps = (self.server.epsilon if s.noise_multiplier > 0 else math.inf) if released else self.epsilon
-            self.logs.append(RoundLog(t, released, eps, int(self._reported.sum()) if released else 0))
+            if self._omega_round == t:
+                out = self.server.release(self._omegas, reported=self._reported.clone(),
+                                          num_valid=int(self._reported.sum()))
+                broadcast = None if out is None else out[0]
+            rec = self.server.rounds[t - 1] if self.server is not None else None
+            self.logs.append(RoundLog(
+                t, rec is not None and rec.released, self.epsilon,
+                int(self._reported.sum()) if rec is not None and rec.released else 0,
+                num_invalid=self._num_invalid, reason="" if rec is None else rec.reason,
+            ))
         omega_round = 0
-        if t < s.num_iterations and self.server is not None and self.server.will_release(self.schedule(t + 1)):
+        if t < s.num_iterations and self.server is not None and self.server.plan(t + 1, self.schedule(t + 1)):
             omega_round = t + 1
         self._omega_round = omega_round
         self._omegas.zero_()
         self._reported.zero_()
+        self._num_invalid = 0
         self.round = t
-        return RoundPlan(
+        plan = RoundPlan(
             t, float(self.schedule(t)) if t >= 1 else 0.0, broadcast,
             None if self.server is None else self.server.region_bounds, omega_round, self.fingerprint,
             {} if self.features is None else self.features.config(),
         )
+        self._save(plan)
+        return plan
 
-    def receive(self, agent_id: int, fingerprint: str, omega: Tensor | None, best_value: float | None = None,
-                num_observations: int | None = None) -> None:
+    def receive(self, agent_id: Any, fingerprint: Any, omega: Any, best_value: Any = None,
+                num_observations: Any = None) -> None:
         r"""Take an agent's reply to the current exchange.
 
         Raises:
-            ValueError: A reply from an unknown agent, a feature map that is not the
-                server's (the agent is refused for the rest of the run), or a missing ``ω``.
+            InvalidReply: The reply cannot be used (an unknown agent, a feature
+                map that is not the server's — that agent is refused for the rest
+                of the run —, a missing, malformed or non-finite ``ω``, bad
+                metrics); it is left out of the round, like a dropout. The caller
+                counts it against its sender with :meth:`reject`.
         """
-        n = int(agent_id)
-        if not 0 <= n < self.N:
-            raise ValueError(f"reply from agent {n}, outside 0..{self.N - 1}.")
+        if isinstance(agent_id, bool) or not isinstance(agent_id, int) or not 0 <= agent_id < self.N:
+            raise InvalidReply(f"reply from agent {agent_id!r}, not an agent id in 0..{self.N - 1}.")
+        n = agent_id
         if fingerprint != self.fingerprint:
             self.refuse(n, f"feature map fingerprint {fingerprint!r} != the server's {self.fingerprint!r}")
-            raise ValueError(f"agent {n} refused: {self.refused[n]}.")
+            raise InvalidReply(f"agent {n} refused: {self.refused[n]}.")
         if n in self.refused:
             return
+        problems = []
+        if best_value is not None and not (isinstance(best_value, float) and not math.isnan(best_value)):
+            problems.append(f"best value {best_value!r} is not a number")
+        if num_observations is not None and (isinstance(num_observations, bool) or not isinstance(num_observations, int)
+                                             or num_observations < 0):
+            problems.append(f"observation count {num_observations!r} is not an integer >= 0")
+        if self._omega_round:
+            if omega is None:
+                problems.append(f"no ω for round {self._omega_round}")
+            elif message_problem(omega, self._omegas.shape[-1]):
+                problems.append(message_problem(omega, self._omegas.shape[-1]))
+        if problems:
+            self._reported[0, n] = False
+            raise InvalidReply(f"agent {n}: {'; '.join(problems)}; left out of round {self._omega_round or self.round}.")
         if self.logs:
             self.logs[-1].num_replied += 1
             if num_observations is not None:
-                self.logs[-1].num_observations[n] = int(num_observations)
+                self.logs[-1].num_observations[n] = num_observations
             if best_value is not None and self.config.report_best:
-                self.logs[-1].best_values[n] = float(best_value)
+                self.logs[-1].best_values[n] = best_value
         if self._omega_round:
-            if omega is None or omega.shape != (self._omegas.shape[-1],):
-                raise ValueError(f"agent {n} sent no M-vector ω for round {self._omega_round}.")
-            self._omegas[0, n] = omega.to(self._omegas)
+            self._omegas[0, n] = omega
             self._reported[0, n] = True
+
+    def reject(self, agent_id: int | None = None) -> None:
+        """Count a reply that could not be read at all (malformed) as invalid for its sender."""
+        self._num_invalid += 1
+        if agent_id is not None:
+            self.invalid[agent_id] = self.invalid.get(agent_id, 0) + 1
+            self._reported[0, agent_id] = False
 
     def refuse(self, agent_id: int, reason: str) -> None:
         """Leave agent ``agent_id`` out of every later release."""
         self.refused[int(agent_id)] = reason
         self._reported[0, int(agent_id)] = False
+
+    def finish(self) -> None:
+        """Mark the federation finished in the state folder (a restart is then refused)."""
+        self._save(None, finished=True)
+
+    # ------------------------------------------------------------------ durability
+    _num_invalid = 0
+
+    def _save(self, plan: RoundPlan | None, finished: bool = False) -> None:
+        if self.state is None:
+            return
+        self.state.save(self.federation, {
+            "round": self.round, "omega_round": self._omega_round, "plan": None if plan is None else plan.to_dict(),
+            "server": None if self.server is None else self.server.state_dict(),
+            "logs": [log.to_dict() for log in self.logs], "refused": {str(k): v for k, v in self.refused.items()},
+            "invalid": {str(k): v for k, v in self.invalid.items()},
+            "epsilon": self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon),
+        }, finished=finished)
+
+    def _load(self, saved: dict[str, Any]) -> None:
+        if self.server is not None:
+            self.server.load_state_dict(saved["server"])
+        self.round = int(saved["round"])
+        self._omega_round = int(saved["omega_round"])
+        self.logs = [RoundLog.from_dict(d) for d in saved["logs"]]
+        self.refused = {int(k): str(v) for k, v in saved["refused"].items()}
+        self.invalid = {int(k): int(v) for k, v in saved["invalid"].items()}
+        if saved["plan"] is not None:
+            self._resend = RoundPlan.from_dict(saved["plan"])
+        planned = None if self.server is None else self.server.state_dict()["planned"]
+        if self._omega_round != (planned or 0):
+            raise ValueError(f"the saved exchange asks for ω of round {self._omega_round}, the server planned "
+                             f"{planned}")

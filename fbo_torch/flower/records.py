@@ -20,11 +20,12 @@ This module imports ``flwr``; the rest of :mod:`fbo_torch.flower` does not.
 
 from __future__ import annotations
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from torch import Tensor
 
 from fbo_torch.flower.agent_node import AgentReply
-from fbo_torch.flower.coordinator import RoundPlan
+from fbo_torch.flower.coordinator import InvalidReply, RoundPlan
 
 ROUND, FEATURES, BROADCAST = "fbo.round", "fbo.features", "fbo.broadcast"
 REPLY, OMEGA, METRICS = "fbo.reply", "fbo.omega", "fbo.metrics"
@@ -47,15 +48,30 @@ def plan_to_records(plan: RoundPlan) -> RecordDict:
 
 
 def records_to_plan(content: RecordDict) -> RoundPlan:
-    """The :class:`RoundPlan` a server message carries."""
-    r = content.config_records[ROUND]
-    broadcast = region_bounds = None
-    if BROADCAST in content.array_records:
-        arrays = content.array_records[BROADCAST].to_torch_state_dict()
-        broadcast, region_bounds = arrays["broadcast"], arrays["region-bounds"]
-    feats = dict(content.config_records[FEATURES]) if FEATURES in content.config_records else {}
-    return RoundPlan(int(r["round"]), float(r["p"]), broadcast, region_bounds, int(r["omega-round"]),
-                     str(r["fingerprint"]), feats)
+    """The :class:`RoundPlan` a server message carries (checked: a malformed plan raises ``ValueError``)."""
+    try:
+        r = content.config_records[ROUND]
+        t, p, omega_round, fingerprint = r["round"], r["p"], r["omega-round"], r["fingerprint"]
+        broadcast = region_bounds = None
+        if BROADCAST in content.array_records:
+            arrays = content.array_records[BROADCAST].to_torch_state_dict()
+            broadcast, region_bounds = arrays["broadcast"], arrays["region-bounds"]
+        feats = dict(content.config_records[FEATURES]) if FEATURES in content.config_records else {}
+    except Exception as err:  # noqa: BLE001 - whatever a malformed message raises
+        raise ValueError(f"malformed message from the server ({type(err).__name__}: {err}).") from None
+    for name, v in (("round", t), ("omega-round", omega_round)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"the server's `{name}` is {v!r}, not an integer >= 0.")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"the server's `p` is {p!r}, not a probability.")
+    if broadcast is not None:
+        if (broadcast.dtype != torch.float64 or broadcast.ndim != 2 or region_bounds.ndim != 3
+                or region_bounds.shape[0] != broadcast.shape[0] or region_bounds.shape[1] != 2):
+            raise ValueError(f"the server's broadcast ({broadcast.dtype} {tuple(broadcast.shape)}) and region bounds "
+                             f"({tuple(region_bounds.shape)}) are not P x M float64 and P x 2 x d.")
+        if not (torch.isfinite(broadcast).all() and torch.isfinite(region_bounds).all()):
+            raise ValueError("the server's broadcast holds non-finite values; refusing to follow it.")
+    return RoundPlan(t, float(p), broadcast, region_bounds, omega_round, str(fingerprint), feats)
 
 
 def reply_to_records(reply: AgentReply, report_best: bool) -> RecordDict:
@@ -72,16 +88,45 @@ def reply_to_records(reply: AgentReply, report_best: bool) -> RecordDict:
     return content
 
 
+def reply_agent_id(content: RecordDict) -> int:
+    """The agent id a reply claims (raises :class:`~fbo_torch.flower.coordinator.InvalidReply` if unreadable)."""
+    try:
+        agent_id = content.config_records[REPLY].get("agent-id")
+    except Exception:  # noqa: BLE001 - whatever a malformed message raises
+        raise InvalidReply(f"the reply has no {REPLY!r} record") from None
+    if isinstance(agent_id, bool) or not isinstance(agent_id, int):
+        raise InvalidReply(f"the reply's agent-id is {agent_id!r}, not an integer")
+    return agent_id
+
+
 def records_to_reply(content: RecordDict) -> tuple[int, str, Tensor | None, float | None, int | None]:
-    """``(agent_id, fingerprint, omega or None, best value or None, observations or None)`` of a reply."""
-    r = content.config_records[REPLY]
-    omega = None
-    if OMEGA in content.array_records:
-        omega = content.array_records[OMEGA].to_torch_state_dict()["omega"]
-    metrics = content.metric_records.get(METRICS, {})
-    best, n_obs = metrics.get("best-value"), metrics.get("num-observations")
-    return (int(r["agent-id"]), str(r["fingerprint"]), omega, None if best is None else float(best),
-            None if n_obs is None else int(n_obs))
+    r"""``(agent_id, fingerprint, omega or None, best value or None, observations or None)`` of a reply.
+
+    The types are checked here (the values by the coordinator); anything else
+    raises :class:`~fbo_torch.flower.coordinator.InvalidReply` with the reason.
+    """
+    agent_id = reply_agent_id(content)
+    try:
+        fingerprint = content.config_records[REPLY].get("fingerprint")
+        omega = None
+        if OMEGA in content.array_records:
+            arrays = content.array_records[OMEGA].to_torch_state_dict()
+            if set(arrays) != {"omega"}:
+                raise InvalidReply(f"agent {agent_id}: the {OMEGA!r} record holds {sorted(arrays)}, not 'omega'")
+            omega = arrays["omega"]
+        metrics = content.metric_records[METRICS] if METRICS in content.metric_records else {}
+        best, n_obs = metrics.get("best-value"), metrics.get("num-observations")
+    except InvalidReply:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever a malformed record raises
+        raise InvalidReply(f"agent {agent_id}: unreadable reply ({type(err).__name__}: {err})") from None
+    if not isinstance(fingerprint, str):
+        raise InvalidReply(f"agent {agent_id}: the reply's fingerprint is {fingerprint!r}, not a string")
+    if best is not None and (isinstance(best, bool) or not isinstance(best, (int, float))):
+        raise InvalidReply(f"agent {agent_id}: best-value {best!r} is not a number")
+    if n_obs is not None and (isinstance(n_obs, bool) or not isinstance(n_obs, int)):
+        raise InvalidReply(f"agent {agent_id}: num-observations {n_obs!r} is not an integer")
+    return agent_id, fingerprint, omega, None if best is None else float(best), n_obs
 
 
 def state_to_record(state: dict[str, Tensor]) -> ArrayRecord:

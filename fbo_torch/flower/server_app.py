@@ -24,8 +24,9 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from fbo_torch.flower.config import FlowerRunConfig
-from fbo_torch.flower.coordinator import Coordinator
-from fbo_torch.flower.records import plan_to_records, records_to_reply
+from fbo_torch.flower.coordinator import Coordinator, InvalidReply
+from fbo_torch.flower.records import plan_to_records, records_to_reply, reply_agent_id
+from fbo_torch.flower.server_state import ServerState
 
 app = ServerApp()
 
@@ -63,57 +64,82 @@ def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float, poll_interval: fl
 
 
 def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], None] = _info,
-                   poll_interval: float = POLL_INTERVAL) -> Coordinator:
+                   poll_interval: float = POLL_INTERVAL, state: ServerState | None = None,
+                   secret: bytes | None = None) -> Coordinator:
     r"""Run ``config.num_rounds`` rounds with the agents on ``grid``; returns the coordinator (its logs).
 
-    Replies that do not arrive within ``round-timeout`` seconds, error replies
-    and refused agents are left out of the round's release (see
-    :mod:`fbo_torch.flower.coordinator` for why the accounting stays valid).
+    Args:
+        state: The server's state folder (secret, ledger, rounds; see
+            :mod:`fbo_torch.flower.server_state`), written before every
+            exchange; ``None`` keeps everything in memory.
+        secret: The server's secret (default: the state's, or a fresh one).
+
+    Replies that do not arrive within ``round-timeout`` seconds, error replies,
+    refused agents and invalid replies are left out of the round's release
+    (see :mod:`fbo_torch.flower.coordinator` for why the accounting stays
+    valid); no reply can stop the server.
     """
     objective = config.build_objective()  # only its domain (bounds, dimension) is used here
-    coord = Coordinator(config, objective.bounds, objective.dim)
+    coord = Coordinator(config, objective.bounds, objective.dim, secret=secret, state=state)
     nodes = wait_for_nodes(grid, config.num_agents, config.min_nodes_timeout)
     if len(nodes) < config.num_agents:
         log(WARNING, "only %d of %d nodes connected; running with them", len(nodes), config.num_agents)
     agent_of: dict[int, int] = {}  # node -> agent, as the nodes' replies say
     node_of: dict[int, int] = {}  # agent -> the first node that played it
     refused_nodes = coord.refused_nodes
+    resumed = f"; resumed at round {coord.round} (epsilon {coord.epsilon:.4g})" if coord.resumed else ""
     echo(f"federation: {config.method}, N={config.num_agents}, T={config.num_rounds}, q={config.sample_rate}, "
-         f"z={config.noise_multiplier}, S={config.clip_norm}, P={config.num_regions}; feature map {coord.fingerprint}")
+         f"z={config.noise_multiplier}, S={config.clip_norm}, P={config.num_regions}; feature map "
+         f"{coord.fingerprint}{resumed}")
     while not coord.done:
-        plan = coord.plan()
+        plan = coord.plan()  # written to the state folder before it is sent
+        nodes = sorted(set(nodes) | set(grid.get_node_ids()))  # nodes that connected since
         messages = [Message(plan_to_records(plan), dst_node_id=nid, message_type="train", group_id=str(plan.round))
                     for nid in nodes if nid not in refused_nodes and agent_of.get(nid) not in coord.refused]
         replies = exchange(grid, messages, config.round_timeout, poll_interval)
         for rep in sorted(replies, key=lambda m: m.metadata.src_node_id):  # an order independent of arrival
             nid = rep.metadata.src_node_id
-            if rep.has_error():
-                reason = rep.error.reason or ""
-                echo(f"round {plan.round}: node {nid} (agent {agent_of.get(nid, '?')}) failed: {reason.strip()[-300:]}")
-                if "FeatureMapMismatch" in reason:  # refused for good: its vectors mean other functions
-                    refused_nodes[nid] = reason.strip().splitlines()[-1]
-                    if nid in agent_of:
-                        coord.refuse(agent_of[nid], refused_nodes[nid])
-                continue
-            agent_id, fingerprint, omega, best, n_obs = records_to_reply(rep.content)
-            if node_of.setdefault(agent_id, nid) != nid or agent_of.setdefault(nid, agent_id) != agent_id:
-                echo(f"round {plan.round}: node {nid} claims agent {agent_id}, played by node {node_of[agent_id]}; "
-                     "ignored (each SuperNode needs its own partition-id)")
-                continue
             try:
-                coord.receive(agent_id, fingerprint, omega, best, n_obs)
-            except ValueError as err:
-                echo(f"round {plan.round}: {err}")
-        if plan.round >= 1:
+                _take_reply(coord, rep, nid, plan, agent_of, node_of, echo)
+            except Exception as err:  # noqa: BLE001 - a reply harms only its sender, never the server
+                coord.reject(agent_of.get(nid))
+                echo(f"round {plan.round}: node {nid} (agent {agent_of.get(nid, '?')}): invalid reply left out "
+                     f"({type(err).__name__}: {str(err)[:300]})")
+        if plan.round >= 1 and coord.logs and coord.logs[-1].round == plan.round:
             rec = coord.logs[-1]
             eps = "n/a" if math.isnan(rec.epsilon) else f"{rec.epsilon:.4f}"
             best = " ".join(f"{n}:{v:.4f}" for n, v in sorted(rec.best_values.items()))
-            echo(f"round {rec.round}: released={rec.released} reported={rec.num_reported}/{config.num_agents} "
-                 f"epsilon={eps} replies={len(replies)}/{len(messages)} best[{best}]")
+            why = f" ({rec.reason})" if rec.reason and not rec.released else ""
+            echo(f"round {rec.round}: released={rec.released}{why} reported={rec.num_reported}/{config.num_agents} "
+                 f"invalid={rec.num_invalid} epsilon={eps} replies={len(replies)}/{len(messages)} best[{best}]")
+    coord.finish()
     if config.summary_path:
         with open(config.summary_path, "w") as fh:
             json.dump(summary(coord), fh, indent=1)
     return coord
+
+
+def _take_reply(coord: Coordinator, rep: Message, nid: int, plan, agent_of: dict[int, int], node_of: dict[int, int],
+                echo: Callable[[str], None]) -> None:
+    """Hand one reply to the coordinator; raises for a reply it cannot use."""
+    refused_nodes = coord.refused_nodes
+    if rep.has_error():
+        reason = rep.error.reason or ""
+        echo(f"round {plan.round}: node {nid} (agent {agent_of.get(nid, '?')}) failed: {reason.strip()[-300:]}")
+        if "FeatureMapMismatch" in reason:  # refused for good: its vectors mean other functions
+            refused_nodes[nid] = reason.strip().splitlines()[-1]
+            if nid in agent_of:
+                coord.refuse(agent_of[nid], refused_nodes[nid])
+        return
+    agent_id = reply_agent_id(rep.content)
+    if not 0 <= agent_id < coord.N:
+        raise InvalidReply(f"reply from agent {agent_id}, not an agent id in 0..{coord.N - 1}")
+    if node_of.setdefault(agent_id, nid) != nid or agent_of.setdefault(nid, agent_id) != agent_id:
+        echo(f"round {plan.round}: node {nid} claims agent {agent_id}, played by node {node_of[agent_id]}; "
+             "ignored (each SuperNode needs its own partition-id)")
+        return
+    _, fingerprint, omega, best, n_obs = records_to_reply(rep.content)  # a bad reply counts against its agent
+    coord.receive(agent_id, fingerprint, omega, best, n_obs)
 
 
 def summary(coord: Coordinator) -> dict:
@@ -122,17 +148,13 @@ def summary(coord: Coordinator) -> dict:
         "fingerprint": coord.fingerprint,
         "refused_agents": {str(k): v for k, v in coord.refused.items()},
         "refused_nodes": {str(k): v for k, v in coord.refused_nodes.items()},
-        "rounds": [
-            {"round": r.round, "released": r.released, "epsilon": r.epsilon, "num_reported": r.num_reported,
-             "best_values": {str(k): v for k, v in sorted(r.best_values.items())},
-             "num_observations": {str(k): v for k, v in sorted(r.num_observations.items())}}
-            for r in coord.logs
-        ],
+        "invalid_replies": {str(k): v for k, v in sorted(coord.invalid.items())},
+        "rounds": [r.to_dict() for r in coord.logs],
     }
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    run_federation(grid, FlowerRunConfig.from_run_config(context.run_config))
+    run_federation(grid, FlowerRunConfig.from_run_config(context.run_config), state=ServerState.from_env())
 
 

@@ -42,7 +42,7 @@ from fbo_torch.privacy.accountants import (
     get_accountant,
     register_opacus_accountants,
 )
-from fbo_torch.privacy.ledger import PrivacyLedger, default_delta
+from fbo_torch.privacy.ledger import PrivacyLedger, default_delta, deployment_delta
 
 if "opacus.accountants" in _sys.modules:  # Opacus already loaded: registering costs nothing
     register_opacus_accountants()
@@ -58,6 +58,7 @@ __all__ = [
     "calibrate_noise",
     "compute_epsilon",
     "default_delta",
+    "deployment_delta",
     "get_accountant",
     "register_opacus_accountants",
 ]

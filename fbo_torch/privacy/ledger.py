@@ -44,6 +44,22 @@ def default_delta(num_agents: int) -> float:
     return 1.0 / n**1.1
 
 
+def deployment_delta(num_agents: int) -> float:
+    r"""A δ for deployments: ``min(1e-5, 0.01 / N)`` for ``N`` agents.
+
+    The papers' ``1/N^1.1`` (:func:`default_delta`) is kept for reproducing
+    their numbers, but it is close to ``1/N`` for small federations
+    (``δ·N = N^-0.1``: 0.87 at ``N = 4``), and an (ε, δ) guarantee with ``δ``
+    near ``1/N`` allows a mechanism that publishes one random agent's data in
+    full. This default keeps ``δ·N ≤ 0.01`` and ``δ ≤ 1e-5`` for any ``N``.
+
+    Args:
+        num_agents: Number of agents ``N ≥ 1``.
+    """
+    n = check_int("num_agents", num_agents, minimum=1)
+    return min(1e-5, 0.01 / n)
+
+
 class PrivacyLedger:
     r"""Per-run record of the privacy spent by a DP-FTS-DE server.
 
@@ -52,7 +68,8 @@ class PrivacyLedger:
             ``"rdp-classic"``; see :func:`~fbo_torch.privacy.get_accountant`) or
             a fresh :class:`~fbo_torch.privacy.PrivacyAccountant` with no steps.
         delta: Target ``δ ∈ (0, 1)``. Defaults to ``1 / num_agents**1.1``.
-        num_agents: Number of agents ``N``; used for the default ``δ``.
+        num_agents: Number of agents ``N``; used for the default ``δ``, and to warn
+            when ``δ ≥ 1/N`` (a guarantee that allows releasing one agent's data in full).
         max_epsilon: Privacy budget ``ε > 0``, or ``None`` for no limit (then
             :meth:`can_release` is always ``True``).
 
@@ -81,6 +98,14 @@ class PrivacyLedger:
             delta = default_delta(num_agents)
         self._delta = _check_delta(delta)
         self._num_agents = num_agents
+        if num_agents is not None and self._delta * num_agents >= 1.0:
+            warnings.warn(
+                f"delta = {self._delta:.3g} is >= 1/N = {1 / num_agents:.3g} for N = {num_agents} agents: an "
+                "(epsilon, delta) guarantee with such a delta allows releasing one agent's data in full; "
+                f"use delta << 1/N (e.g. fbo_torch.privacy.deployment_delta(N) = {deployment_delta(num_agents):.3g}).",
+                UserWarning,
+                stacklevel=2,
+            )
         if max_epsilon is not None:
             check_positive("max_epsilon", max_epsilon)
             max_epsilon = float(max_epsilon)
@@ -248,9 +273,15 @@ class PrivacyLedger:
         Args:
             state_dict: Output of :meth:`state_dict`.
 
+        The ledger is verified, not trusted: ε after every recorded release is
+        recomputed from the accountant's history and must equal the recorded
+        value (to float64 rounding), so a ledger edited to show a lower ε is
+        refused.
+
         Raises:
-            ValueError: If keys are missing, the accountant mechanism differs, or
-                the number of recorded ε does not match the accountant's steps.
+            ValueError: If keys are missing, the accountant mechanism differs,
+                the number of recorded ε does not match the accountant's steps,
+                or a recorded ε is not what the recorded steps give.
         """
         keys = ("accountant", "delta", "num_agents", "max_epsilon", "epsilons")
         missing = [k for k in keys if k not in (state_dict or {})]
@@ -264,7 +295,10 @@ class PrivacyLedger:
         if max_epsilon is not None:
             check_positive("max_epsilon", max_epsilon)
             max_epsilon = float(max_epsilon)
-        epsilons = [float(e) for e in state_dict["epsilons"]]
+        try:
+            epsilons = [float(e) for e in state_dict["epsilons"]]
+        except (TypeError, ValueError):
+            raise ValueError("`state_dict['epsilons']` must be a list of numbers.") from None
         trial = self._accountant.copy()
         trial.load_state_dict(state_dict["accountant"])
         if len(trial) != len(epsilons):
@@ -272,10 +306,28 @@ class PrivacyLedger:
                 f"`state_dict` is inconsistent: {len(epsilons)} recorded epsilons but the accountant "
                 f"holds {len(trial)} steps."
             )
+        expected = self._replay(trial.history, delta)
+        for i, (got, want) in enumerate(zip(epsilons, expected)):
+            if not (got == want or math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12)):
+                raise ValueError(
+                    f"`state_dict` says epsilon = {got!r} after release {i + 1}, but its recorded releases give "
+                    f"{want!r} (delta = {delta:g}): refusing a ledger whose epsilons do not follow from its steps."
+                )
         self._accountant.load_state_dict(state_dict["accountant"])
         self._delta, self._num_agents, self._max_epsilon = delta, num_agents, max_epsilon
         self._epsilons = epsilons
         self._pending = None
+
+    def _replay(self, history: list[tuple[float, float, int]], delta: float) -> list[float]:
+        """ε after each release of ``history`` (run-length ``(z, q, steps)``), recomputed."""
+        trial = self._accountant.copy()
+        trial.reset()
+        out = []
+        for z, q, steps in history:
+            for _ in range(int(steps)):
+                trial.step(z, q)
+                out.append(trial.get_epsilon(delta))
+        return out
 
     def __repr__(self) -> str:
         budget = "none" if self._max_epsilon is None else f"{self._max_epsilon:.4g}"
@@ -285,4 +337,4 @@ class PrivacyLedger:
         )
 
 
-__all__ = ["PrivacyLedger", "default_delta"]
+__all__ = ["PrivacyLedger", "default_delta", "deployment_delta"]

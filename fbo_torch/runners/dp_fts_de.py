@@ -45,10 +45,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.agents import agent_round, broadcast_points, start_agents
+from fbo_torch.federation.agents import agent_messages, agent_round, broadcast_points, start_agents
 from fbo_torch.federation.domain import Domain
-from fbo_torch.federation.faults import FaultInjector
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.randomness import ServerRandomness
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
@@ -113,6 +113,11 @@ class DPFTSDERunner:
         accountant: Privacy accountant name for the ledger (``"rdp"`` default;
             ``"rdp-classic"`` reproduces the papers' numbers).
         delta: δ (default ``1/N^1.1``).
+        server_randomness: The server's coins and noise. Default: the
+            federations' seeded streams (reproducible — research only: anyone
+            who knows the seed can recompute the noise). Pass a
+            :class:`~fbo_torch.federation.randomness.SecretServerRandomness` for
+            noise that only its secret reproduces (what a deployment uses).
     """
 
     def __init__(
@@ -126,6 +131,7 @@ class DPFTSDERunner:
         name: str | None = None,
         accountant: str = "rdp",
         delta: float | None = None,
+        server_randomness: ServerRandomness | None = None,
     ) -> None:
         self.objective, self.settings = objective, settings
         self.device = torch.device(device)
@@ -141,7 +147,7 @@ class DPFTSDERunner:
         self.seed = int(seed)
         self.t = 0
         self.wall_time = 0.0
-        self.faults = FaultInjector(*settings.fault_rates())
+        self.faults = settings.fault_injector()
         # one stream per agent of each repetition, one per federation (server, shared broadcast search)
         self.agent_keys = federation_agent_keys(self.seed, self.run_of, self.agent_of)
         self.federation_keys = federation_keys(self.seed, torch.arange(R, device=dev))
@@ -152,7 +158,8 @@ class DPFTSDERunner:
         self.delta = None
         if settings.algorithm == "fts_de":
             self.features = settings.features(objective.dim, device=dev)
-            self.server = DPFTSDEServer(N, self.domain.bounds, settings, self.federation_keys, accountant, delta)
+            randomness = server_randomness if server_randomness is not None else self.federation_keys
+            self.server = DPFTSDEServer(N, self.domain.bounds, settings, randomness, accountant, delta)
             if self.server.private:
                 self.accountant_name, self.delta = accountant, self.server.ledger.delta
         self.agents, best0 = start_agents(
@@ -162,8 +169,6 @@ class DPFTSDERunner:
         self.best = best0.unsqueeze(-1)  # B x 1
         self.used_server = torch.zeros(self.B, 0, dtype=torch.bool, device=dev)
         self.failed = torch.zeros(self.B, 0, dtype=torch.bool, device=dev)
-        self.epsilons: list[float] = []
-        self.released: list[bool] = []
         # per round: server statistics (fraction clipped, sampled, reported, P signal and P noise
         # norms, averaged over repetitions); device tensors until read at the end or a checkpoint
         self._stats: list[list[float]] = []
@@ -183,6 +188,16 @@ class DPFTSDERunner:
         return self.agents.train_Y
 
     @property
+    def epsilons(self) -> list[float]:
+        """ε after each round so far (the server's records; NaN without a server)."""
+        return self.server.epsilons if self.server is not None else [math.nan] * self.t
+
+    @property
+    def released(self) -> list[bool]:
+        """Whether the server released in each round so far."""
+        return self.server.released if self.server is not None else [False] * self.t
+
+    @property
     def ledger(self):
         """The server's privacy ledger (``None`` when not private)."""
         return None if self.server is None else self.server.ledger
@@ -200,26 +215,23 @@ class DPFTSDERunner:
         """One round for every agent of every repetition (no host synchronization inside)."""
         t0 = time.perf_counter()
         self.t += 1
-        t, s = self.t, self.settings
+        t = self.t
         p = self.schedule(t)
-        communicating = self.server is not None and self.server.will_release(p)
         X_srv = None
-        if communicating:
-            omegas = self.agents.message(t).view(self.R, self.N, -1)
+        if self.server is not None and self.server.plan(t, p):
+            omegas = agent_messages(self.agents, t, self.faults).view(self.R, self.N, -1)
             dropped = self.faults.dropped(self.agent_keys, t).view(self.R, self.N)
-            broadcast = self.server.release(omegas, t, reported=None if self.faults.dropout_rate == 0 else ~dropped)
+            broadcast = self.server.release(omegas, reported=None if self.faults.dropout_rate == 0 else ~dropped)
             rec = self.server.last_record
+            if self.faults.affects_messages:  # hostile rows may be non-finite: the diagnostic sees what was used
+                omegas = torch.where(rec.valid.unsqueeze(-1), omegas, 0.0)
             data_norm, sample_norm = self._signal_parts(omegas, rec, t)
             self._pending.append((t - 1, torch.cat([
                 rec.fraction_clipped.unsqueeze(-1), rec.num_sampled.to(rec.fraction_clipped).unsqueeze(-1),
                 (rec.num_reported.to(rec.fraction_clipped) / self.N).unsqueeze(-1), rec.signal_norm, rec.noise_norm,
                 data_norm, sample_norm,
             ], -1).mean(0)))
-            self.epsilons.append(self.server.epsilon if s.noise_multiplier > 0 else math.inf)
             X_srv = self._maximize_broadcast(broadcast, t)  # B x d
-        else:
-            self.epsilons.append(self.epsilons[-1] if self.epsilons else (0.0 if s.is_private else math.nan))
-        self.released.append(communicating)
         self._stats.append([])
 
         _, used, ok, f = agent_round(self.agents, self.objective, self.agent_of, t, p, X_srv, self.faults)
@@ -307,8 +319,7 @@ class DPFTSDERunner:
         return {
             "t": self.t, "best": self.best.cpu(), "used_server": self.used_server.cpu(), "failed": self.failed.cpu(),
             "agents": {k: (v.cpu() if isinstance(v, Tensor) else v) for k, v in self.agents.state_dict().items()},
-            "objective_rng": self.objective.rng_state(), "wall_time": self.wall_time,
-            "epsilons": self.epsilons, "released": self.released, "stats": self.round_stats(),
+            "objective_rng": self.objective.rng_state(), "wall_time": self.wall_time, "stats": self.round_stats(),
             "server": None if self.server is None else self.server.state_dict(),
         }
 
@@ -320,7 +331,6 @@ class DPFTSDERunner:
         self.agents.load_state_dict(state["agents"])
         self.objective.set_rng_state(state["objective_rng"])
         self.wall_time = float(state["wall_time"])
-        self.epsilons, self.released = list(state["epsilons"]), list(state["released"])
         self._stats = [list(r) for r in state["stats"]]
         self._pending = []
         if self.server is not None:

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import Agents
-from fbo_torch.federation.faults import FaultInjector, evaluate_agents
+from fbo_torch.federation.faults import evaluate_agents
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule
 from fbo_torch.objectives.base import Objective
 from fbo_torch.federation.domain import Domain, maximize_rff_samples
@@ -230,7 +230,7 @@ class FTSRunner:
         self.schedule = PtSchedule(settings.p_t, settings.p1_equals_p2)
         self.t = 0
         self.seed = int(seed)
-        self.faults = FaultInjector(*settings.fault_rates())
+        self.faults = settings.fault_injector()
         # one stream per run, from (target, initialization): the same for every method
         self.keys = kr.fold(kr.fold(kr.root_key(self.seed, "fts-runs"), self.targets), self.inits)
         X0 = self.domain.random(R, settings.num_init, keys=kr.fold(self.keys, "initial-points"))

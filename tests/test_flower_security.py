@@ -1,0 +1,278 @@
+"""Attacks on a deployed federation that must fail, and defects that must not come back.
+
+Each test plays an attacker (or an accident) against the ServerApp's loop over
+an in-process Grid (tests/flower_grid.py): Flower's messages, records and node
+states, without a SuperLink.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from flower_grid import InProcessGrid  # noqa: E402
+from flwr.app import ArrayRecord, ConfigRecord, Message  # noqa: E402
+from test_flower import N, RUN_CONFIG, SECRET, deploy, simulate  # noqa: E402
+
+from fbo_torch.federation import clip_vectors  # noqa: E402
+from fbo_torch.federation.randomness import KeyedServerRandomness  # noqa: E402
+from fbo_torch.flower import client_app, server_app  # noqa: E402
+from fbo_torch.flower.config import FlowerRunConfig  # noqa: E402
+from fbo_torch.flower.coordinator import Coordinator  # noqa: E402
+from fbo_torch.flower.records import OMEGA, REPLY, records_to_plan  # noqa: E402
+from fbo_torch.flower.server_state import ServerState, ServerStateError  # noqa: E402
+
+CFG = FlowerRunConfig.from_run_config(RUN_CONFIG)
+
+
+def _watch(server):
+    """Record, for every release, the broadcast, what went in (ω, reported) and the mechanism's record."""
+    out, release = [], server.release
+
+    def wrapped(omegas, reported=None, num_valid=None):
+        b = release(omegas, reported=reported, num_valid=num_valid)
+        if b is not None:
+            out.append((b.clone(), omegas.clone(), server.last_record, server.rounds[-1].round))
+        return b
+
+    server.release = wrapped
+    return out
+
+
+def _run(run_config=RUN_CONFIG, client=client_app.app, num_nodes=N, secret=None, state=None, **grid_kwargs):
+    cfg = FlowerRunConfig.from_run_config(run_config)
+    seen, init = [], Coordinator.__init__
+
+    def init_and_watch(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        seen.append(_watch(self.server))
+
+    grid = InProcessGrid(client, run_config, num_nodes, **grid_kwargs)
+    lines = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Coordinator, "__init__", init_and_watch)
+        coord = server_app.run_federation(grid, cfg, echo=lines.append, poll_interval=0.0, secret=secret, state=state)
+    return coord, seen[0], lines, grid
+
+
+# ------------------------------------------------------------------ the noise is the server's alone
+def test_an_agent_holding_the_run_config_cannot_remove_the_noise_or_learn_the_sample():
+    """The attack: an agent derives the server's streams from the run config's seed, recomputes the noise
+    and subtracts it (before: it recovered the noise-free aggregate to 1e-16 and the exact sample)."""
+    coord, releases, _, grid = _run()
+    server = coord.server
+    guess = KeyedServerRandomness(CFG.federation_key())  # everything an agent knows
+    like = torch.zeros((), dtype=torch.float64)
+    q, S, z = CFG.sample_rate, CFG.clip_norm, CFG.noise_multiplier
+    same_sample = 0
+    for broadcast, omegas, rec, t in releases:
+        W = server.aggregator.weights(t)
+        P = W.shape[0]
+        noise_std = z * float(W.max()) * S / q
+        clipped, _ = clip_vectors(torch.where(rec.valid.unsqueeze(-1), omegas, 0.0), S / math.sqrt(P))
+        signal = (W @ (clipped * rec.sampled.unsqueeze(-1)))[0] / q  # the noise-free aggregate
+        estimate = broadcast[0] - noise_std * guess.normals(t, torch.Size([1, broadcast[0].numel()]), like).view(P, -1)
+        # what is left is the server's real noise minus the guess: of size noise_std * sqrt(2) per entry
+        err = (estimate - signal).pow(2).mean().sqrt().item()
+        assert err > 0.5 * noise_std, (t, err, noise_std)
+        guessed_sample = guess.coins(t, torch.Size([1, N]), like) < q
+        same_sample += bool(torch.equal(guessed_sample, rec.sampled))
+    assert same_sample < len(releases)  # the coins are not the seed's either
+    # nothing an agent receives holds the secret: it is never in a message or the run config
+    assert SECRET.hex() not in json.dumps(RUN_CONFIG)
+    for ctx in grid.contexts.values():
+        assert "secret" not in json.dumps(ctx.run_config).lower()
+
+
+def test_two_deployments_of_one_run_config_release_different_noise():
+    (_, a, _, _), (_, b, _, _) = _run(), _run()
+    assert len(a) == len(b) == CFG.num_rounds
+    for (ba, *_), (bb, *_) in zip(a, b):
+        assert not torch.equal(ba, bb)
+    # and two coordinators given the same messages release different broadcasts
+    obj = CFG.build_objective()
+    c1, c2 = Coordinator(CFG, obj.bounds, obj.dim), Coordinator(CFG, obj.bounds, obj.dim)
+    omega = torch.ones(CFG.num_features, dtype=torch.float64)
+    for c in (c1, c2):
+        c.plan()
+        for n in range(N):
+            c.receive(n, c.fingerprint, omega)
+    p1, p2 = c1.plan(), c2.plan()
+    assert p1.broadcast is not None and not torch.equal(p1.broadcast, p2.broadcast)
+
+
+def test_the_server_secret_given_server_side_reproduces_the_simulator_bit_for_bit(tmp_path):
+    state = ServerState(tmp_path / "server")
+    state.set_secret(SECRET)  # server-side configuration: the state folder, never the run config
+    runner, sim = simulate(RUN_CONFIG)
+    coord, releases, _, _ = _run(state=state)
+    assert [float(x) for x in sim[0].flatten()] == [float(x) for x in releases[0][0].flatten()]
+    for (b, *_), s in zip(releases, sim):
+        assert torch.equal(b, s)
+    assert (tmp_path / "server" / "secret.key").stat().st_mode & 0o777 == 0o600
+
+
+# ------------------------------------------------------------------ bad replies harm only their sender
+def _hostile(kind, agent=1):
+    """A ClientApp whose agent ``agent`` sends a bad reply of ``kind``; the others are honest."""
+
+    def app(msg, ctx):
+        reply = client_app.app(msg, ctx)
+        if ctx.node_config["partition-id"] != agent or reply.has_error():
+            return reply
+        c = reply.content
+        omega = c.array_records[OMEGA].to_torch_state_dict()["omega"] if OMEGA in c.array_records else None
+        if kind == "nan" and omega is not None:
+            omega = omega.clone()
+            omega[2] = math.nan
+            c[OMEGA] = ArrayRecord({"omega": omega})
+        elif kind == "inf" and omega is not None:
+            c[OMEGA] = ArrayRecord({"omega": torch.full_like(omega, math.inf)})
+        elif kind == "shape" and omega is not None:
+            c[OMEGA] = ArrayRecord({"omega": torch.zeros(omega.numel() + 1, dtype=torch.float64)})
+        elif kind == "dtype" and omega is not None:
+            c[OMEGA] = ArrayRecord({"omega": omega.to(torch.float32)})
+        elif kind == "extra" and omega is not None:
+            c[OMEGA] = ArrayRecord({"omega": omega, "more": omega})
+        elif kind == "no-reply-record":
+            del c[REPLY]
+        elif kind == "agent-id-text":
+            c[REPLY] = ConfigRecord({"agent-id": "one", "fingerprint": c.config_records[REPLY]["fingerprint"]})
+        elif kind == "agent-id-out-of-range":
+            c[REPLY] = ConfigRecord({"agent-id": 10**6, "fingerprint": c.config_records[REPLY]["fingerprint"]})
+        elif kind == "no-omega" and omega is not None:
+            del c[OMEGA]
+        return Message(c, reply_to=msg)
+
+    return app
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "shape", "dtype", "extra", "no-omega", "no-reply-record",
+                                  "agent-id-text", "agent-id-out-of-range"])
+def test_a_bad_reply_is_left_out_and_the_server_runs_to_the_end(kind):
+    """Before: a NaN made every broadcast entry NaN (and was charged as 'reported 4/4'); a missing record or a
+    non-integer agent-id raised outside the server's try (the ServerApp died without a summary)."""
+    runner, _ = simulate(RUN_CONFIG)
+    coord, releases, lines, _ = _run(client=_hostile(kind))
+    assert coord.done and len(releases) == CFG.num_rounds
+    assert all(torch.isfinite(b).all() for b, *_ in releases)
+    assert [r.num_reported for r in coord.logs] == [N - 1] * CFG.num_rounds  # agent 1's ω never entered
+    assert all(not rec.sampled[0, 1] for *_, rec, _ in releases)
+    assert [r.epsilon for r in coord.logs] == runner.epsilons  # left out like a dropout: the same accounting
+    assert sum(r.num_invalid for r in coord.logs) >= CFG.num_rounds
+    assert any("invalid reply left out" in line for line in lines)
+    if kind not in ("no-reply-record", "agent-id-text", "agent-id-out-of-range"):
+        assert coord.invalid == {1: CFG.num_rounds}  # counted against its sender
+    summary = server_app.summary(coord)
+    assert summary["rounds"][-1]["num_invalid"] >= 1
+
+
+def test_no_connected_node_means_no_release_and_no_epsilon():
+    """Before: with zero nodes the server released pure noise every round and charged ε for it."""
+    coord, releases, lines, _ = _run(num_nodes=0)
+    assert releases == [] and coord.ledger.rounds == 0 and coord.epsilon == 0.0
+    assert [(r.released, r.reason) for r in coord.logs] == [(False, "no valid message")] * CFG.num_rounds
+    assert all("released=False (no valid message)" in line for line in lines if line.startswith("round "))
+
+
+# ------------------------------------------------------------------ a durable ledger
+class Crash(Exception):
+    pass
+
+
+def _crash_at(t):
+    """A grid whose network dies when the server sends exchange ``t``."""
+    grid = InProcessGrid(client_app.app, RUN_CONFIG, N)
+    push = grid.push_messages
+
+    def pushing(messages):
+        messages = list(messages)
+        if messages and int(messages[0].metadata.group_id) == t:
+            raise Crash(f"the server died sending exchange {t}")
+        return push(messages)
+
+    grid.push_messages = pushing
+    return grid
+
+
+def test_a_crashed_server_resumes_its_ledger_and_never_under_reports(tmp_path):
+    """Before: the ledger lived in memory: after a crash the agents held round 2's broadcast while the last
+    ε logged was round 1's, and a restart began a fresh ledger at 0 with the same noise."""
+    runner, sim = simulate(RUN_CONFIG)
+    folder = tmp_path / "server"
+    state = ServerState(folder)
+    state.set_secret(SECRET)
+    with pytest.raises(Crash):
+        server_app.run_federation(_crash_at(2), CFG, echo=lambda _: None, poll_interval=0.0, state=state)
+    saved = json.loads((folder / "server.json").read_text())
+    # round 2's broadcast was written, with its ε, before it was sent
+    assert saved["epsilon"] == runner.epsilons[1] and saved["plan"]["round"] == 2
+    assert torch.equal(torch.tensor(saved["plan"]["broadcast"], dtype=torch.float64), sim[1][0])
+    assert (folder / "server.json").stat().st_mode & 0o777 == 0o600
+    # a restarted server (a new Flower run: the nodes start over) resumes and re-sends exchange 2 unchanged
+    coord, releases, lines, grid = _run(state=ServerState(folder))
+    assert "resumed at round 2" in lines[0]
+    assert [r.epsilon for r in coord.logs] == runner.epsilons and coord.ledger.rounds == CFG.num_rounds
+    assert [t for *_, t in releases] == [3]  # round 2 was re-sent as written; only round 3 was drawn
+    assert json.loads((folder / "server.json").read_text())["finished"] is True
+    # the finished federation cannot run again on this folder
+    with pytest.raises(ServerStateError, match="already finished"):
+        _run(state=ServerState(folder))
+
+
+def test_a_state_folder_that_does_not_verify_or_belongs_elsewhere_is_refused(tmp_path):
+    folder = tmp_path / "server"
+    with pytest.raises(Crash):
+        server_app.run_federation(_crash_at(3), CFG, echo=lambda _: None, poll_interval=0.0,
+                                  state=ServerState(folder))
+    path = folder / "server.json"
+    good = path.read_text()
+    saved = json.loads(good)
+    saved["server"]["ledger"]["epsilons"] = [e / 10 for e in saved["server"]["ledger"]["epsilons"]]
+    path.write_text(json.dumps(saved))
+    with pytest.raises(ServerStateError, match="does not verify"):
+        _run(state=ServerState(folder))
+    path.write_text(good)
+    other = dict(RUN_CONFIG, **{"num-rounds": 5})
+    with pytest.raises(ServerStateError, match="another federation"):
+        _run(run_config=other, state=ServerState(folder))
+    path.write_text("{not json")
+    with pytest.raises(ServerStateError, match="unreadable"):
+        _run(state=ServerState(folder))
+
+
+# ------------------------------------------------------------------ safe defaults
+def test_agents_send_no_best_value_unless_asked_and_large_deltas_are_refused():
+    assert FlowerRunConfig().report_best is False
+    quiet = {k: v for k, v in RUN_CONFIG.items() if k != "report-best"}
+    coord, *_ = _run(run_config=quiet)
+    assert all(r.best_values == {} for r in coord.logs) and all(r.num_observations for r in coord.logs)
+    assert FlowerRunConfig().ledger_delta == 1e-5
+    with pytest.raises(ValueError, match="allow-large-delta"):
+        FlowerRunConfig.from_run_config(dict(RUN_CONFIG, delta=0.3))
+    allowed = FlowerRunConfig.from_run_config(dict(RUN_CONFIG, **{"delta": 0.3, "allow-large-delta": True}))
+    obj = allowed.build_objective()
+    with pytest.warns(UserWarning, match="one agent's data in full"):
+        Coordinator(allowed, obj.bounds, obj.dim)
+
+
+def test_an_agent_refuses_a_malformed_plan():
+    from flwr.app import RecordDict
+
+    from fbo_torch.flower.records import BROADCAST, plan_to_records
+
+    obj = CFG.build_objective()
+    coord = Coordinator(CFG, obj.bounds, obj.dim)
+    plan = coord.plan()
+    content = plan_to_records(plan)
+    assert records_to_plan(content).round == 0
+    bad = RecordDict()
+    for k in list(content.keys()):
+        bad[k] = content[k]
+    bad[BROADCAST] = ArrayRecord({"broadcast": torch.full((2, CFG.num_features), math.nan, dtype=torch.float64),
+                                  "region-bounds": plan.region_bounds})
+    with pytest.raises(ValueError, match="broadcast"):
+        records_to_plan(bad)

@@ -1,7 +1,8 @@
 """An in-process Flower Grid for tests: messages go straight to ClientApp handlers.
 
 Each node has its own ``Context`` (node config, node state), as a SuperNode
-keeps it; the ClientApp is called the way Flower's runtime calls it, and an
+keeps it, and optionally a public key (``node_keys``: what SuperNode
+authentication proves, reported by ``get_nodes`` as Flower's ``NodeInfo``); the ClientApp is called the way Flower's runtime calls it, and an
 exception becomes an error reply as Flower makes it. ``deliver(round, node)``
 and ``drop_reply(round, node)`` decide which messages and replies get lost.
 """
@@ -9,6 +10,7 @@ and ``drop_reply(round, node)`` decide which messages and replies get lost.
 from __future__ import annotations
 
 import traceback
+from types import SimpleNamespace
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,7 +23,8 @@ class InProcessGrid(Grid):
     def __init__(self, client_app: Any, run_config: dict, num_nodes: int,
                  node_run_configs: dict[int, dict] | None = None,
                  deliver: Callable[[int, int], bool] | None = None,
-                 drop_reply: Callable[[int, int], bool] | None = None) -> None:
+                 drop_reply: Callable[[int, int], bool] | None = None,
+                 node_keys: dict[int, bytes] | None = None) -> None:
         TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # what Flower's runtime sets in a ServerApp process
         self.client_app = client_app
         self.contexts = {
@@ -29,6 +32,7 @@ class InProcessGrid(Grid):
                              run_config=dict((node_run_configs or {}).get(n, run_config)))
             for n in range(num_nodes)
         }
+        self.node_keys = {100 + n: k for n, k in (node_keys or {}).items()}  # PEM public keys
         self.deliver = deliver or (lambda t, n: True)
         self.drop_reply = drop_reply or (lambda t, n: False)
         self._replies: dict[str, Message] = {}
@@ -49,6 +53,9 @@ class InProcessGrid(Grid):
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)
+
+    def get_nodes(self) -> Iterable[Any]:
+        return [SimpleNamespace(node_id=nid, public_key=self.node_keys.get(nid, b"")) for nid in self.contexts]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []

@@ -1,4 +1,5 @@
-"""`make flower-demo` end to end: a SuperLink and 4 SuperNodes on 127.0.0.1, 3 rounds, nothing left behind."""
+"""`make flower-demo` end to end: a secured SuperLink and 4 SuperNodes on 127.0.0.1, 3 rounds, an intruder
+refused, nothing left behind."""
 
 import os
 import re
@@ -45,9 +46,11 @@ def _processes_of(work_marker: str) -> list[str]:
 
 @pytest.mark.slow  # about 60 s on 2 busy cores (`make test` runs it; -m "not slow" skips it)
 @pytest.mark.skipif(shutil.which("ps") is None or not sys.platform.startswith("linux"), reason="needs Linux ps")
-def test_flower_demo_runs_three_rounds_and_stops_every_process(tmp_path):
-    port = _free_ports(6)
-    env = dict(os.environ, VENV=str(Path(sys.executable).parent.parent), PORT=str(port), TMPDIR=str(tmp_path))
+def test_flower_demo_runs_three_secured_rounds_refuses_an_intruder_and_stops_every_process(tmp_path):
+    port = _free_ports(7)
+    env = dict(os.environ, VENV=str(Path(sys.executable).parent.parent), PORT=str(port), TMPDIR=str(tmp_path),
+               ROGUE="1")
+    env.pop("INSECURE", None)
     proc = subprocess.run([str(ROOT / "examples/flower_app/run_demo.sh")], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -57,5 +60,9 @@ def test_flower_demo_runs_three_rounds_and_stops_every_process(tmp_path):
     assert 0 < eps[0] < eps[1] < eps[2]
     assert all(len(re.findall(r"agent \d: [-0-9.]+", line)) == 4 for line in proc.stdout.splitlines()
                if line.startswith("round "))
+    assert "TLS + SuperNode authentication, agents bound to node keys" in proc.stdout
+    # a SuperNode whose key is not registered, claiming agent 0, is refused by the SuperLink (loopback, real TLS)
+    assert re.search(r"^rogue SuperNode .*refused by the SuperLink: \[code: 2004\] Failed to activate SuperNode",
+                     proc.stdout, re.M), proc.stdout
     assert _processes_of(str(tmp_path)) == []  # no SuperLink, SuperNode, SuperExec or app process left
     assert _processes_of(f"127.0.0.1:{port}") == []

@@ -244,6 +244,54 @@ def test_a_state_folder_that_does_not_verify_or_belongs_elsewhere_is_refused(tmp
         _run(state=ServerState(folder))
 
 
+# ------------------------------------------------------------------ who plays which agent
+def _keys(n):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    keys = [ec.generate_private_key(ec.SECP384R1()).public_key() for _ in range(n)]
+    pem = [k.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo) for k in keys]
+    ssh = [k.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode() for k in keys]
+    return pem, ssh
+
+
+def test_with_a_roster_an_agent_is_the_node_holding_its_key_and_no_one_else():
+    """Before: any SuperNode could claim any partition-id; the first claim won (a rogue that connects first
+    takes the agent's place) and the run config and every broadcast went to whoever connected."""
+    from fbo_torch.flower.roster import AgentRoster
+
+    pem, ssh = _keys(N + 1)
+    roster = AgentRoster({n: ssh[n] for n in range(N)}, N)
+    # nodes 100..103 hold keys 0..3; node 103 claims agent 1 (another's partition id); node 104 has a key
+    # that is not on the roster and claims agent 0
+    grid_keys = {n: pem[n] for n in range(N)} | {N: pem[N]}
+    grid = InProcessGrid(client_app.app, RUN_CONFIG, N + 1, node_keys=grid_keys)
+    grid.contexts[103].node_config["partition-id"] = 1
+    grid.contexts[104].node_config["partition-id"] = 0
+    contacted = []
+    push = grid.push_messages
+    grid.push_messages = lambda msgs: push([contacted.append(m.metadata.dst_node_id) or m for m in msgs])
+    lines = []
+    coord = server_app.run_federation(grid, CFG, echo=lines.append, poll_interval=0.0, secret=SECRET, roster=roster)
+    assert 104 not in contacted and coord.refused_nodes == {104: "its key is not on the agent roster"}
+    assert [r.num_reported for r in coord.logs] == [N - 1] * CFG.num_rounds  # agent 3's node lied: left out
+    assert coord.invalid == {3: CFG.num_rounds + 1}  # every reply of node 103 counts against agent 3's key
+    assert sum("holds agent 3's key but claims agent 1" in line for line in lines) == CFG.num_rounds + 1
+    assert not any("no agent roster" in line for line in lines)
+    # the roster refuses what it cannot bind
+    with pytest.raises(ValueError, match="same key"):
+        AgentRoster({0: ssh[0], 1: ssh[0]})
+    with pytest.raises(ValueError, match="agent 1's key is not a public key"):
+        AgentRoster({0: ssh[0], 1: "ssh-rsa garbage"})
+    with pytest.raises(ValueError, match="outside 0..3"):
+        AgentRoster({7: ssh[0]}, N)
+
+
+def test_without_a_roster_the_server_says_agents_are_whoever_claims_them():
+    _, _, lines, _ = _run()
+    assert any("no agent roster" in line and "FBO_AGENT_ROSTER" in line for line in lines)
+
+
 # ------------------------------------------------------------------ safe defaults
 def test_agents_send_no_best_value_unless_asked_and_large_deltas_are_refused():
     assert FlowerRunConfig().report_best is False

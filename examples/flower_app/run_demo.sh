@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# DP-FTS-DE on Flower's deployment engine, on this machine: one SuperLink and
-# N SuperNodes on 127.0.0.1 (insecure: no TLS, no node authentication), each
-# SuperNode a separate process holding one agent (--node-config partition-id=n),
-# then `flwr run` of the app in this folder. Prints each round's ε and each
-# agent's best value, and stops every process it started, whatever happens.
+# DP-FTS-DE on Flower's deployment engine, on this machine, secured: one SuperLink with TLS
+# and SuperNode authentication, and N SuperNodes on 127.0.0.1, each a separate process
+# holding one agent (--node-config partition-id=n) and proving its identity with its own key;
+# then `flwr run` of the app in this folder. A CA, the SuperLink's certificate, the node key
+# pairs and the ServerApp's agent roster are generated at start in a temporary folder
+# (credentials.py); the ServerApp keeps its secret and its ledger in that folder too
+# (FBO_SERVER_STATE). Prints each round's epsilon and each agent's best value, and stops
+# every process it started, whatever happens.
 #
 #   examples/flower_app/run_demo.sh            (or: make flower-demo)
 #   VENV=.venv PORT=9300 NUM_NODES=4 ROUNDS=3 examples/flower_app/run_demo.sh
+#   ROGUE=1 also starts a SuperNode whose key is not registered, claiming agent 0: it must be refused
+#   INSECURE=1 runs without TLS and node authentication (anyone who reaches the port can join)
 #   KEEP=1 keeps the logs, WARM=0 starts every Flower process the plain way (slower)
 set -euo pipefail
 
@@ -23,24 +28,20 @@ fi
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
-PORT="${PORT:-9300}"                # SuperLink's HTTP port (Fleet, Control and Runtime APIs)
+PORT="${PORT:-9300}"                # SuperLink's HTTPS port (Fleet, Control and Runtime APIs)
 NUM_NODES="${NUM_NODES:-4}"
 ROUNDS="${ROUNDS:-3}"
 TIMEOUT="${DEMO_TIMEOUT:-300}"      # s for the whole run
+SECURE=1
+[[ -n "${INSECURE:-}" && "${INSECURE}" != 0 ]] && SECURE=0
 export PATH="$VENV/bin:$PATH"       # flower-superlink spawns flower-superexec / flwr-serverapp from PATH
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fbo-flower-demo.XXXXXX")"
 export FLWR_HOME="$WORK/flwr-home"  # Flower's config (SuperLink connection) and app cache, kept apart
 export FLWR_SUPEREXEC_TASK_POLL_INTERVAL="${FLWR_SUPEREXEC_TASK_POLL_INTERVAL:-0.3}"
+# server-side configuration, inherited by the ServerApp from the SuperLink (never in the run config):
+export FBO_SERVER_STATE="$WORK/server-state"   # the server's secret, ledger and rounds
 mkdir -p "$FLWR_HOME"
-cat > "$FLWR_HOME/config.toml" <<TOML
-[superlink]
-default = "local-demo"
-
-[superlink.local-demo]
-address = "127.0.0.1:$PORT"
-insecure = true
-TOML
 
 PIDS=()
 descendants() {  # every process below $1
@@ -92,37 +93,108 @@ if [[ "${WARM:-1}" != 0 ]]; then
     for _ in $(seq 900); do [[ -S "$WORK/warm.sock" ]] && break; sleep 0.1; done
     phase imports-done
 fi
-flower-superlink --insecure --host 127.0.0.1 --port "$PORT" --disable-runtime-dependency-installation > "$WORK/superlink.log" 2>&1 &
+
+if ((SECURE)); then
+    PKI="$WORK/pki"
+    "$VENV/bin/python" "$HERE/credentials.py" "$PKI" "$NUM_NODES" rogue
+    export FBO_AGENT_ROSTER="$PKI/roster.json"  # agent n <-> the key of node n
+    LINK_SECURITY=(--ssl-ca-certfile "$PKI/ca.crt" --ssl-certfile "$PKI/server.crt" --ssl-keyfile "$PKI/server.key"
+                   --enable-supernode-auth)
+    NODE_SECURITY=(--root-certificates "$PKI/ca.crt")
+    CONNECTION="root-certificates = \"$PKI/ca.crt\""
+    phase credentials-done
+else
+    echo "warning: INSECURE=1: no TLS, no SuperNode authentication; anyone who reaches port $PORT can join" >&2
+    LINK_SECURITY=(--insecure)
+    NODE_SECURITY=(--insecure)
+    CONNECTION="insecure = true"
+fi
+cat > "$FLWR_HOME/config.toml" <<TOML
+[superlink]
+default = "local-demo"
+
+[superlink.local-demo]
+address = "127.0.0.1:$PORT"
+$CONNECTION
+TOML
+
+flower-superlink "${LINK_SECURITY[@]}" --host 127.0.0.1 --port "$PORT" --disable-runtime-dependency-installation \
+    > "$WORK/superlink.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 600); do  # SuperNodes that start before the SuperLink listens back off for seconds
     (exec 3<> "/dev/tcp/127.0.0.1/$PORT") 2> /dev/null && break
     sleep 0.1
 done
 phase superlink-up
+
+if ((SECURE)); then
+    # register each node's public key (before the node starts: an unknown key is refused for good)
+    REG=()
+    for ((n = 0; n < NUM_NODES; n++)); do
+        flwr supernode register "$PKI/node-$n.pub" local-demo --format json > "$WORK/register-$n.json" 2>&1 &
+        REG+=($!)
+    done
+    wait "${REG[@]}"
+    "$VENV/bin/python" - "$WORK" "$NUM_NODES" <<'PY'
+import json, sys
+work, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):  # `flwr ... --format json` exits 0 even when the registration failed
+    text = open(f"{work}/register-{i}.json").read()
+    try:
+        ok = json.loads(text[text.index("{"):]).get("success")
+    except ValueError:
+        ok = False
+    if not ok:
+        sys.exit(f"registering node-{i}.pub failed: {text.strip()[-300:]}")
+PY
+    phase keys-registered
+fi
 for ((n = 0; n < NUM_NODES; n++)); do
-    flower-supernode --insecure --superlink "127.0.0.1:$PORT" --port $((PORT + 1 + n)) \
+    KEY=()
+    ((SECURE)) && KEY=(--auth-supernode-private-key "$PKI/node-$n")
+    flower-supernode "${NODE_SECURITY[@]}" "${KEY[@]}" --superlink "127.0.0.1:$PORT" --port $((PORT + 1 + n)) \
         --node-config "partition-id=$n num-partitions=$NUM_NODES" > "$WORK/supernode-$n.log" 2>&1 &
     PIDS+=($!)
 done
+ROGUE_PID=""
+if ((SECURE)) && [[ -n "${ROGUE:-}" && "${ROGUE}" != 0 ]]; then
+    flower-supernode "${NODE_SECURITY[@]}" --auth-supernode-private-key "$PKI/rogue" --superlink "127.0.0.1:$PORT" \
+        --port $((PORT + 1 + NUM_NODES)) --node-config "partition-id=0 num-partitions=$NUM_NODES" \
+        > "$WORK/rogue.log" 2>&1 &
+    ROGUE_PID=$!
+    PIDS+=($!)
+fi
 
-# the run: submitted to the SuperLink, logs streamed until the ServerApp ends
+# the run: submitted to the SuperLink, logs streamed until the ServerApp ends. The demo asks the
+# agents for their best values (report-best) to print them; a deployment leaves that off.
 timeout "$TIMEOUT" flwr run "$HERE" local-demo --stream \
-    --run-config "num-agents=$NUM_NODES num-rounds=$ROUNDS summary-path=\"$WORK/summary.json\"" \
+    --run-config "num-agents=$NUM_NODES num-rounds=$ROUNDS report-best=true summary-path=\"$WORK/summary.json\"" \
     > "$WORK/run.log" 2>&1 || { tail -n 40 "$WORK/run.log" >&2; exit 1; }
 phase run-done
 
-"$VENV/bin/python" - "$WORK/summary.json" "$NUM_NODES" "$ROUNDS" "$start" "$WORK/phases" <<'PY'
+if [[ -n "$ROGUE_PID" ]]; then
+    for _ in $(seq 100); do kill -0 "$ROGUE_PID" 2> /dev/null || break; sleep 0.1; done
+    if kill -0 "$ROGUE_PID" 2> /dev/null; then
+        echo "the rogue SuperNode is still running" >&2
+        exit 1
+    fi
+    refusal=$(grep -ohE "\[code: [0-9]+\][^.]*" "$WORK/rogue.log" | head -n 1 || true)
+    echo "rogue SuperNode (unregistered key, claiming agent 0): refused by the SuperLink: ${refusal:-no reason logged}"
+fi
+
+"$VENV/bin/python" - "$WORK/summary.json" "$NUM_NODES" "$ROUNDS" "$start" "$WORK/phases" "$SECURE" <<'PY'
 import json, sys, time
-path, n, T, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+path, n, T, start, secure = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[6] == "1"
 phases = "  ".join(f"{k} at {v} s" for k, v in (line.split() for line in open(sys.argv[5])))
 s = json.load(open(path))
 rounds = s["rounds"]
 for r in rounds:
     best = "  ".join(f"agent {a}: {v:.4f} ({r['num_observations'][a]} obs)" for a, v in r["best_values"].items())
-    print(f"round {r['round']}: epsilon = {r['epsilon']:.4f}  released={r['released']}  "
-          f"reported {r['num_reported']}/{n}  best: {best}")
+    print(f"round {r['round']}: epsilon = {float(r['epsilon']):.4f}  released={r['released']}  "
+          f"reported {r['num_reported']}/{n}  invalid {r['num_invalid']}  best: {best}")
 ok = len(rounds) == T and all(len(r["best_values"]) == n for r in rounds) and not s["refused_nodes"]
-print(f"flower demo: {len(rounds)} rounds, {n} SuperNodes, feature map {s['fingerprint']}, "
+mode = "TLS + SuperNode authentication, agents bound to node keys" if secure else "INSECURE"
+print(f"flower demo: {len(rounds)} rounds, {n} SuperNodes ({mode}), feature map {s['fingerprint']}, "
       f"{time.time() - start:.1f} s ({phases})")
 sys.exit(0 if ok else 1)
 PY

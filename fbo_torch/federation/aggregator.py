@@ -100,15 +100,15 @@ def clip_vectors(omegas: Tensor, max_norm: float) -> tuple[Tensor, Tensor]:
     r"""Clip each vector (last dimension) to L2 norm ``max_norm``.
 
     Returns ``(clipped, was_clipped)``; vectors within the bound are unchanged.
-    A finite vector whose norm overflows (entries near ``1e300``) has its norm
-    taken after scaling by its largest entry, so it too lands on the bound,
-    direction kept.
+    Entries are first limited to ``±sqrt(max_float / M) / 2``, so no finite
+    vector's norm overflows: one with larger entries (only a hostile agent
+    sends such) is still scaled onto the bound, its huge entries saturated.
     """
-    tiny = torch.finfo(omegas.dtype).tiny
+    M = omegas.shape[-1]
+    big = math.sqrt(torch.finfo(omegas.dtype).max / max(M, 1)) / 2
+    omegas = omegas.clamp(-big, big)
     norms = omegas.norm(dim=-1, keepdim=True)
-    amax = omegas.abs().amax(dim=-1, keepdim=True).clamp_min(tiny)
-    norms = torch.where(torch.isfinite(norms), norms, (omegas / amax).norm(dim=-1, keepdim=True) * amax)
-    scale = torch.clamp(max_norm / norms.clamp_min(tiny), max=1.0)
+    scale = torch.clamp(max_norm / norms.clamp_min(torch.finfo(omegas.dtype).tiny), max=1.0)
     return omegas * scale, (norms.squeeze(-1) > max_norm)
 
 

@@ -24,8 +24,9 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from fbo_torch.flower.config import FlowerRunConfig
-from fbo_torch.flower.coordinator import Coordinator, InvalidReply
+from fbo_torch.flower.coordinator import Coordinator
 from fbo_torch.flower.records import plan_to_records, records_to_reply, reply_agent_id
+from fbo_torch.flower.roster import ROSTER_ENV, AgentRoster, NodeBinding
 from fbo_torch.flower.server_state import ServerState
 
 app = ServerApp()
@@ -65,7 +66,7 @@ def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float, poll_interval: fl
 
 def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], None] = _info,
                    poll_interval: float = POLL_INTERVAL, state: ServerState | None = None,
-                   secret: bytes | None = None) -> Coordinator:
+                   secret: bytes | None = None, roster: AgentRoster | None = None) -> Coordinator:
     r"""Run ``config.num_rounds`` rounds with the agents on ``grid``; returns the coordinator (its logs).
 
     Args:
@@ -73,6 +74,8 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
             :mod:`fbo_torch.flower.server_state`), written before every
             exchange; ``None`` keeps everything in memory.
         secret: The server's secret (default: the state's, or a fresh one).
+        roster: Agents bound to node keys (:mod:`fbo_torch.flower.roster`); without one,
+            a node plays the agent it first claims (insecure: any node can claim any agent).
 
     Replies that do not arrive within ``round-timeout`` seconds, error replies,
     refused agents and invalid replies are left out of the round's release
@@ -84,27 +87,32 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     nodes = wait_for_nodes(grid, config.num_agents, config.min_nodes_timeout)
     if len(nodes) < config.num_agents:
         log(WARNING, "only %d of %d nodes connected; running with them", len(nodes), config.num_agents)
-    agent_of: dict[int, int] = {}  # node -> agent, as the nodes' replies say
-    node_of: dict[int, int] = {}  # agent -> the first node that played it
-    refused_nodes = coord.refused_nodes
+    binding = NodeBinding(roster, config.num_agents)
     resumed = f"; resumed at round {coord.round} (epsilon {coord.epsilon:.4g})" if coord.resumed else ""
     echo(f"federation: {config.method}, N={config.num_agents}, T={config.num_rounds}, q={config.sample_rate}, "
          f"z={config.noise_multiplier}, S={config.clip_norm}, P={config.num_regions}; feature map "
          f"{coord.fingerprint}{resumed}")
+    if roster is None:
+        echo("no agent roster: an agent is whichever node first claims its partition-id; deploy with TLS, "
+             f"SuperNode authentication and {ROSTER_ENV} to bind agents to node keys")
     while not coord.done:
         plan = coord.plan()  # written to the state folder before it is sent
-        nodes = sorted(set(nodes) | set(grid.get_node_ids()))  # nodes that connected since
+        targets, strangers = binding.nodes(grid)
+        for nid in strangers:
+            coord.refused_nodes[nid] = "its key is not on the agent roster"
+            echo(f"round {plan.round}: node {nid}: its key is not on the agent roster; never contacted")
         messages = [Message(plan_to_records(plan), dst_node_id=nid, message_type="train", group_id=str(plan.round))
-                    for nid in nodes if nid not in refused_nodes and agent_of.get(nid) not in coord.refused]
+                    for nid in targets
+                    if nid not in coord.refused_nodes and binding.agent_of.get(nid) not in coord.refused]
         replies = exchange(grid, messages, config.round_timeout, poll_interval)
         for rep in sorted(replies, key=lambda m: m.metadata.src_node_id):  # an order independent of arrival
             nid = rep.metadata.src_node_id
             try:
-                _take_reply(coord, rep, nid, plan, agent_of, node_of, echo)
+                _take_reply(coord, rep, nid, plan, binding, echo)
             except Exception as err:  # noqa: BLE001 - a reply harms only its sender, never the server
-                coord.reject(agent_of.get(nid))
-                echo(f"round {plan.round}: node {nid} (agent {agent_of.get(nid, '?')}): invalid reply left out "
-                     f"({type(err).__name__}: {str(err)[:300]})")
+                coord.reject(binding.agent_of.get(nid))
+                echo(f"round {plan.round}: node {nid} (agent {binding.agent_of.get(nid, '?')}): invalid reply "
+                     f"left out ({type(err).__name__}: {str(err)[:300]})")
         if plan.round >= 1 and coord.logs and coord.logs[-1].round == plan.round:
             rec = coord.logs[-1]
             eps = "n/a" if math.isnan(rec.epsilon) else f"{rec.epsilon:.4f}"
@@ -119,27 +127,27 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     return coord
 
 
-def _take_reply(coord: Coordinator, rep: Message, nid: int, plan, agent_of: dict[int, int], node_of: dict[int, int],
+def _take_reply(coord: Coordinator, rep: Message, nid: int, plan, binding: NodeBinding,
                 echo: Callable[[str], None]) -> None:
     """Hand one reply to the coordinator; raises for a reply it cannot use."""
-    refused_nodes = coord.refused_nodes
     if rep.has_error():
         reason = rep.error.reason or ""
-        echo(f"round {plan.round}: node {nid} (agent {agent_of.get(nid, '?')}) failed: {reason.strip()[-300:]}")
+        agent = binding.agent_of.get(nid)
+        echo(f"round {plan.round}: node {nid} (agent {'?' if agent is None else agent}) failed: "
+             f"{reason.strip()[-300:]}")
         if "FeatureMapMismatch" in reason:  # refused for good: its vectors mean other functions
-            refused_nodes[nid] = reason.strip().splitlines()[-1]
-            if nid in agent_of:
-                coord.refuse(agent_of[nid], refused_nodes[nid])
+            coord.refused_nodes[nid] = reason.strip().splitlines()[-1]
+            if agent is not None:
+                coord.refuse(agent, coord.refused_nodes[nid])
         return
-    agent_id = reply_agent_id(rep.content)
-    if not 0 <= agent_id < coord.N:
-        raise InvalidReply(f"reply from agent {agent_id}, not an agent id in 0..{coord.N - 1}")
-    if node_of.setdefault(agent_id, nid) != nid or agent_of.setdefault(nid, agent_id) != agent_id:
-        echo(f"round {plan.round}: node {nid} claims agent {agent_id}, played by node {node_of[agent_id]}; "
+    claimed = reply_agent_id(rep.content)
+    agent = binding.agent(nid, claimed)
+    if agent is None:
+        echo(f"round {plan.round}: node {nid} claims agent {claimed}, played by node {binding.node_of.get(claimed)}; "
              "ignored (each SuperNode needs its own partition-id)")
         return
     _, fingerprint, omega, best, n_obs = records_to_reply(rep.content)  # a bad reply counts against its agent
-    coord.receive(agent_id, fingerprint, omega, best, n_obs)
+    coord.receive(agent, fingerprint, omega, best, n_obs)
 
 
 def summary(coord: Coordinator) -> dict:
@@ -155,6 +163,7 @@ def summary(coord: Coordinator) -> dict:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    run_federation(grid, FlowerRunConfig.from_run_config(context.run_config), state=ServerState.from_env())
+    config = FlowerRunConfig.from_run_config(context.run_config)
+    run_federation(grid, config, state=ServerState.from_env(), roster=AgentRoster.from_env(config.num_agents))
 
 

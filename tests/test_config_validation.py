@@ -70,9 +70,10 @@ def test_config_errors_name_the_key(changes, match):
 def test_every_settings_field_is_accepted_from_yaml():
     for cls, experiment in ((DPFTSDESettings, "dp_fts_de"), (FTSSettings, "fts")):
         values = dataclasses.asdict(cls())
-        values.update(gp_warm_start=True, gp_sample_features=None, faults={"dropout_rate": 0.1})
+        values.update(gp_warm_start=True, gp_sample_features=None, faults={"eval_failure_rate": 0.1})
         if cls is DPFTSDESettings:
-            values.update(noise_multiplier=1.0, clip_norm=2.0, max_epsilon=5.0)
+            values.update(noise_multiplier=1.0, clip_norm=2.0, max_epsilon=5.0, faults={
+                "eval_failure_rate": 0.1, "dropout_rate": 0.1, "byzantine_rate": 0.1, "byzantine_kind": "inf"})
         cfg = parse(experiment=experiment, methods=[{"name": "all", **values}])
         assert cfg.scenarios[0].methods[0][1] == cls(**values)
 
@@ -236,7 +237,9 @@ def test_a_refused_config_deletes_nothing_with_overwrite(tmp_path, capsys):
         ({"noise_multiplier": 1.0, "clip_norm": 1.0, "max_epsilon": math.inf}, "`max_epsilon` must be a finite number"),
         ({"num_regions": 2, "weight_a": 0.5}, "`weight_a` must be a finite number >= `weight_b` (1.0), got 0.5"),
         ({"num_regions": 2, "weight_b": 0.0}, "`weight_b` must be a finite number > 0, got 0.0"),
-        ({"num_regions": 2, "decay_rounds": -1}, "`decay_rounds` must be an integer >= 0, got -1"),
+        ({"num_regions": 2, "decay_rounds": -1}, "`decay_rounds` must be >= 0, got -1"),
+        ({"experiment": "fts", "faults": {"byzantine_rate": 0.2}}, "`faults.byzantine_rate` applies to DP-FTS-DE"),
+        ({"faults": {"byzantine_rate": 0.2, "byzantine_kind": "loud"}}, "`faults.byzantine_kind` must be one of"),
         ({"rff_lengthscale": 0.0}, "`rff_lengthscale` must be a finite number > 0"),
         ({"rff_outputscale": math.nan}, "`rff_outputscale` must be a finite number > 0"),
         ({"rff_noise_variance": -1.0}, "`rff_noise_variance` must be a finite number > 0"),

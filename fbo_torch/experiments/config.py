@@ -30,7 +30,6 @@ import copy
 import dataclasses
 import difflib
 import inspect
-import math
 import os
 import re
 import types
@@ -398,35 +397,6 @@ def _setup(where: str, section: dict[str, Any], default: str) -> str:
         raise ConfigError(f"{where}: {err}") from None
 
 
-def check_method_values(where: str, settings: Any) -> None:
-    r"""Values a method's settings accept but its runner refuses only when the method starts (the shared
-    feature map's, the DP server's, TAF's): a :class:`ConfigError` naming the YAML key, before anything runs."""
-
-    def expected(key: str, what: str) -> ConfigError:
-        return ConfigError(f"{where}: `{key}` must be {what}, got {getattr(settings, key)!r}.")
-
-    for key in ("rff_lengthscale", "rff_outputscale", "rff_noise_variance", "taf_bandwidth", "weight_b"):
-        value = getattr(settings, key, None)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise expected(key, "a finite number > 0")
-    if not -(2**63) <= settings.rff_seed < 2**63:
-        raise expected("rff_seed", "a signed 64-bit integer")
-    if not hasattr(settings, "noise_multiplier"):
-        return
-    if not math.isfinite(settings.noise_multiplier):
-        raise expected("noise_multiplier", "a finite number >= 0")
-    if settings.noise_multiplier > 0 and settings.clip_norm is not None and not math.isfinite(settings.clip_norm):
-        raise expected("clip_norm", "finite when `noise_multiplier` > 0 (the noise std is noise_multiplier × "
-                                    "clip_norm)")
-    if settings.max_epsilon is not None and not math.isfinite(settings.max_epsilon):
-        raise expected("max_epsilon", "a finite number > 0, or null for no budget")
-    if not (math.isfinite(settings.weight_a) and settings.weight_a >= settings.weight_b):
-        raise expected("weight_a", f"a finite number >= `weight_b` ({settings.weight_b})")
-    for key in ("const_rounds", "decay_rounds"):
-        if getattr(settings, key) < 0:
-            raise expected(key, "an integer >= 0")
-
-
 def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
     r"""Validate a configuration mapping and resolve scenarios and methods.
 
@@ -519,7 +489,6 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
                     and values["noise_multiplier"] > 0):
                 values["max_epsilon"] = privacy["max_epsilon"]  # privacy.max_epsilon: the private methods' default
             settings = build_dataclass(settings_cls, values, mw)
-            check_method_values(mw, settings)
             methods.append((label, settings))
         scenarios.append(Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods, setup,
                                   where))

@@ -11,6 +11,7 @@ build their agents and server from the same settings.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,12 @@ from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.batched_gp import GP_SPECS
 from fbo_torch.utils.validation import check_int, check_probability
+
+
+def check_finite_positive(name: str, value: Any, what: str = "a finite number > 0") -> None:
+    """``value`` must be a finite number > 0 (``ValueError`` naming ``name`` otherwise)."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"`{name}` must be {what}, got {value!r}.")
 
 
 @dataclass
@@ -85,6 +92,10 @@ class MethodSettings:
     faults: dict | None = None
 
     def __post_init__(self) -> None:
+        for key in ("rff_lengthscale", "rff_outputscale", "rff_noise_variance"):
+            check_finite_positive(key, getattr(self, key))
+        if isinstance(self.rff_seed, bool) or not isinstance(self.rff_seed, int) or not -(2**63) <= self.rff_seed < 2**63:
+            raise ValueError(f"`rff_seed` must be a signed 64-bit integer, got {self.rff_seed!r}.")
         check_int("num_iterations", self.num_iterations, minimum=1)
         check_int("num_init", self.num_init, minimum=1)
         check_int("num_features", self.num_features, minimum=1)
@@ -169,14 +180,18 @@ class DPFTSDESettings(MethodSettings):
         super().__post_init__()
         check_int("num_regions", self.num_regions, minimum=1)
         check_probability("sample_rate", self.sample_rate, open_left=True)
-        if not (isinstance(self.noise_multiplier, (int, float)) and self.noise_multiplier >= 0):
-            raise ValueError(f"`noise_multiplier` z must be >= 0, got {self.noise_multiplier!r}.")
+        z = self.noise_multiplier
+        if isinstance(z, bool) or not (isinstance(z, (int, float)) and math.isfinite(z) and z >= 0):
+            raise ValueError(f"`noise_multiplier` must be a finite number >= 0, got {z!r}.")
         if self.clip_norm is not None and not (isinstance(self.clip_norm, (int, float)) and self.clip_norm > 0):
             raise ValueError(f"`clip_norm` S must be > 0 (or null for no clipping), got {self.clip_norm!r}.")
-        if self.noise_multiplier > 0 and self.clip_norm is None:
+        if z > 0 and self.clip_norm is None:
             raise ValueError("`clip_norm` is required when `noise_multiplier` > 0.")
-        if self.max_epsilon is not None and not self.max_epsilon > 0:
-            raise ValueError(f"`max_epsilon` must be > 0, got {self.max_epsilon!r}.")
+        if z > 0 and not math.isfinite(self.clip_norm):
+            raise ValueError("`clip_norm` must be finite when `noise_multiplier` > 0 (the noise std is "
+                             f"noise_multiplier × clip_norm), got {self.clip_norm!r}.")
+        if self.max_epsilon is not None:
+            check_finite_positive("max_epsilon", self.max_epsilon, "a finite number > 0, or null for no budget")
         check_probability("local_threshold", self.local_threshold)
         if self.broadcast_maximization not in ("shared", "per_agent"):
             raise ValueError(
@@ -184,6 +199,12 @@ class DPFTSDESettings(MethodSettings):
             )
         if self.weights not in ExplorationWeights.MODES:
             raise ValueError(f"`weights` must be one of {ExplorationWeights.MODES}, got {self.weights!r}.")
+        check_finite_positive("weight_b", self.weight_b)
+        if not (math.isfinite(self.weight_a) and self.weight_a >= self.weight_b):
+            raise ValueError(f"`weight_a` must be a finite number >= `weight_b` ({self.weight_b}), "
+                             f"got {self.weight_a!r}.")
+        check_int("const_rounds", self.const_rounds, minimum=0)
+        check_int("decay_rounds", self.decay_rounds, minimum=0)
 
     @property
     def is_private(self) -> bool:

@@ -39,7 +39,7 @@ from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule
 from fbo_torch.objectives.base import Objective
 from fbo_torch.federation.domain import Domain, maximize_rff_samples
 from fbo_torch.runners.presets import apply_setup
-from fbo_torch.federation.settings import MethodSettings
+from fbo_torch.federation.settings import MethodSettings, check_finite_positive
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
 
@@ -77,8 +77,13 @@ class FTSSettings(MethodSettings):
             raise ValueError(f"`communication` must be one of {COMMUNICATION}, got {self.communication!r}.")
         super().__post_init__()
         check_int("rgpe_samples", self.rgpe_samples, minimum=1)
-        if not self.taf_bandwidth > 0:
-            raise ValueError(f"`taf_bandwidth` must be > 0, got {self.taf_bandwidth!r}.")
+        check_finite_positive("taf_bandwidth", self.taf_bandwidth)
+        faults = self.fault_injector()
+        if faults.affects_messages:
+            key = "faults.dropout_rate" if faults.dropout_rate > 0 else "faults.byzantine_rate"
+            raise ValueError(f"`{key}` applies to DP-FTS-DE methods (experiment: dp_fts_de), whose agents send "
+                             "messages each round; in FTS experiments the other agents' messages come from their "
+                             "histories (use `eval_failure_rate` for failing evaluations).")
 
     @property
     def parameters_per_agent(self) -> int:

@@ -324,3 +324,22 @@ def test_an_agent_refuses_a_malformed_plan():
                                   "region-bounds": plan.region_bounds})
     with pytest.raises(ValueError, match="broadcast"):
         records_to_plan(bad)
+
+
+def test_the_server_state_folder_is_server_side_and_per_federation(tmp_path, monkeypatch):
+    monkeypatch.delenv("FBO_SERVER_STATE", raising=False)
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr"))
+    a = ServerState.for_federation(CFG.fingerprint())
+    other = FlowerRunConfig.from_run_config(dict(RUN_CONFIG, seed=4))
+    assert a.folder == tmp_path / "flwr" / "fbo_torch" / "server" / CFG.fingerprint()[:16]
+    assert ServerState.for_federation(other.fingerprint()).folder != a.folder
+    assert a.folder.stat().st_mode & 0o777 == 0o700
+    # what does not change the federation (timeouts, where the summary goes) does not change the folder
+    quick = FlowerRunConfig.from_run_config(dict(RUN_CONFIG, **{"round-timeout": 1.0, "summary-path": "x.json"}))
+    assert quick.fingerprint() == CFG.fingerprint()
+    monkeypatch.setenv("FBO_SERVER_STATE", str(tmp_path / "mine"))
+    assert ServerState.for_federation(CFG.fingerprint()).folder == tmp_path / "mine"
+    secret = a.secret()
+    assert a.secret() == secret and len(secret) == 32 and (a.folder / "secret.key").stat().st_mode & 0o777 == 0o600
+    with pytest.raises(ServerStateError, match="another secret"):
+        a.set_secret(bytes(32))

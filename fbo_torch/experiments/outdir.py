@@ -28,10 +28,11 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import threading
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from fbo_torch.utils.files import WriteError, current_umask, write_atomic
 
 MANIFEST = "run.json"
 LOCK = ".lock"
@@ -45,18 +46,6 @@ class OutputError(RuntimeError):
 
 class ResumeError(OutputError):
     """``--resume`` would mix this run with a different one, or its files are unreadable."""
-
-
-class WriteError(OSError):
-    """A file could not be written (disk full, no permission, read-only file system, ...).
-
-    ``filename`` is the file that was being written (not its temporary file);
-    ``str()`` is one line naming it and the system's reason.
-    """
-
-    def __str__(self) -> str:
-        code = errno.errorcode.get(self.errno) if isinstance(self.errno, int) else None
-        return f"cannot write {self.filename}: {self.strerror}" + (f" ({code})" if code else "")
 
 
 # ----------------------------------------------------------------- fingerprints
@@ -136,54 +125,6 @@ def _show(value: Any) -> str:
 
 # ----------------------------------------------------------------- atomic writes
 
-_UMASK_LOCK = threading.Lock()
-
-
-def current_umask() -> int:
-    r"""The process's umask, read without changing it where the system allows.
-
-    Linux reports it in ``/proc/self/status``; elsewhere it is read by setting
-    and restoring it (``os.umask`` can only be read by setting it), under a lock
-    so that two threads of this module never interleave that.
-    """
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _UMASK_LOCK:
-        old = os.umask(0o077)
-        os.umask(old)
-    return old
-
-
-def _write_replace(path: Path, data: bytes, mode: int | None) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), (0o666 & ~current_umask()) if mode is None else mode)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _write(path: Path, data: bytes, mode: int | None) -> None:
-    try:
-        _write_replace(path, data, mode)
-    except WriteError:
-        raise
-    except OSError as err:
-        raise WriteError(err.errno, err.strerror or str(err), str(path)) from err
-
 
 def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
     r"""Write ``data`` to a temporary file next to ``path``, flush it to disk, then ``os.replace`` it.
@@ -206,7 +147,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -
     """
     path = Path(path)
     _record_write(path)
-    _write(path, data, mode)
+    write_atomic(path, data, mode)
 
 
 def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> None:
@@ -507,7 +448,7 @@ class OutputFolder:
                 return
             files.append(name)
             files.sort()
-            _write(self.path / MANIFEST, json.dumps(self._manifest, indent=1).encode(), None)
+            write_atomic(self.path / MANIFEST, json.dumps(self._manifest, indent=1).encode())
 
     def make_dir(self, name: str) -> Path:
         """Create the folder ``OUT/name`` (listed in ``run.json`` first); returns its path."""
@@ -582,7 +523,7 @@ class OutputFolder:
                 manifest["files"] = sorted(set(old["files"]) | {MANIFEST})
         with self._record_lock:
             self._manifest = manifest
-            _write(path, json.dumps(manifest, indent=1).encode(), None)
+            write_atomic(path, json.dumps(manifest, indent=1).encode())
         return fp
 
 

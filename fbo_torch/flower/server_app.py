@@ -164,6 +164,8 @@ def summary(coord: Coordinator) -> dict:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     config = FlowerRunConfig.from_run_config(context.run_config)
-    run_federation(grid, config, state=ServerState.from_env(), roster=AgentRoster.from_env(config.num_agents))
+    state = ServerState.for_federation(config.fingerprint())
+    log(INFO, "server state (secret, ledger, rounds): %s", state.folder)
+    run_federation(grid, config, state=state, roster=AgentRoster.from_env(config.num_agents))
 
 

@@ -2,11 +2,12 @@ r"""The deployed server's durable state: its secret, its ledger and its rounds, 
 
 A deployed server must survive a crash without under-reporting ε or reusing
 noise, and must keep the one thing that makes its noise unpredictable — its
-secret — away from everyone else. :class:`ServerState` is a folder, given to
-the ServerApp by server-side configuration only (the ``FBO_SERVER_STATE``
-environment variable of the SuperLink that starts it, or
-:func:`~fbo_torch.flower.server_app.run_federation`'s ``state``; never the run
-config, which every ClientApp reads):
+secret — away from everyone else. :class:`ServerState` is a folder on the
+server's machine, chosen by server-side configuration only (the
+``FBO_SERVER_STATE`` environment variable of the SuperLink that starts the
+ServerApp, else one folder per federation under Flower's home,
+:meth:`ServerState.for_federation`; never the run config, which every
+ClientApp reads):
 
 * ``secret.key`` — 32 bytes from the OS's cryptographic generator, written once
   (mode 0600) when the folder is first used; the server's coins and noise are
@@ -32,6 +33,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fbo_torch.utils.files import write_atomic
 from fbo_torch.utils.secure_random import SECRET_BYTES, check_secret, new_secret
 
 #: The environment variable that points a ServerApp at its state folder.
@@ -43,30 +45,6 @@ STATE_FILE = "server.json"
 
 class ServerStateError(RuntimeError):
     """The server's state folder cannot be used for this federation; the message says why and what to do."""
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically, readable and writable by the owner only (0600)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)  # whatever the umask
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)  # the rename itself survives a crash
-        finally:
-            os.close(dfd)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 class ServerState:
@@ -91,6 +69,17 @@ class ServerState:
         path = os.environ.get(STATE_ENV, "").strip()
         return cls(path) if path else None
 
+    @classmethod
+    def for_federation(cls, fingerprint: str) -> ServerState:
+        r"""``$FBO_SERVER_STATE``, else this federation's folder under Flower's home:
+        ``$FLWR_HOME/fbo_torch/server/<first 16 hex digits of the federation's fingerprint>``
+        (``FLWR_HOME`` defaults to ``~/.flwr``, as for Flower)."""
+        state = cls.from_env()
+        if state is not None:
+            return state
+        home = Path(os.environ.get("FLWR_HOME", "").strip() or Path.home() / ".flwr").expanduser()
+        return cls(home / "fbo_torch" / "server" / fingerprint[:16])
+
     # ------------------------------------------------------------------ secret
     @property
     def secret_path(self) -> Path:
@@ -100,17 +89,14 @@ class ServerState:
         """The server's secret: read from ``secret.key``, or drawn fresh and written once (0600)."""
         path = self.secret_path
         if not path.exists():
-            data = new_secret()
+            tmp = self.folder / f".{SECRET_FILE}.{os.getpid()}.tmp"
+            write_atomic(tmp, new_secret(), mode=0o600)
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:  # another process wrote it first: use that one
+                os.link(tmp, path)  # whole or not at all, and never over a secret another process wrote first
+            except FileExistsError:
                 pass
-            else:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chmod(path, 0o600)
+            finally:
+                tmp.unlink(missing_ok=True)
         try:
             data = path.read_bytes()
             return check_secret(data, str(path))
@@ -126,7 +112,7 @@ class ServerState:
             if path.read_bytes() != secret:
                 raise ServerStateError(f"{path} holds another secret; refusing to replace it.")
             return
-        _write_private(path, secret)
+        write_atomic(path, secret, mode=0o600)
 
     # ------------------------------------------------------------------ state
     def load(self, federation: str) -> dict[str, Any] | None:
@@ -164,7 +150,7 @@ class ServerState:
     def save(self, federation: str, state: dict[str, Any], finished: bool = False) -> None:
         """Write the state atomically (0600) before anything it describes is sent."""
         data = dict(state, format=FORMAT, federation=federation, finished=bool(finished))
-        _write_private(self.folder / STATE_FILE, json.dumps(data, indent=1, allow_nan=True).encode())
+        write_atomic(self.folder / STATE_FILE, json.dumps(data, indent=1, allow_nan=True).encode(), mode=0o600)
 
 
 __all__ = ["STATE_ENV", "ServerState", "ServerStateError"]

@@ -34,8 +34,10 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n 2
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n 2 $(NUMERIC_TESTS)
 
-# DP-FTS-DE on Flower's deployment engine: a SuperLink and 4 SuperNodes on 127.0.0.1
-# (insecure), 3 rounds on the synthetic objective; every process is stopped at the end.
+# DP-FTS-DE on Flower's deployment engine: a SuperLink and 4 SuperNodes on 127.0.0.1 with
+# TLS and SuperNode authentication (credentials generated in a temporary folder), 3 rounds on
+# the synthetic objective; every process is stopped at the end. ROGUE=1 adds a node with an
+# unregistered key (refused); INSECURE=1 runs without TLS and authentication.
 flower-demo: $(STAMP)
 	VENV=$(abspath $(VENV)) examples/flower_app/run_demo.sh
 

@@ -343,3 +343,20 @@ def test_the_server_state_folder_is_server_side_and_per_federation(tmp_path, mon
     assert a.secret() == secret and len(secret) == 32 and (a.folder / "secret.key").stat().st_mode & 0o777 == 0o600
     with pytest.raises(ServerStateError, match="another secret"):
         a.set_secret(bytes(32))
+
+
+def test_the_attack_script_reports_every_attack_failing(tmp_path):
+    """benchmarks/attacks.py (what the closing notes quote) reports the outcomes these tests assert."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attacks.py"
+    spec = importlib.util.spec_from_file_location("attacks", path)
+    attacks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(attacks)
+    assert attacks.main(["--json", str(tmp_path / "a.json")]) == 0
+    out = json.loads((tmp_path / "a.json").read_text())["attacks"]
+    assert out["noise"]["error_over_noise_std"] > 0.5 and out["same-config"]["identical_broadcasts"] is False
+    assert out["nan"]["non_finite_broadcast_entries"] == 0 and out["malformed"]["server_survives"]
+    assert out["no-node"] == {"releases": 0, "epsilon": 0.0} and out["forged-ledger"]["accepted"] is False
+    assert out["large-delta"]["accepted"] is False and out["report-best"]["sent_by_default"] is False

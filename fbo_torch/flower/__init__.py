@@ -2,12 +2,16 @@ r"""DP-FTS-DE deployed on Flower (optional extra ``fbo_torch[flower]``).
 
 One round logic, two transports: the batched simulator
 (:mod:`fbo_torch.runners.dp_fts_de`) and this deployment call the same agent
-and server functions; here each SuperNode runs one agent (``B = 1``) and the
-ServerApp runs the server of one federation (``R = 1``).
+and server functions (:mod:`fbo_torch.federation`); here each SuperNode runs
+one agent (``B = 1``) and the ServerApp runs the server of one federation
+(``R = 1``). Nothing here imports the simulator.
 
 * :mod:`~fbo_torch.flower.config` — the run config (``[tool.flwr.app.config]``).
 * :mod:`~fbo_torch.flower.agent_node` — one agent and its step of a round.
-* :mod:`~fbo_torch.flower.coordinator` — the server's side, exchange by exchange.
+* :mod:`~fbo_torch.flower.coordinator` — the server's side, exchange by exchange:
+  secret randomness, every reply checked.
+* :mod:`~fbo_torch.flower.server_state` — the server's secret, ledger and rounds on disk.
+* :mod:`~fbo_torch.flower.roster` — agents bound to authenticated nodes' keys.
 * :mod:`~fbo_torch.flower.records` — messages as Flower records (imports ``flwr``).
 * :mod:`~fbo_torch.flower.server_app` / :mod:`~fbo_torch.flower.client_app` —
   the ``ServerApp`` and ``ClientApp`` (import ``flwr``).

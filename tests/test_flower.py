@@ -52,19 +52,19 @@ def _record_releases(server):
 _SIMULATED = {}
 
 
-def simulate(run_config):
-    key = json.dumps(run_config, sort_keys=True)
+def simulate(run_config, secret=SECRET):
+    key = json.dumps(run_config, sort_keys=True) + secret.hex()
     if key not in _SIMULATED:
-        _SIMULATED[key] = _simulate(run_config)
+        _SIMULATED[key] = _simulate(run_config, secret)
     return _SIMULATED[key]
 
 
-def _simulate(run_config):
+def _simulate(run_config, secret):
     cfg = FlowerRunConfig.from_run_config(run_config)
     obj = cfg.build_objective()
     runner = DPFTSDERunner(obj, cfg.dp_settings(), num_inits=1, domain=cfg.build_domain(obj), seed=cfg.seed,
                            accountant=cfg.accountant, delta=cfg.ledger_delta,
-                           server_randomness=SecretServerRandomness(SECRET, secure_mode=cfg.secure_mode))
+                           server_randomness=SecretServerRandomness(secret, secure_mode=cfg.secure_mode))
     releases = _record_releases(runner.server)
     runner.run()
     return runner, releases

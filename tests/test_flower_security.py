@@ -7,6 +7,7 @@ states, without a SuperLink.
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -42,7 +43,8 @@ def _watch(server):
     return out
 
 
-def _run(run_config=RUN_CONFIG, client=client_app.app, num_nodes=N, secret=None, state=None, **grid_kwargs):
+def _run(run_config=RUN_CONFIG, client=client_app.app, num_nodes=N, secret=None, state=None, on_push=None,
+         **grid_kwargs):
     cfg = FlowerRunConfig.from_run_config(run_config)
     seen, init = [], Coordinator.__init__
 
@@ -51,6 +53,9 @@ def _run(run_config=RUN_CONFIG, client=client_app.app, num_nodes=N, secret=None,
         seen.append(_watch(self.server))
 
     grid = InProcessGrid(client, run_config, num_nodes, **grid_kwargs)
+    if on_push is not None:
+        push = grid.push_messages
+        grid.push_messages = lambda msgs: push([on_push([m]) or m for m in msgs])
     lines = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Coordinator, "__init__", init_and_watch)
@@ -59,10 +64,14 @@ def _run(run_config=RUN_CONFIG, client=client_app.app, num_nodes=N, secret=None,
 
 
 # ------------------------------------------------------------------ the noise is the server's alone
-def test_an_agent_holding_the_run_config_cannot_remove_the_noise_or_learn_the_sample():
+def test_an_agent_holding_the_run_config_cannot_remove_the_noise_or_learn_the_sample(tmp_path):
     """The attack: an agent derives the server's streams from the run config's seed, recomputes the noise
     and subtracts it (before: it recovered the noise-free aggregate to 1e-16 and the exact sample)."""
-    coord, releases, _, grid = _run()
+    pushed = []
+    summary_path = tmp_path / "summary.json"
+    cfg = dict(RUN_CONFIG, **{"summary-path": str(summary_path)})
+    coord, releases, lines, grid = _run(run_config=cfg, state=ServerState(tmp_path / "server"),
+                                        on_push=pushed.extend)
     server = coord.server
     guess = KeyedServerRandomness(CFG.federation_key())  # everything an agent knows
     like = torch.zeros((), dtype=torch.float64)
@@ -80,11 +89,22 @@ def test_an_agent_holding_the_run_config_cannot_remove_the_noise_or_learn_the_sa
         assert err > 0.5 * noise_std, (t, err, noise_std)
         guessed_sample = guess.coins(t, torch.Size([1, N]), like) < q
         same_sample += bool(torch.equal(guessed_sample, rec.sampled))
-    assert same_sample < len(releases)  # the coins are not the seed's either
-    # nothing an agent receives holds the secret: it is never in a message or the run config
-    assert SECRET.hex() not in json.dumps(RUN_CONFIG)
+    # each coin guessed right with probability q^2 + (1 - q)^2 = 0.625: all 12 with probability 0.0036
+    assert same_sample < len(releases)
+    # the secret the server drew is in no message, no agent's run config, no log line and no summary;
+    # it is only in the server's own state file (0600)
+    secret = coord.server.randomness._secret
+    words = [secret, secret.hex().encode()]
+    for msg in pushed:
+        blob = json.dumps({k: str(dict(v)) for k, v in msg.content.config_records.items()}).encode()
+        blob += b"".join(a.data for rec_ in msg.content.array_records.values() for a in rec_.values())
+        assert not any(w in blob for w in words)
     for ctx in grid.contexts.values():
-        assert "secret" not in json.dumps(ctx.run_config).lower()
+        assert not any(w in json.dumps(ctx.run_config).encode() for w in words)
+    assert not any(secret.hex() in line for line in lines) and secret.hex() not in summary_path.read_text()
+    state_file = tmp_path / "server" / "server.json"
+    assert secret.hex() in state_file.read_text() and state_file.stat().st_mode & 0o777 == 0o600
+    assert len(pushed) == N * (CFG.num_rounds + 1)
 
 
 def test_two_deployments_of_one_run_config_release_different_noise():
@@ -105,14 +125,15 @@ def test_two_deployments_of_one_run_config_release_different_noise():
 
 
 def test_the_server_secret_given_server_side_reproduces_the_simulator_bit_for_bit(tmp_path):
-    state = ServerState(tmp_path / "server")
-    state.set_secret(SECRET)  # server-side configuration: the state folder, never the run config
-    runner, sim = simulate(RUN_CONFIG)
-    coord, releases, _, _ = _run(state=state)
-    assert [float(x) for x in sim[0].flatten()] == [float(x) for x in releases[0][0].flatten()]
+    """A deployment is reproduced in the simulator from its server's own state: the secret in server.json."""
+    folder = tmp_path / "server"
+    coord, releases, _, _ = _run(state=ServerState(folder))
+    secret = bytes.fromhex(json.loads((folder / "server.json").read_text())["secret"])
+    runner, sim = simulate(RUN_CONFIG, secret)
+    assert len(sim) == len(releases) == CFG.num_rounds
     for (b, *_), s in zip(releases, sim):
         assert torch.equal(b, s)
-    assert (tmp_path / "server" / "secret.key").stat().st_mode & 0o777 == 0o600
+    assert [r.epsilon for r in coord.logs] == runner.epsilons
 
 
 # ------------------------------------------------------------------ bad replies harm only their sender
@@ -170,6 +191,68 @@ def test_a_bad_reply_is_left_out_and_the_server_runs_to_the_end(kind):
     assert summary["rounds"][-1]["num_invalid"] >= 1
 
 
+def test_a_reply_flower_cannot_rebuild_costs_only_its_node_the_round():
+    """A hostile node's reply whose objects do not inflate makes Flower's batch pull raise (before: out of
+    the ServerApp, in every round after each restart). Its node is left out; the others' replies are kept."""
+    grid = InProcessGrid(client_app.app, RUN_CONFIG, N)
+    pull = grid.pull_messages
+    bad = set()
+
+    def pulling(ids):
+        ids = list(ids)
+        if any(i in bad for i in ids):
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+        return pull(ids)
+
+    push = grid.push_messages
+
+    def pushing(msgs):
+        msgs = list(msgs)
+        ids = push(msgs)
+        bad.update(i for i, m in zip(ids, msgs) if m.metadata.dst_node_id == 102)  # agent 2's node
+        return ids
+
+    grid.pull_messages, grid.push_messages = pulling, pushing
+    lines = []
+    coord = server_app.run_federation(grid, CFG, echo=lines.append, poll_interval=0.0, secret=SECRET)
+    assert coord.done and [r.num_reported for r in coord.logs] == [N - 1] * CFG.num_rounds
+    assert sum("unreadable reply left out" in line for line in lines) == CFG.num_rounds + 1
+    assert coord.invalid == {} or set(coord.invalid) <= {2}  # counted against agent 2 once it is known
+
+
+def test_without_a_roster_a_node_plays_only_the_agent_it_first_claimed():
+    """Before: a node could claim agent 1, then agent 2, and the honest node of agent 2 was ignored for good."""
+    def fickle(msg, ctx):
+        reply = client_app.app(msg, ctx)
+        if ctx.node_id == 100 and msg.metadata.group_id != "0":  # agent 1 in exchange 0, then it claims agent 2
+            fp = reply.content.config_records[REPLY]["fingerprint"]
+            reply.content[REPLY] = ConfigRecord({"agent-id": 2, "fingerprint": fp})
+        return reply
+
+    grid = InProcessGrid(fickle, RUN_CONFIG, N)
+    grid.contexts[100].node_config["partition-id"] = 1
+    grid.contexts[101].node_config["partition-id"] = 0  # the honest nodes: agents 0, 2, 3
+    lines = []
+    coord = server_app.run_federation(grid, CFG, echo=lines.append, poll_interval=0.0, secret=SECRET)
+    assert any("node 100 plays agent 1 but claims agent 2" in line for line in lines)
+    # agent 2's own node (102) is never ignored: rounds 2 and 3 have the honest agents 0, 2, 3 (round 1's
+    # vectors came with exchange 0, when node 100 still spoke for agent 1)
+    assert [r.num_reported for r in coord.logs] == [N, N - 1, N - 1]
+    assert coord.invalid == {1: CFG.num_rounds}
+    assert not any("node 102 claims agent 2" in line for line in lines)
+
+
+def test_run_config_values_are_what_they_say_or_refused():
+    assert FlowerRunConfig.from_run_config({"secure-mode": "false"}).secure_mode is False
+    with pytest.raises(ValueError, match="`secure-mode` must be true or false, got 'on-ish'"):
+        FlowerRunConfig.from_run_config({"secure-mode": "on-ish"})  # before: silently False
+    with pytest.raises(ValueError, match="`num-agents` must be an integer"):
+        FlowerRunConfig.from_run_config({"num-agents": 4.5})
+    with pytest.raises(ValueError, match=r"`settings` sets \['max_epsilon', 'noise_multiplier'\]"):
+        FlowerRunConfig.from_run_config(dict(RUN_CONFIG, settings=json.dumps(
+            {"noise_multiplier": 0.0, "max_epsilon": 1000.0})))  # before: beat noise-multiplier = 1.0
+
+
 def test_no_connected_node_means_no_release_and_no_epsilon():
     """Before: with zero nodes the server released pure noise every round and charged ε for it."""
     coord, releases, lines, _ = _run(num_nodes=0)
@@ -203,14 +286,13 @@ def test_a_crashed_server_resumes_its_ledger_and_never_under_reports(tmp_path):
     ε logged was round 1's, and a restart began a fresh ledger at 0 with the same noise."""
     runner, sim = simulate(RUN_CONFIG)
     folder = tmp_path / "server"
-    state = ServerState(folder)
-    state.set_secret(SECRET)
     with pytest.raises(Crash):
-        server_app.run_federation(_crash_at(2), CFG, echo=lambda _: None, poll_interval=0.0, state=state)
+        server_app.run_federation(_crash_at(2), CFG, echo=lambda _: None, poll_interval=0.0, secret=SECRET,
+                                  state=ServerState(folder))
     saved = json.loads((folder / "server.json").read_text())
     # round 2's broadcast was written, with its ε, before it was sent
-    assert saved["epsilon"] == runner.epsilons[1] and saved["plan"]["round"] == 2
-    assert torch.equal(torch.tensor(saved["plan"]["broadcast"], dtype=torch.float64), sim[1][0])
+    assert saved["epsilon"] == runner.epsilons[1] and saved["state"]["plan"]["round"] == 2
+    assert torch.equal(torch.tensor(saved["state"]["plan"]["broadcast"], dtype=torch.float64), sim[1][0])
     assert (folder / "server.json").stat().st_mode & 0o777 == 0o600
     # a restarted server (a new Flower run: the nodes start over) resumes and re-sends exchange 2 unchanged
     coord, releases, lines, grid = _run(state=ServerState(folder))
@@ -231,7 +313,8 @@ def test_a_state_folder_that_does_not_verify_or_belongs_elsewhere_is_refused(tmp
     path = folder / "server.json"
     good = path.read_text()
     saved = json.loads(good)
-    saved["server"]["ledger"]["epsilons"] = [e / 10 for e in saved["server"]["ledger"]["epsilons"]]
+    ledger = saved["state"]["server"]["ledger"]
+    ledger["epsilons"] = [e / 10 for e in ledger["epsilons"]]
     path.write_text(json.dumps(saved))
     with pytest.raises(ServerStateError, match="does not verify"):
         _run(state=ServerState(folder))
@@ -326,7 +409,7 @@ def test_an_agent_refuses_a_malformed_plan():
         records_to_plan(bad)
 
 
-def test_the_server_state_folder_is_server_side_and_per_federation(tmp_path, monkeypatch):
+def test_the_server_state_folder_is_server_side_per_federation_and_held_by_one_server(tmp_path, monkeypatch):
     monkeypatch.delenv("FBO_SERVER_STATE", raising=False)
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr"))
     a = ServerState.for_federation(CFG.fingerprint())
@@ -339,10 +422,49 @@ def test_the_server_state_folder_is_server_side_and_per_federation(tmp_path, mon
     assert quick.fingerprint() == CFG.fingerprint()
     monkeypatch.setenv("FBO_SERVER_STATE", str(tmp_path / "mine"))
     assert ServerState.for_federation(CFG.fingerprint()).folder == tmp_path / "mine"
-    secret = a.secret()
-    assert a.secret() == secret and len(secret) == 32 and (a.folder / "secret.key").stat().st_mode & 0o777 == 0o600
+    # the secret is drawn with the federation's record, in one 0600 file
+    secret, saved = a.open(CFG.fingerprint())
+    assert saved is None and len(secret) == 32 and (a.folder / "server.json").stat().st_mode & 0o777 == 0o600
+    # a second server on the same folder would release other data with the same noise: refused while held
+    with pytest.raises(ServerStateError, match="in use by another server process"):
+        ServerState(a.folder).open(CFG.fingerprint())
+    a.release()
+    b = ServerState(a.folder)
+    again, _ = b.open(CFG.fingerprint())
+    assert again == secret
+    b.release()
     with pytest.raises(ServerStateError, match="another secret"):
-        a.set_secret(bytes(32))
+        ServerState(a.folder).open(CFG.fingerprint(), bytes(32))
+
+
+def test_a_second_server_on_a_folder_in_use_is_refused_and_the_first_runs_on(tmp_path):
+    folder = tmp_path / "server"
+    obj = CFG.build_objective()
+    first = Coordinator(CFG, obj.bounds, obj.dim, state=ServerState(folder))
+    with pytest.raises(ServerStateError, match="in use"):
+        Coordinator(CFG, obj.bounds, obj.dim, state=ServerState(folder))
+    first.plan()
+    first.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX permissions")
+def test_a_state_folder_or_file_others_could_replace_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(ServerStateError, match="mode 777"):
+        ServerState(shared)
+    real = tmp_path / "real"
+    ServerState(real)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(ServerStateError, match="symbolic link"):
+        ServerState(tmp_path / "link")
+    state = ServerState(real)
+    state.open(CFG.fingerprint())
+    state.release()
+    (real / "server.json").chmod(0o644)
+    with pytest.raises(ServerStateError, match="mode 644"):
+        ServerState(real).open(CFG.fingerprint())
 
 
 def test_the_attack_script_reports_every_attack_failing(tmp_path):
@@ -357,6 +479,6 @@ def test_the_attack_script_reports_every_attack_failing(tmp_path):
     assert attacks.main(["--json", str(tmp_path / "a.json")]) == 0
     out = json.loads((tmp_path / "a.json").read_text())["attacks"]
     assert out["noise"]["error_over_noise_std"] > 0.5 and out["same-config"]["identical_broadcasts"] is False
-    assert out["nan"]["non_finite_broadcast_entries"] == 0 and out["malformed"]["server_survives"]
+    assert out["nan"]["non_finite_broadcast_entries"] == 0 and out["malformed"]["raises"] == "InvalidReply"
     assert out["no-node"] == {"releases": 0, "epsilon": 0.0} and out["forged-ledger"]["accepted"] is False
     assert out["large-delta"]["accepted"] is False and out["report-best"]["sent_by_default"] is False

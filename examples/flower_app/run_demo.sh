@@ -97,7 +97,7 @@ fi
 if ((SECURE)); then
     PKI="$WORK/pki"
     "$VENV/bin/python" "$HERE/credentials.py" "$PKI" "$NUM_NODES" rogue
-    export FBO_AGENT_ROSTER="$PKI/roster.json"  # agent n <-> the key of node n
+    export FBO_AGENT_ROSTER="$PKI/roster.json" FBO_REQUIRE_ROSTER=1  # agent n <-> the key of node n
     LINK_SECURITY=(--ssl-ca-certfile "$PKI/ca.crt" --ssl-certfile "$PKI/server.crt" --ssl-keyfile "$PKI/server.key"
                    --enable-supernode-auth)
     NODE_SECURITY=(--root-certificates "$PKI/ca.crt")

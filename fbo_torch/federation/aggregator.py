@@ -36,7 +36,12 @@ zero vector, whatever the agent's data, and every message that enters is
 clipped to the same bound, so the sensitivity and the sampling probability
 ``q`` the accountant assumes still hold. An honest agent's ``ω`` is always a
 finite vector (its models never take non-finite observations), so whether a
-message is valid does not depend on an honest agent's data.
+message is valid does not depend on an honest agent's data. The argument
+treats *whether* a message arrives (a timeout, a crash, a lost connection) as
+participation, independent of the agent's data, as every federated deployment
+does; a server that releases nothing in a round without a valid message
+(:class:`~fbo_torch.federation.server.DPFTSDEServer`) reveals that bit of
+participation, never a bit of data.
 
 **Randomness.** The Poisson coins and the noise come from a
 :class:`~fbo_torch.federation.randomness.ServerRandomness`: a cryptographic

@@ -75,6 +75,33 @@ def _json(name: str, value: Any) -> dict[str, Any]:
     return out
 
 
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _scalar(name: str, value: Any, kind: str) -> Any:
+    """A run config value as ``kind`` (``"int"``, ``"float"``, ``"bool"``, ``"str"``); anything else is an error."""
+    try:
+        if kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in _TRUE or text in _FALSE:
+                return text in _TRUE
+            raise ValueError
+    except (TypeError, ValueError):
+        expected = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
+        raise ValueError(f"run config `{name}` must be {expected}, got {value!r}.") from None
+    return value if isinstance(value, str) else str(value)
+
+
 @dataclass(frozen=True)
 class FlowerRunConfig:
     r"""A deployment's run config, typed (see the module docstring for the keys)."""
@@ -129,12 +156,8 @@ class FlowerRunConfig:
             f = names[key]
             if f.name in ("objective", "settings", "domain"):
                 value = _json(key, value)
-            elif f.type in ("int",):
-                value = int(value)
-            elif f.type in ("float",):
-                value = float(value)
-            elif f.type in ("bool",):
-                value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+            else:
+                value = _scalar(key, value, f.type)
             kwargs[f.name] = value
         return cls(**kwargs)
 
@@ -151,6 +174,11 @@ class FlowerRunConfig:
             clip_norm=float(self.clip_norm) if self.clip_norm > 0 else None,
             max_epsilon=float(self.max_epsilon) if self.max_epsilon > 0 else None,
         )
+        clash = sorted(set(self.settings) & (set(base) | {"algorithm"}))
+        if clash:
+            keys = ", ".join(f"`{k.replace('_', '-')}`" for k in clash)
+            raise ValueError(f"run config `settings` sets {clash}, which the run config's own keys set ({keys} and "
+                             "`method`); set them there, once.")
         base.update(self.settings)
         return DPFTSDESettings(**base)
 

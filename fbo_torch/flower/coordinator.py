@@ -159,7 +159,8 @@ class Coordinator:
         secret: The server's 32-byte secret (server-side only). Default: the
             ``state``'s, or a fresh one from the OS's generator.
         state: A :class:`~fbo_torch.flower.server_state.ServerState` to write
-            the ledger and rounds to before every exchange, and to resume from.
+            the secret, ledger and rounds to before every exchange, and to resume
+            from; held (locked) by this coordinator until :meth:`close`.
 
     Raises:
         ServerStateError: ``state`` holds another federation, a finished one, or
@@ -180,11 +181,12 @@ class Coordinator:
         self.schedule = PtSchedule(s.p_t, s.p1_equals_p2)
         self.state = state
         self.federation = config.fingerprint()
-        saved = state.load(self.federation) if state is not None else None
-        if secret is None:
-            secret = state.secret() if state is not None else new_secret()
-        elif state is not None:
-            state.set_secret(secret)
+        saved = None
+        if state is not None:
+            secret, saved = state.open(self.federation, secret)  # locks the folder for this process
+        elif secret is None:
+            secret = new_secret()
+        self._secret = secret
         self.server = None
         self.features = None
         if s.algorithm == "fts_de":
@@ -207,6 +209,7 @@ class Coordinator:
             try:
                 self._load(saved)
             except (KeyError, TypeError, ValueError) as err:
+                state.release()
                 raise ServerStateError(
                     f"{state.folder}: the saved server state does not verify ({err}); the server cannot account "
                     "for what it released: restore the folder, or start a new federation in a new state folder."
@@ -331,19 +334,24 @@ class Coordinator:
         """Mark the federation finished in the state folder (a restart is then refused)."""
         self._save(None, finished=True)
 
+    def close(self) -> None:
+        """Let go of the state folder (another server process may then take it)."""
+        if self.state is not None:
+            self.state.release()
+
     # ------------------------------------------------------------------ durability
     _num_invalid = 0
 
     def _save(self, plan: RoundPlan | None, finished: bool = False) -> None:
         if self.state is None:
             return
-        self.state.save(self.federation, {
+        eps = self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon)
+        self.state.save(self.federation, self._secret, {
             "round": self.round, "omega_round": self._omega_round, "plan": None if plan is None else plan.to_dict(),
             "server": None if self.server is None else self.server.state_dict(),
             "logs": [log.to_dict() for log in self.logs], "refused": {str(k): v for k, v in self.refused.items()},
             "invalid": {str(k): v for k, v in self.invalid.items()},
-            "epsilon": self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon),
-        }, finished=finished)
+        }, finished=finished, epsilon=eps)
 
     def _load(self, saved: dict[str, Any]) -> None:
         if self.server is not None:

@@ -27,6 +27,8 @@ from typing import Any
 
 #: The environment variable that names the roster file.
 ROSTER_ENV = "FBO_AGENT_ROSTER"
+#: Set (to anything but 0) to make a ServerApp refuse to run without a roster.
+REQUIRE_ROSTER_ENV = "FBO_REQUIRE_ROSTER"
 
 
 def key_id(public_key: bytes | str) -> bytes:
@@ -162,9 +164,15 @@ class NodeBinding:
             return agent
         if not 0 <= claimed < self.num_agents:
             raise ValueError(f"reply from agent {claimed}, not an agent id in 0..{self.num_agents - 1}")
-        if self.node_of.setdefault(claimed, node) != node or self.agent_of.setdefault(node, claimed) != claimed:
+        bound = self.agent_of.get(node)
+        if bound is not None:  # a node plays the agent it first claimed, and no other
+            if claimed != bound:
+                raise ValueError(f"node {node} plays agent {bound} but claims agent {claimed}")
+            return bound
+        if self.node_of.get(claimed, node) != node:  # another node plays it
             return None
+        self.agent_of[node], self.node_of[claimed] = claimed, node
         return claimed
 
 
-__all__ = ["ROSTER_ENV", "AgentRoster", "NodeBinding", "key_id"]
+__all__ = ["REQUIRE_ROSTER_ENV", "ROSTER_ENV", "AgentRoster", "NodeBinding", "key_id"]

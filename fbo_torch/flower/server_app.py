@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from logging import INFO, WARNING
@@ -26,8 +27,8 @@ from flwr.serverapp import Grid, ServerApp
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator
 from fbo_torch.flower.records import plan_to_records, records_to_reply, reply_agent_id
-from fbo_torch.flower.roster import ROSTER_ENV, AgentRoster, NodeBinding
-from fbo_torch.flower.server_state import ServerState
+from fbo_torch.flower.roster import REQUIRE_ROSTER_ENV, ROSTER_ENV, AgentRoster, NodeBinding
+from fbo_torch.flower.server_state import STATE_ENV, ServerState
 
 app = ServerApp()
 
@@ -39,19 +40,54 @@ def _info(text: str) -> None:
     log(INFO, "%s", text)
 
 
-def exchange(grid: Grid, messages: list[Message], timeout: float, poll_interval: float = POLL_INTERVAL) -> list[Message]:
-    """Push ``messages`` and pull replies until all arrived or ``timeout`` seconds passed."""
-    pending = {m for m in grid.push_messages(messages) if m}
-    end = time.monotonic() + timeout
-    replies: list[Message] = []
-    while pending:
-        got = list(grid.pull_messages(pending))
-        replies.extend(got)
-        pending -= {m.metadata.reply_to_message_id for m in got}
-        if not pending or time.monotonic() >= end:
-            break
-        time.sleep(poll_interval)
-    return replies
+class Transport:
+    r"""Pushes an exchange's messages and pulls the replies, whatever the replies hold.
+
+    Each reply is attributed to the node its message was *sent to* (a reply
+    answers one message; its claimed source is not trusted). Flower rebuilds
+    every pulled reply on the ServerApp's side; a reply whose objects cannot be
+    rebuilt makes a batch pull raise, so after the first such failure replies
+    are pulled one by one for the rest of the run, and an unreadable one costs
+    only its own node's round.
+    """
+
+    def __init__(self, grid: Grid, poll_interval: float = POLL_INTERVAL) -> None:
+        self.grid, self.poll_interval = grid, poll_interval
+        self.one_by_one = False
+
+    def exchange(self, messages: list[Message], timeout: float) -> tuple[list[tuple[int, Message]], list[tuple[int, str]]]:
+        r"""``([(node, reply)], [(node, why unreadable)])`` within ``timeout`` seconds."""
+        ids = list(self.grid.push_messages(messages))
+        node_of = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages) if mid}
+        pending = set(node_of)
+        end = time.monotonic() + timeout
+        replies: list[tuple[int, Message]] = []
+        unreadable: list[tuple[int, str]] = []
+        while pending:
+            got: list[Message] = []
+            if not self.one_by_one:
+                try:
+                    got = list(self.grid.pull_messages(sorted(pending)))
+                except Exception as err:  # noqa: BLE001 - a reply Flower cannot rebuild
+                    self.one_by_one = True
+                    log(WARNING, "a reply could not be read (%s: %s); pulling replies one by one from now on",
+                        type(err).__name__, str(err)[:200])
+            if self.one_by_one:
+                for mid in sorted(pending):
+                    try:
+                        got.extend(self.grid.pull_messages([mid]))
+                    except Exception as err:  # noqa: BLE001
+                        pending.discard(mid)
+                        unreadable.append((node_of[mid], f"{type(err).__name__}: {str(err)[:200]}"))
+            for rep in got:
+                mid = rep.metadata.reply_to_message_id
+                if mid in pending:
+                    pending.discard(mid)
+                    replies.append((node_of[mid], rep))
+            if not pending or time.monotonic() >= end:
+                break
+            time.sleep(self.poll_interval)
+        return replies, unreadable
 
 
 def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float, poll_interval: float = 0.2) -> list[int]:
@@ -84,14 +120,27 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     """
     objective = config.build_objective()  # only its domain (bounds, dimension) is used here
     coord = Coordinator(config, objective.bounds, objective.dim, secret=secret, state=state)
+    try:
+        _run(grid, config, coord, echo, poll_interval, roster)
+    finally:
+        coord.close()
+    if config.summary_path:
+        with open(config.summary_path, "w") as fh:
+            json.dump(summary(coord), fh, indent=1)
+    return coord
+
+
+def _run(grid: Grid, config: FlowerRunConfig, coord: Coordinator, echo: Callable[[str], None], poll_interval: float,
+         roster: AgentRoster | None) -> None:
     nodes = wait_for_nodes(grid, config.num_agents, config.min_nodes_timeout)
     if len(nodes) < config.num_agents:
         log(WARNING, "only %d of %d nodes connected; running with them", len(nodes), config.num_agents)
     binding = NodeBinding(roster, config.num_agents)
+    transport = Transport(grid, poll_interval)
+    s = coord.settings
     resumed = f"; resumed at round {coord.round} (epsilon {coord.epsilon:.4g})" if coord.resumed else ""
-    echo(f"federation: {config.method}, N={config.num_agents}, T={config.num_rounds}, q={config.sample_rate}, "
-         f"z={config.noise_multiplier}, S={config.clip_norm}, P={config.num_regions}; feature map "
-         f"{coord.fingerprint}{resumed}")
+    echo(f"federation: {config.method}, N={config.num_agents}, T={s.num_iterations}, q={s.sample_rate}, "
+         f"z={s.noise_multiplier}, S={s.clip_norm}, P={s.num_regions}; feature map {coord.fingerprint}{resumed}")
     if roster is None:
         echo("no agent roster: an agent is whichever node first claims its partition-id; deploy with TLS, "
              f"SuperNode authentication and {ROSTER_ENV} to bind agents to node keys")
@@ -104,9 +153,12 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
         messages = [Message(plan_to_records(plan), dst_node_id=nid, message_type="train", group_id=str(plan.round))
                     for nid in targets
                     if nid not in coord.refused_nodes and binding.agent_of.get(nid) not in coord.refused]
-        replies = exchange(grid, messages, config.round_timeout, poll_interval)
-        for rep in sorted(replies, key=lambda m: m.metadata.src_node_id):  # an order independent of arrival
-            nid = rep.metadata.src_node_id
+        replies, unreadable = transport.exchange(messages, config.round_timeout)
+        for nid, why in unreadable:
+            coord.reject(binding.agent_of.get(nid))
+            echo(f"round {plan.round}: node {nid} (agent {binding.agent_of.get(nid, '?')}): unreadable reply left "
+                 f"out ({why})")
+        for nid, rep in sorted(replies, key=lambda r: r[0]):  # an order independent of arrival
             try:
                 _take_reply(coord, rep, nid, plan, binding, echo)
             except Exception as err:  # noqa: BLE001 - a reply harms only its sender, never the server
@@ -121,10 +173,6 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
             echo(f"round {rec.round}: released={rec.released}{why} reported={rec.num_reported}/{config.num_agents} "
                  f"invalid={rec.num_invalid} epsilon={eps} replies={len(replies)}/{len(messages)} best[{best}]")
     coord.finish()
-    if config.summary_path:
-        with open(config.summary_path, "w") as fh:
-            json.dump(summary(coord), fh, indent=1)
-    return coord
 
 
 def _take_reply(coord: Coordinator, rep: Message, nid: int, plan, binding: NodeBinding,
@@ -164,8 +212,31 @@ def summary(coord: Coordinator) -> dict:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     config = FlowerRunConfig.from_run_config(context.run_config)
+    roster = AgentRoster.from_env(config.num_agents)
+    if roster is None and os.environ.get(REQUIRE_ROSTER_ENV, "").strip() not in ("", "0"):
+        raise RuntimeError(f"{REQUIRE_ROSTER_ENV} is set but {ROSTER_ENV} names no agent roster: refusing to run "
+                           "without binding agents to node keys.")
     state = ServerState.for_federation(config.fingerprint())
     log(INFO, "server state (secret, ledger, rounds): %s", state.folder)
-    run_federation(grid, config, state=state, roster=AgentRoster.from_env(config.num_agents))
+    if not os.environ.get(STATE_ENV, "").strip():
+        for line in other_federations(state):
+            log(WARNING, "%s", line)
+    run_federation(grid, config, state=state, roster=roster)
+
+
+def other_federations(state: ServerState) -> list[str]:
+    """Warnings about the other federations this server's default folder holds (their ε add up if they
+    involved the same agents: each federation is accounted on its own)."""
+    root = ServerState.default_root()
+    out = []
+    for folder in sorted(p for p in root.glob("*") if p.is_dir() and p != state.folder):
+        try:
+            saved = json.loads((folder / "server.json").read_text())
+        except (OSError, ValueError):
+            continue
+        out.append(f"this server also ran federation {folder.name} (epsilon {saved.get('epsilon')}, "
+                   f"{'finished' if saved.get('finished') else 'unfinished'}): each federation has its own ledger; "
+                   "if both involve the same agents, their privacy losses add up")
+    return out
 
 

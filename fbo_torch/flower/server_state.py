@@ -7,29 +7,37 @@ server's machine, chosen by server-side configuration only (the
 ``FBO_SERVER_STATE`` environment variable of the SuperLink that starts the
 ServerApp, else one folder per federation under Flower's home,
 :meth:`ServerState.for_federation`; never the run config, which every
-ClientApp reads):
+ClientApp reads). It holds one file, ``server.json`` (mode 0600): the
+federation's fingerprint, the server's secret (32 bytes from the OS's
+cryptographic generator, drawn when the federation starts), the privacy
+ledger, every round's record and the exchange last sent, its broadcast
+included. The file is written atomically (temporary file, fsync, rename)
+**before** the exchange it describes is sent.
 
-* ``secret.key`` — 32 bytes from the OS's cryptographic generator, written once
-  (mode 0600) when the folder is first used; the server's coins and noise are
-  drawn from it (:class:`~fbo_torch.federation.randomness.SecretServerRandomness`).
-* ``server.json`` — the federation's fingerprint, the privacy ledger, every
-  round's record and the exchange last sent (its broadcast included), written
-  atomically (temporary file, fsync, rename; mode 0600) **before** that
-  exchange is sent.
+The secret lives in the same file as the ledger on purpose: the noise of a
+round is a function of (secret, round), so a secret that outlived its ledger
+would let a new federation repeat an old one's noise. A server holds an
+exclusive lock on the folder (``.lock``) while it runs: two servers on one
+folder would release different data with the same noise, and the difference
+of their broadcasts would show it; the second is refused.
 
-A server restarted on the same folder for the same federation resumes: its
-ledger, verified (ε recomputed from the recorded releases), carries on from
-what was released — never from 0 — and it re-sends the last exchange it
-wrote, unchanged, so a broadcast is never drawn twice for one round with two
-different noises. A folder of another federation, a finished federation and a
-state that does not verify are refused with one line that says what to do.
-Nothing here imports ``flwr``.
+A server restarted on the folder of its federation resumes: its ledger,
+verified (ε recomputed from the recorded releases), carries on from what was
+released — never from 0 — and it re-sends the last exchange it wrote,
+unchanged, so a round's broadcast is never drawn twice. A folder of another
+federation, a finished federation, a state that does not verify, and a folder
+or file that others could write or replace (wrong owner, group- or
+world-writable, a symbolic link) are refused with one line that says what to
+do. Nothing here imports ``flwr``.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +46,23 @@ from fbo_torch.utils.secure_random import SECRET_BYTES, check_secret, new_secret
 
 #: The environment variable that points a ServerApp at its state folder.
 STATE_ENV = "FBO_SERVER_STATE"
-FORMAT = 1
-SECRET_FILE = "secret.key"
+FORMAT = 2
 STATE_FILE = "server.json"
+LOCK_FILE = ".lock"
 
 
 class ServerStateError(RuntimeError):
     """The server's state folder cannot be used for this federation; the message says why and what to do."""
+
+
+def _check_private(path: Path, st: os.stat_result, what: str, mode_mask: int) -> None:
+    """``path`` must be owned by this user and have none of ``mode_mask``'s permission bits."""
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise ServerStateError(f"{what} {path} belongs to another user (uid {st.st_uid}); the server's secret and "
+                               "ledger must be in a folder only the server's user controls.")
+    if st.st_mode & mode_mask:
+        raise ServerStateError(f"{what} {path} has mode {stat.S_IMODE(st.st_mode):o}: others could read or replace "
+                               f"the server's secret or ledger; chmod it {'700' if mode_mask == 0o022 else '600'}.")
 
 
 class ServerState:
@@ -52,16 +70,27 @@ class ServerState:
 
     Args:
         folder: The folder. It holds one federation's state; use one per federation.
+
+    Raises:
+        ServerStateError: The folder cannot be created, is a symbolic link, belongs
+            to another user, or is writable by others.
     """
 
     def __init__(self, folder: str | os.PathLike) -> None:
+        self._lock_fd: int | None = None
         self.folder = Path(folder)
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = os.lstat(self.folder)
         except OSError as err:
-            raise ServerStateError(f"server state folder {self.folder}: cannot create it ({err.strerror or err}).") from None
-        if not self.folder.is_dir() or not os.access(self.folder, os.W_OK | os.X_OK):
-            raise ServerStateError(f"server state folder {self.folder}: not a writable folder.")
+            raise ServerStateError(f"server state folder {self.folder}: cannot create it ({err.strerror or err}).") \
+                from None
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise ServerStateError(f"server state folder {self.folder} is a symbolic link or not a folder; "
+                                   "give the real folder.")
+        _check_private(self.folder, st, "server state folder", 0o022)
+        if not os.access(self.folder, os.W_OK | os.X_OK):
+            raise ServerStateError(f"server state folder {self.folder}: not writable.")
 
     @classmethod
     def from_env(cls) -> ServerState | None:
@@ -77,80 +106,124 @@ class ServerState:
         state = cls.from_env()
         if state is not None:
             return state
+        return cls(cls.default_root() / fingerprint[:16])
+
+    @staticmethod
+    def default_root() -> Path:
+        """``$FLWR_HOME/fbo_torch/server``: where federations' folders go by default."""
         home = Path(os.environ.get("FLWR_HOME", "").strip() or Path.home() / ".flwr").expanduser()
-        return cls(home / "fbo_torch" / "server" / fingerprint[:16])
+        return home / "fbo_torch" / "server"
 
-    # ------------------------------------------------------------------ secret
-    @property
-    def secret_path(self) -> Path:
-        return self.folder / SECRET_FILE
-
-    def secret(self) -> bytes:
-        """The server's secret: read from ``secret.key``, or drawn fresh and written once (0600)."""
-        path = self.secret_path
-        if not path.exists():
-            tmp = self.folder / f".{SECRET_FILE}.{os.getpid()}.tmp"
-            write_atomic(tmp, new_secret(), mode=0o600)
-            try:
-                os.link(tmp, path)  # whole or not at all, and never over a secret another process wrote first
-            except FileExistsError:
-                pass
-            finally:
-                tmp.unlink(missing_ok=True)
-        try:
-            data = path.read_bytes()
-            return check_secret(data, str(path))
-        except (OSError, TypeError, ValueError) as err:
-            raise ServerStateError(f"{path}: not a {SECRET_BYTES}-byte server secret ({err}); restore it, or use a "
-                                   f"new state folder (a new federation, ε from 0).") from None
-
-    def set_secret(self, secret: bytes) -> None:
-        """Install a given secret (e.g. to rerun a federation exactly); refused if another is there."""
-        secret = check_secret(secret)
-        path = self.secret_path
-        if path.exists():
-            if path.read_bytes() != secret:
-                raise ServerStateError(f"{path} holds another secret; refusing to replace it.")
+    # ------------------------------------------------------------------ the lock
+    def lock(self) -> None:
+        """Hold the folder for this process (released by :meth:`release` or when the process ends)."""
+        if self._lock_fd is not None:
             return
-        write_atomic(path, secret, mode=0o600)
-
-    # ------------------------------------------------------------------ state
-    def load(self, federation: str) -> dict[str, Any] | None:
-        r"""The saved state of federation ``federation`` (a fingerprint), or ``None`` if there is none.
-
-        Raises:
-            ServerStateError: The folder holds another federation, a finished one,
-                or an unreadable state.
-        """
-        path = self.folder / STATE_FILE
-        if not path.exists():
-            return None
+        fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
-            state = json.loads(path.read_text())
-            fmt, saved, finished = state["format"], state["federation"], state["finished"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise ServerStateError(
+                    f"server state folder {self.folder} is in use by another server process: two servers on one "
+                    "folder would release different data with the same noise. Stop the other one, or give this "
+                    f"one its own folder ({STATE_ENV}).") from None
+            raise ServerStateError(f"server state folder {self.folder}: cannot lock it ({err.strerror}).") from None
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        """Let go of the folder."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __del__(self) -> None:
+        self.release()
+
+    # ------------------------------------------------------------------ the file
+    @property
+    def path(self) -> Path:
+        return self.folder / STATE_FILE
+
+    def _read(self) -> dict[str, Any] | None:
+        path = self.path
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise ServerStateError(f"{path}: cannot open it ({err.strerror}); it must be a regular file, not a "
+                                   "symbolic link.") from None
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ServerStateError(f"{path} is not a regular file.")
+            _check_private(path, st, "server state file", 0o077)
+            text = fh.read()
+        try:
+            state = json.loads(text)
+            state["format"], state["federation"], state["finished"], state["secret"]  # noqa: B018 - present
+        except (ValueError, KeyError, TypeError) as err:
             raise ServerStateError(
                 f"{path} is unreadable ({type(err).__name__}: {err}); the server cannot account for what it "
                 "released: restore the file, or start a new federation in a new state folder.") from None
-        if fmt != FORMAT:
-            raise ServerStateError(f"{path} has format {fmt!r}, this fbo_torch writes {FORMAT}.")
-        if saved != federation:
-            raise ServerStateError(
-                f"{path} belongs to another federation (fingerprint {str(saved)[:16]}, this run's "
-                f"{federation[:16]}): its releases were about other agents or settings. Use one state folder per "
-                f"federation (set {STATE_ENV} to a new folder).")
-        if finished:
-            eps = state.get("epsilon")
-            raise ServerStateError(
-                f"{path}: this federation already finished its rounds (epsilon = {eps}); running it again "
-                f"would release more about the same agents. Start a new federation in a new state folder "
-                f"({STATE_ENV}) and account for both runs yourself.")
         return state
 
-    def save(self, federation: str, state: dict[str, Any], finished: bool = False) -> None:
+    def open(self, federation: str, secret: bytes | None = None) -> tuple[bytes, dict[str, Any] | None]:
+        r"""Lock the folder and return ``(secret, saved state or None)`` for federation ``federation``.
+
+        A new federation gets ``secret`` (default: a fresh one from the OS's
+        generator), written at once with an empty record, so it exists only
+        together with its ledger.
+
+        Raises:
+            ServerStateError: Another process holds the folder; it holds another
+                federation, a finished one, another secret than ``secret``, or an
+                unreadable state.
+        """
+        if secret is not None:
+            secret = check_secret(secret)
+        self.lock()
+        try:
+            return self._open(federation, secret)
+        except BaseException:
+            self.release()
+            raise
+
+    def _open(self, federation: str, secret: bytes | None) -> tuple[bytes, dict[str, Any] | None]:
+        state = self._read()
+        if state is None:
+            secret = secret if secret is not None else new_secret()
+            self.save(federation, secret, None)
+            return secret, None
+        path = self.path
+        if state["format"] != FORMAT:
+            raise ServerStateError(f"{path} has format {state['format']!r}, this fbo_torch writes {FORMAT}.")
+        if state["federation"] != federation:
+            raise ServerStateError(
+                f"{path} belongs to another federation (fingerprint {str(state['federation'])[:16]}, this run's "
+                f"{federation[:16]}): its releases were about other agents or settings. Use one state folder per "
+                f"federation (set {STATE_ENV} to a new folder).")
+        if state["finished"]:
+            raise ServerStateError(
+                f"{path}: this federation already finished its rounds (epsilon = {state.get('epsilon')}); running "
+                "it again would release more about the same agents. Start a new federation in a new state folder "
+                f"({STATE_ENV}) and account for both runs yourself.")
+        try:
+            saved = check_secret(bytes.fromhex(state["secret"]), f"{path}: secret")
+        except (TypeError, ValueError) as err:
+            raise ServerStateError(f"{path}: its secret is not {SECRET_BYTES} bytes in hex ({err}).") from None
+        if secret is not None and secret != saved:
+            raise ServerStateError(f"{path} holds another secret than the one given; refusing to mix them.")
+        return saved, (state["state"] or None)
+
+    def save(self, federation: str, secret: bytes, state: dict[str, Any] | None, finished: bool = False,
+             epsilon: Any = None) -> None:
         """Write the state atomically (0600) before anything it describes is sent."""
-        data = dict(state, format=FORMAT, federation=federation, finished=bool(finished))
-        write_atomic(self.folder / STATE_FILE, json.dumps(data, indent=1, allow_nan=True).encode(), mode=0o600)
+        data = {"format": FORMAT, "federation": federation, "finished": bool(finished), "epsilon": epsilon,
+                "secret": secret.hex(), "state": state}
+        write_atomic(self.path, json.dumps(data, indent=1, allow_nan=True).encode(), mode=0o600)
 
 
 __all__ = ["STATE_ENV", "ServerState", "ServerStateError"]

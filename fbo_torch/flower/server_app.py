@@ -5,7 +5,13 @@ It holds the sub-region partition, the region weights, the
 :class:`~fbo_torch.flower.coordinator.Coordinator`; our accountants are the
 source of truth for ε — Flower's DP wrappers clip model updates for FedAvg and
 do not describe DP-FTS-DE's release). It never sees an agent's data or models:
-only the ``ω`` vectors agents send and their metrics.
+only the ``ω`` vectors agents send and their metrics. Around the coordinator it
+adds the network's part: which node plays which agent
+(:class:`~fbo_torch.flower.roster.NodeBinding`), pushing and pulling messages
+so that no reply can stop it (:class:`Transport`), and its server-side
+configuration, read from the environment it inherits from the SuperLink:
+``FBO_SERVER_STATE`` (:mod:`~fbo_torch.flower.server_state`), ``FBO_AGENT_ROSTER``
+and ``FBO_REQUIRE_ROSTER`` (:mod:`~fbo_torch.flower.roster`).
 
 Run it the Flower way: ``serverapp = "fbo_torch.flower.server_app:app"`` in the
 app's ``pyproject.toml``.
@@ -29,6 +35,7 @@ from fbo_torch.flower.coordinator import Coordinator
 from fbo_torch.flower.records import plan_to_records, records_to_reply, reply_agent_id
 from fbo_torch.flower.roster import REQUIRE_ROSTER_ENV, ROSTER_ENV, AgentRoster, NodeBinding
 from fbo_torch.flower.server_state import STATE_ENV, ServerState
+from fbo_torch.utils.files import write_atomic
 
 app = ServerApp()
 
@@ -125,8 +132,7 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     finally:
         coord.close()
     if config.summary_path:
-        with open(config.summary_path, "w") as fh:
-            json.dump(summary(coord), fh, indent=1)
+        write_atomic(config.summary_path, json.dumps(summary(coord), indent=1).encode())
     return coord
 
 

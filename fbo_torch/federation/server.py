@@ -133,8 +133,7 @@ class DPFTSDEServer:
 
             self.ledger = PrivacyLedger(accountant=accountant, delta=delta, num_agents=N,
                                         max_epsilon=settings.max_epsilon)
-        self.stopped = False
-        self.stop_reason = ""
+        self.stop_reason = ""  # why the server stopped releasing for good ("" while it has not)
         self.rounds: list[ServerRound] = []
         self._planned: int | None = None  # the round plan() said releases, until release() takes it
 
@@ -146,6 +145,16 @@ class DPFTSDEServer:
     @property
     def num_regions(self) -> int:
         return self.partition.num_regions
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the server has stopped releasing for good (schedule or budget)."""
+        return bool(self.stop_reason)
+
+    @property
+    def planned(self) -> int | None:
+        """The round :meth:`plan` said releases and :meth:`release` has not released yet, if any."""
+        return self._planned
 
     # ------------------------------------------------------------------ a round
     def plan(self, round: int, p_t: float) -> bool:
@@ -162,16 +171,15 @@ class DPFTSDEServer:
             expected = self._planned if self._planned is not None else last + 1
             raise RuntimeError(f"the server expected to {'release' if self._planned else 'plan'} round "
                                f"{expected}, not plan round {round}.")
-        reason = ""
-        if self.stopped:
-            reason = self.stop_reason
-        elif 1.0 - p_t < self.settings.local_threshold:
-            reason = "schedule"
-        elif self.ledger is not None and not self.ledger.can_release(self.settings.noise_multiplier,
-                                                                     self.settings.sample_rate):
-            reason = "budget"
+        reason = self.stop_reason
+        if not reason:
+            if 1.0 - p_t < self.settings.local_threshold:
+                reason = "schedule"
+            elif self.ledger is not None and not self.ledger.can_release(self.settings.noise_multiplier,
+                                                                         self.settings.sample_rate):
+                reason = "budget"
         if reason:
-            self.stopped, self.stop_reason = True, reason
+            self.stop_reason = reason
             self.rounds.append(ServerRound(round, False, self.epsilon, reason))
             return False
         self._planned = round
@@ -232,9 +240,9 @@ class DPFTSDEServer:
         return [r.released for r in self.rounds]
 
     def state_dict(self) -> dict[str, Any]:
-        """The rounds, the stop flag and the ledger (host data only; the randomness is not saved)."""
+        """The rounds, why it stopped, the planned round and the ledger (host data only; not the randomness)."""
         return {
-            "stopped": self.stopped, "stop_reason": self.stop_reason, "rounds": [r.to_dict() for r in self.rounds],
+            "stop_reason": self.stop_reason, "rounds": [r.to_dict() for r in self.rounds],
             "planned": self._planned,
             "ledger": None if self.ledger is None else self.ledger.state_dict(),
         }
@@ -249,7 +257,7 @@ class DPFTSDEServer:
         """
         try:
             rounds = [ServerRound.from_dict(r) for r in state["rounds"]]
-            stopped, stop_reason = bool(state["stopped"]), str(state.get("stop_reason", "schedule"))
+            stop_reason = str(state["stop_reason"])
             ledger = state["ledger"]
             planned = None if state.get("planned") is None else int(state["planned"])
         except (KeyError, TypeError, ValueError) as err:
@@ -270,4 +278,4 @@ class DPFTSDEServer:
                 if not math.isclose(r.epsilon, eps, rel_tol=1e-9, abs_tol=1e-12):
                     raise ValueError(f"the saved server state says ε = {r.epsilon} after round {r.round}, "
                                      f"its ledger {eps}: refusing it.")
-        self.rounds, self.stopped, self.stop_reason, self._planned = rounds, stopped, stop_reason, planned
+        self.rounds, self.stop_reason, self._planned = rounds, stop_reason, planned

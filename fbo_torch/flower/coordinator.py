@@ -197,7 +197,7 @@ class Coordinator:
         M = s.num_features
         self._omegas = torch.zeros(1, self.N, M, dtype=torch.float64)
         self._reported = torch.zeros(1, self.N, dtype=torch.bool)
-        self._omega_round = 0
+        self._num_invalid = 0  # replies of the current exchange left out as invalid
         self.round = -1
         self.logs: list[RoundLog] = []
         self.refused: dict[int, str] = {}  # agent -> why
@@ -231,6 +231,11 @@ class Coordinator:
         return self.server.epsilon
 
     @property
+    def _omega_round(self) -> int:
+        """The round whose release the agents send ``ω`` for in this exchange (0: none): the server's planned one."""
+        return 0 if self.server is None else (self.server.planned or 0)
+
+    @property
     def done(self) -> bool:
         return self.round >= self.settings.num_iterations and self._resend is None
 
@@ -259,17 +264,15 @@ class Coordinator:
                 int(self._reported.sum()) if rec is not None and rec.released else 0,
                 num_invalid=self._num_invalid, reason="" if rec is None else rec.reason,
             ))
-        omega_round = 0
-        if t < s.num_iterations and self.server is not None and self.server.plan(t + 1, self.schedule(t + 1)):
-            omega_round = t + 1
-        self._omega_round = omega_round
+        if t < s.num_iterations and self.server is not None:
+            self.server.plan(t + 1, self.schedule(t + 1))
         self._omegas.zero_()
         self._reported.zero_()
         self._num_invalid = 0
         self.round = t
         plan = RoundPlan(
             t, float(self.schedule(t)) if t >= 1 else 0.0, broadcast,
-            None if self.server is None else self.server.region_bounds, omega_round, self.fingerprint,
+            None if self.server is None else self.server.region_bounds, self._omega_round, self.fingerprint,
             {} if self.features is None else self.features.config(),
         )
         self._save(plan)
@@ -301,10 +304,10 @@ class Coordinator:
                                              or num_observations < 0):
             problems.append(f"observation count {num_observations!r} is not an integer >= 0")
         if self._omega_round:
-            if omega is None:
-                problems.append(f"no ω for round {self._omega_round}")
-            elif message_problem(omega, self._omegas.shape[-1]):
-                problems.append(message_problem(omega, self._omegas.shape[-1]))
+            problem = (f"no ω for round {self._omega_round}" if omega is None
+                       else message_problem(omega, self._omegas.shape[-1]))
+            if problem:
+                problems.append(problem)
         if problems:
             self._reported[0, n] = False
             raise InvalidReply(f"agent {n}: {'; '.join(problems)}; left out of round {self._omega_round or self.round}.")
@@ -340,14 +343,12 @@ class Coordinator:
             self.state.release()
 
     # ------------------------------------------------------------------ durability
-    _num_invalid = 0
-
     def _save(self, plan: RoundPlan | None, finished: bool = False) -> None:
         if self.state is None:
             return
         eps = self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon)
         self.state.save(self.federation, self._secret, {
-            "round": self.round, "omega_round": self._omega_round, "plan": None if plan is None else plan.to_dict(),
+            "round": self.round, "plan": None if plan is None else plan.to_dict(),
             "server": None if self.server is None else self.server.state_dict(),
             "logs": [log.to_dict() for log in self.logs], "refused": {str(k): v for k, v in self.refused.items()},
             "invalid": {str(k): v for k, v in self.invalid.items()},
@@ -357,13 +358,11 @@ class Coordinator:
         if self.server is not None:
             self.server.load_state_dict(saved["server"])
         self.round = int(saved["round"])
-        self._omega_round = int(saved["omega_round"])
         self.logs = [RoundLog.from_dict(d) for d in saved["logs"]]
         self.refused = {int(k): str(v) for k, v in saved["refused"].items()}
         self.invalid = {int(k): int(v) for k, v in saved["invalid"].items()}
         if saved["plan"] is not None:
             self._resend = RoundPlan.from_dict(saved["plan"])
-        planned = None if self.server is None else self.server.state_dict()["planned"]
-        if self._omega_round != (planned or 0):
-            raise ValueError(f"the saved exchange asks for ω of round {self._omega_round}, the server planned "
-                             f"{planned}")
+            if self._resend.omega_round != self._omega_round:
+                raise ValueError(f"the saved exchange asks for ω of round {self._resend.omega_round}, the server "
+                                 f"planned {self.server.planned if self.server is not None else None}")

@@ -76,7 +76,7 @@ def run_cell(
     from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
     from fbo_torch.models.rff_blr import RFFBayesianLinear
     from fbo_torch.models.batched_gp import BatchedExactGP
-    from fbo_torch.federation.domain import Domain
+    from fbo_torch.optim.domain import Domain
     from fbo_torch.runners.common import maximize_acquisition
     from fbo_torch.runners.fts import FTSSettings
 

@@ -51,7 +51,7 @@ DP = dict(algorithm="fts_de", num_regions=2, sample_rate=0.25, clip_norm=11.0)
 
 def run_one(method: str, cell: dict, rounds: int, reps: int, grid: int, seed: int) -> dict:
     from fbo_torch.objectives.synthetic import GPSampleGridFederation
-    from fbo_torch.federation.domain import Domain
+    from fbo_torch.optim.domain import Domain
     from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 

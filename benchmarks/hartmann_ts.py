@@ -68,7 +68,7 @@ def hartmann_objective(num_agents: int, noise_std: float):
 
 def run_batched(objective, X0, Y0, T: int, seed: int, device, **settings) -> tuple[torch.Tensor, float]:
     from fbo_torch.federation.agents import Agents
-    from fbo_torch.federation.domain import Domain
+    from fbo_torch.optim.domain import Domain
     from fbo_torch.federation.settings import MethodSettings
     from fbo_torch.utils import keyed_random as kr
 

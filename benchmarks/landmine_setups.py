@@ -64,7 +64,7 @@ def run_method(setup: str, label: str, rounds: int, reps: int, fields, n_jobs: i
 
     objective = LandmineSVM(fields=fields, n_jobs=n_jobs, **objective_setup("landmine", setup))
     settings = apply_setup(DPFTSDESettings(num_iterations=rounds, **PAPER), setup, METHODS[label])
-    from fbo_torch.federation.domain import Domain
+    from fbo_torch.optim.domain import Domain
 
     domain = Domain(objective.bounds, objective.candidates, **SEARCH)
     runner = DPFTSDERunner(objective, settings, reps, domain=domain, seed=seed, device=device, name=label,

@@ -6,7 +6,7 @@ paths of fitted GPs, what agents maximize on their own branch) in ``d = 2``
 and ``d = 5`` — three maximizers run:
 
 * ``batched``: :func:`fbo_torch.optim.maximize_batched` with the engine's
-  default settings (:class:`~fbo_torch.federation.domain.Domain`): all functions
+  default settings (:class:`~fbo_torch.optim.domain.Domain`): all functions
   in one call; raw points screened in float32 (the default), and again as
   ``batched_f64_screen`` with float64 screening (the fast path against the plain one);
 * ``optimize_acqf``: BoTorch's ``optimize_acqf``, one call per function, with the
@@ -106,7 +106,7 @@ def dense_max(fn, K: int, d: int, device, f64=torch.float64) -> torch.Tensor:
 def run(d: int, K: int, device: torch.device, quick: bool) -> list[dict]:
     from botorch.optim import optimize_acqf
 
-    from fbo_torch.federation.domain import Domain
+    from fbo_torch.optim.domain import Domain
 
     f64 = torch.float64
     bounds = torch.tensor([[0.0] * d, [1.0] * d], dtype=f64, device=device)

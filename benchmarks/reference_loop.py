@@ -102,7 +102,8 @@ def quality(M: int, D: int, K: int, lengthscale: float, seed: int = 0) -> dict:
     import torch
 
     from fbo_torch import RandomFourierFeatures
-    from fbo_torch.federation.domain import Domain, maximize_rff_samples
+    from fbo_torch.optim.domain import Domain
+    from fbo_torch.federation.search import maximize_rff_samples
 
     ref = _load("reference_impl")
     rff = RandomFourierFeatures(D, M, lengthscale=lengthscale, seed=seed)

@@ -112,7 +112,8 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
     from fbo_torch.federation.agents import Agents
     from fbo_torch.federation.server import DPFTSDEServer
     from fbo_torch.models.batched_gp import BatchedExactGP
-    from fbo_torch.federation.domain import Domain, maximize_broadcast
+    from fbo_torch.optim.domain import Domain
+    from fbo_torch.federation.search import maximize_broadcast
     from fbo_torch.federation.keys import federation_agent_keys, federation_keys
     from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.utils import keyed_random as kr

@@ -101,7 +101,7 @@ def test_dp_cli_end_to_end_and_resume(tmp_path):
         ("defaults: {num_iterations: 3, algoritm: ts}", "unknown key 'algoritm'"),
         ("seed: -3", "seed"),
         ("history: {mode: telepathy}", "mode"),
-        ("optimizer: {refine: newton}", "refine"),
+        ("domain: {refine: newton}", "refine"),
     ],
 )
 def test_config_errors_are_clear(tmp_path, patch, match):

@@ -9,7 +9,8 @@ from torch.profiler import ProfilerActivity, profile
 from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
-from fbo_torch.federation.domain import Domain, maximize_broadcast
+from fbo_torch.optim.domain import Domain
+from fbo_torch.federation.search import maximize_broadcast
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings

@@ -8,7 +8,8 @@ from fbo_torch.models.rff_paths import RFFSamplePaths
 from fbo_torch.optim import maximize_batched, maximize_discrete, score_chunked
 from fbo_torch.optim.batched import boltzmann_restarts, raw_points, sobol_points
 from fbo_torch.utils import keyed_random as kr
-from fbo_torch.federation.domain import Domain, maximize_rff_samples
+from fbo_torch.optim.domain import Domain
+from fbo_torch.federation.search import maximize_rff_samples
 
 f64 = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)

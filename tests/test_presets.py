@@ -115,7 +115,7 @@ def test_fts_history_follows_the_scenario_setup():
     from fbo_torch.experiments.config import HistoryConfig
     from fbo_torch.models.batched_gp import GP_SPECS
     from fbo_torch.objectives.synthetic import GPSampleGridFederation
-    from fbo_torch.federation.domain import Domain
+    from fbo_torch.optim.domain import Domain
     from fbo_torch.runners.fts import FederationHistory
 
     assert HistoryConfig().gp_kernel is None

@@ -5,7 +5,7 @@ import torch
 
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
 from fbo_torch.privacy import compute_epsilon, default_delta
-from fbo_torch.federation.domain import Domain
+from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 from fbo_torch.runners.fts import FederationHistory, FTSRunner, FTSSettings

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fbo_torch.federation import DPAggregator, clip_vectors
-from fbo_torch.federation.domain import Domain
+from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.faults import BYZANTINE_KINDS, FaultInjector
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings

@@ -8,7 +8,7 @@ An experiment file looks like::
     objective: {type: gp_grid, num_groups: 5, agents_per_group: 51}
     runs: {num_inits: 5}
     history: {mode: random, t_n: 40}
-    optimizer: {raw_samples: 1024, num_restarts: 8}
+    domain: {raw_samples: 1024, num_restarts: 8}   # the maximizer's options (Domain)
     defaults: {num_iterations: 50, p_t: 1-1/sqrt(t)}   # shared method settings
     scenarios:                   # optional: panels with overrides
       - name: "d_n = 0.02, t_n = 40"
@@ -37,18 +37,23 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
-from fbo_torch.optim.batched import REFINE
-from fbo_torch.federation.domain import Domain
+from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, PrivacySettings
+from fbo_torch.models.batched_gp import GP_SPECS
+from fbo_torch.objectives import objective_class
+from fbo_torch.optim.domain import Domain, check_options, dtype_name
+from fbo_torch.runners.presets import check_setup, objective_setup, setup_choices
 
 EXPERIMENTS = ("fts", "dp_fts_de")
 TOP_KEYS = (
     "experiment", "name", "description", "seed", "device", "setup", "checkpoint_every", "objective", "runs",
-    "history", "optimizer", "defaults", "scenarios", "methods", "privacy",
+    "history", "domain", "defaults", "scenarios", "methods", "privacy",
 )
 SCENARIO_KEYS = ("name", "setup", "objective", "history", "defaults", "methods", "runs")
-PRIVACY_KEYS = ("accountant", "delta", "max_epsilon", "extra_accountants")
+#: The settings class of each experiment kind's methods.
+SETTINGS = {"fts": FTSSettings, "dp_fts_de": DPFTSDESettings}
 
 
 class ConfigError(ValueError):
@@ -184,8 +189,6 @@ def check_callable_kwargs(where: str, fn: Any, kwargs: dict[str, Any], skip: tup
 def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
     r"""A ``cuda`` device (the config's ``device``, the ``--device`` override or ``objective.device``)
     without an available CUDA device raises :class:`ConfigError` naming the YAML key or flag."""
-    import torch
-
     if torch.cuda.is_available():
         return
     src = cfg.source
@@ -201,32 +204,6 @@ def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
         if dev is not None and str(dev).startswith("cuda"):
             raise ConfigError(f"{src}: objective.device (scenario {i}, {sc.name!r}) is {dev!r} but no CUDA device "
                               "is available here; set `device: cpu` in the objective.")
-
-
-def _check_privacy(source: str, privacy: Any) -> dict[str, Any]:
-    check_keys(f"{source}: privacy", privacy, PRIVACY_KEYS)
-    from fbo_torch.privacy import ACCOUNTANTS
-
-    privacy = dict(privacy)
-    acc = privacy.get("accountant", "rdp")
-    if acc not in ACCOUNTANTS:
-        raise ConfigError(f"{source}: privacy.accountant must be one of {list(ACCOUNTANTS)}, got {acc!r}.")
-    extra = privacy.get("extra_accountants", [])
-    if not isinstance(extra, list):
-        raise ConfigError(f"{source}: privacy.extra_accountants must be a list of {list(ACCOUNTANTS)}, got {extra!r}.")
-    for i, name in enumerate(extra):
-        if name not in ACCOUNTANTS:
-            raise ConfigError(
-                f"{source}: privacy.extra_accountants[{i}] must be one of {list(ACCOUNTANTS)}, got {name!r}.")
-    delta = privacy.get("delta")
-    if delta is not None and not (
-        isinstance(delta, (int, float)) and not isinstance(delta, bool) and 0 < delta < 1
-    ):
-        raise ConfigError(f"{source}: privacy.delta must be a number in (0, 1) or null (1/N^1.1), got {delta!r}.")
-    eps = privacy.get("max_epsilon")
-    if eps is not None and not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0):
-        raise ConfigError(f"{source}: privacy.max_epsilon must be a number > 0 or null, got {eps!r}.")
-    return privacy
 
 
 @dataclasses.dataclass
@@ -275,48 +252,18 @@ class HistoryConfig:
             raise ValueError(f"`num_init` must be an integer >= 1, got {self.num_init!r}.")
 
 
-@dataclasses.dataclass
-class OptimizerConfig:
-    r"""Acquisition maximization (the YAML ``optimizer:`` section).
-
-    The fields and their defaults are :class:`~fbo_torch.federation.domain.Domain`'s
-    (what ``benchmarks/maximizer_quality.py`` measured): one copy of the defaults,
-    whether the engine is driven from YAML or from Python. ``screen_dtype`` is
-    ``"float32"``, ``"float64"`` or ``null`` (the bounds' dtype).
-    """
-
-    raw_samples: int = Domain.raw_samples
-    num_restarts: int = Domain.num_restarts
-    refine: str | None = Domain.refine
-    maxiter: int = Domain.maxiter
-    lr: float = Domain.lr
-    max_points: int | None = Domain.max_points
-    raw_samples_rff: int = Domain.raw_samples_rff
-    num_restarts_rff: int = Domain.num_restarts_rff
-    maxiter_rff: int = Domain.maxiter_rff
-    screen_dtype: str | None = str(Domain.screen_dtype).removeprefix("torch.")
-
-    def __post_init__(self) -> None:
-        if self.refine not in REFINE:
-            raise ValueError(f"`refine` must be one of {[r for r in REFINE if r]} or null, got {self.refine!r}.")
-        for name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff", "num_restarts_rff", "maxiter_rff"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"`{name}` must be an integer >= 1, got {v!r}.")
-        if self.max_points is not None and (not isinstance(self.max_points, int) or self.max_points < 1):
-            raise ValueError(f"`max_points` must be an integer >= 1 or null, got {self.max_points!r}.")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ValueError(f"`lr` must be > 0, got {self.lr!r}.")
-        if self.screen_dtype not in ("float32", "float64", None):
-            raise ValueError(f"`screen_dtype` must be 'float32', 'float64' or null, got {self.screen_dtype!r}.")
-
-    def domain_kwargs(self) -> dict[str, Any]:
-        r"""Keyword arguments of :class:`~fbo_torch.federation.domain.Domain`."""
-        import torch
-
-        kw = dataclasses.asdict(self)
-        kw["screen_dtype"] = None if self.screen_dtype is None else getattr(torch, self.screen_dtype)
-        return kw
+def check_domain(where: str, options: Any) -> dict[str, Any]:
+    r"""The YAML ``domain:`` section: options of :class:`~fbo_torch.optim.domain.Domain`, validated by it
+    (:class:`ConfigError` naming the key otherwise); returned with every default filled in, as YAML writes them."""
+    check_keys(where, options, list(Domain.option_defaults()))
+    check_types(where, Domain, options)
+    try:
+        checked = check_options(options)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    out = {**Domain.option_defaults(), **checked}
+    out["screen_dtype"] = dtype_name(out["screen_dtype"])
+    return out
 
 
 @dataclasses.dataclass
@@ -342,11 +289,16 @@ class ExperimentConfig:
     seed: int
     device: str
     checkpoint_every: int
-    optimizer: OptimizerConfig
-    privacy: dict[str, Any]
+    #: Options of the :class:`~fbo_torch.optim.domain.Domain` (every one, as YAML writes them).
+    domain: dict[str, Any]
+    privacy: PrivacySettings
     scenarios: list[Scenario]
     raw: dict[str, Any]
     source: str = "config"
+
+    def build_domain(self, objective: Any) -> Domain:
+        """The :class:`~fbo_torch.optim.domain.Domain` of ``objective`` with this file's options (on the CPU)."""
+        return Domain(objective.bounds, objective.candidates, **self.domain)
 
     def resolved(self) -> dict[str, Any]:
         """The fully expanded configuration (what the CLI echoes and stores)."""
@@ -356,8 +308,8 @@ class ExperimentConfig:
             "seed": self.seed,
             "device": self.device,
             "checkpoint_every": self.checkpoint_every,
-            "optimizer": dataclasses.asdict(self.optimizer),
-            "privacy": self.privacy,
+            "domain": dict(self.domain),
+            "privacy": dataclasses.asdict(self.privacy),
             "scenarios": [
                 {
                     "name": s.name,
@@ -372,16 +324,6 @@ class ExperimentConfig:
         }
 
 
-def _settings_class(experiment: str) -> type:
-    if experiment == "fts":
-        from fbo_torch.runners.fts import FTSSettings
-
-        return FTSSettings
-    from fbo_torch.federation.settings import DPFTSDESettings
-
-    return DPFTSDESettings
-
-
 def _merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
     out = copy.deepcopy(base)
     out.update(copy.deepcopy(over or {}))
@@ -389,8 +331,6 @@ def _merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _setup(where: str, section: dict[str, Any], default: str) -> str:
-    from fbo_torch.runners.presets import check_setup
-
     try:
         return check_setup(section.get("setup", default))
     except ValueError as err:
@@ -405,6 +345,9 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     annotations of the settings dataclasses and of the objective's
     constructor), ranges, accountant names and setups.
     """
+    if isinstance(raw, dict) and "optimizer" in raw:
+        raise ConfigError(f"{source}: `optimizer` is now called `domain` (the options of fbo_torch.optim.Domain, "
+                          "the same keys); rename the section.")
     check_keys(source, raw, TOP_KEYS)
     experiment = raw.get("experiment")
     if experiment not in EXPERIMENTS:
@@ -420,8 +363,8 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"{source}: `checkpoint_every` must be an integer >= 0, got {checkpoint_every!r}.")
     top_setup = _setup(source, raw, "modern")
-    optimizer = build_dataclass(OptimizerConfig, raw.get("optimizer") or {}, f"{source}: optimizer")
-    privacy = _check_privacy(source, raw.get("privacy") or {})
+    domain = check_domain(f"{source}: domain", raw.get("domain") or {})
+    privacy = build_dataclass(PrivacySettings, raw.get("privacy") or {}, f"{source}: privacy")
     if experiment == "fts" and raw.get("privacy"):
         raise ConfigError(f"{source}: `privacy` applies to `experiment: dp_fts_de` only.")
     for key in ("runs", "history", "defaults"):
@@ -430,7 +373,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
 
     if "objective" not in raw or not isinstance(raw["objective"], dict) or "type" not in raw["objective"]:
         raise ConfigError(f"{source}: `objective` must be a mapping with a `type`.")
-    settings_cls = _settings_class(experiment)
+    settings_cls = SETTINGS[experiment]
     scenarios_raw = raw.get("scenarios")
     in_scenarios = scenarios_raw is not None
     if scenarios_raw is None:
@@ -441,10 +384,6 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         raise ConfigError(f"{source}: give either top-level `methods` or `scenarios`, not both.")
     if not isinstance(scenarios_raw, list) or not scenarios_raw:
         raise ConfigError(f"{source}: `scenarios` must be a non-empty list.")
-
-    from fbo_torch.models.batched_gp import GP_SPECS
-    from fbo_torch.objectives import objective_class
-    from fbo_torch.runners.presets import objective_setup, setup_choices
 
     scenarios = []
     for i, sc in enumerate(scenarios_raw):
@@ -484,15 +423,15 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
                 raise ConfigError(f"{mw}: duplicate method name {label!r}.")
             labels.add(label)
             values = _merge(_merge(preset, defaults), {k: v for k, v in m.items() if k != "name"})
-            if (privacy.get("max_epsilon") is not None and "max_epsilon" not in values
+            if (privacy.max_epsilon is not None and "max_epsilon" not in values
                     and isinstance(values.get("noise_multiplier"), (int, float))
                     and values["noise_multiplier"] > 0):
-                values["max_epsilon"] = privacy["max_epsilon"]  # privacy.max_epsilon: the private methods' default
+                values["max_epsilon"] = privacy.max_epsilon  # privacy.max_epsilon: the private methods' default
             settings = build_dataclass(settings_cls, values, mw)
             methods.append((label, settings))
         scenarios.append(Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods, setup,
                                   where))
-    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, optimizer, privacy, scenarios, raw,
+    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, domain, privacy, scenarios, raw,
                             source)
 
 

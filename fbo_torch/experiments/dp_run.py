@@ -11,7 +11,6 @@ from typing import Any
 from fbo_torch.experiments.config import ConfigError, ExperimentConfig, Scenario
 from fbo_torch.experiments.report import mean_stderr, summarize_curves
 from fbo_torch.objectives import build_objective
-from fbo_torch.federation.domain import Domain
 
 
 def _finite_or_none(values: list[float]) -> list[float | None]:
@@ -42,7 +41,7 @@ def check_dp_scenario(cfg: ExperimentConfig, sc: Scenario, objective: Any) -> No
     N = objective.num_agents
     for j, (label, s) in enumerate(sc.methods):
         where = f"{sc.where}: methods[{j}] ({label!r})"
-        if s.is_private and cfg.privacy.get("delta") is None and N < 2:
+        if s.is_private and cfg.privacy.delta is None and N < 2:
             raise ConfigError(
                 f"{where}: a private method (`noise_multiplier` {s.noise_multiplier}) with `privacy.delta` null "
                 f"takes δ = 1/N^1.1, which needs N >= 2 agents, but the objective has {N}; set `privacy.delta` "
@@ -51,7 +50,7 @@ def check_dp_scenario(cfg: ExperimentConfig, sc: Scenario, objective: Any) -> No
         P = s.num_regions
         if not (s.algorithm == "fts_de" and s.distributed_init and P > 1 and objective.candidates is not None):
             continue
-        domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
+        domain = cfg.build_domain(objective)
         filled = set(SubRegionPartition(domain.bounds, P).region_of(domain.candidates).unique().tolist())
         empty = sorted({n % P for n in range(N)} - filled)
         if empty:
@@ -72,12 +71,12 @@ def run_dp_scenario(
 
     if objective is None:
         objective = build_objective(sc.objective, device=device)
-    domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
+    domain = cfg.build_domain(objective)
     seed = cfg.seed + 1000 * si
     privacy = cfg.privacy
-    accountant = privacy.get("accountant", "rdp")
-    extra = list(privacy.get("extra_accountants", []))
-    delta = privacy.get("delta")
+    accountant = privacy.accountant
+    extra = list(privacy.extra_accountants)
+    delta = privacy.delta
 
     def make_runner(label: str, settings: Any) -> DPFTSDERunner:
         return DPFTSDERunner(

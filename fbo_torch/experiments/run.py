@@ -38,7 +38,6 @@ from fbo_torch.experiments.report import (
 )
 from fbo_torch.objectives import build_objective
 from fbo_torch.objectives.base import Objective
-from fbo_torch.federation.domain import Domain
 
 CHECKPOINT_VERSION = 2
 
@@ -257,7 +256,7 @@ def _run_fts_scenario(
 
     if objective is None:
         objective = build_objective(sc.objective, device=device)
-    domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
+    domain = cfg.build_domain(objective)
     targets = _targets(objective, sc.runs)
     seed = cfg.seed + 1000 * si
     history = None

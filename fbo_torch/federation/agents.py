@@ -36,11 +36,13 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.domain import Domain, broadcast_queries
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.partition import SubRegionPartition
+from fbo_torch.federation.search import broadcast_queries
+from fbo_torch.federation.settings import MethodSettings
 from fbo_torch.models.batched_gp import BatchedExactGP, get_spec
 from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.optim.domain import Domain
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_tensor
 
@@ -52,7 +54,7 @@ class Agents:
         keys: ``B`` int64 keys, one per agent (e.g. ``fold(root_key(seed), agent)``).
         train_X: ``B x n0 x d`` initial inputs; train_Y: ``B x n0 x 1`` observations
             (NaN marks a failed evaluation).
-        domain: The :class:`~fbo_torch.federation.domain.Domain` agents search.
+        domain: The :class:`~fbo_torch.optim.domain.Domain` agents search.
         settings: Method settings (``gp_kernel``, ``gp_refit_every``,
             ``gp_sample_features``, ``gp_fit_maxiter``, ``rff_noise_variance``).
         features: The shared RFF map (``None`` for agents that send nothing, e.g. TS).
@@ -65,7 +67,7 @@ class Agents:
         train_X: Tensor,
         train_Y: Tensor,
         domain: Any,
-        settings: Any,
+        settings: MethodSettings,
         features: RandomFourierFeatures | None = None,
         capacity: int = 0,
     ) -> None:
@@ -175,12 +177,12 @@ class Agents:
             X, Y, self.domain.bounds, spec=self.gp_spec, mask=mask, params=self.gp_params, validate=False,
         )
         if refit:
-            if self.gp_params is not None and not getattr(s, "gp_warm_start", True):
+            if self.gp_params is not None and not s.gp_warm_start:
                 model.params = model.initial_params(model.params.shape[0], model.params.dtype, model.params.device)
             restarts = None
-            if getattr(s, "gp_restarts", 0) > 0:
+            if s.gp_restarts > 0:
                 restarts = model.random_params(kr.fold(kr.fold(self.keys, self.gp_updates), "gp-restarts"), s.gp_restarts)
-            model.fit(maxiter=getattr(s, "gp_fit_maxiter", 60), restarts=restarts)
+            model.fit(maxiter=s.gp_fit_maxiter, restarts=restarts)
         self.gp_params = model.params
         self.gp_updates += 1
         return model
@@ -230,7 +232,7 @@ class Agents:
                 X, used = X_own, torch.zeros_like(own)
             else:
                 X, used = torch.where(own.unsqueeze(-1), X_own, X_broadcast), ~own
-        if getattr(self.settings, "repeated_query", "keep") == "random":
+        if self.settings.repeated_query == "random":
             X = self._replace_repeats(X, round)
         return X, used
 
@@ -287,7 +289,7 @@ class Agents:
 
 def start_agents(
     objective: Any,
-    settings: Any,
+    settings: MethodSettings,
     domain: Domain,
     keys: Tensor,
     agent_ids: Tensor,
@@ -345,7 +347,7 @@ def agent_round(
 
 
 def broadcast_points(
-    settings: Any,
+    settings: MethodSettings,
     features: RandomFourierFeatures,
     broadcast: Tensor,
     region_bounds: Tensor,

@@ -1,9 +1,28 @@
-r"""Settings of a federation's methods: what agents share, how they model and search, and the server.
+r"""The settings of a federation: one dataclass per concern, one set of defaults.
 
 * :class:`MethodSettings` — fields every method has: the shared random
   features, the agents' own GPs, ``p_t``, fault injection.
+* :class:`FTSSettings` — an FTS experiment's method (FTS, TS, RGPE, TAF).
 * :class:`DPFTSDESettings` — a DP-FTS-DE method (the FTS family with a
   server): sub-regions, weights, sampling rate, clipping, noise, budget.
+* :class:`PrivacySettings` — how releases are accounted: the accountant, δ, a budget.
+* :class:`~fbo_torch.optim.domain.Domain` — where agents search and the maximizer's options.
+
+These classes hold the only defaults. The YAML experiment file
+(:mod:`fbo_torch.experiments.config`), a Flower run config
+(:mod:`fbo_torch.flower.config`) and Python code build them and add no
+defaults of their own. The two experiment kinds start from their papers'
+settings where these differ:
+
+=========================  ===================  ====================
+field                      FTS (FTS paper)      DP-FTS-DE (its paper)
+=========================  ===================  ====================
+``num_iterations``         50                   40
+``num_init``               1                    10
+``num_features``           100                  50
+``p1_equals_p2``           true                 false
+``gp_refit_every``         1                    5
+=========================  ===================  ====================
 
 The simulator (:mod:`fbo_torch.runners`) and a deployment (:mod:`fbo_torch.flower`)
 build their agents and server from the same settings.
@@ -12,7 +31,7 @@ build their agents and server from the same settings.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,6 +41,7 @@ from fbo_torch.federation.faults import FaultInjector
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.batched_gp import GP_SPECS
+from fbo_torch.privacy import ACCOUNTANTS
 from fbo_torch.utils.validation import check_int, check_probability
 
 
@@ -33,8 +53,7 @@ def check_finite_positive(name: str, value: Any, what: str = "a finite number > 
 
 @dataclass
 class MethodSettings:
-    r"""Fields common to :class:`~fbo_torch.runners.fts.FTSSettings` and
-    :class:`~fbo_torch.federation.settings.DPFTSDESettings`.
+    r"""Fields common to :class:`FTSSettings` and :class:`DPFTSDESettings`.
 
     Attributes:
         num_iterations: BO iterations (rounds) ``T`` after initialization.
@@ -127,7 +146,53 @@ class MethodSettings:
         )
 
 
-ALGORITHMS = ("ts", "fts_de")
+FTS_ALGORITHMS = ("ts", "fts", "rgpe", "taf")
+COMMUNICATION = ("one-shot", "every-round")
+
+
+@dataclass
+class FTSSettings(MethodSettings):
+    r"""Settings of one method in an FTS experiment (plus those of :class:`MethodSettings`).
+
+    Attributes:
+        algorithm: ``"fts"``; ``"ts"`` (standard TS, no communication); or the
+            FTS paper's adapted baselines ``"rgpe"`` (ranking-weighted GP
+            ensemble + LogEI) and ``"taf"`` (transfer acquisition function), for
+            which agents send their whole RFF posterior (``M + M²`` numbers;
+            TAF also its incumbent).
+        communication: ``"one-shot"`` or ``"every-round"``.
+        rgpe_samples: Posterior samples for RGPE's ranking weights.
+        taf_bandwidth: TAF's kernel bandwidth ``ρ``.
+    """
+
+    algorithm: str = "fts"
+    communication: str = "one-shot"
+    rgpe_samples: int = 256
+    taf_bandwidth: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in FTS_ALGORITHMS:
+            raise ValueError(f"`algorithm` must be one of {FTS_ALGORITHMS}, got {self.algorithm!r}.")
+        if self.communication not in COMMUNICATION:
+            raise ValueError(f"`communication` must be one of {COMMUNICATION}, got {self.communication!r}.")
+        super().__post_init__()
+        check_int("rgpe_samples", self.rgpe_samples, minimum=1)
+        check_finite_positive("taf_bandwidth", self.taf_bandwidth)
+        faults = self.fault_injector()
+        if faults.affects_messages:
+            key = "faults.dropout_rate" if faults.dropout_rate > 0 else "faults.byzantine_rate"
+            raise ValueError(f"`{key}` applies to DP-FTS-DE methods (experiment: dp_fts_de), whose agents send "
+                             "messages each round; in FTS experiments the other agents' messages come from their "
+                             "histories (use `eval_failure_rate` for failing evaluations).")
+
+    @property
+    def parameters_per_agent(self) -> int:
+        """Numbers each other agent sends per message."""
+        M = self.num_features
+        return {"ts": 0, "fts": M, "rgpe": M + M * M, "taf": M + M * M + 1}[self.algorithm]
+
+
+DP_ALGORITHMS = ("ts", "fts_de")
 
 
 @dataclass
@@ -175,8 +240,8 @@ class DPFTSDESettings(MethodSettings):
     broadcast_maximization: str = "shared"
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"`algorithm` must be one of {ALGORITHMS}, got {self.algorithm!r}.")
+        if self.algorithm not in DP_ALGORITHMS:
+            raise ValueError(f"`algorithm` must be one of {DP_ALGORITHMS}, got {self.algorithm!r}.")
         super().__post_init__()
         check_int("num_regions", self.num_regions, minimum=1)
         check_probability("sample_rate", self.sample_rate, open_left=True)
@@ -209,3 +274,40 @@ class DPFTSDESettings(MethodSettings):
     @property
     def is_private(self) -> bool:
         return self.algorithm == "fts_de" and self.noise_multiplier > 0
+
+
+@dataclass
+class PrivacySettings:
+    r"""How a DP-FTS-DE federation accounts its releases (YAML ``privacy:``).
+
+    Attributes:
+        accountant: The ledger's accountant (a name in
+            :data:`~fbo_torch.privacy.ACCOUNTANTS`).
+        delta: ``δ`` of the reported ``(ε, δ)``; ``None``: the context's default —
+            the papers' ``1/N^1.1`` in experiments (reproduction), ``min(1e-5,
+            0.01/N)`` in a deployment (:func:`~fbo_torch.privacy.deployment_delta`).
+        max_epsilon: The default budget of every private method that sets none
+            (``None``: no budget).
+        extra_accountants: Accountants whose ε is reported besides the ledger's.
+    """
+
+    accountant: str = "rdp"
+    delta: float | None = None
+    max_epsilon: float | None = None
+    extra_accountants: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        names = list(ACCOUNTANTS)
+        if self.accountant not in ACCOUNTANTS:
+            raise ValueError(f"`accountant` must be one of {names}, got {self.accountant!r}.")
+        if not isinstance(self.extra_accountants, (list, tuple)):
+            raise ValueError(f"`extra_accountants` must be a list of {names}, got {self.extra_accountants!r}.")
+        self.extra_accountants = list(self.extra_accountants)
+        for i, name in enumerate(self.extra_accountants):
+            if name not in ACCOUNTANTS:
+                raise ValueError(f"`extra_accountants[{i}]` must be one of {names}, got {name!r}.")
+        if self.delta is not None and (isinstance(self.delta, bool) or not isinstance(self.delta, (int, float))
+                                       or not 0 < self.delta < 1):
+            raise ValueError(f"`delta` must be a number in (0, 1), or null for the default, got {self.delta!r}.")
+        if self.max_epsilon is not None:
+            check_finite_positive("max_epsilon", self.max_epsilon, "a finite number > 0, or null for no budget")

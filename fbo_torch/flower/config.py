@@ -5,7 +5,7 @@ the app's ``pyproject.toml``, overridden by ``flwr run --run-config``). The
 ServerApp and every ClientApp read the same mapping, so
 :class:`FlowerRunConfig` turns it into the federation's objects
 (:class:`~fbo_torch.federation.settings.DPFTSDESettings`, the objective, the
-:class:`~fbo_torch.federation.domain.Domain`, the shared feature map and the keys):
+:class:`~fbo_torch.optim.domain.Domain`, the shared feature map and the keys):
 a deployment and :class:`~fbo_torch.runners.dp_fts_de.DPFTSDERunner` with
 ``num_inits=1`` and the same seed then run the same computation.
 
@@ -194,7 +194,7 @@ class FlowerRunConfig:
         return obj
 
     def build_domain(self, objective: Any) -> Any:
-        from fbo_torch.federation.domain import Domain
+        from fbo_torch.optim.domain import Domain
 
         return Domain(objective.bounds, objective.candidates, **self.domain).to("cpu")
 

@@ -1,7 +1,7 @@
 r"""Helpers of the simulators' baselines.
 
 * :func:`maximize_acquisition` — one BoTorch acquisition (RGPE, TAF) with
-  ``optimize_acqf`` over a :class:`~fbo_torch.federation.domain.Domain`.
+  ``optimize_acqf`` over a :class:`~fbo_torch.optim.domain.Domain`.
 * :func:`derive_seed` — a seed for libraries that use the global RNG.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.domain import Domain
+from fbo_torch.optim.domain import Domain
 from fbo_torch.optim.batched import default_max_points
 
 

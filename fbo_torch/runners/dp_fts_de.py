@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import agent_messages, agent_round, broadcast_points, start_agents
-from fbo_torch.federation.domain import Domain
+from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.randomness import ServerRandomness
 from fbo_torch.federation.schedules import PtSchedule

@@ -37,59 +37,16 @@ from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.faults import evaluate_agents
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule
 from fbo_torch.objectives.base import Objective
-from fbo_torch.federation.domain import Domain, maximize_rff_samples
+from fbo_torch.optim.domain import Domain
+from fbo_torch.federation.search import maximize_rff_samples
 from fbo_torch.runners.presets import apply_setup
-from fbo_torch.federation.settings import MethodSettings, check_finite_positive
+from fbo_torch.federation.settings import FTSSettings, MethodSettings
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
 
-ALGORITHMS = ("ts", "fts", "rgpe", "taf")
 #: Methods whose other agents send messages.
 FEDERATED = ("fts", "rgpe", "taf")
-COMMUNICATION = ("one-shot", "every-round")
 HISTORIES = ("random", "ts")
-
-
-@dataclass
-class FTSSettings(MethodSettings):
-    r"""Settings of one method in an FTS experiment (plus those of :class:`MethodSettings`).
-
-    Attributes:
-        algorithm: ``"fts"``; ``"ts"`` (standard TS, no communication); or the
-            FTS paper's adapted baselines ``"rgpe"`` (ranking-weighted GP
-            ensemble + LogEI) and ``"taf"`` (transfer acquisition function), for
-            which agents send their whole RFF posterior (``M + M²`` numbers;
-            TAF also its incumbent).
-        communication: ``"one-shot"`` or ``"every-round"``.
-        rgpe_samples: Posterior samples for RGPE's ranking weights.
-        taf_bandwidth: TAF's kernel bandwidth ``ρ``.
-    """
-
-    algorithm: str = "fts"
-    communication: str = "one-shot"
-    rgpe_samples: int = 256
-    taf_bandwidth: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"`algorithm` must be one of {ALGORITHMS}, got {self.algorithm!r}.")
-        if self.communication not in COMMUNICATION:
-            raise ValueError(f"`communication` must be one of {COMMUNICATION}, got {self.communication!r}.")
-        super().__post_init__()
-        check_int("rgpe_samples", self.rgpe_samples, minimum=1)
-        check_finite_positive("taf_bandwidth", self.taf_bandwidth)
-        faults = self.fault_injector()
-        if faults.affects_messages:
-            key = "faults.dropout_rate" if faults.dropout_rate > 0 else "faults.byzantine_rate"
-            raise ValueError(f"`{key}` applies to DP-FTS-DE methods (experiment: dp_fts_de), whose agents send "
-                             "messages each round; in FTS experiments the other agents' messages come from their "
-                             "histories (use `eval_failure_rate` for failing evaluations).")
-
-    @property
-    def parameters_per_agent(self) -> int:
-        """Numbers each other agent sends per message."""
-        M = self.num_features
-        return {"ts": 0, "fts": M, "rgpe": M + M * M, "taf": M + M * M + 1}[self.algorithm]
 
 
 class FederationHistory:

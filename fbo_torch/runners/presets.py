@@ -29,6 +29,7 @@ histories are built with the setup's GP choices too.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -87,8 +88,6 @@ def apply_setup(settings: Any, setup: str, overrides: dict[str, Any] | None = No
 def objective_setup(objective_type: str, setup: str) -> dict[str, Any]:
     r"""Objective constructor arguments ``setup`` sets for ``objective_type`` (a copy)."""
     check_setup(setup)
-    import copy
-
     return copy.deepcopy(OBJECTIVE_SETUPS[setup].get(objective_type, {}))
 
 

@@ -1,0 +1,194 @@
+r"""Where agents search: a box or a finite set, and the settings of its batched maximizer.
+
+:class:`Domain` is the one place the maximizer's options live: a federation's
+agents, the YAML ``domain:`` section and a Flower run config's ``domain`` key
+all build one (:meth:`Domain.option_defaults` lists the options).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fbo_torch.optim.batched import REFINE, default_max_points, maximize_batched, maximize_discrete
+from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.validation import check_bounds, check_int, check_last_dim, check_ndim
+
+#: ``screen_dtype`` names accepted in place of a ``torch.dtype``.
+SCREEN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def dtype_name(dtype: torch.dtype | None) -> str | None:
+    """``torch.float32`` -> ``"float32"`` (``None`` stays ``None``)."""
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def options_of(domain: Domain) -> dict[str, Any]:
+    return {name: getattr(domain, name) for name in Domain.option_defaults()}
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    r"""Validated maximizer options (a subset of :meth:`Domain.option_defaults`).
+
+    Unknown names and bad values raise ``ValueError`` naming the option;
+    ``screen_dtype`` given by name comes back as a ``torch.dtype``.
+    """
+    allowed = Domain.option_defaults()
+    out = dict(options)
+    for name, value in out.items():
+        if name not in allowed:
+            raise ValueError(f"unknown domain option `{name}`; expected one of {sorted(allowed)}.")
+        if name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff", "num_restarts_rff", "maxiter_rff"):
+            check_int(name, value, minimum=1)
+        elif name == "max_points" and value is not None:
+            check_int(name, value, minimum=1)
+        elif name == "refine" and value not in REFINE:
+            raise ValueError(f"`refine` must be one of {[r for r in REFINE if r]} or null, got {value!r}.")
+        elif name == "lr" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ValueError(f"`lr` must be a number > 0, got {value!r}.")
+        elif name == "screen_dtype":
+            if isinstance(value, str) and value in SCREEN_DTYPES:
+                out[name] = SCREEN_DTYPES[value]
+            elif value is not None and value not in SCREEN_DTYPES.values():
+                raise ValueError(f"`screen_dtype` must be 'float32', 'float64' or null, got {value!r}.")
+    return out
+
+
+@dataclass
+class Domain:
+    r"""The search domain of a federation.
+
+    Args:
+        bounds: ``2 x d`` box.
+        candidates: Optional ``C x d`` finite domain; maximization over it is exact.
+        raw_samples, num_restarts, refine, maxiter, lr: Settings of
+            :func:`~fbo_torch.optim.maximize_batched` for the agents' own GP
+            samples on continuous domains.
+        raw_samples_rff, num_restarts_rff, maxiter_rff: The same for the cheap
+            ``φ(x)ᵀω`` functions (messages, server broadcasts), which are
+            ``M``-feature dot products and afford a denser search.
+        max_points: Memory cap on points per batched evaluation (``None``: by device).
+        screen_dtype: Precision of the raw-point screening (``maximize_batched``'s
+            ``screen_dtype``; ``None``: the bounds' dtype). float32 by default: the
+            ranking feeds a randomized restart selection and everything after it runs
+            in float64 (``benchmarks/maximizer_quality.py`` compares both).
+
+    The defaults were chosen with ``benchmarks/maximizer_quality.py``: against
+    per-agent ``optimize_acqf`` on the same budget they are as good or better on
+    every measured family. The ``φ(x)ᵀω`` search is denser than the own-sample
+    search because a short lengthscale makes its restarts decide the result;
+    the iteration caps are what a GPU pays for in full (no early exit inside a
+    CUDA graph). ``docs/design.md`` ("Domain defaults") has the measurements.
+
+    ``screen_dtype`` may be given as a name (``"float32"``, ``"float64"``), as
+    in YAML's ``domain:`` section.
+    """
+
+    bounds: Tensor
+    candidates: Tensor | None = None
+    raw_samples: int = 1024
+    num_restarts: int = 16
+    refine: str | None = "qn"
+    maxiter: int = 25
+    lr: float = 0.02
+    max_points: int | None = None
+    raw_samples_rff: int = 4096
+    num_restarts_rff: int = 32
+    maxiter_rff: int = 30
+    screen_dtype: torch.dtype | str | None = torch.float32
+
+    def __post_init__(self) -> None:
+        check_bounds("bounds", self.bounds)
+        if self.candidates is not None:
+            check_ndim("candidates", self.candidates, 2, "C x d")
+            check_last_dim("candidates", self.candidates, self.dim)
+        for name, value in check_options(options_of(self)).items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        """The maximizer options and their defaults (every field but ``bounds`` and ``candidates``)."""
+        return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in ("bounds", "candidates")}
+
+    def options(self) -> dict[str, Any]:
+        """This domain's maximizer options, as YAML writes them (``screen_dtype`` by name)."""
+        out = options_of(self)
+        out["screen_dtype"] = dtype_name(out["screen_dtype"])
+        return out
+
+    @property
+    def dim(self) -> int:
+        return self.bounds.shape[-1]
+
+    @property
+    def is_discrete(self) -> bool:
+        return self.candidates is not None
+
+    def to(self, device: torch.device | str, dtype: torch.dtype = torch.float64) -> Domain:
+        cands = None if self.candidates is None else self.candidates.to(device=device, dtype=dtype)
+        return dataclasses.replace(self, bounds=self.bounds.to(device=device, dtype=dtype), candidates=cands)
+
+    def random(self, batch: int, n: int, generator: torch.Generator | None = None, keys: Tensor | None = None) -> Tensor:
+        r"""``batch x n x d`` uniform random points of the domain (from ``keys``: one stream per row)."""
+        dev = self.bounds.device
+        if self.candidates is not None:
+            C = self.candidates.shape[0]
+            if keys is not None:
+                idx = (kr.uniform(keys.to(dev), n) * C).long().clamp_max(C - 1)
+            elif generator is None:
+                idx = torch.randint(C, (batch, n), device=dev)
+            else:
+                idx = torch.randint(C, (batch, n), generator=generator, device=generator.device).to(dev)
+            return self.candidates[idx]
+        shape = (batch, n, self.dim)
+        if keys is not None:
+            u = kr.uniform(keys.to(dev), n * self.dim, dtype=self.bounds.dtype).view(shape)
+        elif generator is None:
+            u = torch.rand(shape, dtype=self.bounds.dtype, device=dev)
+        else:
+            u = torch.rand(shape, dtype=self.bounds.dtype, device=generator.device, generator=generator).to(dev)
+        return self.bounds[0] + u * (self.bounds[1] - self.bounds[0])
+
+    def maximize(
+        self,
+        fn,
+        batch: int,
+        generator: torch.Generator | None = None,
+        region_bounds: Tensor | None = None,
+        raw_samples: int | None = None,
+        maxiter: int | None = None,
+        keys: Tensor | None = None,
+        num_restarts: int | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        r"""Maximize ``batch`` functions ``fn: batch x C x d -> batch x C``.
+
+        On a finite domain the maximization is exact. On a box it is
+        multi-start with gradient refinement; ``region_bounds`` (``batch x 2 x d``)
+        restricts each problem to its own box. ``keys`` (``batch`` int64) make
+        each problem's randomness its own (else drawn from ``generator``).
+        """
+        if self.candidates is not None:
+            if region_bounds is None:
+                return maximize_discrete(fn, self.candidates, batch, self.max_points or default_max_points(self.bounds.device))
+            inside = ((self.candidates.unsqueeze(0) >= region_bounds[:, 0:1]) & (
+                self.candidates.unsqueeze(0) <= region_bounds[:, 1:2])).all(-1)  # batch x C
+
+            def masked(X: Tensor) -> Tensor:  # called once on all candidates (no chunking below)
+                return torch.where(inside, fn(X), -torch.inf)
+
+            return maximize_discrete(masked, self.candidates, batch, max_points=batch * self.candidates.shape[0])
+        bounds = self.bounds if region_bounds is None else region_bounds
+        return maximize_batched(
+            fn, bounds, batch_size=batch, raw_samples=raw_samples or self.raw_samples,
+            num_restarts=num_restarts or self.num_restarts, refine=self.refine, maxiter=maxiter or self.maxiter,
+            lr=self.lr, max_points=self.max_points, generator=generator, keys=keys, validate=False,
+            screen_dtype=self.screen_dtype,
+        )
+
+
+__all__ = ["Domain", "check_options", "dtype_name"]

@@ -38,7 +38,7 @@ RUN_CONFIG = {
     "method": "dp-fts-de", "num-agents": N, "num-rounds": 3, "sample-rate": 0.75, "noise-multiplier": 1.0,
     "clip-norm": 1.0, "num-regions": 2, "seed": 3, "num-init": 3, "num-features": M, "rff-lengthscale": 0.05,
     "objective": json.dumps({"type": "gp_grid", "grid_size": 200, "perturbation": 0.05, "perturb_first": True}),
-    "settings": json.dumps({"gp_sample_features": 32, "gp_fit_maxiter": 15}),
+    "gp-sample-features": 32, "gp-fit-maxiter": 15,
 }
 
 
@@ -81,7 +81,7 @@ def noise() -> dict:
     server = coord.server
     rec = server.last_record
     W = server.aggregator.weights(1)
-    P, q, S, z = W.shape[0], cfg.sample_rate, cfg.clip_norm, cfg.noise_multiplier
+    P, q, S, z = W.shape[0], cfg.settings.sample_rate, cfg.settings.clip_norm, cfg.settings.noise_multiplier
     std = z * float(W.max()) * S / q
     clipped, _ = clip_vectors(omegas.unsqueeze(0), S / math.sqrt(P))
     signal = (W @ (clipped * rec.sampled.unsqueeze(-1)))[0] / q

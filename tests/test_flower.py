@@ -29,7 +29,7 @@ RUN_CONFIG = {
     "method": "dp-fts-de", "num-agents": N, "num-rounds": 3, "sample-rate": 0.75, "noise-multiplier": 1.0,
     "clip-norm": 1.0, "num-regions": 2, "seed": 3, "num-init": 3, "num-features": 20, "rff-lengthscale": 0.05,
     "objective": json.dumps({"type": "gp_grid", "grid_size": 200, "perturbation": 0.05, "perturb_first": True}),
-    "settings": json.dumps({"gp_sample_features": 32, "gp_fit_maxiter": 15}),
+    "gp-sample-features": 32, "gp-fit-maxiter": 15,
     "round-timeout": 5.0, "min-nodes-timeout": 0.0, "report-best": True,
 }
 #: The server's secret, given to the simulator and to the ServerApp server-side (never in the run config).
@@ -63,7 +63,7 @@ def _simulate(run_config, secret):
     cfg = FlowerRunConfig.from_run_config(run_config)
     obj = cfg.build_objective()
     runner = DPFTSDERunner(obj, cfg.dp_settings(), num_inits=1, domain=cfg.build_domain(obj), seed=cfg.seed,
-                           accountant=cfg.accountant, delta=cfg.ledger_delta,
+                           accountant=cfg.privacy.accountant, delta=cfg.ledger_delta,
                            server_randomness=SecretServerRandomness(secret, secure_mode=cfg.secure_mode))
     releases = _record_releases(runner.server)
     runner.run()
@@ -123,8 +123,7 @@ def test_server_stops_releasing_before_max_epsilon(monkeypatch):
 
 
 def test_dropped_replies_are_aggregated_as_the_simulator_aggregates_dropouts(monkeypatch):
-    cfg = dict(RUN_CONFIG, settings=json.dumps({"gp_sample_features": 32, "gp_fit_maxiter": 15,
-                                                "faults": {"dropout_rate": 0.4}}))
+    cfg = dict(RUN_CONFIG, faults=json.dumps({"dropout_rate": 0.4}))
     runner, sim_releases = simulate(cfg)
     fc = FlowerRunConfig.from_run_config(cfg)
     keys = fc.agent_keys(torch.arange(N))
@@ -164,7 +163,7 @@ def test_a_client_with_another_feature_map_is_refused(monkeypatch):
     c = Coordinator(cfg, obj.bounds, obj.dim)
     c.plan()
     with pytest.raises(ValueError, match="agent 1 refused: feature map fingerprint"):
-        c.receive(1, "0123456789abcdef", torch.zeros(cfg.num_features, dtype=torch.float64))
+        c.receive(1, "0123456789abcdef", torch.zeros(cfg.settings.num_features, dtype=torch.float64))
     assert not c._reported.any() and 1 in c.refused
 
 
@@ -197,7 +196,7 @@ def test_the_deployment_imports_no_simulator_code():
             "plan = coord.plan()\n"
             "node = AgentNode(cfg, 1)\n"
             "reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)\n"
-            "assert reply.omega.shape == (cfg.num_features,)\n"
+            "assert reply.omega.shape == (cfg.settings.num_features,)\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

@@ -11,25 +11,23 @@ a deployment and :class:`~fbo_torch.runners.dp_fts_de.DPFTSDERunner` with
 
 This module does not import ``flwr``.
 
-Keys (kebab-case, as Flower writes them):
+Keys (kebab-case, as Flower writes them). Every field of
+:class:`~fbo_torch.federation.settings.DPFTSDESettings` is a key of its own
+(``num-init``, ``noise-multiplier``, ``gp-sample-features``, ...; ``num-rounds``
+is ``num_iterations``; ``faults`` is a JSON object), and so are the
+:class:`~fbo_torch.federation.settings.PrivacySettings` fields ``accountant`` and
+``delta``: their defaults are those classes' defaults, with none of their own
+here. A TOML value cannot be null, so ``0`` (or ``"none"``) means ``None`` for
+``clip-norm`` (no clipping, only with ``z = 0``), ``max-epsilon`` (no budget)
+and ``delta`` (the deployment default :func:`~fbo_torch.privacy.deployment_delta`,
+``min(1e-5, 0.01/N)``, rather than the papers' ``1/N^1.1``; a δ ≥ ``1/N`` is refused).
+
+The keys of the deployment itself:
 
 ============================  =======================================================
 ``method``                    ``"dp-fts-de"`` (the FTS family: FTS with ``P = 1``,
                               ``z = 0``) or ``"ts"`` (no communication)
 ``num-agents``                ``N``, agents of the federation (one per SuperNode)
-``num-rounds``                ``T``
-``sample-rate``               ``q``
-``noise-multiplier``          ``z`` (0: non-private)
-``clip-norm``                 ``S`` (0: no clipping, only with ``z = 0``)
-``num-regions``               ``P``
-``max-epsilon``               stop releasing before ε would exceed it (0: no budget)
-``accountant``, ``delta``     the ledger's accountant and δ (0: the deployment default
-                              :func:`~fbo_torch.privacy.deployment_delta`,
-                              ``min(1e-5, 0.01/N)``; a δ ≥ ``1/N`` is refused)
-``allow-large-delta``         accept a δ ≥ ``1/N`` (a guarantee that allows leaking
-                              one agent's data in full); off by default
-``secure-mode``               draw the server's noise with the mitigation of
-                              floating-point attacks (Opacus' secure mode); on by default
 ``objective``                 JSON ``{"type": ..., **kwargs}`` for
                               :func:`~fbo_torch.objectives.build_objective`;
                               ``agents_per_group`` defaults to ``N``
@@ -37,20 +35,29 @@ Keys (kebab-case, as Flower writes them):
                               search (public: every node reads it); never the
                               server's coins or noise, which come from the server's
                               own secret (:mod:`fbo_torch.flower.server_state`)
-``num-init``, ``num-features``, ``rff-lengthscale``  as in the settings
-``settings``                  JSON of any other ``DPFTSDESettings`` fields
-``domain``                    JSON of :class:`Domain` maximizer options
+``domain``                    JSON of :class:`~fbo_torch.optim.domain.Domain`'s options
+``allow-large-delta``         accept a δ ≥ ``1/N`` (a guarantee that allows leaking
+                              one agent's data in full); off by default
+``secure-mode``               draw the server's noise with the mitigation of
+                              floating-point attacks (Opacus' secure mode); on by default
 ``round-timeout``             seconds the server waits for replies in a round
 ``min-nodes-timeout``         seconds it waits for ``N`` nodes to connect
 ``report-best``               agents report their best value in clear (for the demo's
                               print-out); off by default
 ``summary-path``              the server writes its round log there as JSON ("": no file)
 ============================  =======================================================
+
+A deployment without ``noise-multiplier`` is not private (``z = 0``, the
+settings' default, as in FTS); the server says so when it starts.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -58,7 +65,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
+from fbo_torch.objectives import build_objective
+from fbo_torch.optim.domain import Domain, check_options
+from fbo_torch.privacy import deployment_delta
+
 METHODS = ("dp-fts-de", "ts")
+#: Run config keys that name a settings field differently (Flower's word for ``T``).
+RENAMED = {"num-rounds": "num_iterations"}
+#: Settings fields a run config does not set: ``algorithm`` comes from ``method``.
+NOT_KEYS = ("algorithm",)
+#: :class:`PrivacySettings` fields a deployment takes (``max_epsilon`` is the method's, ``max-epsilon``).
+PRIVACY_KEYS = ("accountant", "delta")
+#: Keys whose ``0`` means ``None`` (TOML has no null).
+ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta")
+
+
+def _kebab(name: str) -> str:
+    return {v: k for k, v in RENAMED.items()}.get(name, name.replace("_", "-"))
 
 
 def _json(name: str, value: Any) -> dict[str, Any]:
@@ -76,6 +101,7 @@ def _json(name: str, value: Any) -> dict[str, Any]:
 
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+_KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
 
 def _scalar(name: str, value: Any, kind: str) -> Any:
@@ -102,29 +128,43 @@ def _scalar(name: str, value: Any, kind: str) -> Any:
     return value if isinstance(value, str) else str(value)
 
 
+def _typed(key: str, field_name: str, value: Any, hint: Any) -> Any:
+    r"""A run config value for a field annotated ``hint``: scalars converted strictly, ``dict`` from JSON,
+    ``None`` from ``"none"`` (or from ``0`` for :data:`ZERO_IS_NONE`) where the field is optional."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    optional = type(None) in args
+    kinds = [a for a in args if a is not type(None)]
+    if optional and (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
+        return None
+    if optional and field_name in ZERO_IS_NONE and not isinstance(value, bool) and value in (0, "0"):
+        return None
+    if any(typing.get_origin(k) is dict or k is dict for k in kinds):
+        return _json(key, value)
+    for kind in (bool, int, float, str):
+        if kind in kinds:
+            return _scalar(key, value, _KINDS[kind])
+    return value  # Any: as TOML gave it (e.g. p-t, a number or an expression)
+
+
 @dataclass(frozen=True)
 class FlowerRunConfig:
-    r"""A deployment's run config, typed (see the module docstring for the keys)."""
+    r"""A deployment's run config, typed (see the module docstring for the keys).
+
+    Attributes:
+        settings: The federation's method settings (``algorithm`` from ``method``).
+        privacy: Its accountant and δ.
+        domain: Options of its :class:`~fbo_torch.optim.domain.Domain`.
+    """
 
     method: str = "dp-fts-de"
     num_agents: int = 4
-    num_rounds: int = 3
-    sample_rate: float = 1.0
-    noise_multiplier: float = 1.0
-    clip_norm: float = 1.0
-    num_regions: int = 2
-    max_epsilon: float = 0.0
-    accountant: str = "rdp"
-    delta: float = 0.0
-    allow_large_delta: bool = False
-    secure_mode: bool = True
     objective: dict[str, Any] = field(default_factory=lambda: {"type": "gp_grid"})
     seed: int = 0
-    num_init: int = 5
-    num_features: int = 50
-    rff_lengthscale: float = 0.03
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: DPFTSDESettings = field(default_factory=DPFTSDESettings)
+    privacy: PrivacySettings = field(default_factory=PrivacySettings)
     domain: dict[str, Any] = field(default_factory=dict)
+    allow_large_delta: bool = False
+    secure_mode: bool = True
     round_timeout: float = 120.0
     min_nodes_timeout: float = 120.0
     report_best: bool = False
@@ -133,59 +173,81 @@ class FlowerRunConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"run config `method` must be one of {METHODS}, got {self.method!r}.")
-        if int(self.num_agents) < 1 or int(self.num_rounds) < 1:
-            raise ValueError(f"`num-agents` and `num-rounds` must be >= 1, got {self.num_agents}, {self.num_rounds}.")
-        if not (0.0 <= float(self.delta) < 1.0):
-            raise ValueError(f"run config `delta` must be in [0, 1) (0: the deployment default), got {self.delta}.")
-        if self.delta > 0 and self.delta * self.num_agents >= 1.0 and not self.allow_large_delta:
+        if int(self.num_agents) < 1:
+            raise ValueError(f"run config `num-agents` must be >= 1, got {self.num_agents}.")
+        algorithm = "fts_de" if self.method == "dp-fts-de" else "ts"
+        if self.settings.algorithm != algorithm:
+            object.__setattr__(self, "settings", dataclasses.replace(self.settings, algorithm=algorithm))
+        delta = self.privacy.delta
+        if delta is not None and delta * self.num_agents >= 1.0 and not self.allow_large_delta:
             raise ValueError(
-                f"run config `delta` = {self.delta:g} is >= 1/N = {1 / self.num_agents:g}: such a guarantee allows "
+                f"run config `delta` = {delta:g} is >= 1/N = {1 / self.num_agents:g}: such a guarantee allows "
                 "releasing one agent's data in full. Use a smaller delta (0: the deployment default "
                 "min(1e-5, 0.01/N)), or set `allow-large-delta = true` to accept it.")
-        self.dp_settings()  # validates the rest
+        try:
+            check_options(self.domain)
+        except ValueError as err:
+            raise ValueError(f"run config `domain`: {err}") from None
+
+    @classmethod
+    def keys(cls) -> dict[str, tuple[str, str]]:
+        r"""Every run config key: ``{key: (where, field)}`` with ``where`` one of ``"run"``,
+        ``"settings"``, ``"privacy"``."""
+        out = {f.name.replace("_", "-"): ("run", f.name) for f in fields(cls) if f.name not in ("settings", "privacy")}
+        out.update({_kebab(f.name): ("settings", f.name) for f in fields(DPFTSDESettings) if f.name not in NOT_KEYS})
+        out.update({k: ("privacy", k) for k in PRIVACY_KEYS})
+        return out
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> FlowerRunConfig:
         """From Flower's ``context.run_config`` (kebab-case keys; unknown keys are an error)."""
-        names = {f.name.replace("_", "-"): f for f in fields(cls)}
-        unknown = sorted(set(run_config) - set(names))
+        keys = cls.keys()
+        unknown = sorted(set(run_config) - set(keys))
         if unknown:
-            raise ValueError(f"unknown run config key(s) {unknown}; expected a subset of {sorted(names)}.")
-        kwargs: dict[str, Any] = {}
+            raise ValueError(f"unknown run config key(s) {unknown}; expected a subset of {sorted(keys)}.")
+        hints = {"run": typing.get_type_hints(cls), "settings": typing.get_type_hints(DPFTSDESettings),
+                 "privacy": typing.get_type_hints(PrivacySettings)}
+        parts: dict[str, dict[str, Any]] = {"run": {}, "settings": {}, "privacy": {}}
         for key, value in run_config.items():
-            f = names[key]
-            if f.name in ("objective", "settings", "domain"):
-                value = _json(key, value)
-            else:
-                value = _scalar(key, value, f.type)
-            kwargs[f.name] = value
-        return cls(**kwargs)
+            where, name = keys[key]
+            parts[where][name] = _typed(key, name, value, hints[where][name])
+        run = parts["run"]
+        method = run.get("method", cls.method)
+        try:
+            settings = DPFTSDESettings(algorithm="fts_de" if method == "dp-fts-de" else "ts", **parts["settings"])
+            privacy = PrivacySettings(**parts["privacy"])
+        except ValueError as err:  # name the run config key, not the field
+            text = str(err)
+            for f in (*fields(DPFTSDESettings), *fields(PrivacySettings)):
+                text = text.replace(f"`{f.name}`", f"`{_kebab(f.name)}`")
+            raise ValueError(f"run config: {text}") from None
+        return cls(settings=settings, privacy=privacy, **run)
+
+    def to_run_config(self) -> dict[str, Any]:
+        r"""The flat run config of this configuration (every key, TOML-ready): the inverse of
+        :meth:`from_run_config`."""
+        out: dict[str, Any] = {}
+        for key, (where, name) in self.keys().items():
+            value = getattr(self if where == "run" else getattr(self, where), name)
+            if isinstance(value, dict):
+                value = json.dumps(value)
+            elif value is None:
+                value = 0 if name in ZERO_IS_NONE else "none"
+            out[key] = value
+        return out
 
     # ------------------------------------------------------------ builders
-    def dp_settings(self) -> Any:
-        """The :class:`~fbo_torch.federation.settings.DPFTSDESettings` of the run."""
-        from fbo_torch.federation.settings import DPFTSDESettings
+    @property
+    def num_rounds(self) -> int:
+        """``T``, the settings' ``num_iterations`` (Flower's ``num-rounds``)."""
+        return self.settings.num_iterations
 
-        base = dict(
-            algorithm="fts_de" if self.method == "dp-fts-de" else "ts",
-            num_iterations=int(self.num_rounds), num_init=int(self.num_init), num_features=int(self.num_features),
-            rff_lengthscale=float(self.rff_lengthscale), num_regions=int(self.num_regions),
-            sample_rate=float(self.sample_rate), noise_multiplier=float(self.noise_multiplier),
-            clip_norm=float(self.clip_norm) if self.clip_norm > 0 else None,
-            max_epsilon=float(self.max_epsilon) if self.max_epsilon > 0 else None,
-        )
-        clash = sorted(set(self.settings) & (set(base) | {"algorithm"}))
-        if clash:
-            keys = ", ".join(f"`{k.replace('_', '-')}`" for k in clash)
-            raise ValueError(f"run config `settings` sets {clash}, which the run config's own keys set ({keys} and "
-                             "`method`); set them there, once.")
-        base.update(self.settings)
-        return DPFTSDESettings(**base)
+    def dp_settings(self) -> DPFTSDESettings:
+        """The :class:`~fbo_torch.federation.settings.DPFTSDESettings` of the run."""
+        return self.settings
 
     def build_objective(self) -> Any:
         """The federation's objective (every node builds it; node ``n`` evaluates agent ``n`` only)."""
-        from fbo_torch.objectives import build_objective
-
         spec = dict(self.objective)
         spec.setdefault("agents_per_group", int(self.num_agents))
         obj = build_objective(spec)
@@ -193,37 +255,29 @@ class FlowerRunConfig:
             raise ValueError(f"the objective has {obj.num_agents} agents but `num-agents` is {self.num_agents}.")
         return obj
 
-    def build_domain(self, objective: Any) -> Any:
-        from fbo_torch.optim.domain import Domain
-
+    def build_domain(self, objective: Any) -> Domain:
         return Domain(objective.bounds, objective.candidates, **self.domain).to("cpu")
 
     @property
     def ledger_delta(self) -> float:
-        """The ledger's δ: ``delta``, or the deployment default for ``N`` agents when 0."""
-        from fbo_torch.privacy import deployment_delta
-
-        return float(self.delta) if self.delta > 0 else deployment_delta(int(self.num_agents))
+        """The ledger's δ: ``delta``, or the deployment default for ``N`` agents when unset."""
+        delta = self.privacy.delta
+        return float(delta) if delta is not None else deployment_delta(int(self.num_agents))
 
     #: Keys that do not change what the federation computes or releases (left out of its fingerprint).
     TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path")
 
     def fingerprint(self) -> str:
         """SHA-256 of the keys that define the federation (all but :attr:`TRANSPORT_KEYS`)."""
-        import hashlib
-
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.TRANSPORT_KEYS}
+        data["settings"], data["privacy"] = dataclasses.asdict(self.settings), dataclasses.asdict(self.privacy)
         text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def agent_keys(self, agent_ids: Tensor) -> Tensor:
         """Keys of agents ``agent_ids`` (repetition 0 of the simulator)."""
-        from fbo_torch.federation.keys import federation_agent_keys
-
         return federation_agent_keys(int(self.seed), torch.zeros_like(agent_ids), agent_ids)
 
     def federation_key(self) -> Tensor:
         """The federation's key (``1``): the server's stream and the shared broadcast search."""
-        from fbo_torch.federation.keys import federation_keys
-
         return federation_keys(int(self.seed), torch.zeros(1, dtype=torch.long))

@@ -193,7 +193,7 @@ class Coordinator:
             self.features = s.features(dim)
             self.server = DPFTSDEServer(self.N, bounds.to(torch.float64), s,
                                         SecretServerRandomness(secret, secure_mode=config.secure_mode),
-                                        config.accountant, config.ledger_delta)
+                                        config.privacy.accountant, config.ledger_delta)
         M = s.num_features
         self._omegas = torch.zeros(1, self.N, M, dtype=torch.float64)
         self._reported = torch.zeros(1, self.N, dtype=torch.bool)

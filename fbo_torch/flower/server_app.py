@@ -147,6 +147,9 @@ def _run(grid: Grid, config: FlowerRunConfig, coord: Coordinator, echo: Callable
     resumed = f"; resumed at round {coord.round} (epsilon {coord.epsilon:.4g})" if coord.resumed else ""
     echo(f"federation: {config.method}, N={config.num_agents}, T={s.num_iterations}, q={s.sample_rate}, "
          f"z={s.noise_multiplier}, S={s.clip_norm}, P={s.num_regions}; feature map {coord.fingerprint}{resumed}")
+    if not s.is_private and s.algorithm == "fts_de":
+        echo("the releases are not private (noise-multiplier = 0): every agent's clipped omega enters the broadcast "
+             "without noise; set noise-multiplier (and clip-norm) for differential privacy")
     if roster is None:
         echo("no agent roster: an agent is whichever node first claims its partition-id; deploy with TLS, "
              f"SuperNode authentication and {ROSTER_ENV} to bind agents to node keys")

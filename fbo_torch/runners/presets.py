@@ -12,8 +12,11 @@ agent's GP                             BoTorch's ``SingleTaskGP`` model: RBF  is
                                        with ARD and BoTorch's priors,         maximum likelihood (``gp_kernel="authors"``)
                                        standardized outputs, MAP fit
                                        (``"botorch"``)
-hyperparameter refit                   every 5 evaluations, from the default  every 5 evaluations, from the current
-                                       initialization (as BoTorch)            values and 10 random restarts
+hyperparameter refit                   the method's ``gp_refit_every`` (FTS:  every 5 evaluations, from the current
+                                       every evaluation; DP-FTS-DE: every 5;  values and 10 random restarts
+                                       see :mod:`~fbo_torch.federation.settings`),
+                                       from the default initialization
+                                       (as BoTorch)
 own Thompson sample                    Matheron path, 256 random features     100 fresh random features
 broadcast maximization                 one search per region, shared by all   each agent searches the broadcast with its
                                        agents following it (``"shared"``)      own random restarts (``"per_agent"``)

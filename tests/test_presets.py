@@ -112,13 +112,13 @@ def test_fts_history_follows_the_scenario_setup():
     # the other agents' TS histories are built as the setup's own GP does it, unless history.gp_kernel says otherwise
     import torch
 
-    from fbo_torch.experiments.config import HistoryConfig
+    from fbo_torch.federation.settings import HistorySettings
     from fbo_torch.models.batched_gp import GP_SPECS
     from fbo_torch.objectives.synthetic import GPSampleGridFederation
     from fbo_torch.optim.domain import Domain
     from fbo_torch.runners.fts import FederationHistory
 
-    assert HistoryConfig().gp_kernel is None
+    assert HistorySettings().gp_kernel is None
     obj = GPSampleGridFederation(num_groups=1, agents_per_group=3, grid_size=40, seed=0)
     dom = Domain(obj.bounds, obj.candidates)
     authors = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None, setup="authors")

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import yaml
 
-from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, PrivacySettings
+from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, HistorySettings, PrivacySettings
 from fbo_torch.models.batched_gp import GP_SPECS
 from fbo_torch.objectives import objective_class
 from fbo_torch.optim.domain import Domain, check_options, dtype_name
@@ -232,26 +232,6 @@ class RunsConfig:
             raise ValueError(f"`num_targets` must be an integer >= 1, got {self.num_targets!r}.")
 
 
-@dataclasses.dataclass
-class HistoryConfig:
-    r"""How the other agents got their observations before FTS (FTS experiments)."""
-
-    mode: str = "random"
-    t_n: int = 40
-    num_init: int = 3
-    #: The other agents' GP in ``"ts"`` mode; ``None``: the scenario setup's (``botorch`` for
-    #: ``modern``; ``authors`` for ``authors``, whose other refit choices the history follows too).
-    gp_kernel: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("random", "ts"):
-            raise ValueError(f"`mode` must be 'random' or 'ts', got {self.mode!r}.")
-        if not isinstance(self.t_n, int) or self.t_n < 1:
-            raise ValueError(f"`t_n` must be an integer >= 1, got {self.t_n!r}.")
-        if not isinstance(self.num_init, int) or self.num_init < 1:
-            raise ValueError(f"`num_init` must be an integer >= 1, got {self.num_init!r}.")
-
-
 def check_domain(where: str, options: Any) -> dict[str, Any]:
     r"""The YAML ``domain:`` section: options of :class:`~fbo_torch.optim.domain.Domain`, validated by it
     (:class:`ConfigError` naming the key otherwise); returned with every default filled in, as YAML writes them."""
@@ -272,7 +252,7 @@ class Scenario:
 
     name: str
     objective: dict[str, Any]
-    history: HistoryConfig
+    history: HistorySettings
     runs: RunsConfig
     methods: list[tuple[str, Any]]  # (label, settings dataclass)
     setup: str = "modern"
@@ -402,10 +382,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
                      **{k: v for k, v in objective.items() if k != "type"}}
         kwargs = {k: v for k, v in objective.items() if k != "type"}
         check_callable_kwargs(f"{where}: objective ({objective['type']})", cls, kwargs)
-        history = build_dataclass(HistoryConfig, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history")
-        if history.gp_kernel is not None and history.gp_kernel not in GP_SPECS:
-            raise ConfigError(f"{where}: history: `gp_kernel` must be one of {sorted(GP_SPECS)}, "
-                              f"got {history.gp_kernel!r}.")
+        history = build_dataclass(HistorySettings, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history")
         runs = build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")
         defaults = _merge(raw.get("defaults") or {}, sc.get("defaults"))
         methods_raw = sc.get("methods")

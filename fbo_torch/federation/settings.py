@@ -5,6 +5,7 @@ r"""The settings of a federation: one dataclass per concern, one set of defaults
 * :class:`FTSSettings` — an FTS experiment's method (FTS, TS, RGPE, TAF).
 * :class:`DPFTSDESettings` — a DP-FTS-DE method (the FTS family with a
   server): sub-regions, weights, sampling rate, clipping, noise, budget.
+* :class:`HistorySettings` — how an FTS experiment's other agents got their observations.
 * :class:`PrivacySettings` — how releases are accounted: the accountant, δ, a budget.
 * :class:`~fbo_torch.optim.domain.Domain` — where agents search and the maximizer's options.
 
@@ -148,6 +149,7 @@ class MethodSettings:
 
 FTS_ALGORITHMS = ("ts", "fts", "rgpe", "taf")
 COMMUNICATION = ("one-shot", "every-round")
+HISTORIES = ("random", "ts")
 
 
 @dataclass
@@ -274,6 +276,36 @@ class DPFTSDESettings(MethodSettings):
     @property
     def is_private(self) -> bool:
         return self.algorithm == "fts_de" and self.noise_multiplier > 0
+
+
+@dataclass
+class HistorySettings:
+    r"""How the other agents got their observations before FTS (an FTS experiment's ``history:``).
+
+    Attributes:
+        mode: ``"random"`` (``t_n`` random noisy observations per agent) or ``"ts"``
+            (``t_n`` iterations of standard TS from ``num_init`` random points).
+        t_n: Observations per agent.
+        num_init: Random points before TS (``"ts"`` mode).
+        gp_kernel: The other agents' GP in ``"ts"`` mode.
+    """
+
+    mode: str = "random"
+    t_n: int = 40
+    num_init: int = 3
+    #: The other agents' GP in ``"ts"`` mode; ``None``: the scenario setup's (``botorch`` for
+    #: ``modern``; ``authors`` for ``authors``, whose other refit choices the history follows too).
+    gp_kernel: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in HISTORIES:
+            raise ValueError(f"`mode` must be one of {HISTORIES}, got {self.mode!r}.")
+        if not isinstance(self.t_n, int) or self.t_n < 1:
+            raise ValueError(f"`t_n` must be an integer >= 1, got {self.t_n!r}.")
+        if not isinstance(self.num_init, int) or self.num_init < 1:
+            raise ValueError(f"`num_init` must be an integer >= 1, got {self.num_init!r}.")
+        if self.gp_kernel is not None and self.gp_kernel not in GP_SPECS:
+            raise ValueError(f"`gp_kernel` must be one of {sorted(GP_SPECS)}, got {self.gp_kernel!r}.")
 
 
 @dataclass

@@ -40,13 +40,12 @@ from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.search import maximize_rff_samples
 from fbo_torch.runners.presets import apply_setup
-from fbo_torch.federation.settings import FTSSettings, MethodSettings
+from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySettings, MethodSettings
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
 
 #: Methods whose other agents send messages.
 FEDERATED = ("fts", "rgpe", "taf")
-HISTORIES = ("random", "ts")
 
 
 class FederationHistory:
@@ -69,9 +68,9 @@ class FederationHistory:
         objective: Objective,
         domain: Domain,
         t_n: int,
-        mode: str = "random",
-        num_init: int = 3,
-        gp_kernel: str | None = None,
+        mode: str = HistorySettings.mode,
+        num_init: int = HistorySettings.num_init,
+        gp_kernel: str | None = HistorySettings.gp_kernel,
         seed: int = 0,
         device: torch.device | str = "cpu",
         setup: str = "modern",

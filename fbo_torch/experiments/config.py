@@ -37,10 +37,17 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
-from fbo_torch.optim.batched import REFINE
 from fbo_torch.federation.domain import Domain
+from fbo_torch.federation.settings import DPFTSDESettings
+from fbo_torch.models.batched_gp import GP_SPECS
+from fbo_torch.objectives import objective_class
+from fbo_torch.optim.batched import REFINE
+from fbo_torch.privacy import ACCOUNTANTS
+from fbo_torch.runners.fts import FTSSettings
+from fbo_torch.runners.presets import check_setup, objective_setup, setup_choices
 
 EXPERIMENTS = ("fts", "dp_fts_de")
 TOP_KEYS = (
@@ -184,8 +191,6 @@ def check_callable_kwargs(where: str, fn: Any, kwargs: dict[str, Any], skip: tup
 def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
     r"""A ``cuda`` device (the config's ``device``, the ``--device`` override or ``objective.device``)
     without an available CUDA device raises :class:`ConfigError` naming the YAML key or flag."""
-    import torch
-
     if torch.cuda.is_available():
         return
     src = cfg.source
@@ -205,8 +210,6 @@ def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
 
 def _check_privacy(source: str, privacy: Any) -> dict[str, Any]:
     check_keys(f"{source}: privacy", privacy, PRIVACY_KEYS)
-    from fbo_torch.privacy import ACCOUNTANTS
-
     privacy = dict(privacy)
     acc = privacy.get("accountant", "rdp")
     if acc not in ACCOUNTANTS:
@@ -312,8 +315,6 @@ class OptimizerConfig:
 
     def domain_kwargs(self) -> dict[str, Any]:
         r"""Keyword arguments of :class:`~fbo_torch.federation.domain.Domain`."""
-        import torch
-
         kw = dataclasses.asdict(self)
         kw["screen_dtype"] = None if self.screen_dtype is None else getattr(torch, self.screen_dtype)
         return kw
@@ -374,11 +375,7 @@ class ExperimentConfig:
 
 def _settings_class(experiment: str) -> type:
     if experiment == "fts":
-        from fbo_torch.runners.fts import FTSSettings
-
         return FTSSettings
-    from fbo_torch.federation.settings import DPFTSDESettings
-
     return DPFTSDESettings
 
 
@@ -389,8 +386,6 @@ def _merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _setup(where: str, section: dict[str, Any], default: str) -> str:
-    from fbo_torch.runners.presets import check_setup
-
     try:
         return check_setup(section.get("setup", default))
     except ValueError as err:
@@ -441,10 +436,6 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         raise ConfigError(f"{source}: give either top-level `methods` or `scenarios`, not both.")
     if not isinstance(scenarios_raw, list) or not scenarios_raw:
         raise ConfigError(f"{source}: `scenarios` must be a non-empty list.")
-
-    from fbo_torch.models.batched_gp import GP_SPECS
-    from fbo_torch.objectives import objective_class
-    from fbo_torch.runners.presets import objective_setup, setup_choices
 
     scenarios = []
     for i, sc in enumerate(scenarios_raw):

@@ -78,7 +78,7 @@ def run_cell(
     from fbo_torch.models.batched_gp import BatchedExactGP
     from fbo_torch.optim.domain import Domain
     from fbo_torch.runners.common import maximize_acquisition
-    from fbo_torch.runners.fts import FTSSettings
+    from fbo_torch.federation.settings import FTSSettings
 
     dev = torch.device(device)
     f64 = torch.float64

@@ -11,13 +11,22 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import shlex
 import sys
 import time
 from importlib import resources
 from pathlib import Path
 
+import torch
+
 import fbo_torch
+from fbo_torch.experiments.config import ConfigError, load_config
+from fbo_torch.experiments.loop import EXPERIMENTS, render_reports, run_experiment
+from fbo_torch.experiments.outdir import MANIFEST, OutputError, OutputFolder, WriteError
+from fbo_torch.experiments.report import summary_table
+from fbo_torch.privacy import ACCOUNTANTS, compute_epsilon, default_delta
 
 
 def _positive_int(text: str) -> int:
@@ -120,8 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _again(command: list[str], out: Path) -> str:
     """The shell command that resumes a run into ``out`` (``command``: the words before ``--out``)."""
-    import shlex
-
     return shlex.join(["fbo-torch", *command, "--out", str(out), "--resume"])
 
 
@@ -130,11 +137,6 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
     r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
     config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
     not be written, ...), 130 for Ctrl-C; the last two say how to resume."""
-    from fbo_torch.experiments.config import ConfigError, load_config
-    from fbo_torch.experiments.outdir import MANIFEST, OutputError, WriteError
-    from fbo_torch.experiments.report import summary_table
-    from fbo_torch.experiments.run import run_experiment
-
     if again is None:
         again = ["run", str(config)] + (["--device", device] if device else []) \
             + (["--seeds", str(seeds)] if seeds is not None else [])
@@ -179,8 +181,6 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
 
 
 def _cmd_privacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from fbo_torch.privacy import ACCOUNTANTS, compute_epsilon, default_delta
-
     if args.delta is None and args.num_agents is None:
         parser.error("give --delta or --num-agents")
     if args.delta is not None and args.num_agents is not None:
@@ -209,8 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         print("\nerror: give a COMMAND (run, quickstart, report, privacy)", file=sys.stderr)
         return 2
     if getattr(args, "threads", None):
-        import torch
-
         torch.set_num_threads(args.threads)
     if args.command == "run":
         return _cmd_run(args.config, args.out, args.device, args.seeds, args.resume, not args.no_progress,
@@ -226,12 +224,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "privacy":
         return _cmd_privacy(args, parser_for(parser, "privacy"))
     if args.command == "report":
-        import json
-
-        from fbo_torch.experiments.outdir import OutputError, OutputFolder
-        from fbo_torch.experiments.report import summary_table
-        from fbo_torch.experiments.run import render_reports
-
         path = args.out / "results.json"
         if not path.is_file():
             print(f"error: {path} does not exist", file=sys.stderr)
@@ -241,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     results = json.loads(path.read_text())
                     results["scenarios"][0]["methods"][0]["loss_mean"]
+                    EXPERIMENTS[results.get("experiment", "fts")]
                 except (ValueError, KeyError, IndexError, TypeError) as err:
                     raise OutputError(f"{path} is unreadable or incomplete ({type(err).__name__}: {err}); "
                                       "rerun the experiment (or resume it) to rewrite it") from None

@@ -129,7 +129,7 @@ def test_resume_of_the_same_config_is_accepted_and_bit_identical(finished, tmp_p
 def test_interrupted_run_resumes_bit_identically_with_exact_epsilon(finished, tmp_path, monkeypatch):
     _, cfg, src = finished
     out = tmp_path / "out"
-    from fbo_torch.experiments.run import Checkpoints
+    from fbo_torch.experiments.checkpoints import Checkpoints
 
     saves = []
     real = Checkpoints.save
@@ -157,9 +157,9 @@ def test_truncated_checkpoint_is_named_with_what_to_do(finished, tmp_path, capsy
     (out / "checkpoints" / "scenario0_method0.pt").unlink()  # TS would have to run again first
     ckpt = out / "checkpoints" / "scenario0_method1.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:100])
-    import fbo_torch.experiments.run as run_mod
+    import fbo_torch.experiments.loop as loop
 
-    monkeypatch.setattr(run_mod, "build_objective", lambda spec: pytest.fail("work started"))
+    monkeypatch.setattr(loop, "build_objective", lambda spec, **kwargs: pytest.fail("work started"))
     capsys.readouterr()
     assert _run(cfg, "--out", out, "--resume") == 2
     err = capsys.readouterr().err
@@ -210,9 +210,9 @@ def test_resume_and_overwrite_exclude_each_other(tmp_path, capsys):
 
 
 def test_unusable_out_is_a_one_line_error_before_any_work(tmp_path, capsys, monkeypatch):
-    import fbo_torch.experiments.run as run_mod
+    import fbo_torch.experiments.loop as loop
 
-    monkeypatch.setattr(run_mod, "build_objective", lambda spec: pytest.fail("work started"))
+    monkeypatch.setattr(loop, "build_objective", lambda spec, **kwargs: pytest.fail("work started"))
     a_file = tmp_path / "results"
     a_file.write_text("x")
     cfg = _cfg(tmp_path, FTS)
@@ -403,7 +403,7 @@ def test_ctrl_c_prints_one_line_and_exits_130_with_valid_checkpoints(tmp_path):
     import signal
     import time
 
-    from fbo_torch.experiments.run import Checkpoints
+    from fbo_torch.experiments.checkpoints import Checkpoints
 
     cfg = _cfg(tmp_path, DP.replace("num_iterations: 2", "num_iterations: 400"))
     out = tmp_path / "out"
@@ -428,12 +428,12 @@ def test_ctrl_c_prints_one_line_and_exits_130_with_valid_checkpoints(tmp_path):
 
 
 def test_interrupt_before_anything_is_written_says_so(tmp_path, capsys, monkeypatch):
-    import fbo_torch.experiments.run as run_mod
+    import fbo_torch.experiments.loop as loop
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(run_mod, "build_objective", interrupted)
+    monkeypatch.setattr(loop, "build_objective", interrupted)
     out = tmp_path / "out"
     assert _run(_cfg(tmp_path, FTS), "--out", out) == 130
     assert capsys.readouterr().err.strip() == f"interrupted; nothing was written to {out}; run the same command " \

@@ -9,7 +9,7 @@ import torch
 from fbo_torch.cli import build_parser, main
 from fbo_torch.experiments.config import ConfigError, load_config, parse_config
 from fbo_torch.federation.settings import DPFTSDESettings
-from fbo_torch.runners.fts import FTSSettings
+from fbo_torch.federation.settings import FTSSettings
 
 BASE = {
     "experiment": "dp_fts_de",
@@ -117,9 +117,9 @@ def test_cuda_without_a_gpu_names_the_yaml_key_before_any_work(tmp_path, capsys)
 
 
 def test_bad_config_fails_at_load_not_after_minutes(tmp_path, capsys, monkeypatch):
-    import fbo_torch.experiments.run as run_mod
+    import fbo_torch.experiments.loop as loop
 
-    monkeypatch.setattr(run_mod, "build_objective", lambda spec: pytest.fail("work started"))
+    monkeypatch.setattr(loop, "build_objective", lambda spec, **kwargs: pytest.fail("work started"))
     cfg = tmp_path / "c.yaml"
     cfg.write_text("experiment: dp_fts_de\nobjective: {type: gp_grid}\nmethods:\n  - {name: TS, algorithm: ts}\n"
                    "  - {name: DP, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 1.0, gp_warm_start: 'no'}\n")

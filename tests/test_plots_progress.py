@@ -7,7 +7,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from fbo_torch.cli import main
-from fbo_torch.experiments.dp_run import plot_privacy
+from fbo_torch.experiments.dp_fts_de import plot_privacy
 from fbo_torch.experiments.report import plot_curves, plot_message_length, series_styles, summary_table
 
 
@@ -122,9 +122,9 @@ methods:
 
 
 def test_progress_bar_shows_the_epsilon_after_the_round_it_counts(tmp_path, capsys, monkeypatch):
-    import fbo_torch.experiments.run as run_mod
+    import fbo_torch.experiments.loop as loop
 
-    monkeypatch.setattr(run_mod, "render_reports", lambda results, out: None)  # plots: not this test's subject
+    monkeypatch.setattr(loop, "render_reports", lambda results, out: None)  # plots: not this test's subject
     cfg = tmp_path / "c.yaml"
     cfg.write_text(DP)
     assert main(["run", str(cfg), "--out", str(tmp_path / "out")]) == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fbo_torch.federation.settings import DPFTSDESettings
-from fbo_torch.runners.fts import FTSSettings
+from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.runners.presets import SETUPS, apply_setup, objective_setup
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import datetime
 import errno
+import fcntl
 import hashlib
 import json
 import math
@@ -32,6 +33,7 @@ import threading
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import fbo_torch
 from fbo_torch.utils.files import WriteError, current_umask, write_atomic
 
 MANIFEST = "run.json"
@@ -77,8 +79,6 @@ def fingerprinted_config(resolved: dict[str, Any], ints: bool = True) -> dict[st
 def fingerprint(resolved: dict[str, Any], version: str | None = None) -> str:
     """SHA-256 of the canonical JSON of ``resolved`` (see :func:`fingerprinted_config`) and the package version."""
     if version is None:
-        import fbo_torch
-
         version = fbo_torch.__version__
     payload = {"config": fingerprinted_config(resolved), "fbo_torch": version}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -274,8 +274,6 @@ class OutputFolder:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
             raise OutputError(f"--out {out}: cannot create the lock file {lock} ({err.strerror or err}).") from None
-        import fcntl
-
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -480,8 +478,6 @@ class OutputFolder:
             old_fp, old_cfg, old_version = old["fingerprint"], old["config"], old["fbo_torch_version"]
         except KeyError as err:
             raise ResumeError(unreadable.format(reason=f"KeyError: {err}")) from None
-        import fbo_torch
-
         if old_fp == fingerprint(resolved):
             return
         diffs = config_diff(old_cfg, fingerprinted_config(resolved, ints=False))
@@ -501,8 +497,6 @@ class OutputFolder:
     def write_manifest(self, resolved: dict[str, Any]) -> str:
         r"""Write ``OUT/run.json`` (fingerprint, version, fingerprinted config, the files the run wrote);
         returns the fingerprint. A resumed run keeps the old ``created`` time and file list."""
-        import fbo_torch
-
         fp = fingerprint(resolved)
         manifest = {
             "fingerprint": fp,

@@ -2,6 +2,7 @@ r"""Results: JSON records, regret plots and text summaries."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -9,15 +10,18 @@ import platform
 from pathlib import Path
 from typing import Any
 
+import botorch
+import gpytorch
+import opacus
 import torch
+from matplotlib.figure import Figure
 from torch import Tensor
+
+from fbo_torch.experiments.outdir import atomic_write_bytes, atomic_write_text
 
 
 def environment(device: str | torch.device = "cpu") -> dict[str, Any]:
     """Machine and library versions, recorded with every result."""
-    import botorch
-    import gpytorch
-
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
@@ -31,12 +35,7 @@ def environment(device: str | torch.device = "cpu") -> dict[str, Any]:
     }
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    try:
-        import opacus
-
-        info["opacus"] = opacus.__version__
-    except ImportError:
-        info["opacus"] = None
+    info["opacus"] = opacus.__version__
     return info
 
 
@@ -78,8 +77,6 @@ def summarize_curves(
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON atomically (temporary file, fsync, ``os.replace``)."""
-    from fbo_torch.experiments.outdir import atomic_write_text
-
     atomic_write_text(path, json.dumps(data, indent=1, default=_json_default))
 
 
@@ -123,17 +120,13 @@ def band_label(sc: dict[str, Any]) -> str:
     return f"mean ± 1 s.e. over {R} {over}"
 
 
-def _curves_figure(results: dict[str, Any], title: str | None = None, log_y: bool = False) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _curves_figure(results: dict[str, Any], title: str | None = None, log_y: bool = False) -> Figure:
     scenarios = results["scenarios"]
     n = len(scenarios)
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+    fig = Figure(figsize=(5.2 * cols, 3.8 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, sc in zip(axes.flat, scenarios):
         styles = series_styles(len(sc["methods"]))
         for m, style in zip(sc["methods"], styles):
@@ -159,17 +152,10 @@ def _curves_figure(results: dict[str, Any], title: str | None = None, log_y: boo
     return fig
 
 
-def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
-    """Save a figure atomically (PNG bytes to a temporary file, then ``os.replace``) and close it."""
-    import io
-
-    import matplotlib.pyplot as plt
-
-    from fbo_torch.experiments.outdir import atomic_write_bytes
-
+def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
+    """Save a figure atomically (PNG bytes to a temporary file, then ``os.replace``)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
 
@@ -182,13 +168,9 @@ def plot_curves(results: dict[str, Any], path: Path, title: str | None = None, l
 def plot_message_length(results: dict[str, Any], path: Path) -> Path:
     r"""FTS paper Fig. 2: final loss vs numbers sent per agent, one marker per method family,
     plus loss vs wall-clock time (Fig. 3)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sc = results["scenarios"][0]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    axes = fig.subplots(1, 2)
     fams: dict[str, list] = {}
     for m in sc["methods"]:
         fams.setdefault(m["settings"].get("algorithm", m["name"]).upper(), []).append(m)

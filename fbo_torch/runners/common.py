@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from botorch.optim import optimize_acqf
 from torch import Tensor
 
 from fbo_torch.optim.domain import Domain
@@ -27,8 +28,6 @@ def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator |
     Exact on a finite domain (scored in chunks); ``optimize_acqf`` on a box.
     Returns the ``d``-vector maximizer.
     """
-    from botorch.optim import optimize_acqf
-
     if domain.candidates is not None:
         C = domain.candidates
         chunk = max(1, domain.max_points or default_max_points(C.device))

@@ -3,7 +3,8 @@ r"""Experimental setups: our defaults (``"modern"``) and the authors' (``"author
 The DP-FTS-DE and FTS algorithms are the same in both; what differs is how each
 agent models and searches its own function, and how the landmine objective is
 scored. ``setup: authors`` reproduces the choices of the authors' released code
-(``../shared/NOTES.md`` records where each comes from):
+(the FTS code of 2020 and the DP-FTS-DE code of 2021; ``docs/design.md``, "Experiments",
+says where each comes from):
 
 =====================================  =====================================  ==========================================
 choice                                 ``modern`` (default)                   ``authors``

@@ -1,16 +1,24 @@
-r"""DP-FTS-DE experiments: running scenarios, privacy records and privacy plots."""
+r"""DP-FTS-DE experiments (``experiment: dp_fts_de``): checks, runners, privacy records and plots.
+
+Each scenario runs its methods for ``runs.num_inits`` repetitions of all the
+objective's agents (:class:`~fbo_torch.runners.dp_fts_de.DPFTSDERunner`); the
+standard errors in a record are over repetitions of the agent-averaged curves.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
 
-from fbo_torch.experiments.config import ConfigError, ExperimentConfig, Scenario
-from fbo_torch.experiments.report import mean_stderr, summarize_curves
-from fbo_torch.objectives import build_objective
+from fbo_torch.experiments.config import ConfigError
+from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, ScenarioMethods
+from fbo_torch.experiments.report import band_label, mean_stderr, save_figure, series_styles, summarize_curves
+from fbo_torch.federation.partition import SubRegionPartition
+from fbo_torch.privacy import compute_epsilon
+from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 
 
 def _finite_or_none(values: list[float]) -> list[float | None]:
@@ -21,8 +29,6 @@ def _other_epsilons(settings: Any, releases: int, delta: float | None, names: li
     """Final ε of the same mechanism under other accountants (side by side)."""
     if not settings.is_private or delta is None:
         return {}
-    from fbo_torch.privacy import compute_epsilon
-
     out = {}
     for name in names:
         eps = compute_epsilon(settings.sample_rate, settings.noise_multiplier, releases, delta, accountant=name)
@@ -30,14 +36,13 @@ def _other_epsilons(settings: Any, releases: int, delta: float | None, names: li
     return out
 
 
-def check_dp_scenario(cfg: ExperimentConfig, sc: Scenario, objective: Any) -> None:
+def check_scenario(ctx: ScenarioContext) -> None:
     r"""What a DP-FTS-DE scenario's runners would refuse once started, as a :class:`ConfigError`
     naming the YAML key: a private method on fewer than 2 agents with ``privacy.delta: null``
     (``δ = 1/N^1.1`` needs ``N ≥ 2``), and more sub-regions than the candidates of a finite
     domain fill (with ``distributed_init``, agent ``n`` starts among the candidates of region
     ``n mod P``, which must hold one)."""
-    from fbo_torch.federation.partition import SubRegionPartition
-
+    cfg, sc, objective, domain = ctx.cfg, ctx.scenario, ctx.objective, ctx.domain
     N = objective.num_agents
     for j, (label, s) in enumerate(sc.methods):
         where = f"{sc.where}: methods[{j}] ({label!r})"
@@ -50,7 +55,6 @@ def check_dp_scenario(cfg: ExperimentConfig, sc: Scenario, objective: Any) -> No
         P = s.num_regions
         if not (s.algorithm == "fts_de" and s.distributed_init and P > 1 and objective.candidates is not None):
             continue
-        domain = cfg.build_domain(objective)
         filled = set(SubRegionPartition(domain.bounds, P).region_of(domain.candidates).unique().tolist())
         empty = sorted({n % P for n in range(N)} - filled)
         if empty:
@@ -62,17 +66,11 @@ def check_dp_scenario(cfg: ExperimentConfig, sc: Scenario, objective: Any) -> No
             )
 
 
-def run_dp_scenario(
-    cfg: ExperimentConfig, si: int, sc: Scenario, device: str, num_inits: int, checkpoints: Any,
-    progress: bool, log: Callable[[str], None], objective: Any = None,
-) -> dict[str, Any]:
-    from fbo_torch.experiments.run import run_methods
-    from fbo_torch.runners.dp_fts_de import DPFTSDERunner
-
-    if objective is None:
-        objective = build_objective(sc.objective, device=device)
-    domain = cfg.build_domain(objective)
-    seed = cfg.seed + 1000 * si
+def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
+    r"""The scenario's :class:`~fbo_torch.runners.dp_fts_de.DPFTSDERunner` factory and records
+    (ε under ``privacy.accountant`` and each of ``privacy.extra_accountants``)."""
+    cfg, objective, domain, seed, device = ctx.cfg, ctx.objective, ctx.domain, ctx.seed, ctx.device
+    num_inits = ctx.num_inits
     privacy = cfg.privacy
     accountant = privacy.accountant
     extra = list(privacy.extra_accountants)
@@ -125,8 +123,7 @@ def run_dp_scenario(
         record["stderr_over"] = "repetitions (agent-averaged curves)"
         return record
 
-    methods = run_methods(cfg, si, sc, checkpoints, progress, make_runner, make_record, log)
-    return {"name": sc.name, "objective": sc.objective, "num_runs": num_inits, "methods": methods}
+    return ScenarioMethods(make_runner, make_record, num_inits)
 
 
 def _nanmean(values: list[float]) -> float | None:
@@ -138,19 +135,13 @@ def plot_privacy(results: dict[str, Any], out: Path) -> None:
     r"""``privacy_utility.png`` (ε vs final loss, every private method of every
     scenario, non-private methods as horizontal lines) and ``epsilon.png`` (ε per round).
     No two series share a colour and line style; the axes say what the error bars are."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from fbo_torch.experiments.report import band_label, save_figure, series_styles
-
     private = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is not None]
     public = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is None]
     loss_name = results["scenarios"][0]["methods"][0]["loss_name"]
     acc = private[0][1]["accountant"] if private else ""
     bands = sorted({band_label(sc) for sc, _ in private + public})
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig = Figure(figsize=(7.5, 4.6))
+    ax = fig.subplots()
     seen: dict[str, Any] = {}
     for sc, m in public:
         seen.setdefault(m["name"], m)
@@ -180,7 +171,8 @@ def plot_privacy(results: dict[str, Any], out: Path) -> None:
     fig.tight_layout()
     save_figure(fig, Path(out) / "privacy_utility.png")
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     for (sc, m), style in zip(private, series_styles(len(private))):
         eps = [e if e is not None else float("nan") for e in m["epsilon"]]
         label = m["name"] if len(results["scenarios"]) == 1 else f"{m['name']} ({sc['name']})"
@@ -193,3 +185,6 @@ def plot_privacy(results: dict[str, Any], out: Path) -> None:
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     save_figure(fig, Path(out) / "epsilon.png")
+
+
+KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot_privacy)

@@ -1,0 +1,114 @@
+r"""FTS experiments (``experiment: fts``): targets, checks, runners and records.
+
+Each scenario runs its methods for every (target agent, initialization) pair
+(:class:`~fbo_torch.runners.fts.FTSRunner`); the federated methods share one
+:class:`~fbo_torch.runners.fts.FederationHistory` of the other agents, built
+when the scenario starts with seed ``seed + 17``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fbo_torch.experiments.config import ConfigError, Scenario
+from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, ScenarioMethods
+from fbo_torch.experiments.report import plot_message_length, summarize_curves
+from fbo_torch.objectives.base import Objective
+from fbo_torch.runners.fts import FEDERATED, FederationHistory, FTSRunner
+
+
+def targets(objective: Objective, sc: Scenario) -> torch.Tensor:
+    r"""The target agents of a scenario (``runs.targets``, the objective's own, or the first
+    ``runs.num_targets``); a :class:`ConfigError` naming the scenario for targets beyond its agents."""
+    runs = sc.runs
+    if runs.targets != "auto":
+        t = torch.tensor(runs.targets, dtype=torch.long)
+        if (t >= objective.num_agents).any():
+            raise ConfigError(f"{sc.where}: runs.targets {runs.targets} exceed the objective's "
+                              f"{objective.num_agents} agents.")
+        return t
+    builtin = getattr(objective, "targets", None)
+    if builtin is not None and runs.num_targets is None:
+        return torch.as_tensor(builtin, dtype=torch.long)
+    k = runs.num_targets or 1
+    return torch.arange(min(k, objective.num_agents))
+
+
+def check_scenario(ctx: ScenarioContext) -> None:
+    r"""What an FTS scenario's runners would refuse once started, as a :class:`ConfigError`:
+    ``runs.targets`` beyond the objective's agents, and a federated method (FTS, RGPE, TAF) whose
+    target has no other agent to receive messages from (the other agents of its group, where the
+    objective has groups, as :class:`~fbo_torch.runners.fts.FTSRunner` picks them)."""
+    sc, objective = ctx.scenario, ctx.objective
+    tg = targets(objective, sc)
+    groups = getattr(objective, "group_of_agent", None)
+    groups = torch.zeros(objective.num_agents, dtype=torch.long) if groups is None else groups.cpu()
+    peers = (groups.unsqueeze(0) == groups[tg.cpu()].unsqueeze(-1)).sum(-1) - 1
+    alone = tg[peers.cpu() < 1].tolist()
+    for j, (label, settings) in enumerate(sc.methods):
+        if settings.algorithm in FEDERATED and alone:
+            kind = "of its group " if getattr(objective, "group_of_agent", None) is not None else ""
+            raise ConfigError(
+                f"{sc.where}: methods[{j}] ({label!r}, algorithm {settings.algorithm}): target agent(s) {alone} "
+                f"have no other agent {kind}to receive messages from (the objective has {objective.num_agents} "
+                "agent(s)); give the objective more agents, or use `algorithm: ts`."
+            )
+
+
+def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
+    r"""The scenario's :class:`~fbo_torch.runners.fts.FTSRunner` factory and records; builds the
+    other agents' history first when a method is federated."""
+    sc, objective, domain, seed, device = ctx.scenario, ctx.objective, ctx.domain, ctx.seed, ctx.device
+    num_inits = ctx.num_inits
+    tg = targets(objective, sc)
+    history = None
+    if any(m.algorithm in FEDERATED for _, m in sc.methods):
+        h = sc.history
+        t0 = time.perf_counter()
+        history = FederationHistory(
+            objective, domain, t_n=h.t_n, mode=h.mode, num_init=h.num_init, gp_kernel=h.gp_kernel,
+            seed=seed + 17, device=device, setup=sc.setup,
+        )
+        ctx.log(f"  other agents' histories ({h.mode}, t_n={h.t_n}) built in {time.perf_counter() - t0:.1f} s")
+
+    def make_runner(label: str, settings: Any) -> FTSRunner:
+        return FTSRunner(
+            objective, settings, tg, num_inits, history=history, domain=domain, seed=seed,
+            device=device, name=label,
+        )
+
+    def make_record(label: str, settings: Any, runner: FTSRunner) -> dict[str, Any]:
+        res = runner.result()
+        return summarize_curves(
+            label,
+            res.loss,
+            objective.loss_name,
+            extra={
+                "settings": res.settings,
+                "sources": res.sources.tolist(),
+                "fraction_from_agents": float((res.sources >= 0).double().mean()) if res.sources.numel() else 0.0,
+                "targets": res.targets.tolist(),
+                "inits": res.inits.tolist(),
+                "queries": res.queries.tolist(),
+                "best_value_runs": res.best_value.tolist(),
+                "wall_time_s": res.wall_time,
+                "elapsed_s": res.elapsed,
+                "parameters_per_agent": res.parameters_per_agent,
+            },
+        )
+
+    return ScenarioMethods(make_runner, make_record, int(tg.numel() * num_inits))
+
+
+def plot(results: dict[str, Any], out: Path) -> None:
+    r"""``message_length.png`` when a method is RGPE or TAF (see
+    :func:`~fbo_torch.experiments.report.plot_message_length`)."""
+    if any(m["settings"].get("algorithm") in ("rgpe", "taf") for sc in results["scenarios"] for m in sc["methods"]):
+        plot_message_length(results, Path(out) / "message_length.png")
+
+
+KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot)

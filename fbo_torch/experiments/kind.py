@@ -1,0 +1,83 @@
+r"""What an experiment kind (the YAML's ``experiment:``) gives the shared loop.
+
+:func:`~fbo_torch.experiments.loop.run_experiment` builds every scenario's
+objective and :class:`~fbo_torch.optim.domain.Domain` once, derives its
+seed, and runs its methods with checkpoints and progress; an
+:class:`ExperimentKind` supplies only what differs between kinds: the checks of
+a scenario before anything runs, the runner and JSON record of each method, and
+the plots beyond the regret curves. The kinds are registered in
+:data:`fbo_torch.experiments.loop.EXPERIMENTS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fbo_torch.experiments.config import ExperimentConfig, Scenario
+from fbo_torch.optim.domain import Domain
+from fbo_torch.objectives.base import Objective
+
+
+@dataclass
+class ScenarioContext:
+    r"""One scenario of a run, as the loop prepared it.
+
+    Attributes:
+        cfg: The parsed configuration.
+        index: The scenario's position in ``cfg.scenarios``.
+        scenario: The resolved scenario.
+        objective: Its objective (built once, shared by its methods).
+        domain: Its search domain (the objective's bounds and candidates, the config's ``domain:`` options).
+        seed: Its seed, ``cfg.seed + 1000 * index`` (shared by its methods).
+        device: The device the run uses.
+        num_inits: Initializations per target (``runs.num_inits`` or the ``seeds`` override).
+        log: Where status lines go.
+    """
+
+    cfg: ExperimentConfig
+    index: int
+    scenario: Scenario
+    objective: Objective
+    domain: Domain
+    seed: int
+    device: str
+    num_inits: int
+    log: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ScenarioMethods:
+    r"""How the loop runs a scenario's methods.
+
+    Attributes:
+        make_runner: ``(label, settings) -> runner``: a runner with ``run(callback)``, ``t``, ``done``,
+            ``name``, ``state_dict`` and ``load_state_dict``.
+        make_record: ``(label, settings, runner) -> record``: a finished runner's JSON record
+            (:func:`~fbo_torch.experiments.report.summarize_curves` and the kind's fields).
+        num_runs: Independent runs behind each method's curves (the scenario record's ``num_runs``).
+    """
+
+    make_runner: Callable[[str, Any], Any]
+    make_record: Callable[[str, Any, Any], dict[str, Any]]
+    num_runs: int
+
+
+@dataclass(frozen=True)
+class ExperimentKind:
+    r"""The parts of an experiment kind that the shared loop calls.
+
+    Attributes:
+        check: ``(context) -> None``: raises a :class:`~fbo_torch.experiments.config.ConfigError`
+            naming the YAML key for what the scenario's runners would refuse once started; called
+            for every scenario before the output folder is created.
+        methods: ``(context) -> ScenarioMethods``: called when the scenario starts (it may log, and
+            build what its methods share).
+        plot: ``(results, out) -> None``: the kind's plots beyond ``regret.png``, written to ``out``.
+    """
+
+    check: Callable[[ScenarioContext], None]
+    methods: Callable[[ScenarioContext], ScenarioMethods]
+    plot: Callable[[dict[str, Any], Path], None]

@@ -1,0 +1,259 @@
+r"""Run a configured experiment end to end: the loop over scenarios and methods, with checkpoints and reports.
+
+``run_experiment`` builds each scenario's objective and
+:class:`~fbo_torch.optim.domain.Domain` once, checks them, then runs the
+scenario's methods, writes ``results.json`` and the plots, and checkpoints every
+``checkpoint_every`` iterations to ``OUT/checkpoints`` so an interrupted run
+continues with ``resume=True`` exactly where it stopped (finished methods are
+not re-run). ``OUT`` is locked while the run lasts, and ``resume`` continues only
+a run of the same configuration (see :mod:`fbo_torch.experiments.outdir`).
+
+What differs between the experiment kinds (``experiment: fts | dp_fts_de``) comes
+from their :class:`~fbo_torch.experiments.kind.ExperimentKind`, looked up in
+:data:`EXPERIMENTS`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm.auto import tqdm
+
+import fbo_torch
+from fbo_torch.experiments import dp_fts_de, fts
+from fbo_torch.experiments.checkpoints import Checkpoints
+from fbo_torch.experiments.config import ConfigError, ExperimentConfig, check_device
+from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext
+from fbo_torch.experiments.outdir import OutputFolder, atomic_write_text, fingerprint
+from fbo_torch.experiments.report import environment, plot_curves, summary_table, write_json
+from fbo_torch.optim.domain import Domain
+from fbo_torch.objectives import build_objective
+
+#: The experiment kinds by their YAML name (``experiment:``).
+EXPERIMENTS: dict[str, ExperimentKind] = {"fts": fts.KIND, "dp_fts_de": dp_fts_de.KIND}
+
+
+class _Progress:
+    """A tqdm bar when ``enabled``, else silent."""
+
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            self.bar = tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr, mininterval=0)
+
+    def update(self, n: int = 1, **postfix: Any) -> None:
+        if self.bar is not None:
+            if postfix:  # before the count moves, so the line drawn for the new count shows it
+                self.bar.set_postfix(postfix, refresh=False)
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_methods(
+    ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool,
+    make_runner: Callable[[str, Any], Any], make_record: Callable[[str, Any, Any], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    r"""Run a scenario's methods with progress, checkpoints and resume.
+
+    ``make_runner(label, settings)`` builds a runner (``run``/``t``/``done``/``name``,
+    ``state_dict``/``load_state_dict``); ``make_record(label, settings, runner)``
+    turns a finished runner into its JSON record. Finished methods are stored
+    in their checkpoint and not re-run on resume; unfinished ones continue from
+    their last checkpoint.
+    """
+    cfg, si, sc, log = ctx.cfg, ctx.index, ctx.scenario, ctx.log
+    total = sum(m.num_iterations for _, m in sc.methods)
+    bar = _Progress(total, f"[{si + 1}/{len(cfg.scenarios)}] {sc.name}", progress)
+    try:  # the bar ends its line however the loop ends (Ctrl-C, a failed write)
+        records = []
+        for mi, (label, settings) in enumerate(sc.methods):
+            ckpt = checkpoints.path(si, mi)
+            state = checkpoints.load(ckpt)
+            if state is not None and "record" in state:
+                records.append(state["record"])
+                bar.update(settings.num_iterations)
+                continue
+            runner = make_runner(label, settings)
+            if state is not None and "runner" in state:
+                runner.load_state_dict(state["runner"])
+                bar.update(runner.t)
+
+            def callback(r: Any, ckpt: Path = ckpt) -> None:
+                postfix = {"method": r.name}
+                eps = getattr(r, "epsilons", None)
+                if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
+                    postfix["eps"] = f"{eps[-1]:.2f}"
+                bar.update(1, **postfix)  # the postfix shown with round r.t is the state after round r.t
+                if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
+                    checkpoints.save(ckpt, {"runner": r.state_dict()})
+
+            runner.run(callback)
+            record = make_record(label, settings, runner)
+            log(f"  {label}: final {record['loss_name']} {record['loss_mean'][-1]:.4f}, "
+                f"{record['wall_time_s']:.1f} s")
+            checkpoints.save(ckpt, {"record": record})
+            records.append(record)
+        return records
+    finally:
+        bar.close()
+
+
+def _one_line(err: BaseException) -> str:
+    """An error's message on one line (a multi-line one's lines joined; list bullets dropped)."""
+    lines = [line.strip().removeprefix("- ") for line in str(err).splitlines() if line.strip()]
+    text = " ".join(line if line[-1] in ".:;,!?" or line is lines[-1] else line + ";" for line in lines)
+    return text or type(err).__name__
+
+
+def prepare_scenarios(
+    cfg: ExperimentConfig, device: str, seeds: int | None = None, log: Callable[[str], None] = print,
+) -> list[ScenarioContext]:
+    r"""Build every scenario's objective and domain and check them, before the output folder is created.
+
+    Refuses, with a one-line :class:`ConfigError` naming the YAML key, an objective that cannot be
+    built (missing data files, bad arguments) and the settings its methods' runners would refuse
+    only once started (too few agents, ``runs.targets``, too many sub-regions; the kind's
+    :attr:`~fbo_torch.experiments.kind.ExperimentKind.check`). Returns one context per scenario
+    for the run to use (each objective is built once): scenario ``i`` has seed ``cfg.seed + 1000 i``
+    and ``seeds`` (else its ``runs.num_inits``) initializations.
+    """
+    kind = EXPERIMENTS[cfg.experiment]
+    contexts = []
+    for si, sc in enumerate(cfg.scenarios):
+        try:
+            objective = build_objective(sc.objective, device=device)
+        except (ValueError, TypeError, OSError, ImportError, RuntimeError) as err:
+            raise ConfigError(f"{sc.where}: objective ({sc.objective['type']}): {_one_line(err)}") from None
+        ctx = ScenarioContext(
+            cfg=cfg, index=si, scenario=sc, objective=objective,
+            domain=cfg.build_domain(objective),
+            seed=cfg.seed + 1000 * si, device=device,
+            num_inits=seeds if seeds is not None else sc.runs.num_inits, log=log,
+        )
+        kind.check(ctx)
+        contexts.append(ctx)
+    return contexts
+
+
+def run_scenario(ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool) -> dict[str, Any]:
+    r"""Run one scenario's methods (:func:`run_methods`); returns its JSON record."""
+    sc = ctx.scenario
+    methods = EXPERIMENTS[ctx.cfg.experiment].methods(ctx)
+    records = run_methods(ctx, checkpoints, progress, methods.make_runner, methods.make_record)
+    return {"name": sc.name, "objective": sc.objective, "num_runs": methods.num_runs, "methods": records}
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out_dir: str | Path,
+    device: str | None = None,
+    seeds: int | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    overwrite: bool = False,
+    echo_config: bool = False,
+) -> dict[str, Any]:
+    r"""Run every scenario and method of ``cfg``; write results and plots to ``out_dir``.
+
+    Every scenario's objective is built and checked (:func:`prepare_scenarios`) before
+    ``out_dir`` is created or anything in it deleted. The output folder is locked for
+    the run (:class:`~fbo_torch.experiments.outdir.OutputFolder`): a second run into it
+    is refused while this one runs, and a folder that already holds files is refused
+    unless ``resume`` (continue the run in it, only if its configuration fingerprint
+    equals this one's) or ``overwrite`` (first delete the files its ``run.json`` lists
+    as written by fbo-torch runs; other files are kept).
+
+    Args:
+        cfg: A parsed configuration (:func:`~fbo_torch.experiments.config.load_config`).
+        out_dir: Output folder (created).
+        device: Overrides ``cfg.device``.
+        seeds: Overrides the number of initializations (``runs.num_inits``).
+        resume: Continue from checkpoints in ``out_dir/checkpoints``.
+        progress: Show progress bars.
+        log: Where status lines go.
+        overwrite: Delete what earlier runs wrote in ``out_dir`` first (and nothing else).
+        echo_config: Log the resolved configuration (YAML) once the folder is checked.
+
+    Returns:
+        The results dictionary also written to ``out_dir/results.json``.
+
+    Raises:
+        OutputError: ``out_dir`` is unusable, locked by another run, or not empty.
+        ResumeError: ``resume`` into a run of a different configuration, or an unreadable checkpoint.
+        ConfigError: ``device`` (or the config's) is ``cuda`` but no CUDA device is available, or an
+            objective cannot be built or does not fit the methods (see :func:`prepare_scenarios`).
+        WriteError: A file could not be written (disk full, no permission); it names the file.
+        KeyboardInterrupt: Passed on; the checkpoints written so far stay valid (``resume=True``).
+    """
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise ValueError(f"`seeds` must be an integer >= 1, got {seeds!r}.")
+    check_device(cfg, device)
+    device = device or cfg.device
+    resolved = cfg.resolved()
+    resolved["device"] = device
+    if seeds is not None:
+        for sc in resolved["scenarios"]:
+            sc["runs"]["num_inits"] = seeds
+    out = Path(out_dir)
+    folder = OutputFolder(out, resume=resume, overwrite=overwrite)
+    try:
+        # An existing folder is locked and checked first (a resumed run's fingerprint and checkpoints);
+        # nothing is created or deleted before the objectives are built and checked.
+        folder.open(create=False)
+        folder.check_resume(resolved)
+        checkpoints = Checkpoints(out / "checkpoints", fingerprint(resolved), resume)
+        checkpoints.verify_all()
+        contexts = prepare_scenarios(cfg, device, seeds, log)
+        folder.open()
+        if overwrite and (folder.deleted or folder.kept):
+            kept = folder.kept
+            log(f"--overwrite: deleted the {len(folder.deleted)} file(s) and folder(s) an earlier run wrote in "
+                f"{out}" + (f"; kept {len(kept)} it did not write: {', '.join(kept[:5])}"
+                            f"{', ...' if len(kept) > 5 else ''}" if kept else ""))
+        if echo_config:
+            log("# resolved config")
+            log(yaml.safe_dump(resolved, sort_keys=False).rstrip())
+        folder.write_manifest(resolved)
+        folder.make_dir("checkpoints")
+        atomic_write_text(out / "config.resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        results: dict[str, Any] = {
+            "experiment": cfg.experiment,
+            "name": cfg.name,
+            "fingerprint": checkpoints.fingerprint,
+            "fbo_torch_version": fbo_torch.__version__,
+            "command": " ".join(sys.argv),
+            "environment": environment(device),
+            "config": resolved,
+            "scenarios": [],
+        }
+        t_start = time.perf_counter()
+        for si, sc in enumerate(cfg.scenarios):
+            log(f"scenario {si + 1}/{len(cfg.scenarios)}: {sc.name}")
+            ctx, contexts[si] = contexts[si], None  # its objective is held no longer than the scenario runs
+            rec = run_scenario(ctx, checkpoints, progress)
+            del ctx
+            results["scenarios"].append(rec)
+            write_json(out / "results.json", results)
+        results["wall_time_s"] = time.perf_counter() - t_start
+        write_json(out / "results.json", results)
+        render_reports(results, out)
+    finally:
+        folder.close()
+    return results
+
+
+def render_reports(results: dict[str, Any], out: str | Path) -> None:
+    """(Re)draw the plots and the text summary of a finished ``results.json``."""
+    out = Path(out)
+    plot_curves(results, out / "regret.png", title=results.get("name"))
+    EXPERIMENTS[results.get("experiment", "fts")].plot(results, out)
+    atomic_write_text(out / "summary.txt", summary_table(results) + "\n")

@@ -205,10 +205,10 @@ def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
 
 def _check_privacy(source: str, privacy: Any) -> dict[str, Any]:
     check_keys(f"{source}: privacy", privacy, PRIVACY_KEYS)
-    from fbo_torch.privacy import ACCOUNTANTS
+    from fbo_torch.privacy import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 
     privacy = dict(privacy)
-    acc = privacy.get("accountant", "rdp")
+    acc = privacy.get("accountant", DEFAULT_ACCOUNTANT)
     if acc not in ACCOUNTANTS:
         raise ConfigError(f"{source}: privacy.accountant must be one of {list(ACCOUNTANTS)}, got {acc!r}.")
     extra = privacy.get("extra_accountants", [])

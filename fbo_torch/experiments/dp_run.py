@@ -68,6 +68,7 @@ def run_dp_scenario(
     progress: bool, log: Callable[[str], None], objective: Any = None,
 ) -> dict[str, Any]:
     from fbo_torch.experiments.run import run_methods
+    from fbo_torch.privacy import DEFAULT_ACCOUNTANT
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner
 
     if objective is None:
@@ -75,7 +76,7 @@ def run_dp_scenario(
     domain = Domain(objective.bounds, objective.candidates, **cfg.optimizer.domain_kwargs())
     seed = cfg.seed + 1000 * si
     privacy = cfg.privacy
-    accountant = privacy.get("accountant", "rdp")
+    accountant = privacy.get("accountant", DEFAULT_ACCOUNTANT)
     extra = list(privacy.get("extra_accountants", []))
     delta = privacy.get("delta")
 

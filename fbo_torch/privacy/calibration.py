@@ -98,7 +98,7 @@ def calibrate_noise(
     Why not ``opacus.accountants.utils.get_noise_multiplier`` (which accepts every
     name here, ``"rdp-classic"`` included, and gives the same ``z`` within the
     tolerance; a test checks that): it bisects linearly from ``[0, 20]``, so it
-    needs about twice to three times as many ε evaluations as this search, which
+    needs two to three and a half times as many ε evaluations as this search, which
     interpolates ``log ε`` in ``log z`` (the cost matters for ``"prv"``, see
     ``docs/design.md``); it has no ``max_noise_multiplier`` and no ``steps = 0``;
     and bisecting toward ``z → 0`` makes PRV's discretisation blow up.

@@ -12,18 +12,22 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opacus.accountants import IAccountant, create_accountant
 
 from fbo_torch.privacy import (
     ACCOUNTANTS,
     ClassicRDPAccountant,
-    PrivacyAccountant,
     PrivacyLedger,
+    append_release,
     calibrate_noise,
+    check_accountant_name,
     compute_epsilon,
     default_delta,
-    get_accountant,
+    get_epsilon,
+    num_releases,
 )
-from fbo_torch.privacy.analysis import get_privacy_spent_classic
+from fbo_torch.privacy.accountants import check_accountant_state
+from fbo_torch.privacy.analysis import compute_mu_history, get_privacy_spent_classic
 
 N = 200
 DELTA = 1.0 / N**1.1
@@ -42,10 +46,10 @@ Q_STEPS = 0.05  # sample rate of the steps grid (small q keeps Opacus' fractiona
 pytestmark = pytest.mark.filterwarnings("ignore:GDP accounting:UserWarning")
 
 
-def _quiet_accountant(name: str, **kwargs) -> PrivacyAccountant:
+def _quiet_accountant(name: str) -> IAccountant:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return get_accountant(name, **kwargs)
+        return create_accountant(name)
 
 
 @pytest.fixture(scope="module")
@@ -140,10 +144,10 @@ def test_classic_conversion_infinite_rdp():
 
 
 def test_rdp_classic_best_order_is_integer():
-    acc = get_accountant("rdp-classic")
+    acc = create_accountant("rdp-classic")
     for _ in range(T):
         acc.step(noise_multiplier=1.0, sample_rate=0.25)
-    eps, order = acc.get_privacy_spent(DELTA)
+    eps, order = acc.get_privacy_spent(delta=DELTA)
     assert round(eps, 2) == 9.91
     assert order == int(order) and 2 <= order <= 256
 
@@ -153,11 +157,10 @@ def test_zero_noise_and_zero_steps(name):
     assert compute_epsilon(0.3, 0.0, 10, DELTA, accountant=name) == math.inf
     assert compute_epsilon(0.3, 1.0, 0, DELTA, accountant=name) == 0.0
     acc = _quiet_accountant(name)
-    assert acc.get_epsilon(DELTA) == 0.0 and len(acc) == 0
-    acc.step(2.0, 0.1)
-    acc.step(0.0, 0.1)  # one non-private release: no privacy left, whatever follows
-    acc.step(2.0, 0.1)
-    assert acc.get_epsilon(DELTA) == math.inf
+    assert get_epsilon(acc, DELTA) == 0.0 and len(acc) == 0
+    for z in (2.0, 0.0, 2.0):  # one non-private release: no privacy left, whatever follows
+        acc.history = append_release(acc.history, z, 0.1)
+    assert get_epsilon(acc, DELTA) == math.inf
 
 
 # --------------------------------------------------------------------------- #
@@ -165,41 +168,51 @@ def test_zero_noise_and_zero_steps(name):
 # --------------------------------------------------------------------------- #
 
 
-def _heterogeneous_steps(acc: PrivacyAccountant, start: int, stop: int) -> None:
-    """Step rounds start..stop-1 with a (z, q) schedule that changes every few rounds."""
+def _schedule(i: int) -> tuple[float, float]:
+    """(z, q) of round i: a schedule that changes every few rounds."""
+    return 1.0 + 0.5 * (i // 6), 0.02 if i % 7 < 5 else 0.03
+
+
+def _heterogeneous_steps(acc: IAccountant, start: int, stop: int) -> None:
+    """Record rounds start..stop-1 of the schedule (as the ledger does; gdp included)."""
     for i in range(start, stop):
-        acc.step(noise_multiplier=1.0 + 0.5 * (i // 6), sample_rate=0.02 if i % 7 < 5 else 0.03)
+        acc.history = append_release(acc.history, *_schedule(i))
 
 
 def test_history_run_length_and_len():
-    acc = get_accountant("rdp")
+    acc = create_accountant("rdp")
     _heterogeneous_steps(acc, 0, 15)
-    assert len(acc) == 15
-    assert sum(n for _, _, n in acc.history) == 15
+    assert num_releases(acc.history) == 15
     assert acc.history[0] == (1.0, 0.02, 5)
-    assert acc.mechanism() == "rdp"
+    # append_release merges exactly as Opacus' own step
+    stepped = create_accountant("rdp")
+    for i in range(15):
+        z, q = _schedule(i)
+        stepped.step(noise_multiplier=z, sample_rate=q)
+    assert stepped.history == acc.history and len(acc) == len(stepped) == len(acc.history)  # Opacus' len: segments
     # heterogeneous composition: splitting a constant run into segments changes nothing
-    a, b = get_accountant("rdp-classic"), get_accountant("rdp-classic")
+    a, b = create_accountant("rdp-classic"), create_accountant("rdp-classic")
     a.history = [(1.0, 0.25, 40)]
     b.history = [(1.0, 0.25, 10), (1.0, 0.25, 30)]
-    assert a.get_epsilon(DELTA) == pytest.approx(b.get_epsilon(DELTA), rel=1e-12)
+    assert get_epsilon(a, DELTA) == pytest.approx(get_epsilon(b, DELTA), rel=1e-12)
     # and a heterogeneous run lies between the all-low and all-high runs
-    c = get_accountant("rdp-classic")
+    c = create_accountant("rdp-classic")
     c.history = [(1.0, 0.25, 20), (1.5, 0.25, 20)]
-    lo, hi = compute_epsilon(0.25, 1.5, 40, DELTA, "rdp-classic"), a.get_epsilon(DELTA)
-    assert lo < c.get_epsilon(DELTA) < hi
+    lo, hi = compute_epsilon(0.25, 1.5, 40, DELTA, "rdp-classic"), get_epsilon(a, DELTA)
+    assert lo < get_epsilon(c, DELTA) < hi
 
 
 def test_gdp_heterogeneous_composes_mu():
     acc = _quiet_accountant("gdp")
-    acc.history = [(1.0, 0.25, 20), (2.0, 0.1, 30)]
-    one = _quiet_accountant("gdp")
-    one.history = [(1.0, 0.25, 20)]
-    two = _quiet_accountant("gdp")
-    two.history = [(2.0, 0.1, 30)]
-    assert acc.get_mu() == pytest.approx(math.hypot(one.get_mu(), two.get_mu()))
-    # a single segment agrees with Opacus' GaussianAccountant
-    assert one.get_epsilon(DELTA) == pytest.approx(one.to_opacus().get_epsilon(DELTA), rel=1e-9)
+    one, two = [(1.0, 0.25, 20)], [(2.0, 0.1, 30)]
+    assert compute_mu_history(one + two) == pytest.approx(math.hypot(compute_mu_history(one), compute_mu_history(two)))
+    # more privacy loss than either segment alone
+    assert get_epsilon(acc, DELTA, history=one + two) > max(get_epsilon(acc, DELTA, history=h) for h in (one, two))
+    # a single segment agrees with Opacus' GaussianAccountant, which cannot hold two
+    acc.history = one
+    assert get_epsilon(acc, DELTA) == pytest.approx(acc.get_epsilon(DELTA), rel=1e-9)
+    with pytest.raises(ValueError, match="constant"):
+        acc.step(noise_multiplier=2.0, sample_rate=0.1)
 
 
 @pytest.mark.parametrize("name", ACCOUNTANTS)
@@ -214,28 +227,36 @@ def test_state_dict_round_trip(name):
     resumed.load_state_dict(state)
     _heterogeneous_steps(resumed, 10, 15)
     _heterogeneous_steps(first, 10, 15)  # the saved state is a copy
-    assert sum(n for *_, n in state["history"]) == 10
+    assert num_releases(state["history"]) == 10
     assert resumed.history == full.history
-    assert len(resumed) == len(full) == 15
+    assert num_releases(resumed.history) == num_releases(full.history) == 15
     if name != "prv":  # prv is a deterministic function of the same history; skip the cost
-        assert resumed.get_epsilon(DELTA) == full.get_epsilon(DELTA)
+        assert get_epsilon(resumed, DELTA) == get_epsilon(full, DELTA)
 
 
-def test_state_dict_is_opacus_compatible():
-    from opacus.accountants import RDPAccountant as OpacusRDP
+def test_rdp_epsilon_is_opacus_rdp_accountants():
+    # get_epsilon caches the one-step RDP of each (z, q); the value is Opacus' own, to the bit
+    acc = create_accountant("rdp")
+    _heterogeneous_steps(acc, 0, 12)
+    assert get_epsilon(acc, DELTA) == acc.get_epsilon(DELTA)
+    alphas = [1.5, 2.0, 8.0, 32.0]
+    assert get_epsilon(acc, DELTA, alphas=alphas) == acc.get_epsilon(DELTA, alphas=alphas)
 
-    ours = get_accountant("rdp")
-    _heterogeneous_steps(ours, 0, 12)
-    theirs = OpacusRDP()
-    theirs.load_state_dict(ours.state_dict())
-    assert theirs.get_epsilon(DELTA) == pytest.approx(ours.get_epsilon(DELTA), rel=1e-12)
-    other = get_accountant("rdp-classic")
+
+def test_saved_accountant_state_is_checked():
+    state = create_accountant("rdp").state_dict()
     with pytest.raises(ValueError, match="mechanism"):
-        other.load_state_dict(ours.state_dict())
+        check_accountant_state(state, "rdp-classic")
     with pytest.raises(ValueError, match="empty"):
-        other.load_state_dict({})
-    with pytest.raises(ValueError, match="sample_rate"):
-        other.load_state_dict({"history": [(1.0, 1.5, 3)], "mechanism": "rdp-classic"})
+        check_accountant_state({}, "rdp-classic")
+    with pytest.raises(ValueError, match="no key 'history'"):
+        check_accountant_state({"mechanism": "rdp-classic"}, "rdp-classic")
+    with pytest.raises(ValueError, match=r"history\[0\].sample_rate"):
+        check_accountant_state({"history": [(1.0, 1.5, 3)], "mechanism": "rdp-classic"}, "rdp-classic")
+    with pytest.raises(ValueError, match=r"history\[1\].num_steps"):
+        check_accountant_state({"history": [(1.0, 0.5, 3), (1.0, 0.5, 0)], "mechanism": "rdp"}, "rdp")
+    with pytest.raises(ValueError, match=r"history\[0\]. must be a"):
+        check_accountant_state({"history": [(1.0, 0.5)], "mechanism": "rdp"}, "rdp")
 
 
 # --------------------------------------------------------------------------- #
@@ -285,7 +306,7 @@ def test_ledger_matches_paper_and_records_per_round():
     assert ledger.can_release(1.0, 0.25)  # no budget: always
     for _ in range(T):
         ledger.record(noise_multiplier=1.0, sample_rate=0.25)
-    assert ledger.rounds == T == len(ledger.epsilons) == len(ledger.accountant)
+    assert ledger.rounds == T == len(ledger.epsilons) == num_releases(ledger.accountant.history)
     assert round(ledger.epsilon, 2) == 9.91
     assert ledger.epsilons == sorted(ledger.epsilons)
     assert ledger.epsilons[9] == pytest.approx(compute_epsilon(0.25, 1.0, 10, DELTA, "rdp-classic"))
@@ -377,12 +398,22 @@ def test_delta_at_or_above_one_over_n_warns_and_the_deployment_default_is_small(
 
 
 def test_ledger_accepts_accountant_instance():
-    acc = ClassicRDPAccountant(orders=range(2, 65))
+    acc = create_accountant("rdp-classic")
     ledger = PrivacyLedger(acc, num_agents=N)
     ledger.record(1.0, 0.25)
-    assert ledger.mechanism == "rdp-classic" and len(acc) == 1
+    assert ledger.mechanism == "rdp-classic" and acc.history == [(1.0, 0.25, 1)]
     with pytest.raises(ValueError, match="no recorded steps"):
         PrivacyLedger(acc, num_agents=N)
+
+
+def test_rdp_classic_other_orders():
+    # other orders to optimise over: without the best one (2 here), a larger epsilon
+    acc = create_accountant("rdp-classic")
+    acc.history = [(1.0, 0.25, T)]
+    default = get_epsilon(acc, DELTA)
+    assert get_epsilon(acc, DELTA, alphas=range(2, 65)) == default  # the best order here is 2
+    assert get_epsilon(acc, DELTA, alphas=[4, 5]) > default
+    assert compute_epsilon(0.25, 1.0, T, DELTA, "rdp-classic", alphas=[4, 5]) == get_epsilon(acc, DELTA, alphas=[4, 5])
 
 
 # --------------------------------------------------------------------------- #
@@ -438,14 +469,21 @@ def test_calibrate_noise_bad_input(kwargs, exc, match):
 
 def test_accountant_and_ledger_bad_input():
     with pytest.raises(ValueError, match="valid names are 'rdp', 'prv', 'gdp', 'rdp-classic'"):
-        get_accountant("moments")
-    acc = get_accountant("rdp-classic")
+        check_accountant_name("moments")
+    assert check_accountant_name(" RDP-Classic ") == "rdp-classic"
+    acc = create_accountant("rdp-classic")
     with pytest.raises(ValueError, match="sample_rate"):
-        acc.step(1.0, 0.0)
+        append_release(acc.history, 1.0, 0.0)
     with pytest.raises(ValueError, match="noise_multiplier"):
-        acc.step(-0.5, 0.1)
+        append_release(acc.history, -0.5, 0.1)
     with pytest.raises(ValueError, match="delta"):
-        acc.get_epsilon(0.0)
+        get_epsilon(acc, 0.0)
+    with pytest.raises(ValueError, match=r"history\[0\].noise_multiplier"):
+        get_epsilon(acc, DELTA, history=[(math.nan, 0.5, 1)])
+    with pytest.raises(TypeError, match="IAccountant"):
+        get_epsilon("rdp", DELTA)
+    with pytest.raises(ValueError, match="eps_error"):
+        compute_epsilon(0.25, 1.0, 10, DELTA, accountant="prv", eps_error=0.0)
     assert len(acc) == 0  # failed steps record nothing
     with pytest.raises(ValueError, match="max_epsilon"):
         PrivacyLedger("rdp", num_agents=N, max_epsilon=0.0)
@@ -462,74 +500,42 @@ def test_accountant_and_ledger_bad_input():
 
 
 # --------------------------------------------------------------------------- #
-# lazy Opacus import
-# --------------------------------------------------------------------------- #
-
-
-def test_lazy_opacus_import():
-    code = textwrap.dedent(
-        """
-        import sys
-        import fbo_torch.privacy as P
-        assert "opacus" not in sys.modules, "import fbo_torch.privacy imported opacus"
-        # input validation needs no opacus either
-        try:
-            P.compute_epsilon(0.0, 1.0, 10, 1e-5)
-        except ValueError:
-            pass
-        assert "opacus" not in sys.modules
-        # pretend opacus is not installed
-        sys.modules["opacus"] = None
-        for name in P.ACCOUNTANTS:
-            try:
-                P.get_accountant(name)
-            except ImportError as err:
-                assert "pip install opacus" in str(err), str(err)
-            else:
-                raise AssertionError(name + " did not raise ImportError")
-        print("OK")
-        """
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "OK"
-
-
-# --------------------------------------------------------------------------- #
-# Opacus-native "rdp-classic" (issue 13.4)
+# a thin layer over Opacus: "rdp-classic" in Opacus' registry
 # --------------------------------------------------------------------------- #
 
 
 @pytest.mark.parametrize(("q", "z"), list(PAPER))
 def test_rdp_classic_is_an_opacus_accountant(q, z):
     # Opacus' own factory creates it and it reports the paper's epsilon
-    from opacus.accountants import IAccountant, create_accountant
-
-    get_accountant("rdp-classic")  # any fbo_torch accountant registers it
-    acc = create_accountant("rdp-classic")
-    assert isinstance(acc, IAccountant) and acc.mechanism() == "rdp-classic"
+    acc = create_accountant("rdp-classic")  # registered at import of fbo_torch.privacy
+    assert type(acc) is ClassicRDPAccountant and acc.mechanism() == "rdp-classic"
     for _ in range(T):
         acc.step(noise_multiplier=z, sample_rate=q)
     assert acc.history == [(z, q, T)] and len(acc) == 1  # Opacus' len: history segments
     assert round(acc.get_epsilon(DELTA), 2) == PAPER[(q, z)]
     assert acc.get_epsilon(DELTA) == compute_epsilon(q, z, T, DELTA, accountant="rdp-classic")
+    assert acc.get_epsilon(DELTA) == get_epsilon(acc, DELTA)
 
 
-def test_rdp_classic_state_dicts_are_interchangeable_with_opacus():
-    from opacus.accountants import create_accountant
-
-    ours = get_accountant("rdp-classic")
+def test_rdp_classic_state_dict_round_trip_through_opacus():
+    ours = create_accountant("rdp-classic")
     for k in range(12):
-        ours.step(1.0 + 0.1 * (k // 4), 0.25)
-    theirs = create_accountant("rdp-classic")
-    theirs.load_state_dict(ours.state_dict())
-    assert theirs.get_epsilon(DELTA) == ours.get_epsilon(DELTA)
-    assert ours.to_opacus().get_epsilon(DELTA) == ours.get_epsilon(DELTA)
-    back = get_accountant("rdp-classic")
-    back.load_state_dict(theirs.state_dict())
-    assert back.history == ours.history
-    with pytest.raises(ValueError, match="default orders"):
-        ClassicRDPAccountant(orders=[2, 3, 4]).to_opacus()
+        ours.step(noise_multiplier=1.0 + 0.1 * (k // 4), sample_rate=0.25)
+    back = create_accountant("rdp-classic")
+    back.load_state_dict(ours.state_dict())
+    assert back.history == ours.history and get_epsilon(back, DELTA) == get_epsilon(ours, DELTA)
+    with pytest.raises(ValueError, match="mechanism"):  # Opacus' own check
+        create_accountant("rdp").load_state_dict(ours.state_dict())
+
+
+def test_no_fbo_torch_name_shadows_an_opacus_accountant():
+    import opacus.accountants
+
+    import fbo_torch.privacy as P
+
+    assert not set(vars(P)) & set(opacus.accountants.__all__)
+    for name in ACCOUNTANTS:  # every name fbo_torch reports with is Opacus' to create
+        assert _quiet_accountant(name).mechanism() == name
 
 
 @pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha:UserWarning")
@@ -551,7 +557,6 @@ def test_opacus_privacy_engine_trains_with_rdp_classic():
     import torch
     from opacus import PrivacyEngine
 
-    get_accountant("rdp-classic")
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
     data = torch.utils.data.TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
@@ -571,10 +576,11 @@ def test_opacus_privacy_engine_trains_with_rdp_classic():
     assert eps == pytest.approx(compute_epsilon(16 / 64, 1.1, steps, 1e-5, accountant="rdp-classic"), rel=1e-12)
 
 
-def test_opacus_imported_first_gets_rdp_classic_at_import():
+@pytest.mark.parametrize("opacus_first", [True, False])
+def test_importing_fbo_torch_privacy_registers_rdp_classic(opacus_first):
     code = textwrap.dedent(
-        """
-        import opacus.accountants
+        f"""
+        {"import opacus.accountants" if opacus_first else ""}
         import fbo_torch.privacy
         from opacus.accountants import create_accountant
         from opacus.accountants.utils import get_noise_multiplier
@@ -582,8 +588,53 @@ def test_opacus_imported_first_gets_rdp_classic_at_import():
         z = get_noise_multiplier(target_epsilon=9.91, target_delta=200 ** -1.1, sample_rate=0.25, steps=40,
                                  accountant="rdp-classic", epsilon_tolerance=0.005)
         print(abs(z - 1.0) < 0.005)
+        # registering again (a reload) is harmless; a different accountant under the name is refused
+        import importlib
+        import fbo_torch.privacy.rdp_classic as m
+        importlib.reload(m)
+        print(type(create_accountant("rdp-classic")) is m.ClassicRDPAccountant)
+        from opacus.accountants import RDPAccountant, register_accountant
+        register_accountant("rdp-classic", RDPAccountant, force=True)
+        try:
+            importlib.reload(m)
+        except ValueError as err:
+            print("refused" if "different accountant" in str(err) else err)
         """
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["OpacusClassicRDPAccountant", "True"]
+    assert res.stdout.split() == ["ClassicRDPAccountant", "True", "True", "refused"]
+
+
+def test_analysis_imports_nothing_from_the_package_above():
+    import ast
+    from pathlib import Path
+
+    import fbo_torch.privacy.analysis as analysis
+
+    for path in Path(analysis.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                assert node.level == 0, path
+                assert not mod.startswith("fbo_torch.privacy") or mod.startswith("fbo_torch.privacy.analysis"), (
+                    path, mod)
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("fbo_torch.privacy") for a in node.names), path
+
+
+def test_default_accountant_is_defined_once():
+    import dataclasses
+    import inspect
+
+    from fbo_torch.federation.server import DPFTSDEServer
+    from fbo_torch.federation.settings import PrivacySettings
+    from fbo_torch.flower.config import FlowerRunConfig
+    from fbo_torch.privacy import DEFAULT_ACCOUNTANT
+    from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+
+    assert DEFAULT_ACCOUNTANT in ACCOUNTANTS
+    for fn in (DPFTSDEServer, DPFTSDERunner, PrivacyLedger, compute_epsilon, calibrate_noise):
+        assert inspect.signature(fn).parameters["accountant"].default == DEFAULT_ACCOUNTANT, fn
+    assert FlowerRunConfig.from_run_config({}).privacy.accountant == DEFAULT_ACCOUNTANT
+    assert {f.name: f.default for f in dataclasses.fields(PrivacySettings)}["accountant"] == DEFAULT_ACCOUNTANT

@@ -45,6 +45,7 @@ from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.randomness import KeyedServerRandomness, ServerRandomness
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.utils.validation import check_int
+from fbo_torch.privacy import DEFAULT_ACCOUNTANT, PrivacyLedger
 
 #: Why a round released nothing.
 NOT_RELEASED = ("schedule", "budget", "no valid message")
@@ -104,7 +105,7 @@ class DPFTSDEServer:
         bounds: Tensor,
         settings: Any,
         randomness: ServerRandomness | Tensor,
-        accountant: str | None = "rdp",
+        accountant: str | None = DEFAULT_ACCOUNTANT,
         delta: float | None = None,
     ) -> None:
         N = check_int("num_agents", num_agents, minimum=1)
@@ -129,8 +130,6 @@ class DPFTSDEServer:
         self.ledger = None
         self.private = settings.noise_multiplier > 0
         if self.private and accountant is not None:
-            from fbo_torch.privacy import PrivacyLedger
-
             self.ledger = PrivacyLedger(accountant=accountant, delta=delta, num_agents=N,
                                         max_epsilon=settings.max_epsilon)
         self.stop_reason = ""  # why the server stopped releasing for good ("" while it has not)

@@ -42,7 +42,7 @@ from fbo_torch.federation.faults import FaultInjector
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.batched_gp import GP_SPECS
-from fbo_torch.privacy import ACCOUNTANTS
+from fbo_torch.privacy import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from fbo_torch.utils.validation import check_int, check_probability
 
 
@@ -323,7 +323,7 @@ class PrivacySettings:
         extra_accountants: Accountants whose ε is reported besides the ledger's.
     """
 
-    accountant: str = "rdp"
+    accountant: str = DEFAULT_ACCOUNTANT
     delta: float | None = None
     max_epsilon: float | None = None
     extra_accountants: list[str] = field(default_factory=list)

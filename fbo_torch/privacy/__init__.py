@@ -1,25 +1,22 @@
-r"""Differential-privacy accounting for DP-FTS-DE.
+r"""Differential-privacy accounting for DP-FTS-DE, on Opacus' accountants.
 
 DP-FTS-DE (Dai et al., 2021) releases the server's aggregate once per round
 through a Poisson-subsampled Gaussian mechanism (sampling rate ``q``, noise
-multiplier ``z``). This package turns those releases into an (ε, δ) guarantee.
+multiplier ``z``). This package turns those releases into an (ε, δ) guarantee
+with Opacus' accountants (``opacus.accountants.create_accountant(name)``):
 
-* :func:`get_accountant` creates an accountant shaped like Opacus'
-  ``IAccountant`` (``step``, ``get_epsilon``, ``history``, ``state_dict``):
-  ``"rdp"`` (default), ``"prv"``, ``"gdp"`` (all backed by Opacus) and
-  ``"rdp-classic"`` (the papers' moments accountant, which reproduces their
-  published ε exactly).
+* Importing it registers the papers' moments accountant,
+  :class:`~fbo_torch.privacy.rdp_classic.ClassicRDPAccountant`, with Opacus as
+  ``"rdp-classic"``, so ``create_accountant("rdp-classic")``,
+  ``get_noise_multiplier(..., accountant="rdp-classic")`` and
+  ``PrivacyEngine(accountant="rdp-classic")`` work. Its maths (which
+  reproduces the papers' published ε exactly) is in :mod:`fbo_torch.privacy.analysis`.
+* :data:`ACCOUNTANTS` names the accountants fbo_torch reports ε with:
+  ``"rdp"`` (:data:`DEFAULT_ACCOUNTANT`), ``"prv"``, ``"gdp"``, ``"rdp-classic"``.
+* :func:`get_epsilon` is the ε of any Opacus accountant with fbo_torch's
+  guards (:mod:`fbo_torch.privacy.accountants`).
 * :func:`compute_epsilon` / :func:`calibrate_noise` are the one-shot forms.
 * :class:`PrivacyLedger` is the per-run record a server keeps.
-* ``"rdp-classic"`` is also an Opacus ``IAccountant``
-  (:class:`~fbo_torch.privacy.opacus_accountants.OpacusClassicRDPAccountant`)
-  registered with Opacus, so ``opacus.accountants.create_accountant``,
-  ``get_noise_multiplier`` and ``PrivacyEngine`` accept the name.
-
-Opacus is imported lazily (only when an accountant is created or a function
-called), so importing this package works on machines without it. The
-registration with Opacus happens at that point, at import if Opacus is already
-imported, or by calling :func:`register_opacus_accountants`.
 
 Example:
     >>> from fbo_torch.privacy import compute_epsilon
@@ -28,37 +25,29 @@ Example:
     9.91
 """
 
-import sys as _sys
-
 from fbo_torch.privacy.accountants import (
     ACCOUNTANTS,
-    ClassicRDPAccountant,
-    GaussianDPAccountant,
-    PRVAccountant,
-    PrivacyAccountant,
-    RDPAccountant,
-    calibrate_noise,
-    compute_epsilon,
-    get_accountant,
-    register_opacus_accountants,
+    DEFAULT_ACCOUNTANT,
+    append_release,
+    check_accountant_name,
+    get_epsilon,
+    num_releases,
 )
+from fbo_torch.privacy.calibration import calibrate_noise, compute_epsilon
 from fbo_torch.privacy.ledger import PrivacyLedger, default_delta, deployment_delta
-
-if "opacus.accountants" in _sys.modules:  # Opacus already loaded: registering costs nothing
-    register_opacus_accountants()
+from fbo_torch.privacy.rdp_classic import ClassicRDPAccountant
 
 __all__ = [
     "ACCOUNTANTS",
+    "DEFAULT_ACCOUNTANT",
     "ClassicRDPAccountant",
-    "GaussianDPAccountant",
-    "PRVAccountant",
-    "PrivacyAccountant",
     "PrivacyLedger",
-    "RDPAccountant",
+    "append_release",
     "calibrate_noise",
+    "check_accountant_name",
     "compute_epsilon",
     "default_delta",
     "deployment_delta",
-    "get_accountant",
-    "register_opacus_accountants",
+    "get_epsilon",
+    "num_releases",
 ]

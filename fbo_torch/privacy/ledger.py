@@ -1,7 +1,8 @@
 r"""The per-run privacy ledger of a DP-FTS-DE server.
 
-A :class:`PrivacyLedger` wraps a :class:`~fbo_torch.privacy.PrivacyAccountant`
-with the run's ``δ`` and an optional budget ``max_epsilon``. The server asks
+A :class:`PrivacyLedger` wraps an Opacus accountant
+(``opacus.accountants.create_accountant(name)``) with the run's ``δ`` and an
+optional budget ``max_epsilon``. The server asks
 :meth:`PrivacyLedger.can_release` before a round and calls
 :meth:`PrivacyLedger.record` for **every** release of its (noised) output; the
 ledger keeps ε after each round.
@@ -20,13 +21,19 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from opacus.accountants import IAccountant, create_accountant
+
 from fbo_torch.privacy.accountants import (
-    PrivacyAccountant,
-    _check_accountant_name,
-    _check_delta,
-    _check_noise_multiplier,
-    _check_sample_rate,
-    get_accountant,
+    DEFAULT_ACCOUNTANT,
+    History,
+    append_release,
+    check_accountant_name,
+    check_accountant_state,
+    check_delta,
+    check_noise_multiplier,
+    check_sample_rate,
+    get_epsilon,
+    num_releases,
 )
 from fbo_torch.utils.validation import check_int, check_positive
 
@@ -64,9 +71,10 @@ class PrivacyLedger:
     r"""Per-run record of the privacy spent by a DP-FTS-DE server.
 
     Args:
-        accountant: Accountant name (``"rdp"``, ``"prv"``, ``"gdp"``,
-            ``"rdp-classic"``; see :func:`~fbo_torch.privacy.get_accountant`) or
-            a fresh :class:`~fbo_torch.privacy.PrivacyAccountant` with no steps.
+        accountant: Accountant name (one of :data:`~fbo_torch.privacy.ACCOUNTANTS`:
+            ``"rdp"``, ``"prv"``, ``"gdp"``, ``"rdp-classic"``), created with
+            ``opacus.accountants.create_accountant``, or an Opacus accountant
+            with no steps.
         delta: Target ``δ ∈ (0, 1)``. Defaults to ``1 / num_agents**1.1``.
         num_agents: Number of agents ``N``; used for the default ``δ``, and to warn
             when ``δ ≥ 1/N`` (a guarantee that allows releasing one agent's data in full).
@@ -85,7 +93,7 @@ class PrivacyLedger:
 
     def __init__(
         self,
-        accountant: str | PrivacyAccountant = "rdp",
+        accountant: str | IAccountant = DEFAULT_ACCOUNTANT,
         delta: float | None = None,
         num_agents: int | None = None,
         max_epsilon: float | None = None,
@@ -96,7 +104,7 @@ class PrivacyLedger:
             if num_agents is None:
                 raise ValueError("PrivacyLedger needs `delta` or `num_agents` (for the default delta = 1/N^1.1).")
             delta = default_delta(num_agents)
-        self._delta = _check_delta(delta)
+        self._delta = check_delta(delta)
         self._num_agents = num_agents
         if num_agents is not None and self._delta * num_agents >= 1.0:
             warnings.warn(
@@ -110,25 +118,28 @@ class PrivacyLedger:
             check_positive("max_epsilon", max_epsilon)
             max_epsilon = float(max_epsilon)
         self._max_epsilon = max_epsilon
-        if isinstance(accountant, PrivacyAccountant):
-            if len(accountant) != 0:
+        if isinstance(accountant, IAccountant):
+            if accountant.history:
                 raise ValueError(
-                    f"`accountant` must have no recorded steps, got one with {len(accountant)}; "
+                    f"`accountant` must have no recorded steps, got one with {num_releases(accountant.history)}; "
                     "use load_state_dict to resume a run."
                 )
             self._accountant = accountant
         else:
-            _check_accountant_name(accountant)
-            self._accountant = get_accountant(accountant)
+            self._accountant = create_accountant(check_accountant_name(accountant))
         self._epsilons: list[float] = []
-        # (history before the release, z, q, ε after it) of the last can_release query
-        self._pending: tuple[Any, float, float, float] | None = None
+        # (history before the release, z, q, history after it, ε after it) of the last can_release query
+        self._pending: tuple[tuple, float, float, History, float] | None = None
 
     # -- properties -------------------------------------------------------- #
 
     @property
-    def accountant(self) -> PrivacyAccountant:
-        r"""The underlying accountant (do not step it directly; use :meth:`record`)."""
+    def accountant(self) -> IAccountant:
+        r"""The underlying Opacus accountant (do not step it directly; use :meth:`record`).
+
+        :meth:`record` sets its ``history``, merged as Opacus' ``RDPAccountant.step``
+        merges it (:func:`~fbo_torch.privacy.append_release`).
+        """
         return self._accountant
 
     @property
@@ -192,23 +203,24 @@ class PrivacyLedger:
             sample_rate: ``q ∈ (0, 1]`` of the next release.
 
         Returns:
-            The would-be ε (computed on a copy of the accountant).
+            The would-be ε (the accountant is not modified).
         """
-        z = _check_noise_multiplier(noise_multiplier)
-        q = _check_sample_rate(sample_rate)
+        return self._next(noise_multiplier, sample_rate)[1]
+
+    def _next(self, noise_multiplier: float, sample_rate: float) -> tuple[History, float]:
+        """The history after one more release with ``(z, q)``, and its ε (kept for :meth:`record`)."""
+        z = check_noise_multiplier(noise_multiplier)
+        q = check_sample_rate(sample_rate)
         before = tuple(self._accountant.history)
-        if self._pending is not None and self._pending[:3] == (before, z, q):
-            return self._pending[3]
-        trial = self._accountant.copy()
-        trial.step(z, q)
-        eps = trial.get_epsilon(self._delta)
-        self._pending = (before, z, q, eps)
-        return eps
+        if self._pending is None or self._pending[:3] != (before, z, q):
+            after = append_release(before, z, q)
+            self._pending = (before, z, q, after, get_epsilon(self._accountant, self._delta, history=after))
+        return self._pending[3], self._pending[4]
 
     def can_release(self, noise_multiplier: float, sample_rate: float) -> bool:
         r"""Whether one more release with ``(z, q)`` keeps ε within ``max_epsilon``.
 
-        Computed on a copy of the accountant, with the same accountant as
+        Computed without recording, with the same accountant as
         :meth:`record`, so ``can_release`` is ``False`` exactly when ``record``
         would push ε above the budget.
 
@@ -235,8 +247,8 @@ class PrivacyLedger:
         Returns:
             ε after this release; also appended to :attr:`epsilons`.
         """
-        eps = self.peek_epsilon(noise_multiplier, sample_rate)
-        self._accountant.step(float(noise_multiplier), float(sample_rate))
+        after, eps = self._next(noise_multiplier, sample_rate)
+        self._accountant.history = after
         self._pending = None
         self._epsilons.append(eps)
         if self._max_epsilon is not None and eps > self._max_epsilon:
@@ -287,7 +299,7 @@ class PrivacyLedger:
         missing = [k for k in keys if k not in (state_dict or {})]
         if missing:
             raise ValueError(f"`state_dict` is missing key(s) {missing}; cannot load it into a PrivacyLedger.")
-        delta = _check_delta(state_dict["delta"])
+        delta = check_delta(state_dict["delta"])
         num_agents = state_dict["num_agents"]
         if num_agents is not None:
             num_agents = check_int("num_agents", num_agents, minimum=1)
@@ -299,34 +311,32 @@ class PrivacyLedger:
             epsilons = [float(e) for e in state_dict["epsilons"]]
         except (TypeError, ValueError):
             raise ValueError("`state_dict['epsilons']` must be a list of numbers.") from None
-        trial = self._accountant.copy()
-        trial.load_state_dict(state_dict["accountant"])
-        if len(trial) != len(epsilons):
+        history = check_accountant_state(state_dict["accountant"], self.mechanism)
+        if num_releases(history) != len(epsilons):
             raise ValueError(
                 f"`state_dict` is inconsistent: {len(epsilons)} recorded epsilons but the accountant "
-                f"holds {len(trial)} steps."
+                f"holds {num_releases(history)} steps."
             )
-        expected = self._replay(trial.history, delta)
+        expected = self._replay(history, delta)
         for i, (got, want) in enumerate(zip(epsilons, expected)):
             if not (got == want or math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12)):
                 raise ValueError(
                     f"`state_dict` says epsilon = {got!r} after release {i + 1}, but its recorded releases give "
                     f"{want!r} (delta = {delta:g}): refusing a ledger whose epsilons do not follow from its steps."
                 )
-        self._accountant.load_state_dict(state_dict["accountant"])
+        self._accountant.load_state_dict({"history": history, "mechanism": self.mechanism})
         self._delta, self._num_agents, self._max_epsilon = delta, num_agents, max_epsilon
         self._epsilons = epsilons
         self._pending = None
 
-    def _replay(self, history: list[tuple[float, float, int]], delta: float) -> list[float]:
+    def _replay(self, history: History, delta: float) -> list[float]:
         """ε after each release of ``history`` (run-length ``(z, q, steps)``), recomputed."""
-        trial = self._accountant.copy()
-        trial.reset()
+        trial: History = []
         out = []
         for z, q, steps in history:
             for _ in range(int(steps)):
-                trial.step(z, q)
-                out.append(trial.get_epsilon(delta))
+                trial = append_release(trial, z, q)
+                out.append(get_epsilon(self._accountant, delta, history=trial))
         return out
 
     def __repr__(self) -> str:

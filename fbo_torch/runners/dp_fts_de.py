@@ -54,6 +54,7 @@ from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives.base import Objective
 from fbo_torch.utils.validation import check_int
+from fbo_torch.privacy import DEFAULT_ACCOUNTANT
 
 @dataclass
 class DPFTSDEResult:
@@ -129,7 +130,7 @@ class DPFTSDERunner:
         seed: int = 0,
         device: torch.device | str = "cpu",
         name: str | None = None,
-        accountant: str = "rdp",
+        accountant: str = DEFAULT_ACCOUNTANT,
         delta: float | None = None,
         server_randomness: ServerRandomness | None = None,
     ) -> None:

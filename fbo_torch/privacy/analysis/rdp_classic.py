@@ -18,74 +18,22 @@ once per round through a Poisson-subsampled Gaussian mechanism (sampling rate
 
 Opacus' ``RDPAccountant`` uses the tighter conversion of Balle et al. (2020)
 and fractional orders, so it reports a smaller ``ε`` for the same run; this
-module exists to reproduce the papers' values. The RDP of one step comes from
-``opacus.accountants.analysis.rdp.compute_rdp`` (imported on first use).
+module exists to reproduce the papers' values. The RDP of a history comes from
+:func:`~fbo_torch.privacy.analysis.rdp.compute_rdp_history` (Opacus' ``compute_rdp``
+per segment).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from fbo_torch.privacy.analysis.rdp import check_orders, compute_rdp_history
+
 #: RDP orders of the paper-compatible accountant: the integers 2, ..., 256.
 DEFAULT_ORDERS: tuple[int, ...] = tuple(range(2, 257))
-
-
-def _orders_array(orders: Sequence[float]) -> np.ndarray:
-    orders_vec = np.atleast_1d(np.asarray(orders, dtype=float))
-    if orders_vec.ndim != 1 or orders_vec.size == 0:
-        raise ValueError(f"`orders` must be a non-empty 1-d sequence of RDP orders, got {orders!r}.")
-    if not (np.isfinite(orders_vec).all() and (orders_vec > 1).all()):
-        raise ValueError(f"`orders` must all be finite and > 1, got {orders_vec.tolist()}.")
-    return orders_vec
-
-
-@functools.lru_cache(maxsize=1024)
-def _step_rdp(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
-    from fbo_torch.privacy.analysis import require_opacus
-
-    compute_rdp = require_opacus("opacus.accountants.analysis.rdp").compute_rdp
-    rdp = np.asarray(
-        compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)),
-        dtype=float,
-    )
-    rdp.setflags(write=False)
-    return rdp
-
-
-def compute_rdp_history(
-    history: Iterable[tuple[float, float, int]],
-    orders: Sequence[float],
-) -> np.ndarray:
-    r"""RDP of a composition of Poisson-subsampled Gaussian mechanisms.
-
-    For each ``(z, q, n)`` segment, ``n`` times the one-step RDP from
-    ``opacus.accountants.analysis.rdp.compute_rdp``, summed over segments (RDP
-    composes additively at each order). This is exactly the sum Opacus'
-    ``RDPAccountant`` forms (``compute_rdp(steps=n)`` is ``n`` times the
-    one-step value), but the one-step RDP of each ``(z, q)`` is cached, so a
-    ledger that re-evaluates a growing history every round pays for each
-    distinct ``(z, q)`` only once.
-
-    Args:
-        history: ``(noise_multiplier, sample_rate, num_steps)`` triples, as kept
-            by Opacus accountants: ``num_steps`` consecutive releases with noise
-            multiplier ``z`` (noise std / sensitivity, unitless) and Poisson
-            sampling rate ``q``.
-        orders: ``k`` RDP orders ``α > 1``.
-
-    Returns:
-        A length-``k`` float64 array of RDP values (``+inf`` where a segment has
-        ``z = 0``); all zeros for an empty history.
-    """
-    orders_tuple = tuple(_orders_array(orders).tolist())
-    rdp = np.zeros(len(orders_tuple))
-    for noise_multiplier, sample_rate, num_steps in history:
-        rdp = rdp + _step_rdp(float(noise_multiplier), float(sample_rate), orders_tuple) * int(num_steps)
-    return rdp
 
 
 def compute_rdp_classic(
@@ -129,7 +77,7 @@ def get_privacy_spent_classic(
         ValueError: If ``orders`` and ``rdp`` differ in length, an order is
             ``≤ 1``, or ``delta`` is outside ``(0, 1)``.
     """
-    orders_vec = _orders_array(orders)
+    orders_vec = check_orders(orders)
     rdp_vec = np.atleast_1d(np.asarray(rdp, dtype=float))
     if rdp_vec.shape != orders_vec.shape:
         raise ValueError(
@@ -144,3 +92,6 @@ def get_privacy_spent_classic(
         return math.inf, math.nan
     idx = int(np.argmin(eps))
     return float(max(eps[idx], 0.0)), float(orders_vec[idx])
+
+
+__all__ = ["DEFAULT_ORDERS", "compute_rdp_classic", "get_privacy_spent_classic"]

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.models.rff_paths import RFFSamplePaths
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim.batched import default_max_points, maximize_batched, maximize_discrete
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_bounds

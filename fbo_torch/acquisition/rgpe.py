@@ -341,10 +341,11 @@ class RGPE(Model):
     acquisition function (e.g. ``LogExpectedImprovement``, ``qLogNoisyExpectedImprovement``).
 
     The agents and the target must predict on the same outcome scale. The
-    ensemble's ``batch_shape`` is the target model's: a one-agent batch from
-    :func:`~fbo_torch.models.agent_gp.fit_agent_gps` gives ``[1]``, which BoTorch's
-    baseline pruning (``qLogNoisyExpectedImprovement``) rejects; use an
-    unbatched target model there.
+    ensemble's ``batch_shape`` is the target model's: a one-agent batch (e.g.
+    :meth:`~fbo_torch.models.batched_gp.BatchedExactGP.to_botorch` of a one-agent
+    GP) gives ``[1]``, which BoTorch's baseline pruning
+    (``qLogNoisyExpectedImprovement``) rejects; use an unbatched target model
+    there (``to_botorch(index=i)``).
 
     Args:
         target_model: The target agent's model (single output, e.g. ``SingleTaskGP``).

@@ -579,7 +579,14 @@ class BatchedExactGP:
         return GPThompsonPaths.from_draws(self, W, w, eps)
 
     def to_botorch(self, index: int | None = None):
-        r"""The equal BoTorch ``SingleTaskGP``, hyperparameters loaded.
+        r"""The equal BoTorch ``SingleTaskGP``, hyperparameters loaded: the export for users.
+
+        The engine fits and samples the GPs as plain tensors; this returns the
+        same model as BoTorch's ``SingleTaskGP`` (same kernel, mean, likelihood,
+        ``Normalize``/``Standardize`` transforms and hyperparameters), whose
+        posterior equals the engine's to float64 round-off (tests check it), for
+        anything BoTorch offers (acquisition functions, ``draw_matheron_paths``,
+        RGPE/TAF target models).
 
         Args:
             index: ``None``: all agents (``batch_shape = [B]``; every observation

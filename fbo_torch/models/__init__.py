@@ -1,6 +1,7 @@
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.models.batched_gp import GP_SPECS, BatchedExactGP, GPSpec
-from fbo_torch.models.rff_blr import RFFBayesianLinear, cholesky_rank_one_update
+from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.models.weight_posterior import RFFWeightPosterior, cholesky_rank_one_update
 
 __all__ = [
     "GP_SPECS",
@@ -8,5 +9,6 @@ __all__ = [
     "BatchedExactGP",
     "GPSpec",
     "RFFBayesianLinear",
+    "RFFWeightPosterior",
     "cholesky_rank_one_update",
 ]

@@ -88,15 +88,7 @@ class AgentRFFPosteriors(Model):
     ) -> None:
         super().__init__()
         nu = self._check_means(features, weight_means)
-        check_tensor("weight_covariances", weight_covariances)
-        check_floating("weight_covariances", weight_covariances)
-        N, M = nu.shape
-        if weight_covariances.shape != (N, M, M):
-            raise ValueError(
-                f"`weight_covariances` must have shape {(N, M, M)} (N x M x M), got "
-                f"{tuple(weight_covariances.shape)}."
-            )
-        check_finite("weight_covariances", weight_covariances)
+        _check_matrices("weight_covariances", weight_covariances, nu)
         post = RFFWeightPosterior.from_covariance(nu, weight_covariances)
         self._setup(features, post.mean, post.root, incumbents, agent_ids, noise_variances)
 
@@ -113,15 +105,7 @@ class AgentRFFPosteriors(Model):
     ) -> AgentRFFPosteriors:
         r"""Build from factors ``R_n`` (``N x M x M``) with ``C_n = R_n R_nᵀ``."""
         nu = cls._check_means(features, weight_means)
-        check_tensor("covariance_factors", covariance_factors)
-        check_floating("covariance_factors", covariance_factors)
-        N, M = nu.shape
-        if covariance_factors.shape != (N, M, M):
-            raise ValueError(
-                f"`covariance_factors` must have shape {(N, M, M)} (N x M x M), got "
-                f"{tuple(covariance_factors.shape)}."
-            )
-        check_finite("covariance_factors", covariance_factors)
+        _check_matrices("covariance_factors", covariance_factors, nu)
         obj = cls.__new__(cls)
         Model.__init__(obj)
         obj._setup(features, nu, covariance_factors.to(nu), incumbents, agent_ids, noise_variances)
@@ -443,3 +427,12 @@ class AgentRFFPosteriors(Model):
             f"incumbents={'yes' if self.incumbents is not None else 'no'}"
         )
 
+
+def _check_matrices(name: str, value: Tensor, nu: Tensor) -> None:
+    """``value`` must be a finite floating ``N x M x M`` tensor for the ``N x M`` means ``nu``."""
+    check_tensor(name, value)
+    check_floating(name, value)
+    N, M = nu.shape
+    if value.shape != (N, M, M):
+        raise ValueError(f"`{name}` must have shape {(N, M, M)} (N x M x M), got {tuple(value.shape)}.")
+    check_finite(name, value)

@@ -22,16 +22,15 @@ operations:
 
 Why not BoTorch's own machinery (we use it as the reference in the tests):
 ``fit_gpytorch_mll`` runs SciPy's L-BFGS-B on the host, moving parameters and
-gradients between devices at every iteration (on an H100 ~1,000 synchronizations
-and ~1.4 s per refit for 1,000 agents, the GPU busy 2% of it), and treats a
+gradients between devices at every iteration (a host synchronization per
+iteration; measurements in ``docs/design.md``), and treats a
 batch of agents as *one* problem with one line search and one stopping rule,
 so an agent's fit depends on who else is in the batch — a federated client
 fitting alone would get another answer than the simulator. Its torch-side
 ``fit_gpytorch_mll_torch`` keeps the joint stopping rule and evaluates the MLL
-through GPyTorch's lazy operators (hundreds of kernel launches per step).
+through GPyTorch's lazy operators (many kernel launches per step).
 ``draw_matheron_paths`` draws from the global RNG (no per-agent streams) and
-its paths are evaluated through module stacks with autograd gradients
-(thousands of launches per maximization). The model definition stays
+its paths are evaluated through module stacks with autograd gradients. The model definition stays
 BoTorch's: :meth:`BatchedExactGP.to_botorch` returns the equal ``SingleTaskGP``.
 """
 
@@ -330,7 +329,7 @@ class BatchedExactGP:
             t = D.squeeze(-1) * (-0.5 * inv_ls2).unsqueeze(-1)
         else:
             # Σ_j D_j (−½ℓ_j⁻²) for every leading batch (the line search's K candidates) with D
-            # read once: a broadcast matmul would first copy D K times (12x slower on a CPU)
+            # read once: a broadcast matmul would first copy D K times
             n = D.shape[-2]
             t = torch.einsum("bmk,...bk->...bm", D.flatten(-3, -2), -0.5 * inv_ls2)
             t = t.view(*t.shape[:-1], n, n)
@@ -370,9 +369,9 @@ class BatchedExactGP:
         With ``α = K⁻¹r``, ``∂ log N / ∂θ = ½ tr((ααᵀ − K⁻¹) ∂K/∂θ)`` and ``∂/∂c = Σα``
         (Rasmussen & Williams, eq. 5.9). ``K⁻¹`` comes from the Cholesky factor
         (``L⁻ᵀL⁻¹``): the trace needs its entries, and autograd's backward through
-        ``cholesky_ex`` forms the same matrix. Why not autograd: in the
-        authors' setup (11 starts × 580 GPs, n ≈ 60) the backward pass took half of
-        every refit; this costs one factorization-sized product instead.
+        ``cholesky_ex`` forms the same matrix. Why not autograd: its backward pass
+        costs as much as the rest of a refit; this costs one factorization-sized
+        product instead (``docs/design.md``).
         """
         return self._mll(self.params if params is None else params, True, 1.0)
 

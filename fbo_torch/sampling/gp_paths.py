@@ -31,8 +31,7 @@ class GPThompsonPaths:
 
     #: Not ``True`` although callable on ``... x B x C x d``: a maximizer that stacked its K line-search
     #: candidates in front would make ``matmul`` copy every per-path matrix K times (broadcast batch
-    #: dimensions are materialized); folding them into ``C`` copies only the points (measured: fewer
-    #: operations and less time).
+    #: dimensions are materialized); folding them into ``C`` copies only the points.
     leading_dims = False
 
     def __init__(self, lo: Tensor, width: Tensor, W: Tensor, w: Tensor, amp: Tensor, X: Tensor, v: Tensor,
@@ -48,9 +47,8 @@ class GPThompsonPaths:
         them from :meth:`graph_state` inside the graph, and only that copy is evaluated).
 
         A maximizer evaluates the paths at every BFGS iteration (a few dozen times per
-        round); what does not depend on the points is computed here, so an evaluation
-        launches ~20 kernels with or without the gradient (``count_ops`` on the GPU's path;
-        before the folding, and before value and gradient shared their products, ~35 / ~50):
+        round); what does not depend on the points is computed here, so an evaluation is a
+        few batched operations with or without the gradient (counts in ``docs/design.md``):
 
         * ``[sin z, cos z] = cos([z − π/2, z])`` with ``z = (x − lo) W'ᵀ``, ``W' = W / width``:
           one product (the phase ``−π/2`` enters through a column of ones appended to

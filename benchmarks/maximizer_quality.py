@@ -47,7 +47,7 @@ def families(d: int, K: int, device: torch.device, M: int = 100):
     """The sampled functions: (name, batched function object, settings key)."""
     from fbo_torch.features import RandomFourierFeatures
     from fbo_torch.models.batched_gp import BatchedExactGP
-    from fbo_torch.models.rff_paths import RFFSamplePaths
+    from fbo_torch.sampling.rff_paths import RFFSamplePaths
     from fbo_torch.utils import keyed_random as kr
 
     f64 = torch.float64

@@ -14,17 +14,16 @@ from typing import Any
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.kernels import SharedRFFKernel, _deprecated_alias
-from fbo_torch.models import RFFBayesianLinear, draw_thompson_paths, fit_agent_gps
+from fbo_torch.models import BatchedExactGP, RFFBayesianLinear
 from fbo_torch.sampling import pathwise as _pathwise  # noqa: F401  (registers with BoTorch)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchedExactGP",
     "RFFBayesianLinear",
     "RandomFourierFeatures",
     "SharedRFFKernel",
-    "draw_thompson_paths",
-    "fit_agent_gps",
 ]
 
 

@@ -8,7 +8,8 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.sampling.pathwise import draw_kernel_feature_paths, draw_matheron_paths
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from fbo_torch.models.batched_gp import BatchedExactGP, GPSpec, GPThompsonPaths
+from fbo_torch.models.batched_gp import BatchedExactGP, GPSpec
+from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
 
 f64 = torch.float64

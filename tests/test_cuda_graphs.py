@@ -6,7 +6,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.models.batched_gp import BatchedExactGP
-from fbo_torch.models.rff_paths import RFFSamplePaths
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim import batched as ob
 from fbo_torch.optim.batched import maximize_batched
 from fbo_torch.utils import keyed_random as kr

@@ -16,7 +16,7 @@ import torch
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.models.batched_gp import BatchedExactGP
-from fbo_torch.models.rff_paths import RFFSamplePaths
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim import maximize_batched
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.op_count import count_ops

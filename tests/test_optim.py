@@ -4,7 +4,7 @@ from botorch.optim import optimize_acqf
 
 from fbo_torch.acquisition import RFFThompsonSample
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.models.rff_paths import RFFSamplePaths
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim import maximize_batched, maximize_discrete, score_chunked
 from fbo_torch.optim.batched import boltzmann_restarts, raw_points, sobol_points
 from fbo_torch.utils import keyed_random as kr

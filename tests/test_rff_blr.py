@@ -8,7 +8,7 @@ from botorch.posteriors.gpytorch import GPyTorchPosterior
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.kernels import SharedRFFKernel as RFFKernel
 from fbo_torch.models import RFFBayesianLinear, cholesky_rank_one_update
-from fbo_torch.models.rff_blr import cholesky_solve_vec
+from fbo_torch.models.weight_posterior import cholesky_solve_vec
 
 f64 = torch.float64
 
@@ -535,3 +535,39 @@ def test_contract_runs_on_the_models_device(device, rep):
     m.update(X[:, :1], Y[:, :1])
     fresh.load_state_dict(m.state_dict())
     assert fresh.train_X.device.type == device.type and fresh.train_X.shape == (2, 9, 2)
+
+
+def test_one_weight_posterior_from_data_messages_and_models():
+    # RFFWeightPosterior from (Φ, y) equals the model's (both representations) and the message form
+    from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
+    from fbo_torch.models.weight_posterior import RFFWeightPosterior
+
+    g = torch.Generator().manual_seed(11)
+    rff = RandomFourierFeatures(2, 30, lengthscale=0.3, seed=2)
+    X = torch.rand(3, 12, 2, generator=g, dtype=torch.float64)
+    Y = torch.sin(4 * X).sum(-1, keepdim=True)
+    noise = torch.tensor([0.01, 0.05, 0.2], dtype=torch.float64)
+    post = RFFWeightPosterior.from_data(rff(X), Y.squeeze(-1), noise)
+    assert post.mean.shape == (3, 30) and post.root.shape == (3, 30, 30) and post.mean.dtype == torch.float64
+    for rep in ("weight", "dual"):
+        model = RFFBayesianLinear(rff, X, Y, noise, representation=rep)
+        torch.testing.assert_close(post.mean, model.weight_mean, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(post.covariance(), model.weight_covariance(), rtol=1e-9, atol=1e-10)
+        mine = model.weight_posterior()
+        torch.testing.assert_close(mine.covariance(), model.weight_covariance(), rtol=1e-9, atol=1e-10)
+    # a message (ν, C) gives the same Gaussian, hence the same predictive
+    msg = RFFWeightPosterior.from_covariance(post.mean, post.covariance())
+    phi = rff(torch.rand(3, 4, 2, generator=g, dtype=torch.float64))
+    for a, b in zip(msg.predict(phi), post.predict(phi)):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+    mean, cov = post.predict(phi)
+    torch.testing.assert_close(mean, (phi @ post.mean.unsqueeze(-1)).squeeze(-1))
+    torch.testing.assert_close(cov, phi @ post.covariance() @ phi.mT, rtol=1e-9, atol=1e-12)
+    # the agents' model on these posteriors, and the weighted sum RGPE uses
+    agents = AgentRFFPosteriors.from_model(RFFBayesianLinear(rff, X, Y, noise))
+    torch.testing.assert_close(agents.weight_posterior.covariance(), post.covariance(), rtol=1e-9, atol=1e-10)
+    w = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    comb = post.combine(w)
+    torch.testing.assert_close(comb.mean, w @ post.mean)
+    torch.testing.assert_close(comb.covariance(), (w.square().view(3, 1, 1) * post.covariance()).sum(0),
+                               rtol=1e-9, atol=1e-12)

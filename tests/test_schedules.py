@@ -82,3 +82,25 @@ def test_distribution_validation():
     d.mark_missing([0])
     d2.load_state_dict(d.state_dict())
     assert torch.equal(d2.probs, d.probs)
+
+
+def test_keyed_sources_are_the_coin_and_the_keyed_P_N_draw():
+    # the simulator's form: u from fold(keys, "p_t") against u < p, the agent from fold(keys, "P_N")
+    from fbo_torch.utils import keyed_random as kr
+
+    R, N, p = 4000, 5, 0.4
+    keys = kr.fold(kr.root_key(3, "runs"), torch.arange(R))
+    dist = AgentDistribution(N, batch_shape=torch.Size([R]))
+    src = draw_sources(p, dist, keys=keys)
+    u = kr.uniform(kr.fold(keys, "p_t"), 1, dtype=torch.float64).squeeze(-1)
+    agents = dist.sample(keys=kr.fold(keys, "P_N"))
+    assert torch.equal(src, torch.where(u < p, torch.full_like(agents, OWN), agents))
+    own = (src == OWN).double().mean().item()
+    assert abs(own - p) < 4 * math.sqrt(p * (1 - p) / R)
+    # one received function (a broadcast): source 0 unless the coin says own; p = 0 never own, p = 1 always
+    one = draw_sources(p, None, keys=keys)
+    assert torch.equal(one == OWN, u < p) and bool((one[one != OWN] == 0).all())
+    assert bool((draw_sources(0.0, None, keys=keys) == 0).all())
+    assert bool((draw_sources(1.0, None, keys=keys) == OWN).all())
+    with pytest.raises(ValueError, match="keys"):
+        draw_sources(p, None)

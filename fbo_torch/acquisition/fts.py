@@ -25,11 +25,12 @@ class FederatedThompsonSampling(AcquisitionFunction):
     r"""One FTS iteration's acquisition for a target agent.
 
     At construction, for each of the ``q`` candidates independently, draws
-    ``r ~ U(0, 1)``: if ``r ≤ p_t`` the candidate maximizes a pathwise posterior
+    ``u ~ U(0, 1)``: if ``u < p_t`` the candidate maximizes a pathwise posterior
     sample of the target's own ``model`` (line 4); otherwise it draws an agent
-    ``n ~ P_N`` and maximizes ``φ(x)ᵀω_n`` (line 6). ``forward`` returns the sum
-    over the q candidates of their functions, so ``optimize_acqf`` maximizes each
-    one independently.
+    ``n ~ P_N`` and maximizes ``φ(x)ᵀω_n`` (line 6): the choice of
+    :func:`~fbo_torch.federation.schedules.draw_sources`, the one the simulator
+    makes. ``forward`` returns the sum over the q candidates of their functions,
+    so ``optimize_acqf`` maximizes each one independently.
 
     Args:
         model: The target agent's model, unbatched and single-output: any model
@@ -46,7 +47,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
             for the choice.
         agent_probs: ``P_N`` over the ``N`` messages (uniform by default); must
             be non-negative and sum to 1. Zero entries (stragglers) are never chosen.
-        generator: Optional ``torch.Generator``; it drives ``r``, the agent draw
+        generator: Optional ``torch.Generator``; it drives ``u``, the agent draw
             and (through a derived seed) the GP sample, so construction is
             reproducible.
         q: Number of candidates (independent draws) for parallel evaluations.

@@ -74,7 +74,9 @@ from linear_operator.operators import DenseLinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
-from fbo_torch.models.agent_posteriors import AgentRFFPosteriors, _standard_normal, psd_factor
+from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
+from fbo_torch.models.weight_posterior import RFFWeightPosterior, psd_factor
+from fbo_torch.sampling.draws import standard_normal, uniform
 from fbo_torch.utils.validation import check_finite, check_floating, check_int, check_ndim, check_tensor
 
 #: Upper bound on the number of pairwise differences formed at once by :func:`ranking_loss`.
@@ -215,8 +217,8 @@ def _target_loo_samples(target_model: Any, num_samples: int, generator: torch.Ge
     means, Sigma, U = loo_posteriors(m, K, noise, y)
     n = y.shape[-1]
     R = psd_factor(Sigma)
-    z = _standard_normal((num_samples, n, n), means, generator)  # independent per fold
-    xi = _standard_normal((num_samples, n), means, generator)
+    z = standard_normal((num_samples, n, n), means, generator)  # independent per fold
+    xi = standard_normal((num_samples, n), means, generator)
     # fold j: means[j] + R z_j + u_j ξ_j
     return means + z @ R.mT + xi.unsqueeze(-1) * U.mT
 
@@ -310,19 +312,13 @@ def compute_rgpe_weights(
             p_keep = (loss_agents < loss_target.unsqueeze(-1)).to(like.dtype).mean(0)
             if horizon is not None:
                 p_keep = p_keep * max(0.0, 1.0 - n / horizon)
-            u = _uniform((N,), like, generator)
+            u = uniform((N,), like, generator)
             drop = u >= p_keep
             losses[:, :N] = torch.where(drop, torch.inf, losses[:, :N])
 
         is_best = losses == losses.amin(dim=-1, keepdim=True)
         share = is_best.to(like.dtype) / is_best.sum(-1, keepdim=True).to(like.dtype)
         return share.mean(0).to(**out)
-
-
-def _uniform(shape: tuple[int, ...], like: Tensor, generator: torch.Generator | None) -> Tensor:
-    if generator is None:
-        return torch.rand(shape, dtype=like.dtype, device=like.device)
-    return torch.rand(shape, dtype=like.dtype, device=generator.device, generator=generator).to(like.device)
 
 
 # ------------------------------------------------------------------ model
@@ -341,10 +337,11 @@ class RGPE(Model):
     acquisition function (e.g. ``LogExpectedImprovement``, ``qLogNoisyExpectedImprovement``).
 
     The agents and the target must predict on the same outcome scale. The
-    ensemble's ``batch_shape`` is the target model's: a one-agent batch from
-    :func:`~fbo_torch.models.agent_gp.fit_agent_gps` gives ``[1]``, which BoTorch's
-    baseline pruning (``qLogNoisyExpectedImprovement``) rejects; use an
-    unbatched target model there.
+    ensemble's ``batch_shape`` is the target model's: a one-agent batch (e.g.
+    :meth:`~fbo_torch.models.batched_gp.BatchedExactGP.to_botorch` of a one-agent
+    GP) gives ``[1]``, which BoTorch's baseline pruning
+    (``qLogNoisyExpectedImprovement``) rejects; use an unbatched target model
+    there (``to_botorch(index=i)``).
 
     Args:
         target_model: The target agent's model (single output, e.g. ``SingleTaskGP``).
@@ -446,14 +443,10 @@ class RGPE(Model):
         cov = wt.square() * mvn_t.covariance_matrix
         if self.agent_weight_mean is not None:
             phi = self.agent_posteriors.features(X)  # batch x q x M, in X's dtype
-            nu = self.agent_weight_mean.to(phi)
-            R = self.agent_covariance_factor.to(phi)
-            V = phi @ R
-            mean = mean + phi @ nu
-            if X.shape[-2] == 1:
-                cov = cov + V.square().sum(-1, keepdim=True)
-            else:
-                cov = cov + V @ V.mT
+            agents = RFFWeightPosterior(self.agent_weight_mean.to(phi), self.agent_covariance_factor.to(phi))
+            mean_a, cov_a = agents.predict(phi)
+            mean = mean + mean_a
+            cov = cov + cov_a
         posterior = GPyTorchPosterior(MultivariateNormal(mean, DenseLinearOperator(cov)))
         if posterior_transform is not None:
             return posterior_transform(posterior)

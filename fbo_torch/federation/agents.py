@@ -40,6 +40,7 @@ from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.search import broadcast_queries
 from fbo_torch.federation.settings import MethodSettings
+from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.models.batched_gp import BatchedExactGP, get_spec
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain
@@ -203,9 +204,9 @@ class Agents:
         return self.domain.maximize(paths, self.num_agents, keys=self.round_keys(round, "own-maximize"))
 
     def use_own(self, round: int, p: float) -> Tensor:
-        r"""``B`` booleans: with probability ``p`` the agent follows its own GP this round."""
-        u = kr.uniform(self.round_keys(round, "p_t"), 1, dtype=torch.float64).squeeze(-1)
-        return u < p
+        r"""``B`` booleans: with probability ``p`` the agent follows its own GP this round
+        (the coin of :func:`~fbo_torch.federation.schedules.draw_sources`)."""
+        return draw_sources(p, None, keys=kr.fold(self.keys, round)) == OWN
 
     def next_queries(self, round: int, p: float, X_broadcast: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Each agent's query of round ``round`` (FTS / DP-FTS-DE Algorithm 1's choice).
@@ -223,7 +224,7 @@ class Agents:
             ``(X_next, used_broadcast)``: ``B x d`` queries and ``B`` booleans.
         """
         p_eff = p if X_broadcast is not None else 1.0
-        own = self.use_own(round, p_eff)
+        own = draw_sources(p_eff, None, keys=kr.fold(self.keys, round)) == OWN
         if p_eff <= 0:
             X, used = X_broadcast, ~own
         else:

@@ -9,7 +9,9 @@ r"""The two choices an FTS agent makes every iteration (FTS Algorithm 1, lines 2
   messages get probability 0) and the paper's one-shot communication (a used
   message is removed and ``P_N`` renormalized).
 
-:func:`draw_sources` combines both into one vectorized draw.
+:func:`draw_sources` combines both into one vectorized draw; the simulator, a
+deployed agent and :class:`~fbo_torch.acquisition.FederatedThompsonSampling`
+all make the choice through it.
 """
 
 from __future__ import annotations
@@ -213,28 +215,51 @@ def _uniform(shape: torch.Size, device: torch.device, generator: torch.Generator
 
 
 def draw_sources(
-    p_t: float | Tensor, distribution: AgentDistribution, generator: torch.Generator | None = None
+    p_t: float | Tensor,
+    distribution: AgentDistribution | None,
+    generator: torch.Generator | None = None,
+    keys: Tensor | None = None,
 ) -> Tensor:
-    r"""FTS Algorithm 1, lines 2-6, for every run of a batch at once.
+    r"""FTS Algorithm 1, lines 2-6, for every run of a batch at once: the one place the choice is made.
 
-    Draws ``r ~ U(0, 1)``; if ``r ≤ p_t`` the source is the agent's own GP
-    (:data:`OWN`), else an agent ``n ~ P_N``. Runs whose ``P_N`` is empty (all
-    messages used or missing) fall back to their own GP.
+    Draws ``u ~ U(0, 1)``; if ``u < p_t`` the source is the agent's own GP
+    sample (:data:`OWN`), else an agent ``n ~ P_N``. Runs whose ``P_N`` is empty
+    (all messages used or missing) fall back to their own GP. With
+    ``distribution=None`` there is one received function (DP-FTS-DE's
+    broadcast), source ``0``.
 
     Args:
         p_t: Probability of using the own GP (float, or ``batch_shape`` tensor).
-        distribution: ``P_N`` for the batch.
-        generator: Optional generator for reproducibility.
+        distribution: ``P_N`` for the batch, or ``None`` for a single received function.
+        generator: Optional generator (``u`` first, then the agent); used when ``keys`` is ``None``.
+        keys: Optional ``batch_shape`` int64 keys, e.g. ``fold(agent_keys, round)``
+            (:mod:`fbo_torch.utils.keyed_random`): ``u`` comes from ``fold(keys, "p_t")``
+            and the agent from ``fold(keys, "P_N")``, with no host synchronization.
 
     Returns:
         ``batch_shape`` long tensor of sources (``-1`` = own, else agent index).
     """
-    device = distribution.base.device
+    if keys is not None:
+        device = keys.device
+        batch_shape = keys.shape
+    elif distribution is not None:
+        device, batch_shape = distribution.base.device, distribution.batch_shape
+    else:
+        raise ValueError("`draw_sources` needs `keys` or a `distribution` to know the batch shape.")
     if not isinstance(p_t, Tensor):
-        p_t = torch.tensor(check_probability("p_t", p_t), dtype=torch.float64, device=device)
+        p_t = check_probability("p_t", p_t)
     elif ((p_t < 0) | (p_t > 1)).any() or not torch.isfinite(p_t).all():
         raise ValueError("`p_t` must lie in [0, 1].")
-    r = _uniform(distribution.batch_shape, device, generator)
-    agents = distribution.sample(generator)
-    own = r <= p_t.to(device)
-    return torch.where(own, torch.full_like(agents, OWN), agents)
+    else:
+        p_t = p_t.to(device)
+    if keys is not None:
+        u = kr.uniform(kr.fold(keys, "p_t"), 1, dtype=torch.float64).squeeze(-1)
+    else:
+        u = _uniform(batch_shape, device, generator)
+    if distribution is None:
+        agents = torch.zeros(batch_shape, dtype=torch.long, device=device)
+    elif keys is not None:
+        agents = distribution.sample(keys=kr.fold(keys, "P_N"))
+    else:
+        agents = distribution.sample(generator)
+    return torch.where(u < p_t, torch.full_like(agents, OWN), agents)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.models.rff_paths import RFFSamplePaths
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim.domain import Domain
 from fbo_torch.utils import keyed_random as kr
 

@@ -1,13 +1,14 @@
-from fbo_torch.models.agent_gp import build_agent_gps, draw_thompson_paths, fit_agent_gps, warm_start
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
-from fbo_torch.models.rff_blr import RFFBayesianLinear, cholesky_rank_one_update
+from fbo_torch.models.batched_gp import GP_SPECS, BatchedExactGP, GPSpec
+from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.models.weight_posterior import RFFWeightPosterior, cholesky_rank_one_update
 
 __all__ = [
+    "GP_SPECS",
     "AgentRFFPosteriors",
+    "BatchedExactGP",
+    "GPSpec",
     "RFFBayesianLinear",
-    "build_agent_gps",
+    "RFFWeightPosterior",
     "cholesky_rank_one_update",
-    "draw_thompson_paths",
-    "fit_agent_gps",
-    "warm_start",
 ]

@@ -38,6 +38,8 @@ from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.messages import PosteriorMessage
+from fbo_torch.models.weight_posterior import RFFWeightPosterior
+from fbo_torch.sampling.draws import standard_normal
 from fbo_torch.utils.validation import (
     check_finite,
     check_floating,
@@ -49,30 +51,6 @@ from fbo_torch.utils.validation import (
 #: Upper bound on the number of elements of the ``P x N x M`` projection held at
 #: once by :meth:`AgentRFFPosteriors.predict` (about 64 MB in float64).
 _MAX_CHUNK_ELEMENTS = 2**23
-
-
-def psd_factor(C: Tensor) -> Tensor:
-    r"""Return ``R`` with ``R Rᵀ = C`` for a batch of symmetric PSD matrices.
-
-    Uses the Cholesky factor where it exists and falls back, per batch element,
-    to ``V diag(√max(λ, 0))`` from an eigendecomposition for matrices that are
-    only positive semi-definite (e.g. a zero matrix, or round-off making a
-    tiny eigenvalue negative). No matrix is inverted.
-
-    Args:
-        C: ``... x M x M`` symmetric positive semi-definite matrices.
-
-    Returns:
-        ``... x M x M`` factors (lower triangular where Cholesky succeeded).
-    """
-    C = 0.5 * (C + C.mT)
-    L, info = torch.linalg.cholesky_ex(C)
-    bad = info != 0
-    if bool(bad.any()):
-        evals, evecs = torch.linalg.eigh(C[bad])
-        L = L.clone()
-        L[bad] = evecs * evals.clamp_min(0.0).sqrt().unsqueeze(-2)
-    return L
 
 
 class AgentRFFPosteriors(Model):
@@ -110,17 +88,9 @@ class AgentRFFPosteriors(Model):
     ) -> None:
         super().__init__()
         nu = self._check_means(features, weight_means)
-        check_tensor("weight_covariances", weight_covariances)
-        check_floating("weight_covariances", weight_covariances)
-        N, M = nu.shape
-        if weight_covariances.shape != (N, M, M):
-            raise ValueError(
-                f"`weight_covariances` must have shape {(N, M, M)} (N x M x M), got "
-                f"{tuple(weight_covariances.shape)}."
-            )
-        check_finite("weight_covariances", weight_covariances)
-        factor = psd_factor(weight_covariances.to(nu))
-        self._setup(features, nu, factor, incumbents, agent_ids, noise_variances)
+        _check_matrices("weight_covariances", weight_covariances, nu)
+        post = RFFWeightPosterior.from_covariance(nu, weight_covariances)
+        self._setup(features, post.mean, post.root, incumbents, agent_ids, noise_variances)
 
     # ---------------------------------------------------------- constructors
     @classmethod
@@ -135,15 +105,7 @@ class AgentRFFPosteriors(Model):
     ) -> AgentRFFPosteriors:
         r"""Build from factors ``R_n`` (``N x M x M``) with ``C_n = R_n R_nᵀ``."""
         nu = cls._check_means(features, weight_means)
-        check_tensor("covariance_factors", covariance_factors)
-        check_floating("covariance_factors", covariance_factors)
-        N, M = nu.shape
-        if covariance_factors.shape != (N, M, M):
-            raise ValueError(
-                f"`covariance_factors` must have shape {(N, M, M)} (N x M x M), got "
-                f"{tuple(covariance_factors.shape)}."
-            )
-        check_finite("covariance_factors", covariance_factors)
+        _check_matrices("covariance_factors", covariance_factors, nu)
         obj = cls.__new__(cls)
         Model.__init__(obj)
         obj._setup(features, nu, covariance_factors.to(nu), incumbents, agent_ids, noise_variances)
@@ -192,21 +154,19 @@ class AgentRFFPosteriors(Model):
     def from_model(cls, model: Any) -> AgentRFFPosteriors:
         r"""Build from a :class:`~fbo_torch.models.rff_blr.RFFBayesianLinear` (same agents).
 
-        The factor of ``C_n = σ_n² L_n⁻ᵀL_n⁻¹`` (with ``L_n Lₙᵀ = Σ_n``) is
-        ``R_n = σ_n L_n⁻ᵀ``, obtained by one batched triangular solve, so the
-        covariance is never formed and re-factorized. Incumbents are each agent's
+        The factors are the model's
+        :meth:`~fbo_torch.models.rff_blr.RFFBayesianLinear.weight_posterior`
+        (``R_n = σ_n L_n⁻ᵀ``, one batched triangular solve: the covariance is
+        never formed and re-factorized). Incumbents are each agent's
         best observed value when every agent has at least one observation.
         """
         from fbo_torch.models.rff_blr import RFFBayesianLinear
 
         if not isinstance(model, RFFBayesianLinear):
             raise TypeError(f"`model` must be an RFFBayesianLinear, got {type(model).__name__}.")
-        L = model.chol  # N x M x M (N = 1 for an unbatched model)
-        M = L.shape[-1]
-        eye = torch.eye(M, dtype=L.dtype, device=L.device).expand_as(L)
-        Linv = torch.linalg.solve_triangular(L, eye, upper=False)
-        factor = model.noise_variance.sqrt().view(-1, 1, 1) * Linv.mT
-        nu = model.weight_mean.reshape(L.shape[0], M)
+        post = model.weight_posterior()  # R_n = σ_n L_n⁻ᵀ
+        M = post.mean.shape[-1]
+        nu, factor = post.mean.reshape(-1, M), post.root.reshape(-1, M, M)  # N = 1 for an unbatched model
         valid = model.mask
         incumbents = None
         if bool(valid.any(-1).all()):
@@ -345,27 +305,26 @@ class AgentRFFPosteriors(Model):
             out.append(V.square().sum(-1))
         return torch.cat(out, dim=0) if out else phi.new_zeros(0, N)
 
-    def linear_combination(self, weights: Tensor) -> tuple[Tensor, Tensor]:
-        r"""Weight mean and covariance factor of ``Σ_n w_n f_n`` (agents independent).
+    @property
+    def weight_posterior(self) -> RFFWeightPosterior:
+        r"""The agents' weight posteriors (``N x M`` means, ``N x M x M`` roots)."""
+        return RFFWeightPosterior(self.weight_mean, self.covariance_factor)
 
-        Since every agent shares ``φ``, ``Σ_n w_n φᵀω_n = φᵀ(Σ_n w_n ω_n)`` with
-        ``Σ_n w_n ω_n ~ N(Σ w_n ν_n, Σ w_n² C_n)``.
+    def linear_combination(self, weights: Tensor) -> RFFWeightPosterior:
+        r"""The weight posterior of ``Σ_n w_n f_n`` (agents independent):
+        :meth:`~fbo_torch.models.weight_posterior.RFFWeightPosterior.combine`.
 
         Args:
             weights: ``N`` weights.
 
         Returns:
-            ``(mean, factor)``: the ``M`` mean and an ``M x M`` factor ``R̄`` with
+            ``(mean, root)``: the ``M`` mean and an ``M x M`` root ``R̄`` with
             ``R̄R̄ᵀ = Σ_n w_n² C_n``.
         """
         check_tensor("weights", weights)
-        w = weights.to(self.weight_mean).reshape(-1)
-        if w.shape != (self.num_agents,):
+        if weights.numel() != self.num_agents:
             raise ValueError(f"`weights` must hold N = {self.num_agents} values, got {tuple(weights.shape)}.")
-        mean = w @ self.weight_mean
-        M = self.num_features
-        scaled = self._factor_wide * w.repeat_interleave(M)  # blocks w_n R_n
-        return mean, psd_factor(scaled @ scaled.mT)
+        return self.weight_posterior.combine(weights)
 
     def sample_joint(
         self,
@@ -393,7 +352,7 @@ class AgentRFFPosteriors(Model):
         sample_shape = torch.Size(sample_shape)
         S = math.prod(sample_shape)
         G = (phi @ self._factor_wide).view(n, N, M).transpose(0, 1)  # N x n x M
-        z = _standard_normal((N, M, S), self.weight_mean, generator)
+        z = standard_normal((N, M, S), self.weight_mean, generator)
         f = (G @ z).permute(2, 0, 1) + (phi @ self.weight_mean.mT).mT  # S x N x n
         return f.reshape(*sample_shape, N, n)
 
@@ -438,11 +397,7 @@ class AgentRFFPosteriors(Model):
                 V = (flat @ self._factor_wide).reshape(*outer, q, N, M).movedim(-2, -3)
                 cov = V @ V.mT
         elif lead[-1] == N:  # one set of points per agent
-            outer = lead[:-1]
-            per = phi.movedim(-3, 0).reshape(N, -1, M)  # N x (outer*q) x M
-            mean = (per @ self.weight_mean.unsqueeze(-1)).squeeze(-1).reshape(N, *outer, q).movedim(0, -2)
-            V = (per @ self.covariance_factor).reshape(N, *outer, q, M).movedim(0, -3)
-            cov = V @ V.mT
+            mean, cov = self.weight_posterior.predict(phi)
         else:
             raise ValueError(
                 f"The batch shape of `X` {tuple(lead)} does not broadcast with the {N} agents "
@@ -473,9 +428,11 @@ class AgentRFFPosteriors(Model):
         )
 
 
-def _standard_normal(shape: Sequence[int], like: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Standard normals with ``like``'s dtype/device, drawn on ``generator``'s device."""
-    if generator is None:
-        return torch.randn(tuple(shape), dtype=like.dtype, device=like.device)
-    z = torch.randn(tuple(shape), dtype=like.dtype, device=generator.device, generator=generator)
-    return z.to(like.device)
+def _check_matrices(name: str, value: Tensor, nu: Tensor) -> None:
+    """``value`` must be a finite floating ``N x M x M`` tensor for the ``N x M`` means ``nu``."""
+    check_tensor(name, value)
+    check_floating(name, value)
+    N, M = nu.shape
+    if value.shape != (N, M, M):
+        raise ValueError(f"`{name}` must have shape {(N, M, M)} (N x M x M), got {tuple(value.shape)}.")
+    check_finite(name, value)

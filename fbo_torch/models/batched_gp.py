@@ -22,16 +22,15 @@ operations:
 
 Why not BoTorch's own machinery (we use it as the reference in the tests):
 ``fit_gpytorch_mll`` runs SciPy's L-BFGS-B on the host, moving parameters and
-gradients between devices at every iteration (on an H100 ~1,000 synchronizations
-and ~1.4 s per refit for 1,000 agents, the GPU busy 2% of it), and treats a
+gradients between devices at every iteration (a host synchronization per
+iteration; measurements in ``docs/design.md``), and treats a
 batch of agents as *one* problem with one line search and one stopping rule,
 so an agent's fit depends on who else is in the batch — a federated client
 fitting alone would get another answer than the simulator. Its torch-side
 ``fit_gpytorch_mll_torch`` keeps the joint stopping rule and evaluates the MLL
-through GPyTorch's lazy operators (hundreds of kernel launches per step).
+through GPyTorch's lazy operators (many kernel launches per step).
 ``draw_matheron_paths`` draws from the global RNG (no per-agent streams) and
-its paths are evaluated through module stacks with autograd gradients
-(thousands of launches per maximization). The model definition stays
+its paths are evaluated through module stacks with autograd gradients. The model definition stays
 BoTorch's: :meth:`BatchedExactGP.to_botorch` returns the equal ``SingleTaskGP``.
 """
 
@@ -44,10 +43,10 @@ import torch
 from torch import Tensor
 
 from fbo_torch.optim.quasi_newton import minimize_batched
+from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.constants import constant_tensor
 from fbo_torch.utils.cuda_graphs import GraphCache
-from fbo_torch.utils.dispatch import cos_, rowdot
 from fbo_torch.utils.validation import check_bounds, check_int, check_tensor
 
 _LOG2PI = math.log(2.0 * math.pi)
@@ -330,7 +329,7 @@ class BatchedExactGP:
             t = D.squeeze(-1) * (-0.5 * inv_ls2).unsqueeze(-1)
         else:
             # Σ_j D_j (−½ℓ_j⁻²) for every leading batch (the line search's K candidates) with D
-            # read once: a broadcast matmul would first copy D K times (12x slower on a CPU)
+            # read once: a broadcast matmul would first copy D K times
             n = D.shape[-2]
             t = torch.einsum("bmk,...bk->...bm", D.flatten(-3, -2), -0.5 * inv_ls2)
             t = t.view(*t.shape[:-1], n, n)
@@ -370,9 +369,9 @@ class BatchedExactGP:
         With ``α = K⁻¹r``, ``∂ log N / ∂θ = ½ tr((ααᵀ − K⁻¹) ∂K/∂θ)`` and ``∂/∂c = Σα``
         (Rasmussen & Williams, eq. 5.9). ``K⁻¹`` comes from the Cholesky factor
         (``L⁻ᵀL⁻¹``): the trace needs its entries, and autograd's backward through
-        ``cholesky_ex`` forms the same matrix. Why not autograd: in the
-        authors' setup (11 starts × 580 GPs, n ≈ 60) the backward pass took half of
-        every refit; this costs one factorization-sized product instead.
+        ``cholesky_ex`` forms the same matrix. Why not autograd: its backward pass
+        costs as much as the rest of a refit; this costs one factorization-sized
+        product instead (``docs/design.md``).
         """
         return self._mll(self.params if params is None else params, True, 1.0)
 
@@ -564,7 +563,7 @@ class BatchedExactGP:
             num_features: ``F`` random features of the prior draw (even; BoTorch's default is 1024).
 
         Returns:
-            :class:`GPThompsonPaths`, callable on ``B x C x d`` domain points.
+            :class:`~fbo_torch.sampling.gp_paths.GPThompsonPaths`, callable on ``B x C x d`` domain points.
         """
         F = check_int("num_features", num_features, minimum=2)
         if F % 2:
@@ -579,7 +578,14 @@ class BatchedExactGP:
         return GPThompsonPaths.from_draws(self, W, w, eps)
 
     def to_botorch(self, index: int | None = None):
-        r"""The equal BoTorch ``SingleTaskGP``, hyperparameters loaded.
+        r"""The equal BoTorch ``SingleTaskGP``, hyperparameters loaded: the export for users.
+
+        The engine fits and samples the GPs as plain tensors; this returns the
+        same model as BoTorch's ``SingleTaskGP`` (same kernel, mean, likelihood,
+        ``Normalize``/``Standardize`` transforms and hyperparameters), whose
+        posterior equals the engine's to float64 round-off (tests check it), for
+        anything BoTorch offers (acquisition functions, ``draw_matheron_paths``,
+        RGPE/TAF target models).
 
         Args:
             index: ``None``: all agents (``batch_shape = [B]``; every observation
@@ -638,167 +644,4 @@ class BatchedExactGP:
         return model.eval()
 
 
-class GPThompsonPaths:
-    r"""``B`` GP Thompson samples ``f_b(x) = m_b + φ_b(x)ᵀw_b + k_b(x, X_b) v_b`` (Matheron paths).
-
-    ``φ_b(x) = √(2σ_f²/F) [sin(W_b x̃), cos(W_b x̃)]`` on normalized inputs
-    ``x̃``; ``v_b = (K_b + σ_b²I)⁻¹ (y_b − m_b − φ_b(X_b)ᵀw_b − ε_b)``; values
-    are returned in the original outcome units. Callable on ``B x C x d``
-    (or ``K x B x C x d``) domain points; :meth:`value_and_grad` gives the input
-    gradient in closed form (a handful of batched operations).
-    """
-
-    #: Not ``True`` although callable on ``... x B x C x d``: a maximizer that stacked its K line-search
-    #: candidates in front would make ``matmul`` copy every per-path matrix K times (broadcast batch
-    #: dimensions are materialized); folding them into ``C`` copies only the points (measured: fewer
-    #: operations and less time).
-    leading_dims = False
-
-    def __init__(self, lo: Tensor, width: Tensor, W: Tensor, w: Tensor, amp: Tensor, X: Tensor, v: Tensor,
-                 ls: Tensor, os_: Tensor, mean: Tensor, y_mean: Tensor, y_std: Tensor) -> None:
-        self.lo, self.width = lo, width
-        self.W, self.w, self.amp, self.Xt, self.v, self.ls, self.os, self.mean = W, w, amp, X, v, ls, os_, mean
-        self.y_mean, self.y_std = y_mean, y_std
-        self._ready = False
-
-    def _prepare(self) -> None:
-        r"""Fold every per-path constant into the matrices it multiplies, once per batch of paths
-        (at the first evaluation: a maximizer that captures the paths as a CUDA graph rebuilds
-        them from :meth:`graph_state` inside the graph, and only that copy is evaluated).
-
-        A maximizer evaluates the paths at every BFGS iteration (a few dozen times per
-        round); what does not depend on the points is computed here, so an evaluation
-        launches ~20 kernels with or without the gradient (``count_ops`` on the GPU's path;
-        before the folding, and before value and gradient shared their products, ~35 / ~50):
-
-        * ``[sin z, cos z] = cos([z − π/2, z])`` with ``z = (x − lo) W'ᵀ``, ``W' = W / width``:
-          one product (the phase ``−π/2`` enters through a column of ones appended to
-          ``x − lo``, not as a pass over the ``C x F`` features) and one ``cos`` for both halves;
-        * the gradient from the same features: ``∂[sin z, cos z] = [cos z, −sin z] ⊙ W'``
-          is the value features with their halves swapped, so value and gradient are one
-          product with ``[w, (−w_c ⊙ W'; w_s ⊙ W')]`` (``F x (1+d)``), no ``sin``; the data
-          part likewise one product of the kernel values with ``[v, v ⊙ b]``;
-        * without the gradient, the dot products with ``w`` and ``v`` on a CPU are products
-          and sums (:func:`~fbo_torch.utils.dispatch.rowdot`: a one-column batched ``matmul``
-          is slow there), a GEMV on a GPU;
-        * the outcome scale ``y_std`` and the feature amplitude folded into the feature
-          weights, ``v`` and the constant; the lengthscales into the scaled training inputs
-          ``b = X/ℓ`` and their squared norms.
-        """
-        B, F2, d = self.W.shape
-        dt, dev = self.W.dtype, self.W.device
-        inv_w = 1.0 / self.width  # d
-        Wx = self.W * inv_w  # B x F/2 x d: frequencies in domain units
-        off = torch.zeros(B, 2 * F2, 1, dtype=dt, device=dev)
-        off[:, :F2] = -0.5 * math.pi  # sin z = cos(z − π/2)
-        self._W2t = torch.cat([torch.cat([Wx, Wx], -2), off], -1).mT  # B x (d+1) x F: [x − lo, 1] → [z − π/2, z]
-        scale = self.amp * self.y_std  # B
-        wA = self.w * scale.unsqueeze(-1)  # B x F
-        self._wA = wA.unsqueeze(-1)  # B x F x 1
-        # ∇ of the prior part: [cos z, −sin z] (the features, halves swapped) @ [w_s ⊙ W'; w_c ⊙ W']
-        gW = torch.cat([-wA[:, F2:, None] * Wx, wA[:, :F2, None] * Wx], -2)  # B x F x d
-        self._wG = torch.cat([self._wA, gW], -1)  # B x F x (1+d): value and gradient in one product
-        inv_ls = 1.0 / self.ls  # B x d
-        self._q = (inv_ls * inv_w).unsqueeze(-2)  # B x 1 x d: (x − lo) → (x̃ / ℓ)
-        self._q1 = torch.nn.functional.pad(self._q, (0, 1))  # B x 1 x (d+1): the ones column maps to 0
-        b = self.Xt * inv_ls.unsqueeze(-2)  # B x n x d
-        self._bt = torch.nn.functional.pad(b.mT, (0, 0, 0, 1))  # B x (d+1) x n
-        self._bb = (b * b).sum(-1).unsqueeze(-2)  # B x 1 x n
-        vs = self.v * self.y_std.unsqueeze(-1)  # B x n
-        self._v = vs.unsqueeze(-1)  # B x n x 1
-        self._vG = torch.cat([self._v, self._v * b], -1)  # B x n x (1+d): [v, v ⊙ b]
-        self._log_os = torch.log(self.os).view(-1, 1, 1)
-        self._const = (self.y_mean + self.y_std * self.mean).view(-1, 1)
-        # the folded tensors are constants of the paths; where a source records gradients they are
-        # rebuilt at every evaluation, so each backward pass has its own graph
-        self._ready = not any(getattr(self, f).requires_grad for f in self._FIELDS)
-
-    @classmethod
-    def from_draws(cls, gp: BatchedExactGP, W: Tensor, w: Tensor, eps: Tensor) -> GPThompsonPaths:
-        r"""Paths from given random draws: ``W`` (``B x F/2 x d``, already divided by the
-        lengthscales), ``w`` (``B x F`` standard normals), ``eps`` (``B x n`` noise draws)."""
-        hp = gp.hyperparameters
-        F = w.shape[-1]
-        amp = torch.sqrt(2.0 * hp["outputscale"] / F)  # B
-        lin = gp.X @ W.mT  # B x n x F/2
-        prior = amp.unsqueeze(-1) * ((lin.sin() * w[:, None, : F // 2]).sum(-1) + (lin.cos() * w[:, None, F // 2 :]).sum(-1))
-        resid = torch.where(gp.mask, gp.y - hp["mean"].unsqueeze(-1) - prior - eps, 0.0)
-        L = gp.cholesky
-        # two triangular solves: torch.cholesky_solve checks for errors on the host (a synchronization)
-        w_ = torch.linalg.solve_triangular(L, resid.unsqueeze(-1), upper=False)
-        v = torch.linalg.solve_triangular(L.mT, w_, upper=True).squeeze(-1)
-        v = torch.where(gp.mask, v, 0.0)
-        lo, width = gp.bounds[0], gp.bounds[1] - gp.bounds[0]
-        return cls(lo, width, W, w, amp, gp.X, v, hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std)
-
-    def take(self, index: Tensor) -> GPThompsonPaths:
-        """The paths ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
-        shared = ("lo", "width")  # the domain's box, d
-        return type(self).from_graph_state(
-            tuple(getattr(self, f) if f in shared else getattr(self, f)[index] for f in self._FIELDS), ())
-
-    @property
-    def batch_size(self) -> int:
-        return self.W.shape[0]
-
-    def lengthscales(self) -> Tensor:
-        """Each GP's lengthscales in input coordinates (``B x d``): the scale on which its sample varies."""
-        return self.ls * self.width
-
-    # a pure function of tensors: maximizers may capture it as a CUDA graph
-    _FIELDS = ("lo", "width", "W", "w", "amp", "Xt", "v", "ls", "os", "mean", "y_mean", "y_std")
-
-    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
-        return tuple(getattr(self, f) for f in self._FIELDS), ()
-
-    @classmethod
-    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> GPThompsonPaths:
-        obj = cls.__new__(cls)
-        for f, t in zip(cls._FIELDS, tensors):
-            setattr(obj, f, t)
-        obj._ready = False
-        return obj
-
-    def astype(self, dtype: torch.dtype) -> GPThompsonPaths:
-        """The same paths computed in ``dtype`` (e.g. float32 for screening raw points)."""
-        return type(self).from_graph_state(tuple(getattr(self, f).to(dtype) for f in self._FIELDS), ())
-
-    def _parts(self, X: Tensor, grad: bool):
-        # every reduction over features or data points is a batched matrix product (no
-        # elementwise pass over B x C x F): weights are folded into the matrices (_prepare)
-        if not self._ready:
-            self._prepare()
-        Xc = torch.nn.functional.pad(X - self.lo, (0, 1), value=1.0)  # ... x B x C x (d+1): [x − lo, 1]
-        # in place only where autograd records nothing (the points or, `_ready` False, the paths' tensors)
-        inplace = not (torch.is_grad_enabled() and (X.requires_grad or not self._ready))
-        lin = Xc @ self._W2t  # ... x B x C x F: [z − π/2, z]
-        c = cos_(lin) if inplace else torch.cos(lin)  # [sin z, cos z]
-        a = Xc * self._q1  # [x̃ / ℓ, 0]
-        ab = a @ self._bt  # ... x B x C x n
-        D = ((a * a).sum(-1, keepdim=True) + self._bb).add_(ab, alpha=-2.0) if inplace else \
-            (a * a).sum(-1, keepdim=True) + self._bb - 2.0 * ab  # squared scaled distances
-        if inplace:
-            k = torch.add(self._log_os, D.clamp_min_(0.0), alpha=-0.5).exp_()
-        else:
-            k = torch.exp(self._log_os - 0.5 * D.clamp_min(0.0))
-        if not grad:
-            return rowdot(c, self._wA, inplace) + rowdot(k, self._v, inplace) + self._const, None
-        # value and gradient from one product each with the features and the kernel values:
-        # d/dx: prior [cos z, −sin z] @ (w ⊙ W'); data Σ_j v_j k_j (b_j − a) ⊙ ∂a/∂x
-        cg = c @ self._wG  # ... x B x C x (1+d): [f, ∇ prior]
-        kg = k @ self._vG  # ... x B x C x (1+d): [kᵀv, Σ_j v_j k_j b_j]
-        kv = kg[..., :1]
-        out = (cg[..., 0] + kv.squeeze(-1)) + self._const
-        g = cg[..., 1:] + torch.addcmul(kg[..., 1:], kv, a[..., :-1], value=-1.0) * self._q
-        return out, g
-
-    def __call__(self, X: Tensor) -> Tensor:
-        """Values at ``... x B x C x d`` points: ``... x B x C``."""
-        return self._parts(X, grad=False)[0]
-
-    def value_and_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
-        """Values (``... x B x C``) and input gradients (``... x B x C x d``), in closed form."""
-        return self._parts(X, grad=True)
-
-
-__all__ = ["GP_SPECS", "BatchedExactGP", "GPSpec", "GPThompsonPaths", "get_spec"]
+__all__ = ["GP_SPECS", "BatchedExactGP", "GPSpec", "get_spec"]

@@ -21,8 +21,8 @@ problems together and without reading a device value on the host:
   (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`) — every restart of
   every problem converges on its own, the line search evaluates all its
   candidate steps in one call — with the closed-form gradient of ``fn`` when
-  it has a ``value_and_grad`` method (:class:`~fbo_torch.models.rff_paths.RFFSamplePaths`,
-  :class:`~fbo_torch.models.batched_gp.GPThompsonPaths`), else autograd.
+  it has a ``value_and_grad`` method (:class:`~fbo_torch.sampling.rff_paths.RFFSamplePaths`,
+  :class:`~fbo_torch.sampling.gp_paths.GPThompsonPaths`), else autograd.
   ``"adam"`` (projected Adam) and ``"lbfgsb"`` (BoTorch's batched SciPy
   L-BFGS-B, host-side) remain as references.
 
@@ -153,8 +153,8 @@ def maximize_batched(
             that built their boxes themselves pass ``False`` to avoid the synchronization).
         screen_dtype: Optional lower precision (e.g. ``torch.float32``) for scoring
             the raw points only, used when ``fn`` has an ``astype(dtype)`` method
-            (:class:`~fbo_torch.models.batched_gp.GPThompsonPaths`,
-            :class:`~fbo_torch.models.rff_paths.RFFSamplePaths`). Raw scores only
+            (:class:`~fbo_torch.sampling.gp_paths.GPThompsonPaths`,
+            :class:`~fbo_torch.sampling.rff_paths.RFFSamplePaths`). Raw scores only
             rank candidates for the Boltzmann restart selection, whose own noise
             (Gumbel, unit temperature on standardized values) dwarfs float32
             rounding; the selected restarts are re-scored and refined in the
@@ -265,8 +265,8 @@ def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxit
     backtracking from the unit step).
 
     Functions with a ``take(index)`` method (the functions of the problems ``index``,
-    repeats allowed: :class:`~fbo_torch.models.rff_paths.RFFSamplePaths`,
-    :class:`~fbo_torch.models.batched_gp.GPThompsonPaths`) let the BFGS drop
+    repeats allowed: :class:`~fbo_torch.sampling.rff_paths.RFFSamplePaths`,
+    :class:`~fbo_torch.sampling.gp_paths.GPThompsonPaths`) let the BFGS drop
     functions whose restarts have all converged on a CPU (``minimize_batched``'s
     ``restrict``, a function's ``k`` restarts as one group, so its values are the
     same operations as in the full batch): measured on 200 agents × 16 restarts of

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.faults import evaluate_agents
-from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule
+from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.search import maximize_rff_samples
@@ -286,9 +286,8 @@ class FTSRunner:
         if self.settings.algorithm == "ts":
             sources = torch.full((R,), OWN, dtype=torch.long, device=self.device)
         else:
-            own = self.agents.use_own(t, self.schedule(t))
-            chosen = self.dist.sample(keys=self.agents.round_keys(t, "P_N"))  # OWN where no message is left
-            sources = torch.where(own, torch.full_like(chosen, OWN), chosen)
+            # OWN where the coin says so or no message is left
+            sources = draw_sources(self.schedule(t), self.dist, keys=kr.fold(self.agents.keys, t))
         X_next, _ = self.agents.own_proposals(t)
         if self.settings.algorithm == "fts":
             omega = self.omegas[torch.arange(R, device=self.device), sources.clamp_min(0)]

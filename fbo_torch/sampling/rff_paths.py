@@ -5,8 +5,8 @@ DP-FTS-DE broadcast region, is ``x ↦ φ(x)ᵀω`` for the shared map ``φ`` an
 some weight vector ``ω``. :class:`RFFSamplePaths` evaluates ``B`` of them at
 ``B x C x d`` points with one matrix product for ``Sx + b`` (the spectral
 matrix is shared) and one batched product with the ``ω``'s, and returns the
-gradient in closed form, so a maximizer needs no autograd graph (on a GPU:
-a dozen kernel launches per step instead of several dozen).
+gradient in closed form, so a maximizer needs no autograd graph (fewer
+kernel launches per step on a GPU; counts in ``docs/design.md``).
 
 With ``z = Sx + b``, ``c = cos z``: the unnormalized map gives
 ``f = a ωᵀc`` with ``a = √(2σ₀²/M)`` and ``∇f = −a Sᵀ(sin z ⊙ ω)``; the papers'

@@ -11,6 +11,9 @@ decompositions that differ between torch versions; the code at 6d0aaa0 took
 ``benchmarks/round_time.py --ops`` reports whole rounds).
 """
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -19,7 +22,9 @@ from fbo_torch.models.batched_gp import BatchedExactGP
 from fbo_torch.models.rff_paths import RFFSamplePaths
 from fbo_torch.optim import maximize_batched
 from fbo_torch.utils import keyed_random as kr
-from fbo_torch.utils.op_count import count_ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from op_count import count_ops  # noqa: E402  (benchmarks/op_count.py, a benchmark tool)
 
 f64 = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)

@@ -27,7 +27,7 @@ operations:
   unless ``check_every`` asks for an early exit).
 * **Few operations per iteration**: on a GPU every tensor operation is a kernel
   launch of a few microseconds whatever the batch, so an iteration is written as
-  ~77 of them besides the function's own (counted by :mod:`fbo_torch.utils.op_count`):
+  ~77 of them besides the function's own (counted by ``benchmarks/op_count.py``):
   a reset of the curvature information is a flag, not a write of the identity into
   ``H``; ``H`` is stored negated (the quasi-Newton direction and ``−H₀y`` without a
   negation); ``sᵀs, sᵀy, yᵀy`` come from one ``2 x 2`` Gram product; the rank-two BFGS

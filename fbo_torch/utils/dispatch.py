@@ -5,7 +5,7 @@ host reads) and runs the same algorithm on a CPU, where launches are cheap and
 what counts is the arithmetic and the CPU kernels' speed. Where the best
 kernel differs, :func:`gpu_path` decides, and the environment variable
 ``FBO_SYNC_FREE=1`` makes a CPU take the GPU's path (op counts, tests of the
-GPU's code on a CPU: :func:`~fbo_torch.utils.op_count.count_ops` sets it).
+GPU's code on a CPU: ``benchmarks/op_count.py`` sets it).
 """
 
 from __future__ import annotations

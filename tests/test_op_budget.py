@@ -3,12 +3,9 @@
 On a GPU the round is launch-bound (each tensor operator is one kernel of a few
 microseconds, whatever its size), so the number of operators per BFGS iteration
 is what the maximizers and the GP fit cost there, at any number of agents. The
-budgets are the counts of the current code (torch 2.13: 108 for φᵀω paths,
-124 for GP Thompson paths, 148 for the GP fit) with ~12% headroom for operator
-decompositions that differ between torch versions; the code at 6d0aaa0 took
-163, 206 and 273 (all counted with the corrected counter, which also counts
-``bmm``, ``where``, ``gather`` & co. and the input copy of ``addmm``/``baddbmm``;
-``benchmarks/round_time.py --ops`` reports whole rounds).
+budgets are the current code's counts with ~12% headroom for operator
+decompositions that differ between torch versions (docs/design.md has the
+counts); ``benchmarks/round_time.py --ops`` reports whole rounds.
 """
 
 import sys

@@ -117,7 +117,7 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
     from fbo_torch.federation.keys import federation_agent_keys, federation_keys
     from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.utils import keyed_random as kr
-    from fbo_torch.utils.op_count import count_ops
+    from op_count import count_ops  # benchmarks/op_count.py, next to this script
 
     dev = torch.device(device)
     f64 = torch.float64

@@ -44,7 +44,7 @@ def _processes_of(work_marker: str) -> list[str]:
     return [line for line in out.splitlines() if work_marker in line]
 
 
-@pytest.mark.slow  # about 60 s on 2 busy cores (`make test` runs it; -m "not slow" skips it)
+@pytest.mark.slow  # a SuperLink, 5 SuperNodes and a 3-round run (`make test` runs it; -m "not slow" skips it)
 @pytest.mark.skipif(shutil.which("ps") is None or not sys.platform.startswith("linux"), reason="needs Linux ps")
 def test_flower_demo_runs_three_secured_rounds_refuses_an_intruder_and_stops_every_process(tmp_path):
     port = _free_ports(7)

@@ -3,13 +3,13 @@
 On a GPU the round is launch-bound (each tensor operator is one kernel of a few
 microseconds, whatever its size), so the number of operators per BFGS iteration
 is what the maximizers and the GP fit cost there, at any number of agents. The
-budgets are the counts of the current code (torch 2.13: 108 for φᵀω paths,
-124 for GP Thompson paths, 148 for the GP fit) with ~12% headroom for operator
-decompositions that differ between torch versions; the code at 6d0aaa0 took
-163, 206 and 273 (all counted with the corrected counter, which also counts
-``bmm``, ``where``, ``gather`` & co. and the input copy of ``addmm``/``baddbmm``;
-``benchmarks/round_time.py --ops`` reports whole rounds).
+budgets are the current code's counts with ~12% headroom for operator
+decompositions that differ between torch versions (docs/design.md has the
+counts); ``benchmarks/round_time.py --ops`` reports whole rounds.
 """
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +19,9 @@ from fbo_torch.models.batched_gp import BatchedExactGP
 from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim import maximize_batched
 from fbo_torch.utils import keyed_random as kr
-from fbo_torch.utils.op_count import count_ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from op_count import count_ops  # noqa: E402  (benchmarks/op_count.py, a benchmark tool)
 
 f64 = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)

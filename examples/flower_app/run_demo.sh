@@ -85,8 +85,8 @@ if [[ "${WARM:-1}" != 0 ]]; then
     # Flower starts a fresh flwr-clientapp / flwr-serverapp process per message, and each
     # Flower process imports flwr (and the apps torch and fbo_torch) anew; shims first on
     # PATH have them forked from one process that imported everything once
-    # (fbo_torch/flower/warm_start.py). WARM=0: the plain way.
-    "$VENV/bin/python" -m fbo_torch.flower.warm_start "$WORK/warm.sock" "$WORK/bin" "$VENV/bin" \
+    # (warm_start.py in this folder). WARM=0: the plain way.
+    "$VENV/bin/python" "$HERE/warm_start.py" "$WORK/warm.sock" "$WORK/bin" "$VENV/bin" \
         > "$WORK/warm-start.log" 2>&1 &
     PIDS+=($!)
     export PATH="$WORK/bin:$PATH"

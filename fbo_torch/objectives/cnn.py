@@ -20,20 +20,17 @@ single forward/backward pass of the stacked model:
 Why grouped convolutions rather than ``vmap(grad(functional_call(...)))``:
 PyTorch's ``vmap`` batching rule turns a convolution with per-sample weights
 into the very same grouped convolution, so the results agree to float
-rounding, but on this 2-core CPU the hand-written version was 1.5-2x faster
-per step (no functorch dispatch overhead; e.g. 9 ms vs 16 ms per step for
-``K = 10`` configurations of the 8 x 8 network). It is plain tensor code and
-runs unchanged on CUDA. There is no Python loop over configurations inside a
+rounding, but the hand-written version is faster per step (no functorch
+dispatch overhead; see docs/design.md). It is plain tensor code and runs
+unchanged on CUDA. There is no Python loop over configurations inside a
 step; the only per-configuration Python work is drawing each configuration's
 seeded initial weights and minibatch indices once, before training.
 
-Measured on this 2-core CPU (one thread, CPU time): for the 8 x 8 digits task
-ten configurations train 2-2.5x faster stacked than one after another. For
-28 x 28 EMNIST images, oneDNN's grouped convolutions are *slower* than ``K``
-separate convolutions (``K = 50``: ~0.55 s vs ~0.34 s per step of the two
-convolution layers), so run the 50-agent EMNIST task on CUDA, where one
+On a CPU, stacking pays for the small 8 x 8 digits network; for 28 x 28
+EMNIST images oneDNN's grouped convolutions can be *slower* than ``K``
+separate convolutions, so run the 50-agent EMNIST task on CUDA, where one
 grouped cuDNN launch per layer replaces ``K`` small ones
-(``benchmarks/cnn_training.py`` measures both).
+(``benchmarks/cnn_training.py`` measures both; docs/design.md has numbers).
 
 How a training run executes (:class:`TrainerOptions`):
 

@@ -17,9 +17,9 @@ Setup, per field:
 * Value = ``roc_auc_score`` of the validation labels against
   ``decision_function``. The authors used ``SVC(probability=True)`` and
   ``predict_proba``; Platt scaling is monotone, so the AUC is the same up to the
-  internal cross-validation noise of Platt scaling (we measured differences
-  ≤ 0.007) — ``decision_function`` is deterministic, ~5x cheaper, and
-  ``probability=True`` is deprecated in scikit-learn 1.9.
+  internal cross-validation noise of Platt scaling — ``decision_function`` is
+  deterministic, several times cheaper (no internal cross-validation; see
+  docs/design.md), and ``probability=True`` is deprecated in scikit-learn 1.9.
 * **No feature standardization by default.** The features in ``LandmineData.mat``
   already come on a common, roughly zero-mean unit-variance scale (per-field
   means within ±0.4, standard deviations 0.1–1.8), the papers' ``γ`` range was
@@ -218,7 +218,7 @@ class LandmineSVM(TuningObjective):
             training half (default ``False``, see the module docstring).
         scoring: ``"decision"`` (AUC of ``decision_function``, default) or
             ``"platt"`` (AUC of Platt-scaled ``predict_proba``, as the authors:
-            the same ranking up to ties where probabilities saturate; ~5x slower).
+            the same ranking up to ties where probabilities saturate; several times slower).
 
     Example:
         >>> obj = LandmineSVM(fields=[0, 1, 2])

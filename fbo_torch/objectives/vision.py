@@ -434,8 +434,8 @@ class DigitsCNN(AgentImageCNN):
     16 gray levels, shipped with scikit-learn) with pixels scaled to ``[0, 1]``,
     partitioned into ``num_agents`` agents by :func:`dirichlet_label_partition`.
     The offline stand-in for :class:`EMNISTCNN`. The defaults are sized for a
-    CPU: one call for 10 agents x 1 configuration (120 SGD steps each) took
-    ~0.9 s of CPU time on one core of a 2-core machine. With seed 0, the mean
+    CPU: one call for 10 agents x 1 configuration (120 SGD steps each) takes
+    about a second of one core (see docs/design.md). With seed 0, the mean
     validation accuracy over the 10 agents is ~0.81 (0.71-1.0 per agent) at
     (learning rate, decay, L2) = (0.02, 1e-4, 1e-6), ~0.38 at learning rate
     1e-3 and ~0.15 at 1e-7.

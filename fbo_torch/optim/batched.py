@@ -254,13 +254,11 @@ def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxit
     (the candidates ``4ℓ, ℓ, ℓ/4, …`` bracket the scale on which a stationary
     sample path varies), and every step may extrapolate to 4× the quasi-Newton
     step (5 candidates ``4, 1, 1/4, 1/16, 1/64``; the largest that satisfies
-    Armijo; 6 down to 1/256 measured the same). Measured by
-    ``benchmarks/maximizer_quality.py`` (64 functions × 3 seeds per family): 5-D GP
-    Thompson samples 5.0e-3 → 1.3e-5 mean gap (BoTorch's ``optimize_acqf`` on the
-    same budget 4.0e-4, whose jointly-optimized restarts also take long steps),
-    5-D φᵀω ℓ = 0.1 1.3e-2 → 6.4e-3, 2-D φᵀω ℓ = 0.03 5.1e-4 → 2.8e-7, the other families
-    unchanged or better; near a maximum the 4× step fails Armijo on a quadratic
-    (``f(x + 4d) − f(x) = −4 gᵀd > 0``), so convergence stays at float roundoff.
+    Armijo). Far from a maximum this lets a restart cross a lengthscale in one step,
+    which closes most of the gap to a dense search on rough functions
+    (``benchmarks/maximizer_quality.py``; the gaps are in docs/design.md); near a
+    maximum the 4× step fails Armijo on a quadratic (``f(x + 4d) − f(x) = −4 gᵀd > 0``),
+    so convergence stays at float roundoff.
     Functions without ``lengthscales()`` keep the plain rule (first step 0.05,
     backtracking from the unit step).
 
@@ -269,9 +267,8 @@ def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxit
     :class:`~fbo_torch.sampling.gp_paths.GPThompsonPaths`) let the BFGS drop
     functions whose restarts have all converged on a CPU (``minimize_batched``'s
     ``restrict``, a function's ``k`` restarts as one group, so its values are the
-    same operations as in the full batch): measured on 200 agents × 16 restarts of
-    GP samples, a mean of 7.5 iterations per restart against the then cap of 30 (25 now) that a
-    few restarts reach.
+    same operations as in the full batch): most restarts converge in a fraction of
+    ``maxiter`` iterations and only a few reach the cap (see docs/design.md).
     """
     B, k, d = U0.shape
     if lengthscales is None:

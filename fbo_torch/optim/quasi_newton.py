@@ -27,15 +27,14 @@ operations:
   unless ``check_every`` asks for an early exit).
 * **Few operations per iteration**: on a GPU every tensor operation is a kernel
   launch of a few microseconds whatever the batch, so an iteration is written as
-  ~77 of them besides the function's own (counted by :mod:`fbo_torch.utils.op_count`):
+  ~77 of them besides the function's own (counted by ``benchmarks/op_count.py``):
   a reset of the curvature information is a flag, not a write of the identity into
   ``H``; ``H`` is stored negated (the quasi-Newton direction and ``−H₀y`` without a
   negation); ``sᵀs, sᵀy, yᵀy`` come from one ``2 x 2`` Gram product; the rank-two BFGS
   update is one ``baddbmm``; the held set is one comparison with a per-coordinate bound
   chosen by the gradient's sign; whether a problem accepted a step and which one is one
   ``max``; device scalars instead of Python numbers; unbounded problems skip the
-  active-set bookkeeping (``tests/test_op_budget.py`` holds the counts; every rewrite
-  gives the same iterates bit for bit).
+  active-set bookkeeping (``tests/test_op_budget.py`` holds the counts).
 
 The result for one problem does not depend on which other problems share the
 batch (up to floating-point reassociation in batched kernels): a single agent
@@ -124,9 +123,8 @@ def minimize_batched(
             function's lengthscale).
         num_steps: Candidate step sizes per line search (evaluated together on a GPU):
             ``max_step · (1, shrink, shrink², ...)``. 4 (not 8): BFGS accepts the unit step almost
-            always; measured with the parallel line search, the fitted MLLs of 300 GPs
-            agree with 8 candidates to 1e-9 and the maximizer's gaps over 6 function
-            families are unchanged, at half the line-search cost.
+            always, so 8 candidates change neither the fitted MLLs nor the maximizer's gaps
+            and cost twice the line search (see docs/design.md).
         shrink: Ratio between consecutive candidate steps.
         max_step: The largest candidate as a multiple of the (quasi-)Newton step
             (1: plain backtracking; > 1 lets a problem far from a minimum move

@@ -5,7 +5,7 @@ host reads) and runs the same algorithm on a CPU, where launches are cheap and
 what counts is the arithmetic and the CPU kernels' speed. Where the best
 kernel differs, :func:`gpu_path` decides, and the environment variable
 ``FBO_SYNC_FREE=1`` makes a CPU take the GPU's path (op counts, tests of the
-GPU's code on a CPU: :func:`~fbo_torch.utils.op_count.count_ops` sets it).
+GPU's code on a CPU: ``benchmarks/op_count.py`` sets it).
 """
 
 from __future__ import annotations
@@ -29,18 +29,19 @@ def rowdot(a: Tensor, w: Tensor, overwrite: bool = False) -> Tensor:
         a: ``... x batch_shape x C x F``.
         w: ``batch_shape x F x 1``.
         overwrite: ``a`` is not needed afterwards: a CPU may overwrite it with the products
-            instead of allocating a tensor of its size (a fresh allocation of a few MB page-faults
-            on every call: measured 2.9 ms instead of 0.27 ms for the product above).
+            instead of allocating a tensor of its size (a fresh allocation of a few MB
+            page-faults on every call).
 
     Returns:
         ``... x batch_shape x C``.
 
     On the GPU path one batched GEMV (one kernel, ``a`` read once). On a CPU an
-    elementwise product and a sum over ``F``: measured on a 2-core AMD EPYC
-    (torch 2.13, one thread), a batched ``matmul`` with a single column runs at
-    ~1 GFLOP/s — 0.88 ms for ``200 x 16 x 256`` in float64 or float32 — against
-    0.27 ms (float64) / 0.13 ms (float32) for product and sum. Both sum the same
-    ``F`` products; they differ by rounding only (order of the sum, fused multiply-adds).
+    elementwise product and a sum over ``F``, because a batched ``matmul`` with a
+    single column is several times slower there (see docs/design.md). Both sum the
+    same ``F`` products; they differ by rounding only (order of the sum, fused
+    multiply-adds). Neither depends on the number of threads: torch sums each output
+    on one thread in a fixed order (it splits a sum across threads only for a single
+    output of 32,768 or more products, which the engine's rows of features never are).
     """
     if gpu_path(a.device):
         return (a @ w).squeeze(-1)
@@ -50,16 +51,16 @@ def rowdot(a: Tensor, w: Tensor, overwrite: bool = False) -> Tensor:
 def cos_(a: Tensor) -> Tensor:
     r"""``a.cos_()``: the cosine in place (``a`` must not record gradients).
 
-    On a CPU with at most two torch threads, a contiguous float32 tensor takes NumPy's
-    cosine (its SIMD float32 kernel): measured on a 2-core AMD EPYC (AVX-512, torch 2.13,
-    NumPy 2.4) 0.28 ms for 2^19 values against torch's 0.68 ms on one thread and 0.34 ms
-    on two, with a maximum error of 0.57 float32 epsilon against torch's 0.30 (arguments
-    up to ±200). Float32 path evaluations are what the maximizers screen raw points with
-    (ranking only); a float32 result therefore depends, in its last bits, on the number of
-    torch threads. Everything else (float64, a GPU, more threads) takes torch's.
+    On a CPU (off the GPU path) a contiguous float32 tensor takes NumPy's cosine, whose
+    SIMD float32 kernel on one thread is faster than torch's on one or two (see
+    docs/design.md); everything else (float64, a GPU, a strided tensor) takes torch's.
+    The choice depends on the device, dtype and layout only, never on the number of
+    threads, so results are the same for any ``torch.set_num_threads``. The two
+    kernels round differently (both within a float32 epsilon of the cosine); float32
+    path evaluations are what the maximizers screen raw points with (ranking only).
     """
     if (a.dtype == torch.float32 and a.device.type == "cpu" and not gpu_path(a.device)
-            and torch.get_num_threads() <= 2 and a.is_contiguous() and not a.requires_grad):
+            and a.is_contiguous() and not a.requires_grad):
         out = a.numpy()
         np.cos(out, out=out)
         torch.autograd.graph.increment_version(a)  # written behind autograd's back: say so

@@ -3,27 +3,26 @@ r"""Start Flower's per-message app processes from a warm, pre-imported parent.
 Flower's deployment engine runs every ClientApp message (and the ServerApp) in
 a new process: ``flwr-clientapp`` / ``flwr-serverapp``, started by the
 SuperNode's (SuperLink's) SuperExec from ``PATH``. Each such process imports
-``flwr``, ``torch`` and ``fbo_torch`` before it does a millisecond of work —
-about 6 s of CPU on a small machine, for every agent and every round.
+``flwr``, ``torch`` and ``fbo_torch`` before it does any work, for every
+agent and every round; Flower's own processes (``flower-superlink``,
+``flower-supernode``, the ``flower-superexec`` each of them starts, the ``flwr``
+CLI) pay the same import cost once each (docs/design.md has the seconds).
 
-Flower's own processes (``flower-superlink``, ``flower-supernode``, the
-``flower-superexec`` each of them starts, the ``flwr`` CLI) pay the same
-import cost once each, about 2.5 s of CPU.
-
-This module is a fork server for all of those processes, for demos and small
-machines. :func:`serve` imports everything once, then listens on a Unix
-socket; the ``flwr-clientapp`` / ``flwr-serverapp`` shims that
-:func:`write_shims` puts first on ``PATH`` (one per entry of :data:`ENTRY_POINTS`) send their arguments, environment,
-working directory and standard streams over it, and the server forks a child
-that runs Flower's own entry point (:func:`flwr.supernode.cli.flwr_clientapp.flwr_clientapp`
-or the ServerApp's) with them. The child is a fresh process for one task (or one
-long-running service), as Flower expects; only the imports are shared. The shim exits with the child's
-exit code and stops the child if it is stopped itself.
+This script is a fork server for all of those processes, for the demo
+(``run_demo.sh``) and small machines; a deployment does not need it.
+:func:`serve` imports everything once, then listens on a Unix socket; the
+shims that :func:`write_shims` puts first on ``PATH`` (one per entry of
+:data:`ENTRY_POINTS`) send their arguments, environment, working directory and
+standard streams over it, and the server forks a child that runs Flower's own
+entry point (:func:`flwr.supernode.cli.flwr_clientapp.flwr_clientapp` or the
+ServerApp's) with them. The child is a fresh process for one task (or one
+long-running service), as Flower expects; only the imports are shared. The
+shim exits with the child's exit code and stops the child if it is stopped itself.
 
 Nothing about Flower's protocol changes: without the shims on ``PATH`` the
 same app runs the plain way (``WARM=0 make flower-demo``).
 
-Run: ``python -m fbo_torch.flower.warm_start SOCKET SHIM_DIR``.
+Run: ``python examples/flower_app/warm_start.py SOCKET SHIM_DIR BIN_DIR``.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ ENTRY_POINTS = {
 }
 
 SHIM = r'''#!{python}
-# Flower's `{name}` started by the fork server at {socket} (fbo_torch.flower.warm_start).
+# Flower's `{name}` started by the fork server at {socket} (examples/flower_app/warm_start.py).
 import json, os, signal, socket, struct, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
@@ -215,6 +214,6 @@ def serve(sock_path: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 4:
-        sys.exit("usage: python -m fbo_torch.flower.warm_start SOCKET SHIM_DIR BIN_DIR")
+        sys.exit("usage: python warm_start.py SOCKET SHIM_DIR BIN_DIR")
     write_shims(sys.argv[2], sys.argv[1], sys.argv[3])
     serve(sys.argv[1])

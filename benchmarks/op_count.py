@@ -2,8 +2,7 @@ r"""Count what a GPU would launch, on any device: tensor operators and host sync
 
 On a GPU a federation round is launch-bound long before it is compute-bound:
 each tensor operator is about one kernel launch of a few microseconds, however
-small its tensors (``../shared/perf/H100-PROFILE.md``: ~90% of a round was idle
-GPU between tiny kernels). :func:`count_ops` runs a function under
+small its tensors (docs/design.md has a GPU profile). :func:`count_ops` runs a function under
 ``torch.profiler`` and counts, from the operators torch dispatches — the same on
 a CPU as on a GPU — the operators that launch a kernel (an operator counts when it is not
 kernel-free and no operator below it launches one; the ``add*mm`` family, which copies its

@@ -96,7 +96,7 @@ def test_cos_and_rowdot_do_not_depend_on_the_number_of_threads(dtype, monkeypatc
 def test_a_simulation_is_bit_identical_at_one_and_two_threads(monkeypatch):
     # a few DP-FTS-DE rounds (float32 screening of raw points, float64 refinement, GP fits):
     # the same points queried and the same losses whatever torch.set_num_threads says
-    from fbo_torch.federation.domain import Domain
+    from fbo_torch.optim.domain import Domain
     from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
     from fbo_torch.runners.dp_fts_de import DPFTSDERunner

@@ -139,9 +139,11 @@ def test_an_objective_that_raises_or_returns_nan_does_not_stop_the_run(objective
             return torch.where(agents.unsqueeze(-1) == 1, torch.nan, vals)
 
     obj = Flaky(num_groups=1, agents_per_group=4, grid_size=50, perturb_first=True, seed=0)
-    y, raised = evaluate_agents(obj, torch.full((4, 1), 0.5, dtype=f64), torch.arange(4), kr.fold(7, torch.arange(4)))
+    y, f, raised = evaluate_agents(obj, torch.full((4, 1), 0.5, dtype=f64), torch.arange(4), kr.fold(7, torch.arange(4)))
     assert raised.tolist() == [False, False, True, False]
     assert torch.isnan(y[1]) and torch.isnan(y[2]) and torch.isfinite(y[[0, 3]]).all()
+    f_true = obj.evaluate_true(torch.full((2, 1, 1), 0.5, dtype=f64), torch.tensor([0, 3])).squeeze(-1)
+    assert torch.isnan(f[[1, 2]]).all() and torch.equal(f[[0, 3]], f_true)  # the noiseless values come along
     s = DPFTSDESettings(num_iterations=3, num_init=2, num_features=20, num_regions=1)
     res = DPFTSDERunner(obj, s, num_inits=1, seed=0).run()
     assert res.failed[1].all() and res.failed[2].all() and not res.failed[[0, 3]].any()

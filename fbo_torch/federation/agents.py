@@ -246,21 +246,23 @@ class Agents:
         return torch.where(close.any(-1, keepdim=True), fresh, X)
 
     def evaluate(self, objective: Any, agent_ids: Tensor, X_next: Tensor, round: int,
-                 faults: Any | None = None) -> tuple[Tensor, Tensor]:
-        r"""Evaluate each agent's query on its objective and :meth:`observe` it.
+                 faults: Any | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        r"""Evaluate each agent's query on its objective (once) and :meth:`observe` it.
 
         Failures — an exception, a NaN/inf value, or one injected by ``faults``
         (a :class:`~fbo_torch.federation.faults.FaultInjector`) — are recorded
         and left out of the models; nobody stops.
 
         Returns:
-            ``(y, ok)``: ``B`` observations (NaN where failed) and ``B`` booleans.
+            ``(y, f, ok)``: ``B`` observations (NaN where failed), ``B`` noiseless
+            values of the queries (``-inf`` where failed; for the records, never
+            seen by the models) and ``B`` booleans (the evaluation succeeded).
         """
-        y, _ = evaluate_agents(objective, X_next, agent_ids, self.round_keys(round, "evaluate"))
+        y, f, _ = evaluate_agents(objective, X_next, agent_ids, self.round_keys(round, "evaluate"))
         if faults is not None:
             y = torch.where(faults.failed(self.keys, round), torch.nan, y)
         ok = self.observe(X_next, y)
-        return torch.where(ok, y, torch.nan), ok
+        return torch.where(ok, y, torch.nan), torch.where(ok & torch.isfinite(f), f, -torch.inf), ok
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -342,9 +344,8 @@ def agent_round(
         the evaluation failed; for the records, never seen by the models).
     """
     X_next, used = agents.next_queries(round, p, X_broadcast)
-    _, ok = agents.evaluate(objective, agent_ids, X_next, round, faults)
-    f, _ = evaluate_agents(objective, X_next, agent_ids, noiseless=True)
-    return X_next, used, ok, torch.where(ok & torch.isfinite(f), f, -torch.inf)
+    _, f, ok = agents.evaluate(objective, agent_ids, X_next, round, faults)
+    return X_next, used, ok, f
 
 
 def broadcast_points(
@@ -398,7 +399,7 @@ def initial_points(domain: Domain, keys: Tensor, num: int, partition=None, agent
 
 
 def observe_initial(objective: Any, X0: Tensor, agents: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
-    r"""Observations ``B x n0`` of the initial points and their noiseless values (``-inf`` where failed)."""
-    y, _ = evaluate_agents(objective, X0, agents, kr.fold(keys, "evaluate-init"))
-    f, _ = evaluate_agents(objective, X0, agents, noiseless=True)
+    r"""Observations ``B x n0`` of the initial points and their noiseless values (``-inf`` where failed),
+    from one evaluation of each point."""
+    y, f, _ = evaluate_agents(objective, X0, agents, kr.fold(keys, "evaluate-init"))
     return y, torch.where(torch.isfinite(y) & torch.isfinite(f), f, -torch.inf)

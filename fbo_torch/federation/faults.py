@@ -115,44 +115,43 @@ class FaultInjector:
         return torch.where(hostile, attack, omegas)
 
 
-def evaluate_agents(
-    objective, X: Tensor, agents: Tensor, keys: Tensor | None = None, noiseless: bool = False
-) -> tuple[Tensor, Tensor]:
-    r"""Observe ``y_bj = f_{agents[b]}(X[b, j])`` for every agent, surviving failures.
+def evaluate_agents(objective, X: Tensor, agents: Tensor, keys: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    r"""Observe ``y_bj = f_{agents[b]}(X[b, j]) + noise`` for every agent, surviving failures.
 
-    The batch is evaluated in one call; if that raises, agents are evaluated
-    one by one and those that raise get NaN. Non-finite values are returned as
-    they are (the caller treats them as failures).
+    The batch is evaluated in one call of
+    :meth:`~fbo_torch.objectives.base.Objective.observe` (each query once: the
+    noiseless value comes with the observation); if that raises, agents are
+    evaluated one by one and those that raise get NaN. Non-finite values are
+    returned as they are (the caller treats them as failures).
 
     Args:
         objective: An :class:`~fbo_torch.objectives.base.Objective`.
         X: ``B x d`` (or ``B x q x d``) queries. agents: ``B`` agent indices.
         keys: ``B`` observation-noise keys.
-        noiseless: Evaluate the noiseless values (``objective.evaluate_true``) instead.
 
     Returns:
-        ``(y, raised)``: ``B`` (or ``B x q``) values and ``B`` booleans (the evaluation raised).
+        ``(y, f, raised)``: ``B`` (or ``B x q``) observations, their noiseless
+        values (for the records; NaN where the evaluation raised) and ``B``
+        booleans (the evaluation raised).
     """
     single = X.ndim == 2
     Xq = X.unsqueeze(1) if single else X
-
-    def call(Xb: Tensor, ab: Tensor, kb: Tensor | None) -> Tensor:
-        if noiseless:
-            return objective.evaluate_true(Xb, agents=ab, validate=False)
-        return objective(Xb, agents=ab, keys=kb, validate=False)
-
     try:
-        y = call(Xq, agents, keys)
+        y, f = objective.observe(Xq, keys, agents=agents, validate=False)
         raised = torch.zeros(y.shape[0], dtype=torch.bool, device=y.device)
     except Exception:  # noqa: BLE001 - any failure of user code is an agent's failure
-        out, flags = [], []
+        ys, fs, flags = [], [], []
         for b in range(Xq.shape[0]):
             try:
-                yb = call(Xq[b : b + 1], agents[b : b + 1], None if keys is None else keys[b : b + 1])
-                out.append(yb.reshape(1, -1).to(device=X.device, dtype=X.dtype))
+                yb, fb = objective.observe(Xq[b : b + 1], keys[b : b + 1], agents=agents[b : b + 1], validate=False)
+                ys.append(yb.reshape(1, -1).to(device=X.device, dtype=X.dtype))
+                fs.append(fb.reshape(1, -1).to(device=X.device, dtype=X.dtype))
                 flags.append(False)
             except Exception:  # noqa: BLE001
-                out.append(torch.full((1, Xq.shape[1]), torch.nan, dtype=X.dtype, device=X.device))
+                ys.append(torch.full((1, Xq.shape[1]), torch.nan, dtype=X.dtype, device=X.device))
+                fs.append(ys[-1])
                 flags.append(True)
-        y, raised = torch.cat(out), torch.tensor(flags, device=X.device)
-    return (y.squeeze(-1) if single else y), raised
+        y, f, raised = torch.cat(ys), torch.cat(fs), torch.tensor(flags, device=X.device)
+    if single:
+        y, f = y.squeeze(-1), f.squeeze(-1)
+    return y, f, raised

@@ -8,15 +8,20 @@ agent's own key and index) driven by the same functions
 :func:`~fbo_torch.federation.agents.agent_round`), so agent ``n`` computes
 in a deployment what row ``n`` of the simulator computes.
 
-Flower runs a ClientApp in a fresh process per message, so the agent lives in
-the node's ``context.state`` between messages: :meth:`AgentNode.state_dict`
-is a dict of tensors only (an ``ArrayRecord``), and :meth:`AgentNode.restore`
-rebuilds the node from it and the run config. Nothing here imports ``flwr``.
+The agent lives in the node's ``context.state`` between messages:
+:meth:`AgentNode.state_dict` is a dict of tensors only (an ``ArrayRecord``),
+and ``AgentNode(config, n, state)`` rebuilds the node from it without
+evaluating anything. A process that handles several messages (Flower may run
+a ClientApp in a fresh process per message, or keep one) keeps its nodes in
+:class:`LiveNodes`: a node starts (evaluates its initial points) once per run
+and is rebuilt only when the process holds no node equal to the stored state.
+Nothing here imports ``flwr``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -57,18 +62,24 @@ class AgentNode:
     Args:
         config: The run config (the same on every node and the server).
         agent_id: ``n`` (a SuperNode's ``partition-id``).
+        state: The node's saved :meth:`state_dict`: the agent continues from it
+            and nothing is evaluated. ``None``: a fresh agent, after its initial
+            queries.
+        objective: The run's objective when the process already built it
+            (``None``: built from ``config``).
     """
 
-    def __init__(self, config: FlowerRunConfig, agent_id: int) -> None:
+    def __init__(self, config: FlowerRunConfig, agent_id: int, state: dict[str, Tensor] | None = None,
+                 objective: Any | None = None) -> None:
+        from fbo_torch.federation.agents import Agents, start_agents
         from fbo_torch.federation.partition import SubRegionPartition
-        from fbo_torch.federation.agents import start_agents
 
         n = int(agent_id)
         if not 0 <= n < config.num_agents:
             raise ValueError(f"agent id (partition-id) {n} is outside 0..{config.num_agents - 1}.")
         self.config, self.agent_id = config, n
         self.settings = config.dp_settings()
-        self.objective = config.build_objective()
+        self.objective = config.build_objective() if objective is None else objective
         self.domain = config.build_domain(self.objective)
         self.ids = torch.tensor([n])
         self.keys = config.agent_keys(self.ids)
@@ -76,11 +87,28 @@ class AgentNode:
         self.faults = self.settings.fault_injector()
         fts = self.settings.algorithm == "fts_de"
         self.features = self.settings.features(self.objective.dim) if fts else None
-        partition = SubRegionPartition(self.domain.bounds, self.settings.num_regions) if fts else None
-        self.agents, best = start_agents(self.objective, self.settings, self.domain, self.keys, self.ids,
-                                         self.features, partition)
-        self.best = best  # 1
-        self.round = 0
+        if not state:
+            partition = SubRegionPartition(self.domain.bounds, self.settings.num_regions) if fts else None
+            self.agents, self.best = start_agents(self.objective, self.settings, self.domain, self.keys, self.ids,
+                                                  self.features, partition)  # best: 1
+            self.round = 0
+            return
+        if int(state["agent_id"]) != n:
+            raise ValueError(f"the node state holds agent {int(state['agent_id'])}, not agent {n}.")
+        n0 = self.settings.num_init  # the stored initial observations stand in for the start-up's
+        X, Y = state["X"].to(self.domain.bounds.device), state["Y"].to(self.domain.bounds.device)
+        self.agents = Agents(self.keys, X[:, :n0], Y[:, :n0].unsqueeze(-1), self.domain, self.settings,
+                             self.features, capacity=self.settings.num_iterations)
+        agents_state: dict = {k: state[k] for k in ("keys", "X", "Y", "valid")}
+        agents_state["n"] = int(state["n"])
+        agents_state["gp_params"] = state.get("gp_params")
+        agents_state["gp_updates"] = int(state["gp_updates"])
+        if "rff_n" in state:
+            agents_state["rff_n"] = int(state["rff_n"])
+            agents_state["rff_buffers"] = {k[4:]: v for k, v in state.items() if k.startswith("rff.")}
+        self.agents.load_state_dict(agents_state)
+        self.best = state["best"].clone()
+        self.round = int(state["round"])
 
     @property
     def fingerprint(self) -> str:
@@ -138,22 +166,56 @@ class AgentNode:
         out["agent_id"] = torch.tensor(self.agent_id)
         return out
 
-    @classmethod
-    def restore(cls, config: FlowerRunConfig, agent_id: int, state: dict[str, Tensor] | None) -> AgentNode:
-        """The node as it was saved (a fresh one, after its initial queries, when ``state`` is ``None``)."""
-        node = cls(config, agent_id)
-        if not state:
-            return node
-        if int(state["agent_id"]) != node.agent_id:
-            raise ValueError(f"the node state holds agent {int(state['agent_id'])}, not agent {node.agent_id}.")
-        agents_state: dict = {k: state[k] for k in ("keys", "X", "Y", "valid")}
-        agents_state["n"] = int(state["n"])
-        agents_state["gp_params"] = state.get("gp_params")
-        agents_state["gp_updates"] = int(state["gp_updates"])
-        if "rff_n" in state:
-            agents_state["rff_n"] = int(state["rff_n"])
-            agents_state["rff_buffers"] = {k[4:]: v for k, v in state.items() if k.startswith("rff.")}
-        node.agents.load_state_dict(agents_state)
-        node.best = state["best"].clone()
-        node.round = int(state["round"])
+    def holds(self, config: FlowerRunConfig, agent_id: int, state: dict[str, Tensor] | None) -> bool:
+        """Whether this node is agent ``agent_id`` of ``config`` exactly as ``state`` saved it."""
+        if not state or self.config != config or self.agent_id != int(agent_id):
+            return False
+        mine = self.state_dict()
+        return mine.keys() == state.keys() and all(_same_values(v, state[k]) for k, v in mine.items())
+
+
+def _same_values(a: Tensor, b: Tensor) -> bool:
+    """``a`` and ``b`` have the same dtype, shape and values (NaN equals NaN), on any device."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a, b = a.detach().cpu(), b.detach().cpu()
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a.masked_fill(nan, 0.0), b.masked_fill(nan, 0.0))
+
+
+class LiveNodes:
+    r"""The agents a process plays, kept between messages.
+
+    :meth:`get` returns the node a message is for: the one this process kept
+    when it equals the node's stored state (the usual case: the process
+    handled the node's previous message), otherwise one rebuilt from that
+    state (e.g. in a fresh ClientApp process), or a fresh node after its
+    initial queries when nothing is stored. Either way the node computes what
+    the stored state would; the initial points are evaluated once per run.
+    Nodes of one run and run config share one objective; a new run drops the
+    nodes of the previous one.
+    """
+
+    def __init__(self) -> None:
+        self._run_id: int | None = None
+        self._nodes: dict[int, AgentNode] = {}
+        self._objectives: list[tuple[FlowerRunConfig, Any]] = []
+
+    def get(self, run_id: int, node_id: int, config: FlowerRunConfig, agent_id: int,
+            state: dict[str, Tensor] | None) -> AgentNode:
+        r"""Node ``node_id`` of run ``run_id`` (agent ``agent_id`` of ``config``) as ``state`` saved it."""
+        if self._run_id != int(run_id):
+            self._run_id, self._nodes, self._objectives = int(run_id), {}, []
+        node = self._nodes.pop(int(node_id), None)
+        if node is None or not node.holds(config, agent_id, state):
+            objective = next((obj for cfg, obj in self._objectives if cfg == config), None)
+            node = AgentNode(config, agent_id, state, objective=objective)
+            if objective is None:
+                self._objectives.append((config, node.objective))
+        self._nodes[int(node_id)] = node
         return node
+
+    def __len__(self) -> int:
+        return len(self._nodes)

@@ -2,7 +2,9 @@ r"""The ClientApp: one agent per SuperNode, kept in the node's state between mes
 
 A SuperNode started with ``--node-config partition-id=n`` is agent ``n``. Its
 data (observations), objective and models never leave it: the agent's state is
-an ``ArrayRecord`` in ``context.state`` (local to the node), and a reply
+an ``ArrayRecord`` in ``context.state`` (local to the node; a process that
+handles several messages also keeps the node itself, see
+:class:`~fbo_torch.flower.agent_node.LiveNodes`), and a reply
 carries only ``ω`` (when the server asks), the feature map's fingerprint and
 a few metrics. A server whose feature map differs from the agent's is refused
 (:class:`~fbo_torch.flower.agent_node.FeatureMapMismatch`, which Flower returns
@@ -17,11 +19,13 @@ from __future__ import annotations
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fbo_torch.flower.agent_node import AgentNode, FeatureMapMismatch
+from fbo_torch.flower.agent_node import FeatureMapMismatch, LiveNodes
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.records import AGENT_STATE, record_to_state, records_to_plan, reply_to_records, state_to_record
 
 app = ClientApp()
+#: The agents this process plays, kept between messages (a node starts once per run).
+live_nodes = LiveNodes()
 
 
 def agent_id_of(context: Context) -> int:
@@ -44,7 +48,7 @@ def handle_round(msg: Message, context: Context) -> Message:
     state = None
     if AGENT_STATE in context.state.array_records:
         state = record_to_state(context.state.array_records[AGENT_STATE])
-    node = AgentNode.restore(config, agent_id_of(context), state)
+    node = live_nodes.get(context.run_id, context.node_id, config, agent_id_of(context), state)
     node.check_features(plan.fingerprint)
     reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)
     context.state[AGENT_STATE] = state_to_record(node.state_dict())

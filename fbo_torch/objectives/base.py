@@ -5,6 +5,7 @@ one box domain. All agents are evaluated in one call, which is what lets the
 runners batch a whole federation:
 
     values = objective(X)        # X: num_agents x q x d  ->  num_agents x q
+    Y, F = objective.observe(X, keys)   # keyed observations and their noiseless values, one evaluation
 
 Values are *to be maximized* (e.g. AUC or validation accuracy for tuning tasks).
 """
@@ -65,14 +66,37 @@ class Objective(ABC):
         Returns:
             ``k x q`` observed values (to maximize), on ``X``'s device/dtype.
         """
+        if keys is not None:
+            return self.observe(X, keys, agents, validate)[0]
         X, agents = self._check(X, agents) if validate else (X, self._agents(X, agents))
-        if keys is None:
-            return self._evaluate(X, agents, noise=True)
+        return self._evaluate(X, agents, noise=True)
+
+    def observe(
+        self, X: Tensor, keys: Tensor, agents: Tensor | None = None, validate: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        r"""Keyed noisy observations and their noiseless values, from one evaluation.
+
+        The noiseless values are computed once and the observation noise is
+        added to them from each agent's keyed stream, so a training-based
+        objective (CNN, SVM, logistic regression: their randomness is fixed by
+        their seeds, they have no additive noise) trains each query once and
+        both values are the same.
+
+        Args:
+            X: ``k x q x d`` inputs (as in :meth:`__call__`). keys: ``k`` int64
+                noise keys. agents: Optional ``k`` agent indices. validate: As in
+                :meth:`__call__`.
+
+        Returns:
+            ``(Y, F)``: ``k x q`` observations (equal to ``self(X, agents, keys)``)
+            and ``k x q`` noiseless values (equal to :meth:`evaluate_true`).
+        """
+        X, agents = self._check(X, agents) if validate else (X, self._agents(X, agents))
         values = self._evaluate(X, agents, noise=False)
         var = float(getattr(self, "noise_variance", 0.0) or 0.0)
-        if var > 0:
-            values = values + var**0.5 * kr.normal(keys.to(X.device), X.shape[1], dtype=values.dtype)
-        return values
+        if var <= 0:
+            return values, values
+        return values + var**0.5 * kr.normal(keys.to(X.device), X.shape[1], dtype=values.dtype), values
 
     def evaluate_true(self, X: Tensor, agents: Tensor | None = None, validate: bool = True) -> Tensor:
         """Noiseless values (same shapes as :meth:`__call__`)."""

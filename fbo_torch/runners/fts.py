@@ -33,8 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.agents import Agents
-from fbo_torch.federation.faults import evaluate_agents
+from fbo_torch.federation.agents import Agents, observe_initial
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
@@ -84,7 +83,7 @@ class FederationHistory:
         self.keys = kr.fold(kr.root_key(self.seed, "history"), torch.arange(A, device=domain.bounds.device))
         n0 = t_n if mode == "random" else min(num_init, t_n)
         X = domain.random(A, n0, keys=kr.fold(self.keys, "initial-points"))
-        Y, _ = evaluate_agents(objective, X, torch.arange(A, device=X.device), kr.fold(self.keys, "evaluate-init"))
+        Y, _ = observe_initial(objective, X, torch.arange(A, device=X.device), self.keys)
         # the other agents ran standard TS as the target's own GP does in this setup (refits, restarts, samples)
         self.settings = apply_setup(MethodSettings(num_iterations=1), setup,
                                     {"gp_kernel": gp_kernel} if gp_kernel is not None else None)
@@ -97,8 +96,7 @@ class FederationHistory:
         """Every agent runs one iteration of standard TS; returns the queries and observations."""
         X_next, _ = self.agents.own_proposals(round)
         agents = torch.arange(self.agents.num_agents, device=X_next.device)
-        y, _ = evaluate_agents(objective, X_next, agents, self.agents.round_keys(round, "evaluate"))
-        self.agents.observe(X_next, y)
+        y, _, _ = self.agents.evaluate(objective, agents, X_next, round)
         return X_next, y
 
     @property
@@ -195,9 +193,8 @@ class FTSRunner:
         # one stream per run, from (target, initialization): the same for every method
         self.keys = kr.fold(kr.fold(kr.root_key(self.seed, "fts-runs"), self.targets), self.inits)
         X0 = self.domain.random(R, settings.num_init, keys=kr.fold(self.keys, "initial-points"))
-        y0, _ = evaluate_agents(objective, X0, self.targets, kr.fold(self.keys, "evaluate-init"))
-        f0, _ = evaluate_agents(objective, X0, self.targets, noiseless=True)
-        self.best = torch.where(torch.isfinite(y0) & torch.isfinite(f0), f0, -torch.inf).max(-1).values.unsqueeze(-1)
+        y0, f0 = observe_initial(objective, X0, self.targets, self.keys)
+        self.best = f0.max(-1).values.unsqueeze(-1)
         self.sources = torch.empty(R, 0, dtype=torch.long, device=dev)
         self.failed = torch.zeros(R, 0, dtype=torch.bool, device=dev)
         self.agents = Agents(self.keys, X0, y0.unsqueeze(-1), self.domain, settings, capacity=settings.num_iterations)
@@ -298,9 +295,7 @@ class FTSRunner:
         self._observe(X_next, sources, t, t0)
 
     def _observe(self, X_next: Tensor, sources: Tensor, t: int, t0: float) -> None:
-        _, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)
-        f, _ = evaluate_agents(self.objective, X_next, self.targets, noiseless=True)
-        f = torch.where(ok & torch.isfinite(f), f, -torch.inf)
+        _, f, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)
         self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f.unsqueeze(-1))], dim=1)
         self.sources = torch.cat([self.sources, sources.unsqueeze(-1)], dim=1)
         self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
@@ -341,8 +336,7 @@ class FTSRunner:
         round = self.history_rounds + t  # the other agents' rounds continue their history's
         X_next, _ = self.others.own_proposals(round)
         agents = torch.arange(self.others.num_agents, device=self.device)
-        y, _ = evaluate_agents(self.objective, X_next, agents, self.others.round_keys(round, "evaluate"))
-        self.others.observe(X_next, y)
+        self.others.evaluate(self.objective, agents, X_next, round)
         self._receive_messages(t)
 
     def run(self, callback: Callable[[FTSRunner], None] | None = None) -> FTSResult:

@@ -6,7 +6,7 @@ Each attack drives the deployment's server (``fbo_torch.flower.coordinator.Coord
 what the ServerApp runs) the way a hostile or careless party could, and prints
 what it achieved. The script uses only the Coordinator's long-standing API
 (``plan``, ``receive``), so it also runs against older fbo_torch versions to
-show what they let through. ``tests/test_flower_security.py`` asserts the
+show what they let through. ``tests/flower/test_flower_security.py`` asserts the
 outcomes over Flower's records and an in-process Grid.
 
 1. noise: an agent derives the server's streams from the run config's seed (which
@@ -15,7 +15,7 @@ outcomes over Flower's records and an in-process Grid.
 2. same-config: two servers built from one run config, given the same messages.
 3. nan: one agent's ω has one NaN entry.
 4. malformed: a reply without its ``fbo.reply`` record (what reading it raises: the
-   ServerApp died on the ``KeyError`` it raised before; ``tests/test_flower_security.py``
+   ServerApp died on the ``KeyError`` it raised before; ``tests/flower/test_flower_security.py``
    runs the ServerApp's loop through such replies).
 5. no-node: no agent replies at all.
 6. forged-ledger: a saved ledger whose ε were halved is loaded.

@@ -3,7 +3,7 @@ r"""Cost of one iteration of the federated baselines RGPE and TAF as the number 
 The FTS paper (Dai et al. 2020, Sec. 3.2) adapts RGPE and TAF to federated BO:
 every other agent sends its whole RFF posterior (``M + M²`` numbers; TAF also
 its incumbent, ``M + M² + 1``). One iteration of a target agent, as in
-``FTSRunner._transfer_step`` (``fbo_torch/runners/fts.py``), is timed phase by phase:
+``FTSRunner._transfer_step`` (``fbo_torch/simulate/fts.py``), is timed phase by phase:
 
 * ``peers`` — the ``N`` other agents' RFF Bayesian-linear posteriors
   (``RFFBayesianLinear`` on ``n_agent`` observations each, all agents batched)
@@ -77,7 +77,7 @@ def run_cell(
     from fbo_torch.models.rff_blr import RFFBayesianLinear
     from fbo_torch.models.batched_gp import BatchedExactGP
     from fbo_torch.optim.domain import Domain
-    from fbo_torch.runners.common import maximize_acquisition
+    from fbo_torch.simulate.common import maximize_acquisition
     from fbo_torch.federation.settings import FTSSettings
 
     dev = torch.device(device)

@@ -53,7 +53,7 @@ def run_one(method: str, cell: dict, rounds: int, reps: int, grid: int, seed: in
     from fbo_torch.objectives.synthetic import GPSampleGridFederation
     from fbo_torch.optim.domain import Domain
     from fbo_torch.federation.settings import DPFTSDESettings
-    from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+    from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
     objective = GPSampleGridFederation(num_groups=1, agents_per_group=cell["N"], perturbation=cell["h"],
                                        perturb_first=True, grid_size=grid, lengthscale=0.03, noise_variance=0.01,

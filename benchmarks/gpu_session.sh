@@ -22,7 +22,7 @@ out() { if [ -n "${OUT:-}" ]; then cp "$@" "$OUT"/; fi; }
 case "${1:-}" in
   tests)
     $PY -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 | tee /tmp/cuda_tests.log
-    $PY -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_op_budget.py tests/test_cuda_graphs.py \
+    $PY -m pytest -q -p no:cacheprovider tests/federation/test_engine.py tests/benchmarks/test_op_budget.py tests/utils/test_cuda_graphs.py \
       2>&1 | tee -a /tmp/cuda_tests.log
     out /tmp/cuda_tests.log ;;
   round)

@@ -1,6 +1,6 @@
 r"""Landmine DP-FTS-DE in both setups (ours and the authors'), with paired differences to TS.
 
-For each setup (:mod:`fbo_torch.runners.presets`) and each method — TS, FTS,
+For each setup (:mod:`fbo_torch.simulate.presets`) and each method — TS, FTS,
 FTS-DE and DP-FTS-DE (``q = 0.35, z ∈ {1, 2, 4}``; ``z = 1, q ∈ {0.1, 0.25}``)
 — the 29 landmine fields optimize together for ``--rounds`` rounds, ``--reps``
 repetitions. Every method of a setup uses the same seed, so repetition ``r``
@@ -59,8 +59,8 @@ def run_method(setup: str, label: str, rounds: int, reps: int, fields, n_jobs: i
 
     from fbo_torch.objectives.landmine import LandmineSVM
     from fbo_torch.federation.settings import DPFTSDESettings
-    from fbo_torch.runners.dp_fts_de import DPFTSDERunner
-    from fbo_torch.runners.presets import apply_setup, objective_setup
+    from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
+    from fbo_torch.simulate.presets import apply_setup, objective_setup
 
     objective = LandmineSVM(fields=fields, n_jobs=n_jobs, **objective_setup("landmine", setup))
     settings = apply_setup(DPFTSDESettings(num_iterations=rounds, **PAPER), setup, METHODS[label])

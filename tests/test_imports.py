@@ -171,5 +171,5 @@ def test_deployment_imports_nothing_of_the_simulator(deployment):
     modules = [m for m in MODULES if m == deployment or m.startswith(deployment + ".")]
     assert len(modules) > 1
     for module in modules:
-        bad = sorted(m for m in _reachable(module) if m.split(".")[1:2] in (["runners"], ["experiments"]))
+        bad = sorted(m for m in _reachable(module) if m.split(".")[1:2] in (["simulate"], ["experiments"]))
         assert not bad, f"{module} imports {bad}"

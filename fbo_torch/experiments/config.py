@@ -44,7 +44,7 @@ from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, HistoryS
 from fbo_torch.models.batched_gp import GP_SPECS
 from fbo_torch.objectives import objective_class
 from fbo_torch.optim.domain import Domain, check_options, dtype_name
-from fbo_torch.runners.presets import check_setup, objective_setup, setup_choices
+from fbo_torch.simulate.presets import check_setup, objective_setup, setup_choices
 
 EXPERIMENTS = ("fts", "dp_fts_de")
 TOP_KEYS = (

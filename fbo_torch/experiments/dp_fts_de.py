@@ -1,7 +1,7 @@
 r"""DP-FTS-DE experiments (``experiment: dp_fts_de``): checks, runners, privacy records and plots.
 
 Each scenario runs its methods for ``runs.num_inits`` repetitions of all the
-objective's agents (:class:`~fbo_torch.runners.dp_fts_de.DPFTSDERunner`); the
+objective's agents (:class:`~fbo_torch.simulate.dp_fts_de.DPFTSDERunner`); the
 standard errors in a record are over repetitions of the agent-averaged curves.
 """
 
@@ -18,7 +18,7 @@ from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, Scenario
 from fbo_torch.experiments.report import band_label, mean_stderr, save_figure, series_styles, summarize_curves
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.privacy import compute_epsilon
-from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 
 def _finite_or_none(values: list[float]) -> list[float | None]:
@@ -67,7 +67,7 @@ def check_scenario(ctx: ScenarioContext) -> None:
 
 
 def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
-    r"""The scenario's :class:`~fbo_torch.runners.dp_fts_de.DPFTSDERunner` factory and records
+    r"""The scenario's :class:`~fbo_torch.simulate.dp_fts_de.DPFTSDERunner` factory and records
     (ε under ``privacy.accountant`` and each of ``privacy.extra_accountants``)."""
     cfg, objective, domain, seed, device = ctx.cfg, ctx.objective, ctx.domain, ctx.seed, ctx.device
     num_inits = ctx.num_inits

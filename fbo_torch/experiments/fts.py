@@ -1,8 +1,8 @@
 r"""FTS experiments (``experiment: fts``): targets, checks, runners and records.
 
 Each scenario runs its methods for every (target agent, initialization) pair
-(:class:`~fbo_torch.runners.fts.FTSRunner`); the federated methods share one
-:class:`~fbo_torch.runners.fts.FederationHistory` of the other agents, built
+(:class:`~fbo_torch.simulate.fts.FTSRunner`); the federated methods share one
+:class:`~fbo_torch.simulate.fts.FederationHistory` of the other agents, built
 when the scenario starts with seed ``seed + 17``.
 """
 
@@ -18,7 +18,7 @@ from fbo_torch.experiments.config import ConfigError, Scenario
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, ScenarioMethods
 from fbo_torch.experiments.report import plot_message_length, summarize_curves
 from fbo_torch.objectives.base import Objective
-from fbo_torch.runners.fts import FEDERATED, FederationHistory, FTSRunner
+from fbo_torch.simulate.fts import FEDERATED, FederationHistory, FTSRunner
 
 
 def targets(objective: Objective, sc: Scenario) -> torch.Tensor:
@@ -42,7 +42,7 @@ def check_scenario(ctx: ScenarioContext) -> None:
     r"""What an FTS scenario's runners would refuse once started, as a :class:`ConfigError`:
     ``runs.targets`` beyond the objective's agents, and a federated method (FTS, RGPE, TAF) whose
     target has no other agent to receive messages from (the other agents of its group, where the
-    objective has groups, as :class:`~fbo_torch.runners.fts.FTSRunner` picks them)."""
+    objective has groups, as :class:`~fbo_torch.simulate.fts.FTSRunner` picks them)."""
     sc, objective = ctx.scenario, ctx.objective
     tg = targets(objective, sc)
     groups = getattr(objective, "group_of_agent", None)
@@ -60,7 +60,7 @@ def check_scenario(ctx: ScenarioContext) -> None:
 
 
 def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
-    r"""The scenario's :class:`~fbo_torch.runners.fts.FTSRunner` factory and records; builds the
+    r"""The scenario's :class:`~fbo_torch.simulate.fts.FTSRunner` factory and records; builds the
     other agents' history first when a method is federated."""
     sc, objective, domain, seed, device = ctx.scenario, ctx.objective, ctx.domain, ctx.seed, ctx.device
     num_inits = ctx.num_inits

@@ -17,7 +17,7 @@ alike: :func:`start_agents` (initial queries), :func:`agent_messages` (what
 agents send), :func:`broadcast_points` (where agents that follow a broadcast
 query) and :func:`agent_round` (choose, evaluate, observe).
 
-The batched simulator (:mod:`fbo_torch.runners`) calls them with all ``R·N``
+The batched simulator (:mod:`fbo_torch.simulate`) calls them with all ``R·N``
 agents of a federation's repetitions; a deployment (:mod:`fbo_torch.flower`)
 calls the same methods with ``B = 1`` on each device. Every random number an
 agent uses comes from its own key (:mod:`fbo_torch.utils.keyed_random`) folded

@@ -25,7 +25,7 @@ field                      FTS (FTS paper)      DP-FTS-DE (its paper)
 ``gp_refit_every``         1                    5
 =========================  ===================  ====================
 
-The simulator (:mod:`fbo_torch.runners`) and a deployment (:mod:`fbo_torch.flower`)
+The simulator (:mod:`fbo_torch.simulate`) and a deployment (:mod:`fbo_torch.flower`)
 build their agents and server from the same settings.
 """
 

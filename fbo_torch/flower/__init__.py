@@ -1,7 +1,7 @@
 r"""DP-FTS-DE deployed on Flower (optional extra ``fbo_torch[flower]``).
 
 One round logic, two transports: the batched simulator
-(:mod:`fbo_torch.runners.dp_fts_de`) and this deployment call the same agent
+(:mod:`fbo_torch.simulate.dp_fts_de`) and this deployment call the same agent
 and server functions (:mod:`fbo_torch.federation`); here each SuperNode runs
 one agent (``B = 1``) and the ServerApp runs the server of one federation
 (``R = 1``). Nothing here imports the simulator.

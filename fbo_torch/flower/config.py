@@ -6,7 +6,7 @@ ServerApp and every ClientApp read the same mapping, so
 :class:`FlowerRunConfig` turns it into the federation's objects
 (:class:`~fbo_torch.federation.settings.DPFTSDESettings`, the objective, the
 :class:`~fbo_torch.optim.domain.Domain`, the shared feature map and the keys):
-a deployment and :class:`~fbo_torch.runners.dp_fts_de.DPFTSDERunner` with
+a deployment and :class:`~fbo_torch.simulate.dp_fts_de.DPFTSDERunner` with
 ``num_inits=1`` and the same seed then run the same computation.
 
 This module does not import ``flwr``.

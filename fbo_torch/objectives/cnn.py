@@ -40,7 +40,7 @@ How a training run executes (:class:`TrainerOptions`):
   reads its slice through a one-element step counter *on the device*
   (``index_select``), so the loop never reads a value back to the host: no
   ``.item()``, ``bool(tensor)`` or data-dependent shapes between the first and
-  the last step (``tests/test_vision.py`` checks this on CPU by intercepting
+  the last step (``tests/objectives/test_vision.py`` checks this on CPU by intercepting
   every host-reading tensor method during the steps).
 * **CUDA graphs** (``cuda_graph``, default on for CUDA): after 3 eager warm-up
   steps on a side stream (cuDNN autotuning, allocator warm-up), one step —
@@ -93,7 +93,7 @@ The networks run in ``dtype`` (float32 by default) on the device of the
 ``images`` tensor. On CPU a run is bitwise deterministic for its seed and
 machine; other CPUs (AVX2 vs AVX-512 kernels) and CUDA agree to float rounding,
 which SGD amplifies over the steps: a float32 trajectory is close to the float64
-one only within that amplified rounding error (``tests/test_vision.py`` derives
+one only within that amplified rounding error (``tests/objectives/test_vision.py`` derives
 the bound), and the batched trainer equals the plain loop to ~1e-12 in float64.
 On CUDA, cuDNN may pick non-deterministic backward kernels unless
 ``deterministic=True``.
@@ -219,7 +219,7 @@ class TrainerOptions:
             the convolutions and the output layer run under
             :func:`torch.autocast` with float32 master weights. Changes results
             (bf16 has an 8-bit mantissa); validation accuracy stays close to
-            float32 (``tests/test_vision.py`` states the tolerance).
+            float32 (``tests/objectives/test_vision.py`` states the tolerance).
             ``float16`` on CUDA only, and unscaled: bf16 is the supported choice.
         allow_tf32: Let cuDNN convolutions and cuBLAS matmuls use TF32 tensor
             cores on CUDA (changes results at the ~1e-3 level; off by default).

@@ -34,7 +34,7 @@ operations:
   update is one ``baddbmm``; the held set is one comparison with a per-coordinate bound
   chosen by the gradient's sign; whether a problem accepted a step and which one is one
   ``max``; device scalars instead of Python numbers; unbounded problems skip the
-  active-set bookkeeping (``tests/test_op_budget.py`` holds the counts).
+  active-set bookkeeping (``tests/benchmarks/test_op_budget.py`` holds the counts).
 
 The result for one problem does not depend on which other problems share the
 batch (up to floating-point reassociation in batched kernels): a single agent

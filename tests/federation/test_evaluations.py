@@ -16,9 +16,9 @@ import torch
 from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives.synthetic import GPSampleGridFederation
-from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 from fbo_torch.federation.settings import FTSSettings
-from fbo_torch.runners.fts import FederationHistory, FTSRunner
+from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 from fbo_torch.utils import keyed_random as kr
 
 f64 = torch.float64

@@ -7,9 +7,9 @@ from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampl
 from fbo_torch.privacy import compute_epsilon, default_delta
 from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.settings import DPFTSDESettings
-from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 from fbo_torch.federation.settings import FTSSettings
-from fbo_torch.runners.fts import FederationHistory, FTSRunner
+from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 
 
 @pytest.fixture(scope="module")

@@ -475,7 +475,7 @@ def test_the_attack_script_reports_every_attack_failing(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attacks.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "attacks.py"
     spec = importlib.util.spec_from_file_location("attacks", path)
     attacks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(attacks)

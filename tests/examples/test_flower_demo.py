@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_ports(count: int) -> int:

@@ -12,7 +12,7 @@ from fbo_torch.federation.faults import BYZANTINE_KINDS, FaultInjector
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives import build_objective
-from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 f64 = torch.float64
 N, M, P = 6, 8, 2

@@ -38,7 +38,7 @@ from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, d
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.search import maximize_rff_samples
-from fbo_torch.runners.presets import apply_setup
+from fbo_torch.simulate.presets import apply_setup
 from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySettings, MethodSettings
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
@@ -59,7 +59,7 @@ class FederationHistory:
         gp_kernel: Kernel of the agents' GPs (``"ts"`` mode; ``None``: ``setup``'s, ``"botorch"`` for ``modern``).
         seed: Seed of this history.
         device: Where tensors live.
-        setup: ``"modern"`` or ``"authors"`` (:mod:`fbo_torch.runners.presets`): how the agents' GPs are refit and sampled.
+        setup: ``"modern"`` or ``"authors"`` (:mod:`fbo_torch.simulate.presets`): how the agents' GPs are refit and sampled.
     """
 
     def __init__(
@@ -311,7 +311,7 @@ class FTSRunner:
 
         from fbo_torch.acquisition.rgpe import RGPE
         from fbo_torch.acquisition.taf import TransferAcquisitionFunction
-        from fbo_torch.runners.common import maximize_acquisition
+        from fbo_torch.simulate.common import maximize_acquisition
 
         s = self.settings
         gp_all = self.agents.gp()

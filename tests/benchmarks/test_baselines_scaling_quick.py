@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "baselines_scaling.py"
 PHASES = {"target_gp", "peers", "rgpe_weights", "rgpe_maximize", "taf_construct", "taf_maximize"}
 TOTALS = {

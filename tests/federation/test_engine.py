@@ -16,11 +16,11 @@ from fbo_torch.federation.search import maximize_broadcast
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
-from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 from fbo_torch.utils import keyed_random as kr
 
 f64 = torch.float64
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from op_count import SYNC_OPS  # noqa: E402  (benchmarks/op_count.py)
 
 

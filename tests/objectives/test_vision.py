@@ -564,7 +564,7 @@ def test_cnn_training_benchmark_quick(tmp_path):
     import subprocess
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "cnn_training.py"), "--quick", "--threads", "1",
          "--out", str(tmp_path)],

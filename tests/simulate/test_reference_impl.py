@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "reference_impl.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "reference_impl.py"
 
 
 def _load():

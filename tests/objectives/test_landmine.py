@@ -8,7 +8,7 @@ import torch
 from fbo_torch.objectives.landmine import LANDMINE_ENV, LANDMINE_URL, LandmineSVM, resolve_landmine_path
 from fbo_torch.objectives.search_space import SearchSpace
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared/data/LandmineData.mat"
+DATA = Path(__file__).resolve().parents[2].parent / "shared/data/LandmineData.mat"
 pytestmark = pytest.mark.skipif(not DATA.is_file(), reason=f"landmine data not at {DATA}")
 
 f64 = torch.float64

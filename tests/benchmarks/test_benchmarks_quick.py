@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "posterior_sampling.py"
 
 

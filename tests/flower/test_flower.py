@@ -22,7 +22,7 @@ from fbo_torch.flower import client_app, server_app  # noqa: E402
 from fbo_torch.flower.config import FlowerRunConfig  # noqa: E402
 from fbo_torch.flower.coordinator import Coordinator  # noqa: E402
 from fbo_torch.flower.records import AGENT_STATE, record_to_state  # noqa: E402
-from fbo_torch.runners.dp_fts_de import DPFTSDERunner  # noqa: E402
+from fbo_torch.simulate.dp_fts_de import DPFTSDERunner  # noqa: E402
 
 N = 4
 RUN_CONFIG = {
@@ -181,11 +181,11 @@ def test_the_package_imports_without_flwr():
 
 def test_the_deployment_imports_no_simulator_code():
     """An agent's step and the server's round come from fbo_torch.federation: with the simulator
-    (fbo_torch.runners) unimportable, a node and the coordinator still build and take a round."""
+    (fbo_torch.simulate) unimportable, a node and the coordinator still build and take a round."""
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['fbo_torch.runners'] = None\n"
+    code = ("import sys; sys.modules['fbo_torch.simulate'] = None\n"
             "import json, torch\n"
             "from fbo_torch.flower.config import FlowerRunConfig\n"
             "from fbo_torch.flower.agent_node import AgentNode\n"

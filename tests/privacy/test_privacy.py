@@ -631,7 +631,7 @@ def test_default_accountant_is_defined_once():
     from fbo_torch.federation.settings import PrivacySettings
     from fbo_torch.flower.config import FlowerRunConfig
     from fbo_torch.privacy import DEFAULT_ACCOUNTANT
-    from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+    from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
     assert DEFAULT_ACCOUNTANT in ACCOUNTANTS
     for fn in (DPFTSDEServer, DPFTSDERunner, PrivacyLedger, compute_epsilon, calibrate_noise):

@@ -99,7 +99,7 @@ def test_a_simulation_is_bit_identical_at_one_and_two_threads(monkeypatch):
     from fbo_torch.optim.domain import Domain
     from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
-    from fbo_torch.runners.dp_fts_de import DPFTSDERunner
+    from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
     monkeypatch.delenv("FBO_SYNC_FREE", raising=False)
     obj = GPSampleContinuousFederation(dim=2, num_groups=1, agents_per_group=4, perturbation=0.05,

@@ -20,7 +20,7 @@ from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim import maximize_batched
 from fbo_torch.utils import keyed_random as kr
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from op_count import count_ops  # noqa: E402  (benchmarks/op_count.py, a benchmark tool)
 
 f64 = torch.float64

@@ -9,9 +9,9 @@ import pytest
 
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.federation.settings import FTSSettings
-from fbo_torch.runners.presets import SETUPS, apply_setup, objective_setup
+from fbo_torch.simulate.presets import SETUPS, apply_setup, objective_setup
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "LandmineData.mat"
 
 
@@ -116,7 +116,7 @@ def test_fts_history_follows_the_scenario_setup():
     from fbo_torch.models.batched_gp import GP_SPECS
     from fbo_torch.objectives.synthetic import GPSampleGridFederation
     from fbo_torch.optim.domain import Domain
-    from fbo_torch.runners.fts import FederationHistory
+    from fbo_torch.simulate.fts import FederationHistory
 
     assert HistorySettings().gp_kernel is None
     obj = GPSampleGridFederation(num_groups=1, agents_per_group=3, grid_size=40, seed=0)

@@ -86,6 +86,28 @@ WeightDilution = Literal["percentile", "probabilistic"] | None
 
 
 # ---------------------------------------------------------------- ranking loss
+def normalized_weights(weights: Tensor, num_agents: int) -> Tensor:
+    r"""Ensemble weights given by a user, checked and normalized to sum to one.
+
+    Args:
+        weights: ``N + 1`` non-negative values, the agents' then the target's.
+        num_agents: ``N``.
+
+    Returns:
+        The ``N + 1`` weights divided by their sum (detached).
+    """
+    check_tensor("weights", weights)
+    check_floating("weights", weights)
+    w = weights.detach().reshape(-1)
+    if w.shape != (num_agents + 1,):
+        raise ValueError(f"`weights` must hold N + 1 = {num_agents + 1} values (agents, then target), "
+                         f"got {tuple(weights.shape)}.")
+    check_finite("weights", w)
+    if bool((w < 0).any()) or not bool(w.sum() > 0):
+        raise ValueError("`weights` must be non-negative with a positive sum.")
+    return w / w.sum()
+
+
 def _pair_signs(y: Tensor) -> Tensor:
     """``n x n`` matrix ``s[j, k] = sign(y_k - y_j)``."""
     return torch.sign(y.unsqueeze(-2) - y.unsqueeze(-1))
@@ -365,17 +387,7 @@ class RGPE(Model):
                 f"`agent_posteriors` must be an AgentRFFPosteriors or None, got {type(agent_posteriors).__name__}."
             )
         N = 0 if agent_posteriors is None else agent_posteriors.num_agents
-        check_tensor("weights", weights)
-        check_floating("weights", weights)
-        w = weights.detach().reshape(-1)
-        if w.shape != (N + 1,):
-            raise ValueError(
-                f"`weights` must hold N + 1 = {N + 1} values (agents, then target), got {tuple(weights.shape)}."
-            )
-        check_finite("weights", w)
-        if bool((w < 0).any()) or not bool(w.sum() > 0):
-            raise ValueError("`weights` must be non-negative with a positive sum.")
-        w = w / w.sum()
+        w = normalized_weights(weights, N)
         self.target_model = target_model
         self.agent_posteriors = agent_posteriors
         self.register_buffer("weights", w.clone())

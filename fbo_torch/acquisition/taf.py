@@ -52,7 +52,7 @@ from botorch.utils.probability.utils import ndtr, phi
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
 
-from fbo_torch.acquisition.rgpe import _pair_signs, ranking_loss
+from fbo_torch.acquisition.rgpe import _pair_signs, normalized_weights, ranking_loss
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.utils.validation import check_finite, check_floating, check_ndim, check_positive, check_tensor
 
@@ -171,16 +171,7 @@ class TransferAcquisitionFunction(AnalyticAcquisitionFunction):
         if weights is None:
             w = compute_taf_weights(agent_posteriors, train_X, train_Y, bandwidth)
         else:
-            check_tensor("weights", weights)
-            w = weights.detach().reshape(-1).to(train_X)
-            if w.shape != (N + 1,):
-                raise ValueError(
-                    f"`weights` must hold N + 1 = {N + 1} values (agents, then target), got {tuple(weights.shape)}."
-                )
-            check_finite("weights", w)
-            if bool((w < 0).any()) or not bool(w.sum() > 0):
-                raise ValueError("`weights` must be non-negative with a positive sum.")
-            w = w / w.sum()
+            w = normalized_weights(weights, N).to(train_X)
         self.register_buffer("weights", w.to(train_X))
 
         self.agent_posteriors = agent_posteriors

@@ -73,10 +73,8 @@ class MethodSettings:
         gp_warm_start: Start each refit from the current hyperparameters (``True``)
             or from the model's default initialization, as a fresh BoTorch
             ``SingleTaskGP`` + ``fit_gpytorch_mll`` does (``False``, default).
-            Measured on Hartmann-3 (72 agents, 25 iterations, refit every
-            iteration): warm starts locked 13 agents in the local optimum (regret
-            > 0.1), fresh starts 6 — a warm start keeps a lengthscale that the
-            early data favoured.
+            A warm start keeps a lengthscale that the early data favoured and
+            locked more agents in a local optimum (docs/design.md, "Settings").
         repeated_query: ``"keep"``, or ``"random"``: a query that repeats one of
             the agent's earlier queries is replaced by a uniform random point
             (the authors' code does this).

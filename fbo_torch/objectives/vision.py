@@ -30,9 +30,10 @@ Two objectives:
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -427,6 +428,17 @@ class AgentImageCNN(TuningObjective):
         return torch.cat(accs).reshape(k, q).to(X)
 
 
+def federation_arguments(values: dict[str, Any]) -> dict[str, Any]:
+    r"""The arguments of :class:`AgentImageCNN` among ``values`` (a subclass constructor's ``locals()``).
+
+    A dataset's subclass differs from :class:`AgentImageCNN` only in how it loads
+    ``images`` and ``labels`` and in its defaults; every other argument passes
+    through unchanged, under its own name.
+    """
+    names = inspect.signature(AgentImageCNN.__init__).parameters
+    return {k: v for k, v in values.items() if k in names and k != "self"}
+
+
 class DigitsCNN(AgentImageCNN):
     r"""CNN tuning on scikit-learn's 8 x 8 handwritten digits, split into label-skewed agents.
 
@@ -486,25 +498,7 @@ class DigitsCNN(AgentImageCNN):
         digits = load_digits()
         images = torch.as_tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
         labels = torch.as_tensor(digits.target, dtype=torch.long)
-        super().__init__(
-            images,
-            labels,
-            num_agents=num_agents,
-            alpha=alpha,
-            samples_per_agent=samples_per_agent,
-            min_samples_per_agent=min_samples_per_agent,
-            size_spread=size_spread,
-            val_fraction=val_fraction,
-            steps=steps,
-            batch_size=batch_size,
-            channels=channels,
-            device=device,
-            seed=seed,
-            max_configs_per_batch=max_configs_per_batch,
-            num_classes=10,
-            search_space=search_space,
-            trainer=trainer,
-        )
+        super().__init__(**federation_arguments(locals()), num_classes=10)
 
 
 #: Environment variable naming the folder that holds ``EMNIST/raw`` (used when ``root`` is not given).
@@ -604,29 +598,10 @@ class EMNISTCNN(AgentImageCNN):
             if "not found" in str(err).lower():
                 raise FileNotFoundError(_EMNIST_HELP.format(root=root)) from err
             raise
-        data, targets = ds.data, ds.targets.long()
-        if data.ndim != 3 or data.shape[0] != targets.shape[0]:
-            raise ValueError(f"Unexpected EMNIST arrays: images {tuple(data.shape)}, labels {tuple(targets.shape)}.")
-        super().__init__(
-            data,
-            targets,
-            num_agents=num_agents,
-            alpha=alpha,
-            samples_per_agent=samples_per_agent,
-            min_samples_per_agent=min_samples_per_agent,
-            size_spread=size_spread,
-            val_fraction=val_fraction,
-            steps=steps,
-            batch_size=batch_size,
-            channels=channels,
-            device=device,
-            seed=seed,
-            max_configs_per_batch=max_configs_per_batch,
-            num_classes=10,
-            search_space=search_space,
-            trainer=trainer,
-            transform=_emnist_to_float,
-        )
+        images, labels = ds.data, ds.targets.long()
+        if images.ndim != 3 or images.shape[0] != labels.shape[0]:
+            raise ValueError(f"Unexpected EMNIST arrays: images {tuple(images.shape)}, labels {tuple(labels.shape)}.")
+        super().__init__(**federation_arguments(locals()), num_classes=10, transform=_emnist_to_float)
         self.root = root
 
 

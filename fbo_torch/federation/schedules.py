@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fbo_torch.sampling.draws import uniform
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_probability, check_tensor
 
@@ -208,12 +209,6 @@ class AgentDistribution:
         self.available = state["available"].to(self.base.device)
 
 
-def _uniform(shape: torch.Size, device: torch.device, generator: torch.Generator | None) -> Tensor:
-    if generator is None:
-        return torch.rand(shape, dtype=torch.float64, device=device)
-    return torch.rand(shape, dtype=torch.float64, device=generator.device, generator=generator).to(device)
-
-
 def draw_sources(
     p_t: float | Tensor,
     distribution: AgentDistribution | None,
@@ -255,7 +250,7 @@ def draw_sources(
     if keys is not None:
         u = kr.uniform(kr.fold(keys, "p_t"), 1, dtype=torch.float64).squeeze(-1)
     else:
-        u = _uniform(batch_shape, device, generator)
+        u = uniform(batch_shape, torch.empty((), dtype=torch.float64, device=device), generator)
     if distribution is None:
         agents = torch.zeros(batch_shape, dtype=torch.long, device=device)
     elif keys is not None:

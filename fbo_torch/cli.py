@@ -6,6 +6,9 @@ Commands:
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
     report DIR               redraw plots and summary from DIR/results.json
     privacy                  ε of a DP-FTS-DE setting under each accountant
+
+Each command imports what it runs when it runs (the experiment modules load
+matplotlib and Opacus), so ``--help`` and ``--version`` answer without them.
 """
 
 from __future__ import annotations
@@ -22,11 +25,6 @@ from pathlib import Path
 import torch
 
 import fbo_torch
-from fbo_torch.experiments.config import ConfigError, load_config
-from fbo_torch.experiments.loop import EXPERIMENTS, render_reports, run_experiment
-from fbo_torch.experiments.outdir import MANIFEST, OutputError, OutputFolder, WriteError
-from fbo_torch.experiments.report import summary_table
-from fbo_torch.privacy import ACCOUNTANTS, compute_epsilon, default_delta
 
 
 def _positive_int(text: str) -> int:
@@ -137,6 +135,11 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
     r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
     config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
     not be written, ...), 130 for Ctrl-C; the last two say how to resume."""
+    from fbo_torch.experiments.config import ConfigError, load_config
+    from fbo_torch.experiments.loop import run_experiment
+    from fbo_torch.experiments.outdir import MANIFEST, OutputError, WriteError
+    from fbo_torch.experiments.report import summary_table
+
     if again is None:
         again = ["run", str(config)] + (["--device", device] if device else []) \
             + (["--seeds", str(seeds)] if seeds is not None else [])
@@ -181,6 +184,8 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
 
 
 def _cmd_privacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from fbo_torch.privacy import ACCOUNTANTS, compute_epsilon, default_delta
+
     if args.delta is None and args.num_agents is None:
         parser.error("give --delta or --num-agents")
     if args.delta is not None and args.num_agents is not None:
@@ -190,6 +195,36 @@ def _cmd_privacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     for name in ACCOUNTANTS:
         eps = compute_epsilon(args.sample_rate, args.noise_multiplier, args.steps, delta, accountant=name)
         print(f"  {name:<12} epsilon = {eps:.3f}")
+    return 0
+
+
+def _cmd_report(out: Path) -> int:
+    """Redraw the plots and summary of the run in ``out`` from its ``results.json``."""
+    from fbo_torch.experiments.loop import EXPERIMENTS, render_reports
+    from fbo_torch.experiments.outdir import OutputError, OutputFolder
+    from fbo_torch.experiments.report import summary_table
+
+    path = out / "results.json"
+    if not path.is_file():
+        print(f"error: {path} does not exist", file=sys.stderr)
+        return 2
+    try:
+        with OutputFolder(out, resume=True):  # not while a run writes into the folder
+            try:
+                results = json.loads(path.read_text())
+                results["scenarios"][0]["methods"][0]["loss_mean"]
+                EXPERIMENTS[results.get("experiment", "fts")]
+            except (ValueError, KeyError, IndexError, TypeError) as err:
+                raise OutputError(f"{path} is unreadable or incomplete ({type(err).__name__}: {err}); "
+                                  "rerun the experiment (or resume it) to rewrite it") from None
+            render_reports(results, out)
+    except OutputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a plot or summary.txt could not be written (WriteError names it)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(summary_table(results))
     return 0
 
 
@@ -224,28 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "privacy":
         return _cmd_privacy(args, parser_for(parser, "privacy"))
     if args.command == "report":
-        path = args.out / "results.json"
-        if not path.is_file():
-            print(f"error: {path} does not exist", file=sys.stderr)
-            return 2
-        try:
-            with OutputFolder(args.out, resume=True):  # not while a run writes into the folder
-                try:
-                    results = json.loads(path.read_text())
-                    results["scenarios"][0]["methods"][0]["loss_mean"]
-                    EXPERIMENTS[results.get("experiment", "fts")]
-                except (ValueError, KeyError, IndexError, TypeError) as err:
-                    raise OutputError(f"{path} is unreadable or incomplete ({type(err).__name__}: {err}); "
-                                      "rerun the experiment (or resume it) to rewrite it") from None
-                render_reports(results, args.out)
-        except OutputError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        except OSError as err:  # a plot or summary.txt could not be written (WriteError names it)
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        print(summary_table(results))
-        return 0
+        return _cmd_report(args.out)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -49,7 +49,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fbo_torch.federation.randomness import SecretServerRandomness
+from fbo_torch.federation.schedules import PtSchedule
+from fbo_torch.federation.server import DPFTSDEServer, ServerRound
 from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.server_state import ServerStateError
+from fbo_torch.utils.secure_random import new_secret
 
 
 class InvalidReply(ValueError):
@@ -95,41 +100,34 @@ class RoundPlan:
 
 
 @dataclass
-class RoundLog:
-    r"""The coordinator's record of one round.
+class RoundLog(ServerRound):
+    r"""The coordinator's record of one round: the server's :class:`ServerRound` and what the
+    agents sent.
 
     Attributes:
-        round: ``t``.
-        released: The server released a broadcast.
-        epsilon: ε after the round (the server's ledger).
         num_reported: Valid ``ω`` that entered the release.
         num_invalid: Replies left out as invalid (malformed, wrong shape or dtype, non-finite).
         num_replied: Replies from agents to the exchange that opened the round.
-        reason: Why nothing was released (``""`` when released).
         best_values / num_observations: What agents reported after the round.
     """
 
-    round: int
-    released: bool
-    epsilon: float
-    num_reported: int
+    num_reported: int = 0
     num_invalid: int = 0
     num_replied: int = 0
-    reason: str = ""
     best_values: dict[int, float] = field(default_factory=dict)
     num_observations: dict[int, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"round": self.round, "released": self.released,
-                "epsilon": self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon),
-                "num_reported": self.num_reported, "num_invalid": self.num_invalid, "num_replied": self.num_replied,
-                "reason": self.reason, "best_values": {str(k): v for k, v in sorted(self.best_values.items())},
+        return {**super().to_dict(), "num_reported": self.num_reported, "num_invalid": self.num_invalid,
+                "num_replied": self.num_replied,
+                "best_values": {str(k): v for k, v in sorted(self.best_values.items())},
                 "num_observations": {str(k): v for k, v in sorted(self.num_observations.items())}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundLog:
-        return cls(int(d["round"]), bool(d["released"]), float(d["epsilon"]), int(d["num_reported"]),
-                   int(d["num_invalid"]), int(d["num_replied"]), str(d["reason"]),
+        server = ServerRound.from_dict(d)
+        return cls(server.round, server.released, server.epsilon, server.reason, None, int(d["num_reported"]),
+                   int(d["num_invalid"]), int(d["num_replied"]),
                    {int(k): float(v) for k, v in d["best_values"].items()},
                    {int(k): int(v) for k, v in d["num_observations"].items()})
 
@@ -169,12 +167,6 @@ class Coordinator:
 
     def __init__(self, config: FlowerRunConfig, bounds: Tensor, dim: int, secret: bytes | None = None,
                  state: Any = None) -> None:
-        from fbo_torch.federation.randomness import SecretServerRandomness
-        from fbo_torch.federation.schedules import PtSchedule
-        from fbo_torch.federation.server import DPFTSDEServer
-        from fbo_torch.flower.server_state import ServerStateError
-        from fbo_torch.utils.secure_random import new_secret
-
         self.config = config
         self.settings = s = config.dp_settings()
         self.N = int(config.num_agents)
@@ -259,10 +251,10 @@ class Coordinator:
                                           num_valid=int(self._reported.sum()))
                 broadcast = None if out is None else out[0]
             rec = self.server.rounds[t - 1] if self.server is not None else None
+            released = rec is not None and rec.released
             self.logs.append(RoundLog(
-                t, rec is not None and rec.released, self.epsilon,
-                int(self._reported.sum()) if rec is not None and rec.released else 0,
-                num_invalid=self._num_invalid, reason="" if rec is None else rec.reason,
+                t, released, self.epsilon, "" if rec is None else rec.reason,
+                num_reported=int(self._reported.sum()) if released else 0, num_invalid=self._num_invalid,
             ))
         if t < s.num_iterations and self.server is not None:
             self.server.plan(t + 1, self.schedule(t + 1))

@@ -38,9 +38,9 @@ from torch import Tensor
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.partition import SubRegionPartition
+from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.federation.search import broadcast_queries
 from fbo_torch.federation.settings import MethodSettings
-from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.models.batched_gp import BatchedExactGP, get_spec
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain

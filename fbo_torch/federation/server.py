@@ -44,8 +44,8 @@ from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.randomness import KeyedServerRandomness, ServerRandomness
 from fbo_torch.federation.weights import ExplorationWeights
-from fbo_torch.utils.validation import check_int
 from fbo_torch.privacy import DEFAULT_ACCOUNTANT, PrivacyLedger
+from fbo_torch.utils.validation import check_int
 
 #: Why a round released nothing.
 NOT_RELEASED = ("schedule", "budget", "no valid message")

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fbo_torch.federation.agents import Agents, agent_messages, agent_round, broadcast_points, start_agents
+from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.flower.config import FlowerRunConfig
 
 
@@ -71,9 +73,6 @@ class AgentNode:
 
     def __init__(self, config: FlowerRunConfig, agent_id: int, state: dict[str, Tensor] | None = None,
                  objective: Any | None = None) -> None:
-        from fbo_torch.federation.agents import Agents, start_agents
-        from fbo_torch.federation.partition import SubRegionPartition
-
         n = int(agent_id)
         if not 0 <= n < config.num_agents:
             raise ValueError(f"agent id (partition-id) {n} is outside 0..{config.num_agents - 1}.")
@@ -134,8 +133,6 @@ class AgentNode:
             region_bounds: ``P x 2 x d`` sub-regions the broadcast refers to.
             omega_round: The round whose release the server asks ``ω`` for.
         """
-        from fbo_torch.federation.agents import agent_messages, agent_round, broadcast_points
-
         used = failed = False
         if round > 0:
             if round <= self.round:

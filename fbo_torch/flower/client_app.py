@@ -19,6 +19,7 @@ from __future__ import annotations
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.flower.agent_node import FeatureMapMismatch, LiveNodes
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.records import AGENT_STATE, record_to_state, records_to_plan, reply_to_records, state_to_record
@@ -37,8 +38,6 @@ def agent_id_of(context: Context) -> int:
 
 def handle_round(msg: Message, context: Context) -> Message:
     r"""Take the round the server's message opens and reply (``ω`` when asked)."""
-    from fbo_torch.features import RandomFourierFeatures
-
     config = FlowerRunConfig.from_run_config(context.run_config)
     plan = records_to_plan(msg.content)
     if plan.features and RandomFourierFeatures.from_config(plan.features).fingerprint != plan.fingerprint:

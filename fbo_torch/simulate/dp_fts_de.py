@@ -46,15 +46,15 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import agent_messages, agent_round, broadcast_points, start_agents
-from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.randomness import ServerRandomness
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives.base import Objective
-from fbo_torch.utils.validation import check_int
+from fbo_torch.optim.domain import Domain
 from fbo_torch.privacy import DEFAULT_ACCOUNTANT
+from fbo_torch.utils.validation import check_int
 
 @dataclass
 class DPFTSDEResult:

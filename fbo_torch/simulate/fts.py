@@ -31,15 +31,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from botorch.acquisition import LogExpectedImprovement
 from torch import Tensor
 
+from fbo_torch.acquisition.rgpe import RGPE
+from fbo_torch.acquisition.taf import TransferAcquisitionFunction
 from fbo_torch.federation.agents import Agents, observe_initial
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
+from fbo_torch.federation.search import maximize_rff_samples
+from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySettings, MethodSettings
+from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
-from fbo_torch.federation.search import maximize_rff_samples
+from fbo_torch.simulate.common import maximize_acquisition
 from fbo_torch.simulate.presets import apply_setup
-from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySettings, MethodSettings
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
 
@@ -239,8 +244,6 @@ class FTSRunner:
             base = kr.normal(k, M + n)  # R x A x (M + n)
             self.omegas = rff.sample_weights(torch.Size([self.num_runs]), base_samples=base)  # R x A x M
         else:
-            from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
-
             self.posteriors = AgentRFFPosteriors.from_model(self.others.rff)
 
     def _default_others(self, targets: Tensor) -> Tensor:
@@ -307,12 +310,6 @@ class FTSRunner:
     def _transfer_step(self, t: int, t0: float) -> None:
         r"""RGPE / TAF: one acquisition per run (each run has its own target data);
         within a run every agent's posterior is evaluated in one batched op."""
-        from botorch.acquisition import LogExpectedImprovement
-
-        from fbo_torch.acquisition.rgpe import RGPE
-        from fbo_torch.acquisition.taf import TransferAcquisitionFunction
-        from fbo_torch.simulate.common import maximize_acquisition
-
         s = self.settings
         gp_all = self.agents.gp()
         X_next = torch.empty(self.num_runs, self.objective.dim, dtype=self.X.dtype, device=self.device)

@@ -46,13 +46,12 @@ from fbo_torch.objectives import objective_class
 from fbo_torch.optim.domain import Domain, check_options, dtype_name
 from fbo_torch.simulate.presets import check_setup, objective_setup, setup_choices
 
-EXPERIMENTS = ("fts", "dp_fts_de")
 TOP_KEYS = (
     "experiment", "name", "description", "seed", "device", "setup", "checkpoint_every", "objective", "runs",
     "history", "domain", "defaults", "scenarios", "methods", "privacy",
 )
 SCENARIO_KEYS = ("name", "setup", "objective", "history", "defaults", "methods", "runs")
-#: The settings class of each experiment kind's methods.
+#: The settings class of each experiment kind's methods (its keys: the kinds ``experiment:`` names).
 SETTINGS = {"fts": FTSSettings, "dp_fts_de": DPFTSDESettings}
 
 
@@ -330,8 +329,8 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
                           "the same keys); rename the section.")
     check_keys(source, raw, TOP_KEYS)
     experiment = raw.get("experiment")
-    if experiment not in EXPERIMENTS:
-        raise ConfigError(f"{source}: `experiment` must be one of {list(EXPERIMENTS)}, got {experiment!r}.")
+    if experiment not in SETTINGS:
+        raise ConfigError(f"{source}: `experiment` must be one of {list(SETTINGS)}, got {experiment!r}.")
     name = str(raw.get("name") or Path(source).stem)
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

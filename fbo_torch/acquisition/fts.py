@@ -13,6 +13,10 @@ from torch import Tensor
 
 from fbo_torch.acquisition.rff_thompson import _check_features, _omega_from
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation import fidelity as _fidelity
+from fbo_torch.federation.fidelity import (
+    check_agent_weights, fidelity_scores, fidelity_weights, peer_predictions, trusted_p_t,
+)
 from fbo_torch.federation.messages import AgentMessage, stack_omegas
 from fbo_torch.federation.schedules import OWN, AgentDistribution, draw_sources
 from fbo_torch.utils.validation import check_int, check_probability
@@ -47,6 +51,18 @@ class FederatedThompsonSampling(AcquisitionFunction):
             for the choice.
         agent_probs: ``P_N`` over the ``N`` messages (uniform by default); must
             be non-negative and sum to 1. Zero entries (stragglers) are never chosen.
+        agent_weights: ``"uniform"`` (``agent_probs`` as given) or ``"learned"``:
+            ``P_N`` re-weighted by how well each message ranks the target's own
+            observations (:mod:`fbo_torch.federation.fidelity`), restricted to the
+            messages ``agent_probs`` allows.
+        peer_trust: Scale the probability of following a message by the trust
+            in ``P_N``'s draw: ``p_t' = 1 - (1 - p_t)·g``
+            (:func:`~fbo_torch.federation.fidelity.peer_trust`).
+        train_X / train_Y: The target's observations (``n x d`` inputs in the
+            space the messages were built on, ``n`` or ``n x 1`` values) for
+            ``"learned"`` weights and ``peer_trust``; by default the model's
+            training data (a model with an input transform must be given ``train_X``:
+            its stored inputs are transformed).
         generator: Optional ``torch.Generator``; it drives ``u``, the agent draw
             and (through a derived seed) the GP sample, so construction is
             reproducible.
@@ -55,6 +71,10 @@ class FederatedThompsonSampling(AcquisitionFunction):
     Attributes:
         source: ``"own"`` or the chosen message index (q = 1).
         sources: List of the q sources.
+        agent_probs: The ``N`` probabilities ``P_N`` the messages were drawn with
+            (learned ones with ``agent_weights="learned"``; ``None`` with ``p_t = 1``).
+        fidelity: ``N`` fidelity scores of the messages (``None`` unless learned or trusted).
+        p_t_used: The probability of the own GP actually used (``p_t'`` with ``peer_trust``).
 
     Example:
         >>> acqf = FederatedThompsonSampling(gp, messages, rff, p_t=0.5)
@@ -71,6 +91,10 @@ class FederatedThompsonSampling(AcquisitionFunction):
         agent_probs: Tensor | None = None,
         generator: torch.Generator | None = None,
         q: int = 1,
+        agent_weights: str = "uniform",
+        peer_trust: bool = False,
+        train_X: Tensor | None = None,
+        train_Y: Tensor | None = None,
     ) -> None:
         features = _check_features(features)
         super().__init__(model=model)
@@ -81,6 +105,9 @@ class FederatedThompsonSampling(AcquisitionFunction):
             )
         q = check_int("q", q, minimum=1)
         p_t = check_probability("p_t", p_t)
+        check_agent_weights(agent_weights)
+        if not isinstance(peer_trust, bool):
+            raise ValueError(f"`peer_trust` must be True or False, got {peer_trust!r}.")
         if isinstance(messages, Tensor):
             omegas = _omega_from(features, messages, name="messages")
             if omegas.ndim != 2:
@@ -91,6 +118,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         else:
             omegas = stack_omegas(list(messages), fingerprint=features.fingerprint)
         N = omegas.shape[0]
+        fidelity, probs_used, p_used = None, None, p_t
         if p_t == 1.0:  # line 4 for every candidate: no draw, and no message is needed
             sources = torch.full((q,), OWN, dtype=torch.long)
         else:
@@ -106,10 +134,21 @@ class FederatedThompsonSampling(AcquisitionFunction):
             dist = AgentDistribution(N, probs=agent_probs, batch_shape=torch.Size([q]))
             if bool(dist.is_empty.any()):
                 raise ValueError("`agent_probs` gives probability 0 to every agent; use p_t = 1 when no message is usable.")
-            sources = draw_sources(p_t, dist, generator=generator)
+            if agent_weights == "learned" or peer_trust:
+                X, y = _target_data(model, train_X, train_Y)
+                fidelity = fidelity_scores(peer_predictions(features, omegas, X.to(omegas)), y.to(omegas))
+                if agent_weights == "learned":
+                    dist.reweight(fidelity_weights(fidelity, dist.support[0]))
+                if peer_trust:
+                    p_used = float(trusted_p_t(p_t, _fidelity.peer_trust(fidelity, dist.probs[0])))
+            sources = draw_sources(p_used, dist, generator=generator)
+            probs_used = dist.probs[0]
 
         self.features = features
         self.p_t = p_t
+        self.p_t_used = p_used
+        self.agent_probs = probs_used
+        self.fidelity = fidelity
         self.register_buffer("omegas", omegas)
         self.sources: list[str | int] = ["own" if int(s) == OWN else int(s) for s in sources]
         own = [j for j, s in enumerate(self.sources) if s == "own"]
@@ -158,3 +197,32 @@ class FederatedThompsonSampling(AcquisitionFunction):
             phi = self.features(X[..., self._agent_slots, :])  # b x q_agent x M
             total = total + (phi * omega).sum(-1).sum(-1)
         return total
+
+
+def _target_data(model: Model, train_X: Tensor | None, train_Y: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The target's ``n x d`` inputs and ``n`` observations, given or from ``model``."""
+    if train_X is None:
+        if getattr(model, "input_transform", None) is not None:
+            raise ValueError("`model` has an input transform, so its stored training inputs are transformed: pass "
+                             "`train_X` (the raw inputs, in the space of the messages) with agent_weights='learned' "
+                             "or peer_trust=True.")
+        inputs = getattr(model, "train_inputs", None)
+        if not inputs:
+            raise ValueError("agent_weights='learned' and peer_trust=True need the target's observations: "
+                             "pass `train_X` and `train_Y` (this model stores no training data).")
+        train_X = inputs[0]
+    if train_Y is None:
+        targets = getattr(model, "train_targets", None)
+        if targets is None:
+            raise ValueError("agent_weights='learned' and peer_trust=True need `train_Y` (this model stores no targets).")
+        train_Y = targets  # outcome transforms are increasing: the ranks, hence the scores, are unchanged
+    if train_X.ndim != 2:
+        raise ValueError(f"`train_X` must be an n x d tensor, got shape {tuple(train_X.shape)}.")
+    y = train_Y.reshape(train_Y.shape[0], -1) if train_Y.ndim == 2 else train_Y
+    if y.ndim == 2:
+        if y.shape[-1] != 1:
+            raise ValueError(f"`train_Y` must have one output (n or n x 1), got shape {tuple(train_Y.shape)}.")
+        y = y.squeeze(-1)
+    if y.shape[0] != train_X.shape[0]:
+        raise ValueError(f"`train_X` has {train_X.shape[0]} points but `train_Y` has {y.shape[0]} values.")
+    return train_X, y

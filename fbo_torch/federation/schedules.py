@@ -7,7 +7,8 @@ r"""The two choices an FTS agent makes every iteration (FTS Algorithm 1, lines 2
 * ``P_N``: which agent's message to use. :class:`AgentDistribution` holds the
   probabilities for a batch of independent runs, supports stragglers (missing
   messages get probability 0) and the paper's one-shot communication (a used
-  message is removed and ``P_N`` renormalized).
+  message is removed and ``P_N`` renormalized), and learned weights
+  (:meth:`AgentDistribution.reweight`, from :mod:`fbo_torch.federation.fidelity`).
 
 :func:`draw_sources` combines both into one vectorized draw; the simulator, a
 deployed agent and :class:`~fbo_torch.acquisition.FederatedThompsonSampling`
@@ -105,6 +106,8 @@ class AgentDistribution:
     The distribution actually sampled is ``probs`` restricted to the agents
     still *available* (not missing, not used up in one-shot mode),
     renormalized. A run with no available agent has ``is_empty`` true.
+    The agents with positive ``probs`` at construction are the *support*:
+    :meth:`reweight` (learned ``P_N``) redistributes probability among them only.
     """
 
     def __init__(
@@ -129,6 +132,7 @@ class AgentDistribution:
                 raise ValueError(f"`agent_probs` must sum to 1 over agents, got sums {sums.flatten()[:5].tolist()}.")
         self.num_agents = N
         self.base = probs
+        self.support = probs > 0
         self.available = probs > 0
 
     @property
@@ -146,6 +150,20 @@ class AgentDistribution:
     def is_empty(self) -> Tensor:
         """``batch_shape`` booleans: no agent left to sample."""
         return ~(self.available & (self.base > 0)).any(-1)
+
+    def reweight(self, weights: Tensor) -> AgentDistribution:
+        r"""Replace the preferences by ``weights`` (``batch_shape x N``, non-negative), kept on the support.
+
+        Used by learned ``P_N`` (:func:`~fbo_torch.federation.fidelity.fidelity_weights`):
+        agents outside the support (e.g. the target itself, another group) stay at
+        probability 0, and missing or used agents stay unavailable.
+        """
+        w = torch.as_tensor(weights, dtype=torch.float64, device=self.base.device).expand_as(self.base)
+        w = torch.where(self.support, w.clamp_min(0), torch.zeros_like(w))
+        total = w.sum(-1, keepdim=True)
+        # a row whose weights all vanish keeps its previous preferences
+        self.base = torch.where(total > 0, w / total.clamp_min(1e-300), self.base)
+        return self
 
     def mark_missing(self, agents: Tensor | list[int]) -> AgentDistribution:
         r"""Stragglers: give ``agents`` probability 0 (``agents`` may be an index
@@ -202,11 +220,12 @@ class AgentDistribution:
         return mask.expand_as(self.available)
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {"base": self.base.clone(), "available": self.available.clone()}
+        return {"base": self.base.clone(), "available": self.available.clone(), "support": self.support.clone()}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.base = state["base"].to(self.base.device)
         self.available = state["available"].to(self.base.device)
+        self.support = state.get("support", self.base > 0).to(self.base.device)
 
 
 def draw_sources(

@@ -39,6 +39,7 @@ import torch
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.faults import FaultInjector
+from fbo_torch.federation.fidelity import check_agent_weights
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.batched_gp import GP_SPECS
@@ -161,12 +162,22 @@ class FTSSettings(MethodSettings):
             which agents send their whole RFF posterior (``M + M²`` numbers;
             TAF also its incumbent).
         communication: ``"one-shot"`` or ``"every-round"``.
+        agent_weights: ``P_N`` of FTS: ``"uniform"`` (the papers) or ``"learned"``
+            (each round, from how well every peer's message ranks the target's own
+            observations; :mod:`fbo_torch.federation.fidelity`). Other algorithms
+            have no ``P_N`` and ignore it.
+        peer_trust: Scale the probability of following a peer by the trust in
+            ``P_N``'s draw, ``p_t' = 1 - (1 - p_t)·g``
+            (:func:`~fbo_torch.federation.fidelity.peer_trust`), so an agent whose
+            peers disagree with its observations falls back to its own GP (FTS only).
         rgpe_samples: Posterior samples for RGPE's ranking weights.
         taf_bandwidth: TAF's kernel bandwidth ``ρ``.
     """
 
     algorithm: str = "fts"
     communication: str = "one-shot"
+    agent_weights: str = "uniform"
+    peer_trust: bool = False
     rgpe_samples: int = 256
     taf_bandwidth: float = 0.5
 
@@ -176,6 +187,9 @@ class FTSSettings(MethodSettings):
         if self.communication not in COMMUNICATION:
             raise ValueError(f"`communication` must be one of {COMMUNICATION}, got {self.communication!r}.")
         super().__post_init__()
+        check_agent_weights(self.agent_weights)
+        if not isinstance(self.peer_trust, bool):
+            raise ValueError(f"`peer_trust` must be true or false, got {self.peer_trust!r}.")
         check_int("rgpe_samples", self.rgpe_samples, minimum=1)
         check_finite_positive("taf_bandwidth", self.taf_bandwidth)
         faults = self.fault_injector()

@@ -37,6 +37,7 @@ from torch import Tensor
 from fbo_torch.acquisition.rgpe import RGPE
 from fbo_torch.acquisition.taf import TransferAcquisitionFunction
 from fbo_torch.federation.agents import Agents, observe_initial
+from fbo_torch.federation.fidelity import fidelity_scores, fidelity_weights, peer_predictions, peer_trust, trusted_p_t
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
 from fbo_torch.federation.search import maximize_rff_samples
 from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySettings, MethodSettings
@@ -287,7 +288,7 @@ class FTSRunner:
             sources = torch.full((R,), OWN, dtype=torch.long, device=self.device)
         else:
             # OWN where the coin says so or no message is left
-            sources = draw_sources(self.schedule(t), self.dist, keys=kr.fold(self.agents.keys, t))
+            sources = draw_sources(self._p_t(t), self.dist, keys=kr.fold(self.agents.keys, t))
         X_next, _ = self.agents.own_proposals(t)
         if self.settings.algorithm == "fts":
             omega = self.omegas[torch.arange(R, device=self.device), sources.clamp_min(0)]
@@ -296,6 +297,22 @@ class FTSRunner:
             if self.settings.communication == "one-shot":
                 self.dist.remove(sources)
         self._observe(X_next, sources, t, t0)
+
+    def _p_t(self, t: int) -> float | Tensor:
+        r"""``p_t`` of iteration ``t``; with learned ``P_N`` or peer trust, first score every
+        peer's message on each target's observations (one batched ``R x A x n x n`` comparison)
+        and update ``P_N`` (and ``p_t`` per run)."""
+        p = self.schedule(t)
+        s = self.settings
+        if s.algorithm != "fts" or (s.agent_weights == "uniform" and not s.peer_trust):
+            return p
+        preds = peer_predictions(self.features, self.omegas, self.X)  # R x A x n
+        scores = fidelity_scores(preds, self.Y.squeeze(-1), self.agents.mask)
+        if s.agent_weights == "learned":
+            self.dist.reweight(fidelity_weights(scores, self.dist.support))
+        if s.peer_trust:
+            return trusted_p_t(p, peer_trust(scores, self.dist.probs))
+        return p
 
     def _observe(self, X_next: Tensor, sources: Tensor, t: int, t0: float) -> None:
         _, f, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)

@@ -1,0 +1,185 @@
+r"""Learned ``P_N``: how well each peer's message predicts an agent's own observations.
+
+FTS draws the message it follows from a distribution ``P_N`` over the other
+agents; the paper used a uniform ``P_N`` and names learning it from "the
+similarity between each agent and the target agent (i.e., the fidelity of each
+agent)" as future work. This module scores that fidelity from what an agent
+holds anyway — the peers' messages ``ω_n`` and its own observations
+``(X, y)`` — and turns the scores into ``P_N``:
+
+* **Score** (:func:`fidelity_scores`): Kendall's rank correlation ``τ_n``
+  between the agent's observations ``y_i`` and the peer's predictions
+  ``φ(x_i)ᵀω_n`` at the same inputs (RGPE ranks its base models by the same
+  pairwise ranking loss: ``τ = 1 - 2·(misranked pairs)/(pairs)``). Ranks are
+  what Thompson sampling acts on — it queries the argmax — and they make the
+  score invariant to any increasing transform of either side, so a peer whose
+  function has another offset or scale (another output unit, a standardized
+  ``y``) is not penalized. The score is ``z_n = τ_n / s(n)``, where
+  ``s(n)² = 2(2n + 5) / (9n(n - 1))`` is the variance of ``τ`` between ``n``
+  independent pairs (Kendall, 1938): ``z_n ≈ N(0, 1)`` for a peer unrelated
+  to the agent, whatever ``n``, and grows like ``√n`` for a related one.
+* **Weights** (:func:`fidelity_weights`): ``P_N ∝ exp(z_n)``, i.e. a softmax of
+  ``τ_n`` at temperature ``s(n)``: uniform while the agent has fewer than two
+  observations, sharper as they accumulate. A peer identical to the agent gets
+  the largest weight; an adversarial peer (``-f``) has ``τ_n → -1`` and its
+  weight falls like ``exp(-1.5√n)``.
+* **Trust** (:func:`peer_trust`): the ``P_N``-weighted evidence that the drawn
+  peer ranks the agent's observations better than chance,
+  ``g = Σ_n P_N(n) · max(0, 2Φ(z_n) - 1)``, which may scale the probability
+  of following a peer: ``p_t' = 1 - (1 - p_t)·g`` (:func:`trusted_p_t`). An
+  agent whose peers are all anti-correlated falls back to its own GP; one with
+  a helpful peer keeps the schedule; one with only unrelated peers follows
+  them about half as often.
+
+Everything is batched over ``batch_shape`` (runs or agents) and over peers:
+one ``batch x N x n x n`` comparison per update, no Python loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from fbo_torch.features import RandomFourierFeatures
+
+#: Observations below which an agent cannot rank anything (``τ`` needs a pair).
+MIN_OBSERVATIONS = 2
+
+#: Choices of ``agent_weights``.
+AGENT_WEIGHTS = ("uniform", "learned")
+
+
+def peer_predictions(features: RandomFourierFeatures, omegas: Tensor, X: Tensor) -> Tensor:
+    r"""Each peer's sampled function at the agent's own inputs: ``φ(x_i)ᵀω_n``.
+
+    Args:
+        features: The shared feature map.
+        omegas: ``batch_shape x N x M`` messages (or ``N x M``, shared by the batch).
+        X: ``batch_shape x n x d`` the agent's inputs.
+
+    Returns:
+        ``batch_shape x N x n`` predictions.
+    """
+    phi = features(X)  # batch x n x M
+    return torch.einsum("...nm,...km->...kn", phi.to(omegas.dtype), omegas)
+
+
+def kendall_tau(predictions: Tensor, y: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    r"""Kendall's ``τ_a`` between ``y`` and each row of ``predictions``, over the valid observations.
+
+    Args:
+        predictions: ``batch_shape x N x n`` each peer's predictions.
+        y: ``batch_shape x n`` the agent's observations.
+        mask: Optional ``batch_shape x n`` booleans, the valid observations
+            (failed evaluations are left out); default: ``y`` is finite.
+
+    Returns:
+        ``(tau, num_valid)``: ``batch_shape x N`` correlations in ``[-1, 1]``
+        (0 when fewer than two observations are valid; tied pairs count 0) and
+        ``batch_shape`` numbers of valid observations.
+    """
+    if mask is None:
+        mask = torch.isfinite(y)
+    y = torch.where(mask, y, torch.zeros_like(y))
+    pair = mask.unsqueeze(-1) & mask.unsqueeze(-2)  # batch x n x n
+    pair = torch.triu(pair, diagonal=1)
+    dy = torch.sign(y.unsqueeze(-1) - y.unsqueeze(-2)).unsqueeze(-3)  # batch x 1 x n x n
+    dp = torch.sign(predictions.unsqueeze(-1) - predictions.unsqueeze(-2))  # batch x N x n x n
+    concordance = (dy * dp * pair.unsqueeze(-3).to(dp.dtype)).sum((-1, -2))
+    num_valid = mask.sum(-1)
+    num_pairs = (num_valid * (num_valid - 1) / 2).to(concordance.dtype).unsqueeze(-1)
+    tau = torch.where(num_pairs > 0, concordance / num_pairs.clamp_min(1), torch.zeros_like(concordance))
+    return tau, num_valid
+
+
+def null_std(num_valid: Tensor) -> Tensor:
+    r"""Standard deviation of Kendall's ``τ`` between ``n`` independent pairs:
+    ``√(2(2n + 5) / (9n(n - 1)))`` (``inf`` for ``n < 2``)."""
+    n = num_valid.to(torch.float64)
+    var = 2 * (2 * n + 5) / (9 * n * (n - 1)).clamp_min(1e-300)
+    return torch.where(n >= MIN_OBSERVATIONS, var.sqrt(), torch.full_like(n, math.inf))
+
+
+def fidelity_scores(predictions: Tensor, y: Tensor, mask: Tensor | None = None) -> Tensor:
+    r"""``z_n = τ_n / s(n)``: each peer's rank agreement with the agent, in units of its null spread.
+
+    Args:
+        predictions: ``batch_shape x N x n`` peers' predictions at the agent's inputs
+            (:func:`peer_predictions`).
+        y: ``batch_shape x n`` the agent's observations.
+        mask: Optional ``batch_shape x n`` valid observations.
+
+    Returns:
+        ``batch_shape x N`` scores (0 where the agent has fewer than two valid observations).
+    """
+    tau, num_valid = kendall_tau(predictions, y, mask)
+    return tau / null_std(num_valid).to(tau.dtype).unsqueeze(-1)
+
+
+def fidelity_weights(scores: Tensor, support: Tensor | None = None) -> Tensor:
+    r"""``P_N ∝ exp(z_n)`` over the peers in ``support``.
+
+    Args:
+        scores: ``batch_shape x N`` fidelity scores.
+        support: Optional ``batch_shape x N`` booleans: peers that may be chosen
+            (others get probability 0). A row with no peer in support is all zeros.
+
+    Returns:
+        ``batch_shape x N`` probabilities (float64).
+    """
+    z = scores.to(torch.float64)
+    if support is not None:
+        z = torch.where(support, z, -torch.inf)
+    probs = torch.softmax(z, dim=-1)
+    return torch.nan_to_num(probs, nan=0.0)  # rows with no support: softmax of all -inf
+
+
+def peer_trust(scores: Tensor, probs: Tensor) -> Tensor:
+    r"""``g = Σ_n P_N(n) · max(0, 2Φ(z_n) - 1)``: how much the drawn peer is expected to help.
+
+    ``2Φ(z) - 1`` is the (normal-approximation) posterior mass of ``τ_n > 0``
+    minus that of ``τ_n < 0`` under a flat prior. ``g`` is near 1 when ``P_N``
+    concentrates on peers that clearly agree with the agent, about 0.45 when
+    all peers are unrelated (``z ~ N(0, 1)``), and 0 when all disagree.
+
+    Args:
+        scores: ``batch_shape x N`` fidelity scores.
+        probs: ``batch_shape x N`` ``P_N``.
+
+    Returns:
+        ``batch_shape`` trust in ``[0, 1]``; 1 where no score is informative yet
+        (all scores 0, i.e. fewer than two observations).
+    """
+    z = scores.to(torch.float64)
+    evidence = (2 * torch.special.ndtr(z) - 1).clamp_min(0)
+    g = (probs.to(torch.float64) * evidence).sum(-1)
+    informative = (z != 0).any(-1)
+    return torch.where(informative, g.clamp(0, 1), torch.ones_like(g))
+
+
+def trusted_p_t(p_t: float | Tensor, trust: Tensor) -> Tensor:
+    r"""``p_t' = 1 - (1 - p_t) · g``: follow peers only as much as they are trusted."""
+    return 1 - (1 - torch.as_tensor(p_t, dtype=trust.dtype, device=trust.device)) * trust
+
+
+def check_agent_weights(value: str, key: str = "agent_weights") -> str:
+    """``value`` must be one of :data:`AGENT_WEIGHTS` (``ValueError`` naming ``key``)."""
+    if value not in AGENT_WEIGHTS:
+        raise ValueError(f"`{key}` must be one of {AGENT_WEIGHTS}, got {value!r}.")
+    return value
+
+
+__all__ = [
+    "AGENT_WEIGHTS",
+    "MIN_OBSERVATIONS",
+    "check_agent_weights",
+    "fidelity_scores",
+    "fidelity_weights",
+    "kendall_tau",
+    "null_std",
+    "peer_predictions",
+    "peer_trust",
+    "trusted_p_t",
+]

@@ -1,0 +1,215 @@
+"""Learned P_N: the fidelity scores' statistics, the weights and trust they give, and their use."""
+
+import math
+
+import pytest
+import torch
+from botorch.models import SingleTaskGP
+from botorch.models.transforms.input import Normalize
+from scipy.stats import kendalltau
+
+from fbo_torch.acquisition import FederatedThompsonSampling
+from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation import AgentDistribution
+from fbo_torch.federation.fidelity import (
+    fidelity_scores,
+    fidelity_weights,
+    kendall_tau,
+    null_std,
+    peer_predictions,
+    peer_trust,
+    trusted_p_t,
+)
+from fbo_torch.federation.settings import FTSSettings
+from fbo_torch.models import RFFBayesianLinear
+
+
+def f(X):
+    return torch.sin(6 * X[..., 0]) + 0.5 * torch.cos(11 * X[..., 0])
+
+
+@pytest.fixture
+def peers():
+    """Messages of a peer identical to the target, one with -f, and two unrelated ones."""
+    rff = RandomFourierFeatures(1, 200, lengthscale=0.08, seed=3)
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(300, 1, generator=g, dtype=torch.float64)
+    same = RFFBayesianLinear(rff, X, f(X).unsqueeze(-1), noise_variance=1e-4).weight_mean.reshape(-1)
+    unrelated = torch.randn(2, 200, generator=g, dtype=torch.float64) * 0.3
+    return rff, torch.stack([same, -same, *unrelated])  # N = 4
+
+
+def target_data(n, seed, noise=0.1):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, 1, generator=g, dtype=torch.float64)
+    return X, f(X) + noise * torch.randn(n, generator=g, dtype=torch.float64)
+
+
+def test_kendall_tau_matches_scipy_and_ignores_masked_observations():
+    g = torch.Generator().manual_seed(1)
+    y = torch.randn(3, 17, generator=g, dtype=torch.float64)
+    preds = y.unsqueeze(1) + torch.randn(3, 5, 17, generator=g, dtype=torch.float64)
+    mask = torch.rand(3, 17, generator=g) > 0.3
+    tau, n = kendall_tau(preds, torch.where(mask, y, torch.nan), mask)
+    for b in range(3):
+        assert int(n[b]) == int(mask[b].sum())
+        for k in range(5):
+            ref = kendalltau(y[b][mask[b]].numpy(), preds[b, k][mask[b]].numpy()).statistic  # no ties: tau-b = tau-a
+            assert tau[b, k].item() == pytest.approx(ref, abs=1e-12)
+
+
+def test_scores_of_unrelated_peers_are_standard_normal_at_every_n():
+    # Kendall's null variance 2(2n+5)/(9n(n-1)) is exact for continuous data: z has mean 0 and
+    # variance 1 whatever n. With K draws the sample mean has s.e. 1/sqrt(K) and the sample
+    # variance (of a near-normal z) s.e. sqrt(2/K): allow 4 standard errors.
+    K = 4000
+    g = torch.Generator().manual_seed(2)
+    for n in (4, 12, 40):
+        y = torch.randn(K, n, generator=g, dtype=torch.float64)
+        preds = torch.randn(K, 1, n, generator=g, dtype=torch.float64)
+        z = fidelity_scores(preds, y).squeeze(-1)
+        assert abs(z.mean().item()) < 4 / math.sqrt(K)
+        assert abs(z.var().item() - 1) < 4 * math.sqrt(2 / K)
+
+
+def test_scores_are_invariant_to_increasing_transforms():
+    g = torch.Generator().manual_seed(3)
+    y = torch.randn(20, generator=g, dtype=torch.float64)
+    preds = (y + torch.randn(20, generator=g, dtype=torch.float64)).unsqueeze(0)
+    z = fidelity_scores(preds, y)
+    assert torch.equal(fidelity_scores(1e6 * preds.exp() - 3, 0.01 * y + 7), z)
+
+
+def test_identical_peer_gets_most_weight_and_adversarial_weight_vanishes(peers):
+    rff, omegas = peers
+    ratio, adversarial = [], []
+    for n in (5, 10, 20, 40, 80):
+        X, y = target_data(n, seed=n)
+        z = fidelity_scores(peer_predictions(rff, omegas, X), y)
+        p = fidelity_weights(z)
+        assert int(p.argmax()) == 0, (n, p)
+        ratio.append((p[1] / p[0]).item())
+        adversarial.append(p[1].item())
+    # relative to the identical peer the adversarial weight is exp(2 tau / s(n)) with tau -> -1 and
+    # s(n) ~ 2 / (3 sqrt(n)): it falls like exp(-3 sqrt(n))
+    assert all(b < a for a, b in zip(ratio, ratio[1:]))
+    assert adversarial[-1] < 1e-8
+    # two observations (one pair) rank already; with one, P_N is uniform
+    X, y = target_data(1, seed=0)
+    assert torch.allclose(fidelity_weights(fidelity_scores(peer_predictions(rff, omegas, X), y)),
+                          torch.full((4,), 0.25, dtype=torch.float64))
+
+
+def test_weights_respect_support_and_batch(peers):
+    rff, omegas = peers
+    X = torch.stack([target_data(15, s)[0] for s in range(3)])
+    y = f(X)
+    support = torch.tensor([[False, True, True, True], [True, True, False, True], [False] * 4])
+    p = fidelity_weights(fidelity_scores(peer_predictions(rff, omegas, X), y), support)
+    assert p.shape == (3, 4)
+    assert torch.equal(p[~support], torch.zeros(int((~support).sum()), dtype=torch.float64))
+    assert torch.allclose(p[:2].sum(-1), torch.ones(2, dtype=torch.float64))
+    assert int(p[0].argmax()) in (2, 3) and int(p[1].argmax()) == 0
+
+
+def test_trust_follows_the_evidence(peers):
+    rff, omegas = peers
+    X, y = target_data(30, seed=5)
+    z = fidelity_scores(peer_predictions(rff, omegas, X), y)
+    helpful = peer_trust(z, fidelity_weights(z))
+    only_adversarial = peer_trust(z[1:2], fidelity_weights(z[1:2]))
+    assert helpful.item() > 0.99 and only_adversarial.item() < 1e-6
+    assert peer_trust(torch.zeros(4), torch.full((4,), 0.25)).item() == 1.0  # nothing known yet
+    assert trusted_p_t(0.3, helpful).item() == pytest.approx(1 - 0.7 * helpful.item())
+    assert trusted_p_t(0.3, only_adversarial).item() == pytest.approx(1.0, abs=1e-6)
+    # unrelated peers only: z ~ N(0,1), so E[g] = E[e^z (2Phi(z)-1)_+] / E[e^z] over many peers
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(200000, generator=g, dtype=torch.float64)
+    assert 0.35 < peer_trust(z, fidelity_weights(z)).item() < 0.6
+    assert torch.allclose(null_std(torch.tensor([1, 0])), torch.full((2,), math.inf, dtype=torch.float64))
+
+
+def test_agent_distribution_reweight_keeps_support_and_used_messages():
+    probs = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+    dist = AgentDistribution(4, probs=probs)
+    dist.remove(torch.tensor([2, -1]))
+    dist.reweight(torch.tensor([[9.0, 1.0, 5.0, 9.0], [0.0, 0.0, 0.0, 0.0]]))
+    assert torch.equal(dist.probs[0], torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64))
+    assert torch.equal(dist.probs[1], torch.full((4,), 0.25, dtype=torch.float64))  # all-zero row kept
+    state = dist.state_dict()
+    other = AgentDistribution(4, probs=probs)
+    other.load_state_dict(state)
+    assert torch.equal(other.support, dist.support) and torch.equal(other.probs, dist.probs)
+
+
+def test_fts_acquisition_learned_weights(peers):
+    rff, omegas = peers
+    X, y = target_data(25, seed=7)
+    gp = SingleTaskGP(X, y.unsqueeze(-1))
+    acqf = FederatedThompsonSampling(gp, omegas, rff, p_t=0.0, agent_weights="learned",
+                                     generator=torch.Generator().manual_seed(0))
+    assert int(acqf.agent_probs.argmax()) == 0 and acqf.agent_probs[1].item() < 1e-3
+    assert acqf.fidelity.shape == (4,)
+    counts = torch.zeros(4)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        counts[FederatedThompsonSampling(gp, omegas, rff, p_t=0.0, agent_weights="learned", generator=g).source] += 1
+    assert counts[0] > 150 and counts[1] == 0
+    # restricted by agent_probs: the identical peer excluded
+    acqf = FederatedThompsonSampling(gp, omegas, rff, p_t=0.0, agent_weights="learned",
+                                     agent_probs=torch.tensor([0.0, 0.4, 0.3, 0.3], dtype=torch.float64))
+    assert acqf.agent_probs[0].item() == 0.0
+    # trust: only the adversarial message left -> own GP
+    acqf = FederatedThompsonSampling(gp, omegas[1:2], rff, p_t=0.0, peer_trust=True)
+    assert acqf.p_t_used > 1 - 1e-6 and acqf.source == "own"
+    uniform = FederatedThompsonSampling(gp, omegas, rff, p_t=0.0)
+    assert uniform.fidelity is None and torch.allclose(uniform.agent_probs, torch.full((4,), 0.25, dtype=torch.float64))
+
+
+def test_fts_acquisition_learned_weights_needs_raw_inputs_with_transform(peers):
+    rff, omegas = peers
+    X, y = target_data(10, seed=8)
+    gp = SingleTaskGP(X, y.unsqueeze(-1), input_transform=Normalize(1))
+    with pytest.raises(ValueError, match="pass `train_X`"):
+        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned")
+    acqf = FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned", train_X=X, train_Y=y)
+    assert int(acqf.agent_probs.argmax()) == 0
+    with pytest.raises(ValueError, match="`agent_weights` must be one of"):
+        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="best")
+    with pytest.raises(ValueError, match="has 10 points but `train_Y` has 9"):
+        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned", train_X=X, train_Y=y[:9])
+
+
+def test_settings_validate_agent_weights_and_trust():
+    with pytest.raises(ValueError, match="`agent_weights` must be one of"):
+        FTSSettings(agent_weights="Learned")
+    with pytest.raises(ValueError, match="`peer_trust` must be true or false"):
+        FTSSettings(peer_trust="yes")
+    assert FTSSettings(agent_weights="learned", peer_trust=True).agent_weights == "learned"
+
+
+def test_yaml_learned_weights_and_trust_run_end_to_end(tmp_path):
+    import json
+
+    from fbo_torch.cli import main
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("""
+experiment: fts
+name: tiny-learned
+objective: {type: gp_grid, num_groups: 2, agents_per_group: 4, grid_size: 50}
+runs: {num_inits: 2}
+history: {t_n: 6}
+defaults: {num_iterations: 4, num_features: 10, gp_refit_every: 0, p_t: 0.0}
+methods:
+  - {name: uniform, algorithm: fts}
+  - {name: learned, algorithm: fts, agent_weights: learned}
+  - {name: trusted, algorithm: fts, agent_weights: learned, peer_trust: true}
+""")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    text = json.dumps(results)
+    assert '"agent_weights": "learned"' in text and '"peer_trust": true' in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cfg.read_text().replace("agent_weights: learned}", "agent_weights: smart}", 1))
+    assert main(["run", str(bad), "--out", str(tmp_path / "out2"), "--no-progress"]) == 2

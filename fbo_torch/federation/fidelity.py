@@ -83,11 +83,11 @@ def kendall_tau(predictions: Tensor, y: Tensor, mask: Tensor | None = None) -> t
     if mask is None:
         mask = torch.isfinite(y)
     y = torch.where(mask, y, torch.zeros_like(y))
-    pair = mask.unsqueeze(-1) & mask.unsqueeze(-2)  # batch x n x n
-    pair = torch.triu(pair, diagonal=1)
-    dy = torch.sign(y.unsqueeze(-1) - y.unsqueeze(-2)).unsqueeze(-3)  # batch x 1 x n x n
+    pair = torch.triu(mask.unsqueeze(-1) & mask.unsqueeze(-2), diagonal=1)  # batch x n x n
+    # sign(y_i - y_j) on valid pairs i < j, 0 elsewhere; then one product-sum per peer
+    dy = torch.sign(y.unsqueeze(-1) - y.unsqueeze(-2)).mul_(pair).unsqueeze(-3)  # batch x 1 x n x n
     dp = torch.sign(predictions.unsqueeze(-1) - predictions.unsqueeze(-2))  # batch x N x n x n
-    concordance = (dy * dp * pair.unsqueeze(-3).to(dp.dtype)).sum((-1, -2))
+    concordance = dp.mul_(dy).sum((-1, -2))
     num_valid = mask.sum(-1)
     num_pairs = (num_valid * (num_valid - 1) / 2).to(concordance.dtype).unsqueeze(-1)
     tau = torch.where(num_pairs > 0, concordance / num_pairs.clamp_min(1), torch.zeros_like(concordance))

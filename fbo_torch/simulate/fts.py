@@ -224,6 +224,12 @@ class FTSRunner:
             probs = mask.to(torch.float64) / mask.sum(-1, keepdim=True)
             self.dist = AgentDistribution(A, probs=probs, device=dev)
             self.peers = [torch.nonzero(row).squeeze(-1) for row in mask]
+            # R x K indices of each run's peers (padded by repeating a peer; padding is scored twice
+            # and scattered to the same place, so it changes nothing)
+            K = int(mask.sum(-1).max())
+            order = torch.sort(mask.to(torch.int8), dim=-1, descending=True, stable=True).indices[:, :K]
+            first = order[:, :1].expand(-1, K)
+            self.peer_index = torch.where(mask.gather(1, order), order, first)
             self.features = settings.features(objective.dim, device=dev)
             extra = settings.num_iterations if settings.communication == "every-round" else 0
             self.others = Agents(history.keys.to(dev), history.train_X.to(dev), history.train_Y.to(dev), self.domain,
@@ -306,8 +312,11 @@ class FTSRunner:
         s = self.settings
         if s.algorithm != "fts" or (s.agent_weights == "uniform" and not s.peer_trust):
             return p
-        preds = peer_predictions(self.features, self.omegas, self.X)  # R x A x n
-        scores = fidelity_scores(preds, self.Y.squeeze(-1), self.agents.mask)
+        # score only each run's possible peers (R x K, K = the most any run has), not all A agents
+        omegas = self.omegas.gather(1, self.peer_index.unsqueeze(-1).expand(-1, -1, self.omegas.shape[-1]))
+        preds = peer_predictions(self.features, omegas, self.X)  # R x K x n
+        peer_scores = fidelity_scores(preds, self.Y.squeeze(-1), self.agents.mask)
+        scores = torch.zeros_like(self.dist.base).scatter_(1, self.peer_index, peer_scores.to(self.dist.base.dtype))
         if s.agent_weights == "learned":
             self.dist.reweight(fidelity_weights(scores, self.dist.support))
         if s.peer_trust:

@@ -1,0 +1,220 @@
+r"""Learned ``P_N`` studies: paired differences between methods, and the cost of scoring peers.
+
+``analyze``: reads an FTS experiment's ``results.json`` (``fbo-torch run``; every
+method of a scenario runs with the same seed, so run ``r`` starts every method
+from the same initial points) and, per scenario, takes each method's final loss
+minus a reference method's, run by run: mean, standard error and a two-sided
+paired t-test at 95% (``df = runs - 1``). For objectives that say which peers
+are helpful, useless or adversarial (``kind_of_agent``) it also counts which
+kind of peer each FTS method followed. Writes ``paired.json`` and
+``paired.png`` beside the input and prints a Markdown table.
+
+``cost``: per-round wall time of FTS with uniform and with learned ``P_N``
+(and peer trust) on the same federation, rounds interleaved so that the
+machine's drift hits both alike. Writes JSON.
+
+Usage::
+
+    python benchmarks/learned_weights.py analyze benchmarks/results/learned_weights/mixtures/results.json \
+        --reference "FTS" --reference TS
+    python benchmarks/learned_weights.py cost --out benchmarks/results/learned_weights/cost_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def paired(curves: list[list[float]], reference: list[list[float]], at: int = -1) -> dict:
+    r"""Mean ± s.e. of per-run differences ``curves[r][at] - reference[r][at]`` and a 95% paired t-test."""
+    from scipy import stats
+
+    diffs = [c[at] - b[at] for c, b in zip(curves, reference, strict=True)]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    se = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1) / n) if n > 1 else float("nan")
+    crit = float(stats.t.ppf(0.975, n - 1)) if n > 1 else float("nan")
+    wins = sum(d < 0 for d in diffs)
+    return {"runs": n, "diff": mean, "se": se, "t_critical": crit, "better": wins,
+            "worse": sum(d > 0 for d in diffs), "distinguishable": bool(se > 0 and abs(mean) > crit * se)}
+
+
+def kinds_followed(method: dict, kind_of_agent: list[str] | None) -> dict[str, float] | None:
+    """Per run on average: how many queries followed a peer of each kind."""
+    if kind_of_agent is None or "sources" not in method:
+        return None
+    counts: dict[str, float] = {}
+    for row in method["sources"]:
+        for s in row:
+            if s >= 0:
+                counts[kind_of_agent[s]] = counts.get(kind_of_agent[s], 0) + 1
+    runs = max(1, len(method["sources"]))
+    return {k: v / runs for k, v in sorted(counts.items())}
+
+
+def objective_kinds(spec: dict) -> list[str] | None:
+    from fbo_torch.objectives import build_objective
+
+    if spec.get("type") not in ("gp_grid", "gp_continuous"):
+        return None
+    obj = build_objective(spec)
+    kinds = getattr(obj, "kind_of_agent", None)
+    return None if kinds is None else [str(k) for k in kinds]
+
+
+def analyze(path: Path, references: list[str], at: int) -> dict:
+    result = json.loads(path.read_text())
+    if result.get("experiment") != "fts":
+        raise SystemExit(f"error: {path}: expected an FTS experiment's results.json")
+    scenarios = []
+    resolved = {sc["name"]: sc for sc in result["config"]["scenarios"]}
+    for sc in result["scenarios"]:
+        methods = {m["name"]: m for m in sc["methods"]}
+        kinds = objective_kinds(resolved[sc["name"]]["objective"]) if sc["name"] in resolved else None
+        rows = []
+        for name, m in methods.items():
+            row = {"method": name, "final_loss": sum(c[at] for c in m["runs"]) / len(m["runs"]),
+                   "final_loss_se": statistics.stdev([c[at] for c in m["runs"]]) / math.sqrt(len(m["runs"])),
+                   "followed": kinds_followed(m, kinds), "vs": {}}
+            for ref in references:
+                if ref in methods and ref != name:
+                    if (m.get("targets"), m.get("inits")) != (methods[ref].get("targets"), methods[ref].get("inits")):
+                        raise SystemExit(f"error: {sc['name']}: {name!r} and {ref!r} ran different runs")
+                    row["vs"][ref] = paired(m["runs"], methods[ref]["runs"], at)
+            rows.append(row)
+        scenarios.append({"scenario": sc["name"], "loss_name": sc["methods"][0].get("loss_name", "loss"),
+                          "rows": rows})
+    return {"source": str(path), "at": at, "references": references, "scenarios": scenarios}
+
+
+def markdown(report: dict) -> str:
+    refs = report["references"]
+    lines = ["| scenario | method | final loss | " + " | ".join(f"vs {r} (mean ± s.e., better/worse)" for r in refs)
+             + " | peers followed per run |", "|" + "---|" * (4 + len(refs))]
+    for sc in report["scenarios"]:
+        for row in sc["rows"]:
+            cells = []
+            for r in refs:
+                v = row["vs"].get(r)
+                cells.append("" if v is None else f"{v['diff']:+.4f} ± {v['se']:.4f}{' **' if v['distinguishable'] else ''}"
+                             f" ({v['better']}/{v['worse']})")
+            followed = row["followed"]
+            fol = "" if not followed else ", ".join(f"{k} {v:.1f}" for k, v in followed.items())
+            lines.append(f"| {sc['scenario']} | {row['method']} | {row['final_loss']:.4f} ± {row['final_loss_se']:.4f} | "
+                         + " | ".join(cells) + f" | {fol} |")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path, reference: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scen = report["scenarios"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(scen)), 4.2))
+    names = sorted({row["method"] for sc in scen for row in sc["rows"] if reference in row["vs"]})
+    width = 0.8 / max(1, len(names))
+    for j, name in enumerate(names):
+        xs, ys, es = [], [], []
+        for i, sc in enumerate(scen):
+            row = next((r for r in sc["rows"] if r["method"] == name and reference in r["vs"]), None)
+            if row is not None:
+                v = row["vs"][reference]
+                xs.append(i + (j - (len(names) - 1) / 2) * width)
+                ys.append(v["diff"])
+                es.append(v["t_critical"] * v["se"])
+        ax.bar(xs, ys, width, yerr=es, capsize=3, label=name)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(scen)), [sc["scenario"] for sc in scen], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(f"final {scen[0]['loss_name']} minus {reference}'s\n(paired; bars: 95% CI; < 0 is better)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cost(out: Path, rounds: int, repeats: int) -> dict:
+    from fbo_torch.federation.settings import FTSSettings
+    from fbo_torch.objectives import GPSampleGridFederation
+    from fbo_torch.optim.domain import Domain
+    from fbo_torch.simulate.fts import FederationHistory, FTSRunner
+
+    obj = GPSampleGridFederation(num_groups=5, agents_per_group=51, perturbation=0.02, seed=0)
+    dom = Domain(obj.bounds, obj.candidates)
+    hist = FederationHistory(obj, dom, t_n=40, seed=0)
+    variants = {"uniform": {}, "learned": {"agent_weights": "learned"},
+                "learned + trust": {"agent_weights": "learned", "peer_trust": True}}
+    runners = {k: FTSRunner(obj, FTSSettings(num_iterations=rounds * repeats, p_t="1-1/sqrt(t)", **v),
+                            obj.targets, 5, history=hist, seed=0) for k, v in variants.items()}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds * repeats):  # interleaved: one round of each variant in turn
+        for k, r in runners.items():
+            t0 = time.perf_counter()
+            r.step()
+            times[k].append(time.perf_counter() - t0)
+    summary = {k: {"median_s": statistics.median(v), "mean_s": statistics.fmean(v),
+                   "se_s": statistics.stdev(v) / math.sqrt(len(v))} for k, v in times.items()}
+    # the scoring and re-weighting alone, at the last round's size (R x K x n x n comparisons)
+    r = runners["learned"]
+    t0 = time.perf_counter()
+    for _ in range(20):
+        r._p_t(r.t)
+    scoring = (time.perf_counter() - t0) / 20
+    report = {
+        "command": "python " + " ".join(sys.argv),
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "threads": torch.get_num_threads(), "torch": torch.__version__},
+        "federation": "gp_grid: 5 groups x 51 agents, grid 1000, t_n = 40; 25 runs (5 targets x 5 inits), M = 100",
+        "rounds": rounds * repeats, "per_round": summary,
+        "scoring_alone_s": scoring, "runs": r.num_runs, "peers_per_run": r.peer_index.shape[1], "observations_at_end": r.X.shape[1],
+        "overhead_learned": summary["learned"]["median_s"] / summary["uniform"]["median_s"] - 1,
+        "overhead_learned_trust": summary["learned + trust"]["median_s"] / summary["uniform"]["median_s"] - 1,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("analyze", help="paired differences in a results.json")
+    a.add_argument("results", type=Path)
+    a.add_argument("--reference", action="append", default=None,
+                   help="method(s) to pair against (default: FTS and TS); repeatable")
+    a.add_argument("--at", type=int, default=-1, help="iteration index to compare (default: the last)")
+    c = sub.add_parser("cost", help="per-round time of uniform vs learned P_N")
+    c.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/learned_weights/cost_cpu.json")
+    c.add_argument("--rounds", type=int, default=10)
+    c.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    if args.cmd == "analyze":
+        if not args.results.is_file():
+            ap.error(f"results: no such file {args.results}")
+        refs = args.reference or ["FTS", "TS"]
+        report = analyze(args.results, refs, args.at)
+        report["command"] = "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
+        args.results.with_name("paired.json").write_text(json.dumps(report, indent=1))
+        plot(report, args.results.with_name("paired.png"), refs[0])
+        print(markdown(report))
+    else:
+        report = cost(args.out, args.rounds, args.repeats)
+        print(json.dumps({k: report[k] for k in ("per_round", "scoring_alone_s", "overhead_learned",
+                                                  "overhead_learned_trust")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,7 @@ import inspect
 from typing import Any
 
 from fbo_torch.objectives.base import Objective
+from fbo_torch.objectives.function_families import FunctionFamilyFederation
 from fbo_torch.objectives.har import HARLogReg
 from fbo_torch.objectives.landmine import LandmineSVM
 from fbo_torch.objectives.search_space import Integer, Real, SearchSpace, TuningObjective
@@ -16,6 +17,7 @@ from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampl
 REGISTRY = {
     "gp_grid": "fbo_torch.objectives.synthetic:GPSampleGridFederation",
     "gp_continuous": "fbo_torch.objectives.synthetic:GPSampleContinuousFederation",
+    "function_families": "fbo_torch.objectives.function_families:FunctionFamilyFederation",
     "landmine": "fbo_torch.objectives.landmine:LandmineSVM",
     "har": "fbo_torch.objectives.har:HARLogReg",
     "digits_cnn": "fbo_torch.objectives.vision:DigitsCNN",
@@ -45,6 +47,7 @@ def build_objective(spec: dict[str, Any], device: str | None = None) -> Objectiv
 
 
 __all__ = [
+    "FunctionFamilyFederation",
     "GPSampleContinuousFederation",
     "GPSampleGridFederation",
     "HARLogReg",

@@ -12,6 +12,8 @@ Values are *to be maximized* (e.g. AUC or validation accuracy for tuning tasks).
 
 from __future__ import annotations
 
+import copy
+import math
 from abc import ABC, abstractmethod
 
 import torch
@@ -145,6 +147,24 @@ class Objective(ABC):
     def set_rng_state(self, state: Tensor | None) -> None:
         if state is not None and self.noise_generator is not None:
             self.noise_generator.set_state(state)
+
+    def _add_noise(self, values: Tensor, noise: bool) -> Tensor:
+        """``values`` plus ``N(0, noise_variance)`` drawn from :attr:`noise_generator` (when ``noise``)."""
+        var = float(getattr(self, "noise_variance", 0.0) or 0.0)
+        if not noise or var == 0.0:
+            return values
+        eps = torch.randn(values.shape, dtype=values.dtype, generator=self.noise_generator)
+        return values + math.sqrt(var) * eps.to(values.device)
+
+    def _on(self, device: torch.device, name: str) -> Tensor:
+        """Attribute ``name`` (a CPU tensor or module) on ``device``, copied once and cached,
+        so evaluating on a GPU does not copy the objective's constants at every call."""
+        cache = self.__dict__.setdefault("_device_cache", {})
+        key = (name, str(device))
+        if key not in cache:
+            obj = getattr(self, name)
+            cache[key] = copy.deepcopy(obj).to(device) if isinstance(obj, torch.nn.Module) else obj.to(device)
+        return cache[key]
 
     @abstractmethod
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:

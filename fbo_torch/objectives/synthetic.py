@@ -19,11 +19,32 @@ batch; :attr:`group_of_agent` and :attr:`targets` describe the layout.
   ``max |h_n| ≈ 1``.
 
 Observations add ``N(0, σ²)`` noise (``σ² = 0.01`` in the papers).
+
+Unhelpful peers (for studies of which peers an agent should follow): with
+``useless_fraction`` and ``adversarial_fraction``, some agents of every group
+start from another function before their perturbation is added:
+
+* *useless*: an independent GP sample ``u_n``, drawn and normalized to
+  ``[0, 1]`` exactly as ``f`` is (unrelated to ``f``), so ``g_n = u_n ± d_n``;
+* *adversarial*: ``1 - f`` (``-f`` rescaled into ``f``'s range ``[0, 1]``), so
+  ``g_n = 1 - f ± d_n`` peaks where ``f`` is lowest.
+
+Each group has ``round(fraction x pool)`` agents of each kind (rounded half up;
+adversarial ones capped by what the useless ones leave), where the pool is the
+group's agents other than its target (``agents_per_group - 1``) in FTS mode
+(``perturb_first=False``: the target keeps ``f``), and all ``agents_per_group``
+agents in DP-FTS-DE mode (``perturb_first=True``: no agent is special, so agent
+0 may be useless or adversarial too). Which agents: a seeded random ranking of
+each group's pool (different per group); the first ``n_useless`` of the ranking
+are useless and the last ``n_adversarial`` adversarial, so raising a fraction only
+adds agents to its kind. :attr:`kind_of_agent` holds each agent's kind (an index
+into :data:`AGENT_KINDS`). All of it is drawn from generators of its own, so the
+helpful agents' functions, the coin flips and the noise do not depend on the
+fractions (at ``0.0``, the default, every value is as without them).
 """
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
@@ -33,7 +54,13 @@ from torch import Tensor
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.batched import maximize_batched
-from fbo_torch.utils.validation import check_int, check_positive
+from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.validation import check_int, check_positive, check_probability
+
+
+#: Names of the agent kinds; :attr:`kind_of_agent` holds indices into it.
+AGENT_KINDS = ("helpful", "useless", "adversarial")
+HELPFUL, USELESS, ADVERSARIAL = range(3)
 
 
 class _GroupedSynthetic(Objective):
@@ -47,6 +74,8 @@ class _GroupedSynthetic(Objective):
         perturb_first: bool,
         noise_variance: float,
         seed: int,
+        useless_fraction: float = 0.0,
+        adversarial_fraction: float = 0.0,
     ) -> Tensor:
         self.num_groups = check_int("num_groups", num_groups, minimum=1)
         self.agents_per_group = check_int("agents_per_group", agents_per_group, minimum=1)
@@ -71,27 +100,40 @@ class _GroupedSynthetic(Objective):
         self.group_of_agent = torch.arange(self.num_groups).repeat_interleave(self.agents_per_group)
         self.targets = torch.arange(self.num_groups) * self.agents_per_group
         self.noise_generator = torch.Generator().manual_seed(self.seed + 1)
+        self.kind_of_agent = self._draw_kinds(useless_fraction, adversarial_fraction, perturb_first)
         return self.perturbation
+
+    def _draw_kinds(self, useless_fraction: float, adversarial_fraction: float, perturb_first: bool) -> Tensor:
+        r"""``A`` kinds (indices into :data:`AGENT_KINDS`), the same counts in every group."""
+        fu = check_probability("useless_fraction", useless_fraction)
+        fa = check_probability("adversarial_fraction", adversarial_fraction)
+        if fu + fa > 1.0:
+            raise ValueError(
+                f"`useless_fraction` + `adversarial_fraction` must be <= 1, got {useless_fraction} + "
+                f"{adversarial_fraction}."
+            )
+        start = 0 if perturb_first else 1  # FTS: the target (agent 0 of a group) stays helpful
+        pool = self.agents_per_group - start
+        n_u = int(math.floor(fu * pool + 0.5))
+        n_a = min(int(math.floor(fa * pool + 0.5)), pool - n_u)
+        by_rank = torch.full((pool,), HELPFUL, dtype=torch.long)
+        by_rank[:n_u] = USELESS
+        by_rank[pool - n_a:] = ADVERSARIAL
+        gen = torch.Generator().manual_seed(self.seed + 404)
+        order = torch.rand(self.num_groups, pool, generator=gen, dtype=torch.float64).argsort(-1)  # G x pool
+        kinds = torch.full((self.num_groups, self.agents_per_group), HELPFUL, dtype=torch.long)
+        kinds[:, start:] = torch.empty_like(order).scatter_(1, order, by_rank.expand_as(order))
+        return kinds.reshape(-1)
+
+    def agents_of_kind(self, kind: str) -> Tensor:
+        """Indices of the agents of ``kind`` (one of :data:`AGENT_KINDS`)."""
+        if kind not in AGENT_KINDS:
+            raise ValueError(f"`kind` must be one of {AGENT_KINDS}, got {kind!r}.")
+        return (self.kind_of_agent == AGENT_KINDS.index(kind)).nonzero().reshape(-1)
 
     def members(self, group: int) -> Tensor:
         """Agent indices of ``group``."""
         return torch.arange(self.agents_per_group) + group * self.agents_per_group
-
-    def _on(self, device: torch.device, name: str) -> Tensor:
-        """Attribute ``name`` (a CPU tensor or module) on ``device``, copied once and cached,
-        so evaluating on a GPU does not copy the objective's constants at every call."""
-        cache = self.__dict__.setdefault("_device_cache", {})
-        key = (name, str(device))
-        if key not in cache:
-            obj = getattr(self, name)
-            cache[key] = copy.deepcopy(obj).to(device) if isinstance(obj, torch.nn.Module) else obj.to(device)
-        return cache[key]
-
-    def _add_noise(self, values: Tensor, noise: bool) -> Tensor:
-        if not noise or self.noise_variance == 0.0:
-            return values
-        eps = torch.randn(values.shape, dtype=values.dtype, generator=self.noise_generator)
-        return values + math.sqrt(self.noise_variance) * eps.to(values.device)
 
 
 class GPSampleGridFederation(_GroupedSynthetic):
@@ -108,6 +150,10 @@ class GPSampleGridFederation(_GroupedSynthetic):
         lengthscale: SE lengthscale of the GP ``f`` is drawn from (0.03).
         noise_variance: Observation noise ``σ²`` (0.01).
         seed: Seed for the functions, coin flips and observation noise.
+        useless_fraction: Fraction of each group's non-target agents (all agents
+            with ``perturb_first``) whose function is an independent GP sample
+            (see the module docstring).
+        adversarial_fraction: Fraction of them whose function is ``1 - f``.
     """
 
     def __init__(
@@ -120,20 +166,32 @@ class GPSampleGridFederation(_GroupedSynthetic):
         lengthscale: float = 0.03,
         noise_variance: float = 0.01,
         seed: int = 0,
+        useless_fraction: float = 0.0,
+        adversarial_fraction: float = 0.0,
     ) -> None:
         check_int("grid_size", grid_size, minimum=2)
         check_positive("lengthscale", lengthscale)
-        d = self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed)
+        d = self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed,
+                               useless_fraction, adversarial_fraction)
         gen = torch.Generator().manual_seed(self.seed)
         grid = torch.linspace(0.0, 1.0, grid_size, dtype=torch.float64)
         K = torch.exp(-0.5 * ((grid.unsqueeze(-1) - grid.unsqueeze(-2)) / lengthscale) ** 2)
         K.diagonal().add_(1e-8)  # the SE matrix on a fine grid is numerically singular
         L = psd_safe_cholesky(K, max_tries=6)
-        f = (L @ torch.randn(grid_size, self.num_groups, generator=gen, dtype=torch.float64)).T  # G x C
-        f = (f - f.amin(-1, keepdim=True)) / (f.amax(-1, keepdim=True) - f.amin(-1, keepdim=True))
+        def draw(n: int, generator: torch.Generator) -> Tensor:  # n x C, normalized to [0, 1]
+            f = (L @ torch.randn(grid_size, n, generator=generator, dtype=torch.float64)).T
+            return (f - f.amin(-1, keepdim=True)) / (f.amax(-1, keepdim=True) - f.amin(-1, keepdim=True))
+
+        f = draw(self.num_groups, gen)  # G x C
         signs = torch.randint(0, 2, (self.num_agents, grid_size), generator=gen).to(torch.float64) * 2 - 1
         self.functions = f
-        self.values = f[self.group_of_agent] + signs * d.unsqueeze(-1)  # A x C
+        base = f[self.group_of_agent]  # A x C
+        kind = self.kind_of_agent.unsqueeze(-1)
+        if (kind == USELESS).any():  # agent n's own sample is row n of one draw, whatever the fractions
+            own = draw(self.num_agents, torch.Generator().manual_seed(self.seed + 505))
+            base = torch.where(kind == USELESS, own, base)
+        base = torch.where(kind == ADVERSARIAL, 1.0 - base, base)
+        self.values = base + signs * d.unsqueeze(-1)  # A x C
         self.candidates = grid.unsqueeze(-1)
         self.bounds = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
         self.optimum = self.values.amax(-1)
@@ -158,14 +216,17 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
     is normalized to ``[0, 1]`` with its range estimated by a dense batched
     search. Agent ``n`` has ``g_n = f + d_n h_n`` where ``h_n`` is an independent
     smooth draw (lengthscale ``perturbation_lengthscale``) scaled so that its
-    estimated ``max |h_n| = 1``. ``optimum`` is estimated the same way (dense
+    estimated ``max |h_n| = 1`` (a useless agent: its own sample ``u_n`` with the
+    same features, normalized the same way, in place of ``f``; an adversarial
+    one: ``1 - f``). ``optimum`` is estimated the same way (dense
     random search refined by gradient ascent) and is therefore a numerical
     estimate, accurate to the refinement tolerance.
 
     Args:
         dim: ``D``.
         num_groups, agents_per_group, perturbation, perturb_first,
-        noise_variance, seed: as in :class:`GPSampleGridFederation`.
+        noise_variance, seed, useless_fraction, adversarial_fraction: as in
+        :class:`GPSampleGridFederation`.
         lengthscale: SE lengthscale of ``f``.
         num_basis: Random features representing each sampled function.
     """
@@ -182,11 +243,14 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
         num_basis: int = 1024,
         noise_variance: float = 0.01,
         seed: int = 0,
+        useless_fraction: float = 0.0,
+        adversarial_fraction: float = 0.0,
     ) -> None:
         dim = check_int("dim", dim, minimum=1)
         check_positive("lengthscale", lengthscale)
         num_basis = check_int("num_basis", num_basis, minimum=16)
-        self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed)
+        self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed,
+                           useless_fraction, adversarial_fraction)
         self.bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
         self.lengthscale = float(lengthscale)
         gen = torch.Generator().manual_seed(self.seed)
@@ -209,13 +273,26 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
         hmax = self._extreme(lambda X: (self._basis_h(X) * w_h.unsqueeze(-2)).sum(-1), self.num_agents, opt_gen)
         hmin = -self._extreme(lambda X: -(self._basis_h(X) * w_h.unsqueeze(-2)).sum(-1), self.num_agents, opt_gen)
         self._w_h = w_h / torch.maximum(hmax.abs(), hmin.abs()).unsqueeze(-1)
+        # each agent's base function: its group's f, its own sample (useless) or 1 - f (adversarial)
+        g = self.group_of_agent
+        self._w_base, self._base_shift, self._base_scale = w_f[g], self._f_shift[g], self._f_scale[g]
+        useless = self.agents_of_kind("useless")
+        if useless.numel():  # agent n's own sample: row n of one draw, its range from a stream keyed by n
+            u_gen = torch.Generator().manual_seed(self.seed + 505)
+            w_u = torch.randn(self.num_agents, num_basis, generator=u_gen, dtype=torch.float64)[useless]
+            keys = kr.fold(kr.root_key(self.seed, "useless-range"), useless)
+            umax = self._extreme(lambda X: raw_f(X, w_u), useless.numel(), keys=keys)
+            umin = -self._extreme(lambda X: -raw_f(X, w_u), useless.numel(), keys=kr.fold(keys, "min"))
+            self._w_base[useless], self._base_shift[useless], self._base_scale[useless] = w_u, umin, umax - umin
         self.optimum = self._extreme(lambda X: self._true(X, torch.arange(self.num_agents)), self.num_agents, opt_gen)
 
-    def _extreme(self, fn, batch: int, gen: torch.Generator) -> Tensor:
+    def _extreme(
+        self, fn, batch: int, gen: torch.Generator | None = None, keys: Tensor | None = None
+    ) -> Tensor:
         raw = 4096 if self.dim <= 2 else 8192
         _, vals = maximize_batched(
             fn, self.bounds, batch, raw_samples=raw, num_restarts=8, refine="adam", maxiter=150, lr=0.005,
-            generator=gen,
+            generator=gen, keys=keys,
         )
         return vals
 
@@ -226,11 +303,21 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
         shift = self._on(X.device, "_f_shift").to(X.dtype)[groups].unsqueeze(-1)
         return (raw - shift) / self._on(X.device, "_f_scale").to(X.dtype)[groups].unsqueeze(-1)
 
+    def base(self, X: Tensor, agents: Tensor) -> Tensor:
+        """Agents' unperturbed functions at ``k x q x D`` points (``k`` agents): their group's
+        ``f``, a useless agent's own sample ``u_n`` or an adversarial agent's ``1 - f``."""
+        agents = agents.to(X.device)
+        w = self._on(X.device, "_w_base").to(X.dtype)[agents]
+        raw = (self._on(X.device, "_basis_f")(X) * w.unsqueeze(-2)).sum(-1)
+        shift = self._on(X.device, "_base_shift").to(X.dtype)[agents].unsqueeze(-1)
+        b = (raw - shift) / self._on(X.device, "_base_scale").to(X.dtype)[agents].unsqueeze(-1)
+        adversarial = self._on(X.device, "kind_of_agent")[agents].unsqueeze(-1) == ADVERSARIAL
+        return torch.where(adversarial, 1.0 - b, b)
+
     def _true(self, X: Tensor, agents: Tensor) -> Tensor:
         agents = agents.to(X.device)
-        groups = self._on(X.device, "group_of_agent")[agents]
         h = (self._on(X.device, "_basis_h")(X) * self._on(X.device, "_w_h").to(X.dtype)[agents].unsqueeze(-2)).sum(-1)
-        return self.f(X, groups) + self._on(X.device, "perturbation").to(X.dtype)[agents].unsqueeze(-1) * h
+        return self.base(X, agents) + self._on(X.device, "perturbation").to(X.dtype)[agents].unsqueeze(-1) * h
 
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
         return self._add_noise(self._true(X, agents), noise)

@@ -68,9 +68,10 @@ def objective_kinds(spec: dict) -> list[str] | None:
 
     if spec.get("type") not in ("gp_grid", "gp_continuous"):
         return None
-    obj = build_objective(spec)
-    kinds = getattr(obj, "kind_of_agent", None)
-    return None if kinds is None else [str(k) for k in kinds]
+    from fbo_torch.objectives.synthetic import AGENT_KINDS
+
+    kinds = getattr(build_objective(spec), "kind_of_agent", None)
+    return None if kinds is None else [AGENT_KINDS[int(k)] for k in kinds]
 
 
 def analyze(path: Path, references: list[str], at: int) -> dict:

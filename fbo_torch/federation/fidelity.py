@@ -23,13 +23,13 @@ holds anyway — the peers' messages ``ω_n`` and its own observations
   observations, sharper as they accumulate. A peer identical to the agent gets
   the largest weight; an adversarial peer (``-f``) has ``τ_n → -1`` and its
   weight falls like ``exp(-1.5√n)``.
-* **Trust** (:func:`peer_trust`): the ``P_N``-weighted evidence that the drawn
-  peer ranks the agent's observations better than chance,
-  ``g = Σ_n P_N(n) · max(0, 2Φ(z_n) - 1)``, which may scale the probability
-  of following a peer: ``p_t' = 1 - (1 - p_t)·g`` (:func:`trusted_p_t`). An
-  agent whose peers are all anti-correlated falls back to its own GP; one with
-  a helpful peer keeps the schedule; one with only unrelated peers follows
-  them about half as often.
+* **Trust** (:func:`peer_trust`): the ``P_N``-weighted posterior that the
+  drawn peer is helpful (a two-point test of ``τ = τ_h`` against ``τ = 0``),
+  which may scale the probability of following a peer:
+  ``p_t' = 1 - (1 - p_t)·g`` (:func:`trusted_p_t`). With few observations
+  ``g = 1`` (the schedule is kept); as observations accumulate an agent whose
+  peers are all unrelated or adversarial falls back to its own GP, and one
+  with a helpful peer keeps the schedule.
 
 Everything is batched over ``batch_shape`` (runs or agents) and over peers:
 one ``batch x N x n x n`` comparison per update, no Python loop.
@@ -46,6 +46,10 @@ from fbo_torch.features import RandomFourierFeatures
 
 #: Observations below which an agent cannot rank anything (``τ`` needs a pair).
 MIN_OBSERVATIONS = 2
+
+#: Rank agreement ``τ_h`` of a "helpful" peer in :func:`peer_trust` (a peer counts as helpful once
+#: the evidence says its ``τ`` exceeds ``τ_h / 2``).
+TAU_HELPFUL = 0.5
 
 #: Choices of ``agent_weights``.
 AGENT_WEIGHTS = ("uniform", "learned")
@@ -136,27 +140,31 @@ def fidelity_weights(scores: Tensor, support: Tensor | None = None) -> Tensor:
     return torch.nan_to_num(probs, nan=0.0)  # rows with no support: softmax of all -inf
 
 
-def peer_trust(scores: Tensor, probs: Tensor) -> Tensor:
-    r"""``g = Σ_n P_N(n) · max(0, 2Φ(z_n) - 1)``: how much the drawn peer is expected to help.
+def peer_trust(scores: Tensor, probs: Tensor, num_valid: Tensor, tau_helpful: float = TAU_HELPFUL) -> Tensor:
+    r"""How much the peer drawn from ``P_N`` is expected to help: ``g = Σ_n P_N(n) · min(1, 2 P(helpful_n | z_n))``.
 
-    ``2Φ(z) - 1`` is the (normal-approximation) posterior mass of ``τ_n > 0``
-    minus that of ``τ_n < 0`` under a flat prior. ``g`` is near 1 when ``P_N``
-    concentrates on peers that clearly agree with the agent, about 0.45 when
-    all peers are unrelated (``z ~ N(0, 1)``), and 0 when all disagree.
+    Each peer is either *helpful* (its rank agreement with the agent is
+    ``τ = τ_h``) or not (``τ = 0``), equally likely a priori. Since ``z_n ≈ N(τ / s(n), 1)``,
+    the posterior is ``P(helpful | z) = σ(z μ - μ²/2)`` with ``μ = τ_h / s(n)``: it
+    stays at 1/2 while ``s(n)`` is large (few observations: no evidence, the
+    schedule's ``p_t`` is kept, ``g = 1``), goes to 1 for a peer whose ``τ`` exceeds
+    ``τ_h / 2`` and to 0 for one below it (unrelated or adversarial peers) as
+    observations accumulate.
 
     Args:
         scores: ``batch_shape x N`` fidelity scores.
         probs: ``batch_shape x N`` ``P_N``.
+        num_valid: ``batch_shape`` valid observations behind the scores.
+        tau_helpful: ``τ_h``, the rank agreement of a helpful peer.
 
     Returns:
-        ``batch_shape`` trust in ``[0, 1]``; 1 where no score is informative yet
-        (all scores 0, i.e. fewer than two observations).
+        ``batch_shape`` trust in ``[0, 1]``.
     """
     z = scores.to(torch.float64)
-    evidence = (2 * torch.special.ndtr(z) - 1).clamp_min(0)
-    g = (probs.to(torch.float64) * evidence).sum(-1)
-    informative = (z != 0).any(-1)
-    return torch.where(informative, g.clamp(0, 1), torch.ones_like(g))
+    mu = (tau_helpful / null_std(num_valid).to(z)).unsqueeze(-1)  # 0 with fewer than two observations
+    helpful = torch.sigmoid(z * mu - mu.square() / 2)
+    g = (probs.to(torch.float64) * (2 * helpful).clamp_max(1)).sum(-1)
+    return g.clamp(0, 1)
 
 
 def trusted_p_t(p_t: float | Tensor, trust: Tensor) -> Tensor:
@@ -174,6 +182,7 @@ def check_agent_weights(value: str, key: str = "agent_weights") -> str:
 __all__ = [
     "AGENT_WEIGHTS",
     "MIN_OBSERVATIONS",
+    "TAU_HELPFUL",
     "check_agent_weights",
     "fidelity_scores",
     "fidelity_weights",

@@ -320,7 +320,7 @@ class FTSRunner:
         if s.agent_weights == "learned":
             self.dist.reweight(fidelity_weights(scores, self.dist.support))
         if s.peer_trust:
-            return trusted_p_t(p, peer_trust(scores, self.dist.probs))
+            return trusted_p_t(p, peer_trust(scores, self.dist.probs, self.agents.mask.sum(-1)))
         return p
 
     def _observe(self, X_next: Tensor, sources: Tensor, t: int, t0: float) -> None:

@@ -140,7 +140,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
                 if agent_weights == "learned":
                     dist.reweight(fidelity_weights(fidelity, dist.support[0]))
                 if peer_trust:
-                    p_used = float(trusted_p_t(p_t, _fidelity.peer_trust(fidelity, dist.probs[0], torch.tensor(y.isfinite().sum()))))
+                    p_used = float(trusted_p_t(p_t, _fidelity.peer_trust(fidelity, dist.probs[0], y.isfinite().sum())))
             sources = draw_sources(p_used, dist, generator=generator)
             probs_used = dist.probs[0]
 

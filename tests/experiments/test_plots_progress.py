@@ -122,9 +122,12 @@ methods:
 
 
 def test_progress_bar_shows_the_epsilon_after_the_round_it_counts(tmp_path, capsys, monkeypatch):
+    import sys
+
     import fbo_torch.experiments.loop as loop
 
-    monkeypatch.setattr(loop, "render_reports", lambda results, out: None)  # plots: not this test's subject
+    monkeypatch.setattr(loop, "render_reports", lambda results, out: [])  # plots: not this test's subject
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars are drawn on terminals only
     cfg = tmp_path / "c.yaml"
     cfg.write_text(DP)
     assert main(["run", str(cfg), "--out", str(tmp_path / "out")]) == 0

@@ -1,9 +1,9 @@
 import csv
 import json
 import math
-import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -181,17 +181,14 @@ def _tiny_quickstart(tmp_path):
     return write(tmp_path, text, "quickstart.yaml")
 
 
-def _cli(*args, cwd=None):
-    """``python -m fbo_torch.cli ARGS`` with stdout and stderr written to files (not a terminal)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
-    with open(cwd / "stdout.txt", "w") as out, open(cwd / "stderr.txt", "w") as err:
-        code = subprocess.run([sys.executable, "-m", "fbo_torch.cli", *map(str, args)], stdout=out, stderr=err,
-                              env=env, cwd=cwd).returncode
-    return code, (cwd / "stdout.txt").read_text(), (cwd / "stderr.txt").read_text()
-
-
-def test_a_run_logged_to_files_is_a_few_lines_without_the_config_or_bars(tmp_path):
-    code, out, err = _cli("run", _tiny_quickstart(tmp_path), "--out", tmp_path / "out", cwd=tmp_path)
+def test_a_run_logged_to_files_is_a_few_lines_without_the_config_or_bars(tmp_path, monkeypatch):
+    cfg = _tiny_quickstart(tmp_path)
+    with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:
+        monkeypatch.setattr(sys, "stdout", out)  # as `fbo-torch run ... >stdout.txt 2>stderr.txt`
+        monkeypatch.setattr(sys, "stderr", err)
+        code = main(["run", str(cfg), "--out", str(tmp_path / "out")])
+        monkeypatch.undo()
+    out, err = (tmp_path / "stdout.txt").read_text(), (tmp_path / "stderr.txt").read_text()
     assert code == 0, err
     assert err == ""  # no progress bar redrawn into a log file
     lines = out.splitlines()
@@ -235,11 +232,14 @@ def test_inits_sets_num_inits_and_seeds_still_works_with_a_note(tmp_path, capsys
         main(["run", str(cfg), "--out", str(tmp_path / "c"), "--inits", "2", "--seeds", "2"])
 
 
-def test_privacy_table_has_no_warning_inside_it(tmp_path):
-    code, out, err = _cli("privacy", "-q", "0.25", "-z", "1.0", "-T", "40", "-N", "200", cwd=tmp_path)
-    assert code == 0, err
-    assert "Warning" not in out + err and "site-packages" not in out + err and "warnings.warn" not in out + err
+def test_privacy_table_has_no_warning_inside_it(capsys):
+    with warnings.catch_warnings(record=True) as escaped:  # a warning that escapes is printed where it arises
+        warnings.simplefilter("always")
+        assert main(["privacy", "-q", "0.25", "-z", "1.0", "-T", "40", "-N", "200"]) == 0
+    assert not escaped, [str(w.message) for w in escaped]
+    out, err = capsys.readouterr()
+    assert err == "" and "Warning" not in out and "site-packages" not in out
     lines = out.splitlines()
     assert [line.split()[0] for line in lines[1:5]] == ["rdp", "prv", "gdp", "rdp-classic"]
-    assert lines[5].startswith("note (gdp): GDP accounting is experimental and can underestimate privacy "
-                               "expenditure. Proceed with caution.")
+    assert lines[5] == ("note (gdp): GDP accounting is experimental and can underestimate privacy expenditure. "
+                        "Proceed with caution. More details: https://arxiv.org/pdf/2106.02848.pdf")

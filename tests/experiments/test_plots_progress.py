@@ -3,26 +3,9 @@
 import json
 import re
 
-import pytest
-from matplotlib.figure import Figure
-
 from fbo_torch.cli import main
 from fbo_torch.experiments.dp_fts_de import plot_privacy
 from fbo_torch.experiments.report import plot_curves, plot_message_length, series_styles, summary_table
-
-
-@pytest.fixture
-def figures(monkeypatch):
-    """Every figure saved during the test (they are saved, then inspected)."""
-    saved = []
-    real = Figure.savefig
-
-    def spy(self, *args, **kwargs):
-        saved.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return saved
 
 
 def _method(name, i, private=True, T=5, runs=3):

@@ -20,20 +20,6 @@ from fbo_torch.experiments.report import (
 )
 
 
-@pytest.fixture
-def figures(monkeypatch):
-    """Every figure saved during the test."""
-    saved = []
-    real = Figure.savefig
-
-    def spy(self, *args, **kwargs):
-        saved.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return saved
-
-
 def _fts(runs=2, T=3, loss_name="simple regret"):
     curves = [[0.5 / (t + 1 + r) for t in range(T + 1)] for r in range(runs)]
     return {

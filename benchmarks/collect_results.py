@@ -25,7 +25,8 @@ def compact(results: dict) -> dict:
             for key in DROP:
                 m.pop(key, None)
             if "repetition_mean" in m:  # DP: agents x repetitions curves -> repetition curves
-                m.pop("runs", None)
+                for key in ("runs", "agents", "repetitions"):  # the curves and the labels of their rows
+                    m.pop(key, None)
     out["note"] = f"compacted by benchmarks/collect_results.py (dropped: {', '.join(DROP)}, per-agent curves of DP runs)"
     return out
 
@@ -35,8 +36,9 @@ def main(src: str, name: str) -> int:
     dst.mkdir(parents=True, exist_ok=True)
     results = json.loads((src_dir / "results.json").read_text())
     (dst / "results.json").write_text(json.dumps(compact(results), indent=1))
-    for f in src_dir.glob("*.png"):
-        shutil.copy(f, dst / f.name)
+    for f in sorted(src_dir.glob("*")):
+        if f.suffix in (".png", ".pdf", ".svg"):
+            shutil.copy(f, dst / f.name)
     for f in ("summary.txt", "config.resolved.yaml"):
         if (src_dir / f).exists():
             shutil.copy(src_dir / f, dst / f)

@@ -1,7 +1,7 @@
 r"""The ``fbo-torch`` command line.
 
 Commands:
-    run CONFIG --out DIR [--resume | --overwrite]
+    run CONFIG --out DIR [--resume | --overwrite] [--inits K] [--plot-format png,pdf,svg] [--quiet]
                              run a YAML experiment (see ``configs/``)
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
     report DIR               redraw plots and summary from DIR/results.json
@@ -16,9 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import shlex
 import sys
 import time
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -70,14 +73,37 @@ def _add_out_args(p: argparse.ArgumentParser, default: Path | None = None) -> No
                       help="delete the files earlier fbo-torch runs wrote in --out (listed in its run.json; "
                            "other files are kept), then start over (without --resume or --overwrite a "
                            "non-empty --out is refused)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide progress bars (they are shown only when stderr is a terminal; in a log file "
+                        "each finished method is one line)")
+    p.add_argument("--quiet", action="store_true",
+                   help="print nothing but errors: no progress, status lines or summary (the files in --out "
+                        "are written as always)")
+    p.add_argument("--plot-format", type=_plot_formats, default=("png",), metavar="FMT",
+                   help="format(s) of the plots, comma-separated: png, pdf, svg (default: png)")
+
+
+def _plot_formats(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated plot formats."""
+    from fbo_torch.experiments.report import PLOT_FORMATS
+
+    names = [t.strip().lower().lstrip(".") for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in PLOT_FORMATS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(PLOT_FORMATS)} (comma-separated), "
+                                         f"got {text!r}")
+    return tuple(dict.fromkeys(names))
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     _add_out_args(p)
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
-    p.add_argument("--seeds", type=_positive_int, default=None, metavar="K",
-                   help="override the number of initializations per target (runs.num_inits)")
+    inits = p.add_mutually_exclusive_group()
+    inits.add_argument("--inits", type=_positive_int, default=None, metavar="K",
+                       help="override runs.num_inits: random initializations per target (FTS) or repetitions "
+                            "of the whole federation (DP-FTS-DE); the random seed is the config's `seed`")
+    inits.add_argument("--seeds", type=_positive_int, default=None, metavar="K",
+                       help="old name of --inits (it sets runs.num_inits, not the seed)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="K",
                    help="torch CPU threads (1 is often faster for these many small operations, "
                         "and much faster when other processes share the cores)")
@@ -106,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json",
                         description="Redraw the plots and summary.txt of a run from its results.json.")
     rp.add_argument("out", type=Path, help="a run's output folder")
+    rp.add_argument("--plot-format", type=_plot_formats, default=None, metavar="FMT",
+                    help="format(s) of the plots, comma-separated: png, pdf, svg (default: the run's)")
 
     pv = sub.add_parser(
         "privacy", help="epsilon of a DP-FTS-DE setting under each accountant",
@@ -130,11 +158,32 @@ def _again(command: list[str], out: Path) -> str:
     return shlex.join(["fbo-torch", *command, "--out", str(out), "--resume"])
 
 
-def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, resume: bool, progress: bool,
-             overwrite: bool = False, again: list[str] | None = None) -> int:
+def _user_modules_importable() -> None:
+    r"""Let ``objective.type: "my_module:MyClass"`` find modules in the current folder, as
+    ``python -m`` does (appended, so a file there never shadows an installed package)."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.append(cwd)
+
+
+def _written(out: Path, names: list[str]) -> list[str]:
+    """The lines that say where a run's files are: results, plots, configuration."""
+    plots = [n for n in names if Path(n).suffix in (".png", ".pdf", ".svg")]
+    lines = [f"results: {out / 'results.json'}",
+             f"table:   {out / 'results.csv'} (one row per scenario, method, run, agent and iteration)"]
+    if plots:
+        lines.append(f"plots:   {out / plots[0]}" + "".join(f", {n}" for n in plots[1:]))
+    lines.append(f"config:  {out / 'config.resolved.yaml'}")
+    return lines
+
+
+def _cmd_run(config: Path, out: Path, device: str | None, num_inits: int | None, resume: bool, progress: bool,
+             overwrite: bool = False, again: list[str] | None = None, quiet: bool = False,
+             plot_formats: tuple[str, ...] = ("png",)) -> int:
     r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
     config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
-    not be written, ...), 130 for Ctrl-C; the last two say how to resume."""
+    not be written, ...), 130 for Ctrl-C; the last two say how to resume. Status lines go to stdout
+    (one per scenario and per finished method) unless ``quiet``."""
     from fbo_torch.experiments.config import ConfigError, load_config
     from fbo_torch.experiments.loop import run_experiment
     from fbo_torch.experiments.outdir import MANIFEST, OutputError, WriteError
@@ -142,13 +191,18 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
 
     if again is None:
         again = ["run", str(config)] + (["--device", device] if device else []) \
-            + (["--seeds", str(seeds)] if seeds is not None else [])
+            + (["--inits", str(num_inits)] if num_inits is not None else [])
 
     def resume_hint() -> str:
         if (out / MANIFEST).is_file():
             return f"resume with: {_again(again, out)}"
         return f"nothing was written to {out}; run the same command again to start"
 
+    def log(line: str) -> None:
+        if not quiet:
+            print(line, flush=True)
+
+    _user_modules_importable()
     try:
         cfg = load_config(config)
     except ConfigError as err:
@@ -156,8 +210,9 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
         return 2
     t0 = time.perf_counter()
     try:
-        results = run_experiment(cfg, out, device=device, seeds=seeds, resume=resume, progress=progress,
-                                 overwrite=overwrite, echo_config=True)
+        results = run_experiment(cfg, out, device=device, num_inits=num_inits, resume=resume,
+                                 progress=progress and not quiet, overwrite=overwrite, log=log,
+                                 plot_formats=plot_formats)
     except KeyboardInterrupt:
         print(f"interrupted; {resume_hint()}", file=sys.stderr)
         return 130
@@ -175,11 +230,11 @@ def _cmd_run(config: Path, out: Path, device: str | None, seeds: int | None, res
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print()
-    print(summary_table(results))
-    print(f"\nfinished in {time.perf_counter() - t0:.1f} s")
-    print(f"results: {out / 'results.json'}")
-    print(f"plot:    {out / 'regret.png'}")
+    if not quiet:
+        print()
+        print(summary_table(results))
+        print(f"\nfinished in {time.perf_counter() - t0:.1f} s")
+        print("\n".join(_written(out, results.get("reports", []))))
     return 0
 
 
@@ -192,14 +247,23 @@ def _cmd_privacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         parser.error("give --delta or --num-agents, not both")
     delta = args.delta if args.delta is not None else default_delta(args.num_agents)
     print(f"q={args.sample_rate} z={args.noise_multiplier} T={args.steps} delta={delta:.4g}")
+    notes: dict[str, list[str]] = {}
     for name in ACCOUNTANTS:
-        eps = compute_epsilon(args.sample_rate, args.noise_multiplier, args.steps, delta, accountant=name)
+        with warnings.catch_warnings(record=True) as caught:  # said after the table, not inside it
+            warnings.simplefilter("always")
+            eps = compute_epsilon(args.sample_rate, args.noise_multiplier, args.steps, delta, accountant=name)
         print(f"  {name:<12} epsilon = {eps:.3f}")
+        for w in caught:
+            text = " ".join(str(w.message).split())
+            text = re.sub(r"\.(?=[A-Z])", ". ", text)  # Opacus' "expenditure.Proceed"
+            notes.setdefault(text, []).append(name)
+    for text, names in notes.items():
+        print(f"note ({', '.join(dict.fromkeys(names))}): {text}")
     return 0
 
 
-def _cmd_report(out: Path) -> int:
-    """Redraw the plots and summary of the run in ``out`` from its ``results.json``."""
+def _cmd_report(out: Path, plot_formats: tuple[str, ...] | None = None) -> int:
+    """Redraw the plots, ``results.csv`` and summary of the run in ``out`` from its ``results.json``."""
     from fbo_torch.experiments.loop import EXPERIMENTS, render_reports
     from fbo_torch.experiments.outdir import OutputError, OutputFolder
     from fbo_torch.experiments.report import summary_table
@@ -217,7 +281,7 @@ def _cmd_report(out: Path) -> int:
             except (ValueError, KeyError, IndexError, TypeError) as err:
                 raise OutputError(f"{path} is unreadable or incomplete ({type(err).__name__}: {err}); "
                                   "rerun the experiment (or resume it) to rewrite it") from None
-            render_reports(results, out)
+            render_reports(results, out, plot_formats)
     except OutputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -246,20 +310,25 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     if args.command == "run":
-        return _cmd_run(args.config, args.out, args.device, args.seeds, args.resume, not args.no_progress,
-                        args.overwrite)
+        num_inits = args.inits
+        if args.seeds is not None:
+            print("note: --seeds is now called --inits (it sets runs.num_inits, the random initializations per "
+                  "target or repetitions, not the random seed: that is the config's `seed`)", file=sys.stderr)
+            num_inits = args.seeds
+        return _cmd_run(args.config, args.out, args.device, num_inits, args.resume, not args.no_progress,
+                        args.overwrite, quiet=args.quiet, plot_formats=args.plot_format)
     if args.command == "quickstart":
         cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")
         with resources.as_file(cfg) as path:
             code = _cmd_run(Path(path), args.out, None, None, args.resume, not args.no_progress, args.overwrite,
-                            again=["quickstart"])
-        if code == 0:
+                            again=["quickstart"], quiet=args.quiet, plot_formats=args.plot_format)
+        if code == 0 and not args.quiet:
             print("\nOpen the plot above to see simple regret per iteration (lower is better).")
         return code
     if args.command == "privacy":
         return _cmd_privacy(args, parser_for(parser, "privacy"))
     if args.command == "report":
-        return _cmd_report(args.out)
+        return _cmd_report(args.out, args.plot_format)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

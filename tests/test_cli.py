@@ -1,7 +1,9 @@
+import csv
 import json
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -51,9 +53,11 @@ def write(tmp_path, text, name="cfg.yaml"):
 def test_fts_cli_end_to_end(tmp_path, capsys):
     cfg = write(tmp_path, FTS_TINY)
     out = tmp_path / "out"
-    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--seeds", "2"]) == 0
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--inits", "2"]) == 0
     printed = capsys.readouterr().out
-    assert "# resolved config" in printed and "rff_noise_variance: 0.01" in printed
+    # the resolved config is a file the output names, not an echo
+    assert "rff_noise_variance" not in printed and f"config:  {out / 'config.resolved.yaml'}" in printed
+    assert "rff_noise_variance: 0.01" in (out / "config.resolved.yaml").read_text()
     res = json.loads((out / "results.json").read_text())
     assert [s["name"] for s in res["scenarios"]] == ["small M", "large d_n"]
     ts, fts = res["scenarios"][0]["methods"]
@@ -65,7 +69,7 @@ def test_fts_cli_end_to_end(tmp_path, capsys):
     assert all(s == -1 for row in ts["sources"] for s in row)
     assert fts["parameters_per_agent"] == 20
     assert res["environment"]["torch"] and res["config"]["scenarios"][1]["objective"]["perturbation"] == 1.2
-    png = (out / "regret.png").read_bytes()
+    png = (out / "simple_regret.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert (out / "summary.txt").read_text().count("FTS") >= 2
 
@@ -83,8 +87,13 @@ def test_dp_cli_end_to_end_and_resume(tmp_path):
     assert len(dp["fraction_clipped"]) == 3 and 0 <= dp["fraction_clipped_mean"] <= 1
     assert dp["delta"] == pytest.approx(1 / 6**1.1)
     assert len(dp["runs"]) == 12  # 2 repetitions x 6 agents
-    for name in ("regret.png", "privacy_utility.png", "epsilon.png"):
+    for name in ("simple_regret.png", "privacy_utility.png", "epsilon.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    with open(out / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 * 12 * 4  # methods x (2 repetitions x 6 agents) x (3 rounds + 1)
+    dp_rows = [r for r in rows if r["method"] == "DP-FTS-DE" and r["iteration"] == "3"]
+    assert len(dp_rows) == 12 and all(float(r["epsilon"]) == pytest.approx(dp["epsilon"][-1]) for r in dp_rows)
     # resuming a finished run re-uses the records
     assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--resume"]) == 0
     again = json.loads((out / "results.json").read_text())
@@ -158,3 +167,79 @@ def test_privacy_command(capsys):
     out = capsys.readouterr().out
     line = [ln for ln in out.splitlines() if "rdp-classic" in ln][0]
     assert math.isclose(float(line.split("=")[-1]), 9.91, abs_tol=0.005)
+
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "fbo_torch" / "experiments" / "quickstart.yaml"
+
+
+def _tiny_quickstart(tmp_path):
+    text = QUICKSTART.read_text()
+    for old, new in (("grid_size: 1000", "grid_size: 100"), ("num_inits: 3", "num_inits: 1"), ("t_n: 100", "t_n: 10"),
+                     ("num_iterations: 30", "num_iterations: 3")):
+        assert old in text
+        text = text.replace(old, new)
+    return write(tmp_path, text, "quickstart.yaml")
+
+
+def test_a_run_logged_to_files_is_a_few_lines_without_the_config_or_bars(tmp_path, monkeypatch):
+    cfg = _tiny_quickstart(tmp_path)
+    with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:
+        monkeypatch.setattr(sys, "stdout", out)  # as `fbo-torch run ... >stdout.txt 2>stderr.txt`
+        monkeypatch.setattr(sys, "stderr", err)
+        code = main(["run", str(cfg), "--out", str(tmp_path / "out")])
+        monkeypatch.undo()
+    out, err = (tmp_path / "stdout.txt").read_text(), (tmp_path / "stderr.txt").read_text()
+    assert code == 0, err
+    assert err == ""  # no progress bar redrawn into a log file
+    lines = out.splitlines()
+    # 1 config pointer, 1 scenario, 1 history, 3 methods, a blank, the 5-line table, a blank, 5 lines of where
+    assert len(lines) <= 20, out
+    assert "num_features" not in out and f"resolved config: {tmp_path / 'out' / 'config.resolved.yaml'}" in lines
+    assert sum(": final simple regret" in line for line in lines) == 3  # one line per method
+
+
+def test_quiet_prints_nothing_and_still_writes_everything(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(_tiny_quickstart(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert {"results.json", "results.csv", "summary.txt", "simple_regret.png", "config.resolved.yaml"} <= \
+        {p.name for p in out.iterdir()}
+
+
+def test_plot_format_writes_each_format_and_report_redraws_in_others(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(_tiny_quickstart(tmp_path)), "--out", str(out), "--quiet", "--plot-format", "pdf,svg"]) == 0
+    assert (out / "simple_regret.pdf").read_bytes()[:5] == b"%PDF-" and (out / "simple_regret.svg").is_file()
+    assert not (out / "simple_regret.png").exists()
+    assert {"simple_regret.pdf", "simple_regret.svg"} <= set(json.loads((out / "run.json").read_text())["files"])
+    assert main(["report", str(out), "--plot-format", "png"]) == 0 and (out / "simple_regret.png").is_file()
+    with pytest.raises(SystemExit):
+        main(["run", "x.yaml", "--out", str(tmp_path / "o"), "--plot-format", "jpg"])
+    assert "expected one or more of png, pdf, svg" in capsys.readouterr().err
+
+
+def test_inits_sets_num_inits_and_seeds_still_works_with_a_note(tmp_path, capsys):
+    cfg = _tiny_quickstart(tmp_path)
+    assert main(["run", str(cfg), "--out", str(tmp_path / "a"), "--quiet", "--inits", "2"]) == 0
+    assert json.loads((tmp_path / "a" / "results.json").read_text())["config"]["scenarios"][0]["runs"]["num_inits"] == 2
+    assert capsys.readouterr().err == ""
+    assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "--quiet", "--seeds", "2"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("note: --seeds is now called --inits") and len(err.splitlines()) == 1
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["config"] == \
+        json.loads((tmp_path / "a" / "results.json").read_text())["config"]
+    with pytest.raises(SystemExit):
+        main(["run", str(cfg), "--out", str(tmp_path / "c"), "--inits", "2", "--seeds", "2"])
+
+
+def test_privacy_table_has_no_warning_inside_it(capsys):
+    with warnings.catch_warnings(record=True) as escaped:  # a warning that escapes is printed where it arises
+        warnings.simplefilter("always")
+        assert main(["privacy", "-q", "0.25", "-z", "1.0", "-T", "40", "-N", "200"]) == 0
+    assert not escaped, [str(w.message) for w in escaped]
+    out, err = capsys.readouterr()
+    assert err == "" and "Warning" not in out and "site-packages" not in out
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[1:5]] == ["rdp", "prv", "gdp", "rdp-classic"]
+    assert lines[5] == ("note (gdp): GDP accounting is experimental and can underestimate privacy expenditure. "
+                        "Proceed with caution. More details: https://arxiv.org/pdf/2106.02848.pdf")

@@ -381,7 +381,7 @@ def _fail_fsync(monkeypatch, name, code):
 @pytest.mark.parametrize("name, code", [
     ("results.json", errno.ENOSPC),
     ("scenario0_method0.pt", errno.EACCES),
-    ("regret.png", errno.EROFS),
+    ("simple_regret.png", errno.EROFS),
 ])
 def test_a_failed_write_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, name, code):
     cfg = _cfg(tmp_path, FTS)
@@ -475,5 +475,5 @@ def test_a_run_writes_its_files_with_the_umask(tmp_path, umask):
     assert _run(_cfg(tmp_path, FTS), "--out", out) == 0
     modes = {p.relative_to(out).as_posix(): p.stat().st_mode & 0o777 for p in out.rglob("*")}
     assert modes["results.json"] == modes["run.json"] == modes["checkpoints/scenario0_method0.pt"] == 0o640
-    assert modes["regret.png"] == modes["summary.txt"] == modes[".lock"] == 0o640
+    assert modes["simple_regret.png"] == modes["results.csv"] == modes["summary.txt"] == modes[".lock"] == 0o640
     assert modes["checkpoints"] == 0o750

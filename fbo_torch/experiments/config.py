@@ -19,6 +19,10 @@ An experiment file looks like::
           - {name: "FTS (M=50)", algorithm: fts, num_features: 50}
 
 Without ``scenarios``, a top-level ``methods`` list forms one scenario.
+``objective.type`` is a built-in name (:data:`fbo_torch.objectives.REGISTRY`), a name
+added with :func:`fbo_torch.objectives.register`, or ``"package.module:ClassName"``
+for a class of your own (the objective protocol: :mod:`fbo_torch.objectives.base`);
+the section's other keys are its constructor's keyword arguments, checked against its signature.
 Unknown keys and bad values raise :class:`ConfigError` naming the offending
 entry (and the closest valid key).
 """
@@ -213,7 +217,9 @@ class RunsConfig:
         targets: ``"auto"`` (the objective's own targets, or the first
             ``num_targets`` agents), or an explicit list of agent indices (FTS).
         num_targets: With ``"auto"`` on objectives without built-in targets.
-        num_inits: Random initializations per target (``--seeds`` overrides).
+        num_inits: Random initializations per target (FTS), or repetitions of the whole
+            federation (DP-FTS-DE); ``--inits K`` overrides it. Each gets its own random
+            streams derived from the file's ``seed``.
     """
 
     targets: Any = "auto"
@@ -376,7 +382,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         try:
             cls = objective_class(objective["type"])
         except ValueError as err:
-            raise ConfigError(f"{where}: objective: {err}") from None
+            raise ConfigError(f"{where}: objective.type: {err}") from None
         objective = {"type": objective["type"], **objective_setup(objective["type"], setup),
                      **{k: v for k, v in objective.items() if k != "type"}}
         kwargs = {k: v for k, v in objective.items() if k != "type"}

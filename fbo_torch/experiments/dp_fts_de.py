@@ -8,6 +8,7 @@ standard errors in a record are over repetitions of the agent-averaged curves.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,15 @@ from matplotlib.figure import Figure
 
 from fbo_torch.experiments.config import ConfigError
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, ScenarioMethods
-from fbo_torch.experiments.report import band_label, mean_stderr, save_figure, series_styles, summarize_curves
+from fbo_torch.experiments.report import (
+    band_label,
+    integer_ticks,
+    mean_stderr,
+    num_runs,
+    save_figure,
+    series_styles,
+    summarize_curves,
+)
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.privacy import compute_epsilon
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
@@ -96,6 +105,9 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "settings": res.settings,
                 "num_agents": N,
                 "num_repetitions": num_inits,
+                "agents": res.agents.tolist(),  # agent and repetition of each row of `runs`
+                "repetitions": res.runs.tolist(),
+                "best_value_runs": res.best_value.tolist(),
                 "repetition_mean": run_mean,
                 "repetition_stderr": run_se,
                 "accountant": res.accountant,
@@ -131,14 +143,23 @@ def _nanmean(values: list[float]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def plot_privacy(results: dict[str, Any], out: Path) -> None:
-    r"""``privacy_utility.png`` (ε vs final loss, every private method of every
-    scenario, non-private methods as horizontal lines) and ``epsilon.png`` (ε per round).
-    No two series share a colour and line style; the axes say what the error bars are."""
+#: Markers of the accountants in ``privacy_utility``: the run's own accountant first (filled), then the others (open).
+_ACCOUNTANT_MARKERS = "osD^v<>p"
+
+
+def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | None = None) -> list[Path]:
+    r"""``privacy_utility`` (final ε vs final loss of every private method of every scenario, under
+    ``privacy.accountant`` and each of ``privacy.extra_accountants``: one series per accountant and
+    scenario; non-private methods as horizontal lines) and ``epsilon`` (ε after each round, one
+    panel per scenario, the other accountants' final ε marked at the last round).
+    No two series share a colour and line style; the axes say what the error bars are. Returns the
+    files written, in each of ``formats`` (default PNG)."""
     private = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is not None]
     public = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is None]
     loss_name = results["scenarios"][0]["methods"][0]["loss_name"]
     acc = private[0][1]["accountant"] if private else ""
+    accountants = [acc] + list(dict.fromkeys(
+        name for _, m in private for name in (m.get("epsilon_other_accountants") or {}) if name != acc))
     bands = sorted({band_label(sc) for sc, _ in private + public})
     fig = Figure(figsize=(7.5, 4.6))
     ax = fig.subplots()
@@ -146,45 +167,83 @@ def plot_privacy(results: dict[str, Any], out: Path) -> None:
     for sc, m in public:
         seen.setdefault(m["name"], m)
     groups: dict[str, list] = {}
+    scenario_of: dict[str, dict[str, Any]] = {}
     for sc, m in private:
         groups.setdefault(sc["name"], []).append(m)
+        scenario_of[sc["name"]] = sc
     styles = series_styles(len(seen) + len(groups))
     dashed = {"-": "--", "--": ":", ":": "-.", "-.": "-"}  # reference lines dashed first; one-to-one, so still unique
     for (name, m), style in zip(seen.items(), styles):
         ax.axhline(m["loss_mean"][-1], lw=1.0, color=style["color"], ls=dashed[style["linestyle"]],
                    label=f"{name} (no DP)")
+    several = len(accountants) > 1
     for gi, ((sc_name, ms), style) in enumerate(zip(groups.items(), styles[len(seen):])):
         i = len(seen) + gi  # points have no line: the marker takes the line style's role
-        ax.errorbar([m["epsilon_final"] for m in ms], [m["loss_mean"][-1] for m in ms],
-                    yerr=[m["loss_stderr"][-1] for m in ms], capsize=3, label=sc_name, ls="none",
-                    color=style["color"], marker="osD^v"[(i // 10) % 5])
+        yerr = [m["loss_stderr"][-1] for m in ms] if num_runs(scenario_of[sc_name]) > 1 else None
+        y = [m["loss_mean"][-1] for m in ms]
+        for ai, name in enumerate(accountants):
+            eps = [m["epsilon_final"] if ai == 0 else (m.get("epsilon_other_accountants") or {}).get(name)
+                   for m in ms]
+            keep = [k for k, e in enumerate(eps) if e is not None]
+            if not keep:
+                continue
+            # one legend entry per scenario (its colour) and one per accountant (its marker): see below
+            label = (name if len(groups) == 1 else "_nolegend_") if several else sc_name
+            marker = _ACCOUNTANT_MARKERS[(ai if several else (i // 10)) % len(_ACCOUNTANT_MARKERS)]
+            ax.errorbar([eps[k] for k in keep], [y[k] for k in keep],
+                        yerr=[yerr[k] for k in keep] if yerr else None, capsize=3, label=label, ls="none",
+                        color=style["color"], marker=marker, mfc=style["color"] if ai == 0 else "none")
         for m in ms:
             ax.annotate(m["name"], (m["epsilon_final"], m["loss_mean"][-1]), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
     delta = private[0][1].get("delta") if private else None
-    ax.set_xlabel(f"privacy loss ε ({acc}, δ = {delta:.3g})" if delta else f"privacy loss ε ({acc})")
+    what = "" if several else f"{acc}, "
+    ax.set_xlabel(f"privacy loss ε ({what}δ = {delta:.3g})" if delta else f"privacy loss ε ({acc})")
     ax.set_ylabel(f"final {loss_name}\n({'; '.join(bands)})", fontsize=9)
     ax.set_title(f"{results.get('name', '')}: privacy vs utility", fontsize=10)
     ax.grid(alpha=0.3)
+    if several and len(groups) > 1:
+        for (sc_name, _), style in zip(groups.items(), styles[len(seen):]):
+            ax.plot([], [], ls="none", marker="o", color=style["color"], label=sc_name)
+        for ai, name in enumerate(accountants):
+            ax.plot([], [], ls="none", marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)], color="0.35",
+                    mfc="0.35" if ai == 0 else "none", label=f"ε under {name}")
     if private or seen:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    save_figure(fig, Path(out) / "privacy_utility.png")
+    written = save_figure(fig, Path(out) / "privacy_utility", formats=formats or ("png",))
 
-    fig = Figure(figsize=(7, 4))
-    ax = fig.subplots()
-    for (sc, m), style in zip(private, series_styles(len(private))):
-        eps = [e if e is not None else float("nan") for e in m["epsilon"]]
-        label = m["name"] if len(results["scenarios"]) == 1 else f"{m['name']} ({sc['name']})"
-        ax.plot(range(1, len(eps) + 1), eps, label=label, markevery=max(1, len(eps) // 10), markersize=4, **style)
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"ε ({acc}) after the round")
-    ax.set_title("privacy loss ε after each round", fontsize=10)
-    ax.grid(alpha=0.3)
-    if private:
-        ax.legend(fontsize=7, ncol=2)
+    panels = list(groups.items()) or [("", [])]
+    cols = min(len(panels), 3)
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(7 if cols == 1 else 5.2 * cols, 4 if rows == 1 else 3.8 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (sc_name, ms) in zip(axes.flat, panels):
+        for m, style in zip(ms, series_styles(len(ms))):
+            eps = [e if e is not None else float("nan") for e in m["epsilon"]]
+            ax.plot(range(1, len(eps) + 1), eps, label=m["name"], markevery=max(1, len(eps) // 10), markersize=4,
+                    **style)
+            for ai, name in enumerate(accountants[1:], start=1):
+                other = (m.get("epsilon_other_accountants") or {}).get(name)
+                if other is not None:
+                    ax.plot([len(eps)], [other], ls="none", color=style["color"],
+                            marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)], mfc="none")
+        for ai, name in enumerate(accountants[1:], start=1):  # one legend entry per other accountant
+            ax.plot([], [], ls="none", color="0.35", marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)],
+                    mfc="none", label=f"final ε under {name}")
+        ax.set_xlabel("round")
+        integer_ticks(ax)
+        ax.set_ylabel(f"ε ({acc}) after the round")
+        if sc_name and len(panels) > 1:
+            ax.set_title(sc_name, fontsize=10)
+        ax.grid(alpha=0.3)
+        if ms:
+            ax.legend(fontsize=7, ncol=2)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle("privacy loss ε after each round", fontsize=10)
     fig.tight_layout()
-    save_figure(fig, Path(out) / "epsilon.png")
+    return written + save_figure(fig, Path(out) / "epsilon", formats=formats or ("png",))
 
 
 KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot_privacy)

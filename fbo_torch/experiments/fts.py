@@ -9,6 +9,7 @@ when the scenario starts with seed ``seed + 17``.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +105,12 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
     return ScenarioMethods(make_runner, make_record, int(tg.numel() * num_inits))
 
 
-def plot(results: dict[str, Any], out: Path) -> None:
-    r"""``message_length.png`` when a method is RGPE or TAF (see
-    :func:`~fbo_torch.experiments.report.plot_message_length`)."""
+def plot(results: dict[str, Any], out: Path, formats: Sequence[str] | None = None) -> list[Path]:
+    r"""``message_length`` when a method is RGPE or TAF (see
+    :func:`~fbo_torch.experiments.report.plot_message_length`), in each of ``formats``; returns the files."""
     if any(m["settings"].get("algorithm") in ("rgpe", "taf") for sc in results["scenarios"] for m in sc["methods"]):
-        plot_message_length(results, Path(out) / "message_length.png")
+        return plot_message_length(results, Path(out) / "message_length", formats=formats or ("png",))
+    return []
 
 
 KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot)

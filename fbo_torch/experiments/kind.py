@@ -5,13 +5,13 @@ objective and :class:`~fbo_torch.optim.domain.Domain` once, derives its
 seed, and runs its methods with checkpoints and progress; an
 :class:`ExperimentKind` supplies only what differs between kinds: the checks of
 a scenario before anything runs, the runner and JSON record of each method, and
-the plots beyond the regret curves. The kinds are registered in
+the plots beyond the loss curves. The kinds are registered in
 :data:`fbo_torch.experiments.loop.EXPERIMENTS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ class ScenarioContext:
         domain: Its search domain (the objective's bounds and candidates, the config's ``domain:`` options).
         seed: Its seed, ``cfg.seed + 1000 * index`` (shared by its methods).
         device: The device the run uses.
-        num_inits: Initializations per target (``runs.num_inits`` or the ``seeds`` override).
+        num_inits: Initializations per target (``runs.num_inits`` or the run's ``num_inits`` override).
         log: Where status lines go.
     """
 
@@ -75,9 +75,11 @@ class ExperimentKind:
             for every scenario before the output folder is created.
         methods: ``(context) -> ScenarioMethods``: called when the scenario starts (it may log, and
             build what its methods share).
-        plot: ``(results, out) -> None``: the kind's plots beyond ``regret.png``, written to ``out``.
+        plot: ``(results, out, formats) -> files``: the kind's plots beyond the loss curves, written to
+            ``out`` in each of ``formats`` (:data:`~fbo_torch.experiments.report.PLOT_FORMATS`); returns the
+            files written.
     """
 
     check: Callable[[ScenarioContext], None]
     methods: Callable[[ScenarioContext], ScenarioMethods]
-    plot: Callable[[dict[str, Any], Path], None]
+    plot: Callable[[dict[str, Any], Path, Sequence[str]], list[Path]]

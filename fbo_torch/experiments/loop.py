@@ -2,7 +2,8 @@ r"""Run a configured experiment end to end: the loop over scenarios and methods,
 
 ``run_experiment`` builds each scenario's objective and
 :class:`~fbo_torch.optim.domain.Domain` once, checks them, then runs the
-scenario's methods, writes ``results.json`` and the plots, and checkpoints every
+scenario's methods, writes ``config.resolved.yaml``, ``results.json``,
+``results.csv``, ``summary.txt`` and the plots, and checkpoints every
 ``checkpoint_every`` iterations to ``OUT/checkpoints`` so an interrupted run
 continues with ``resume=True`` exactly where it stopped (finished methods are
 not re-run). ``OUT`` is locked while the run lasts, and ``resume`` continues only
@@ -18,11 +19,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from tqdm.auto import tqdm
+from tqdm.autonotebook import tqdm as _tqdm_autonotebook
 
 import fbo_torch
 from fbo_torch.experiments import dp_fts_de, fts
@@ -30,7 +34,15 @@ from fbo_torch.experiments.checkpoints import Checkpoints
 from fbo_torch.experiments.config import ConfigError, ExperimentConfig, check_device
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext
 from fbo_torch.experiments.outdir import OutputFolder, atomic_write_text, fingerprint
-from fbo_torch.experiments.report import environment, plot_curves, summary_table, write_json
+from fbo_torch.experiments.report import (
+    check_plot_formats,
+    environment,
+    loss_plot_stem,
+    plot_curves,
+    summary_table,
+    write_json,
+    write_tidy_csv,
+)
 from fbo_torch.optim.domain import Domain
 from fbo_torch.objectives import build_objective
 
@@ -38,12 +50,19 @@ from fbo_torch.objectives import build_objective
 EXPERIMENTS: dict[str, ExperimentKind] = {"fts": fts.KIND, "dp_fts_de": dp_fts_de.KIND}
 
 
+def interactive() -> bool:
+    """Whether progress bars can redraw in place: stderr is a terminal, or this is a notebook."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty()) or _tqdm_autonotebook.__module__ != "tqdm.std"
+
+
 class _Progress:
-    """A tqdm bar when ``enabled``, else silent."""
+    """A tqdm bar when ``enabled`` and :func:`interactive` (in a log file a bar is only noise: the
+    loop's one line per finished method says how far the run is), else silent."""
 
     def __init__(self, total: int, desc: str, enabled: bool) -> None:
         self.bar = None
-        if enabled:
+        if enabled and interactive():
             self.bar = tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr, mininterval=0)
 
     def update(self, n: int = 1, **postfix: Any) -> None:
@@ -114,7 +133,7 @@ def _one_line(err: BaseException) -> str:
 
 
 def prepare_scenarios(
-    cfg: ExperimentConfig, device: str, seeds: int | None = None, log: Callable[[str], None] = print,
+    cfg: ExperimentConfig, device: str, num_inits: int | None = None, log: Callable[[str], None] = print,
 ) -> list[ScenarioContext]:
     r"""Build every scenario's objective and domain and check them, before the output folder is created.
 
@@ -123,7 +142,7 @@ def prepare_scenarios(
     only once started (too few agents, ``runs.targets``, too many sub-regions; the kind's
     :attr:`~fbo_torch.experiments.kind.ExperimentKind.check`). Returns one context per scenario
     for the run to use (each objective is built once): scenario ``i`` has seed ``cfg.seed + 1000 i``
-    and ``seeds`` (else its ``runs.num_inits``) initializations.
+    and ``num_inits`` (else its ``runs.num_inits``) initializations.
     """
     kind = EXPERIMENTS[cfg.experiment]
     contexts = []
@@ -136,7 +155,7 @@ def prepare_scenarios(
             cfg=cfg, index=si, scenario=sc, objective=objective,
             domain=cfg.build_domain(objective),
             seed=cfg.seed + 1000 * si, device=device,
-            num_inits=seeds if seeds is not None else sc.runs.num_inits, log=log,
+            num_inits=num_inits if num_inits is not None else sc.runs.num_inits, log=log,
         )
         kind.check(ctx)
         contexts.append(ctx)
@@ -161,6 +180,8 @@ def run_experiment(
     log: Callable[[str], None] = print,
     overwrite: bool = False,
     echo_config: bool = False,
+    plot_formats: str | Sequence[str] = ("png",),
+    num_inits: int | None = None,
 ) -> dict[str, Any]:
     r"""Run every scenario and method of ``cfg``; write results and plots to ``out_dir``.
 
@@ -176,15 +197,21 @@ def run_experiment(
         cfg: A parsed configuration (:func:`~fbo_torch.experiments.config.load_config`).
         out_dir: Output folder (created).
         device: Overrides ``cfg.device``.
-        seeds: Overrides the number of initializations (``runs.num_inits``).
+        seeds: Deprecated name of ``num_inits``.
         resume: Continue from checkpoints in ``out_dir/checkpoints``.
-        progress: Show progress bars.
-        log: Where status lines go.
+        progress: Show progress bars (only where they can redraw in place: a terminal or a notebook).
+        log: Where status lines go (one per scenario and per finished method).
         overwrite: Delete what earlier runs wrote in ``out_dir`` first (and nothing else).
-        echo_config: Log the resolved configuration (YAML) once the folder is checked.
+        echo_config: Also log the resolved configuration (YAML); it is always written to
+            ``out_dir/config.resolved.yaml``, and its path logged.
+        plot_formats: Formats of the plots, some of
+            :data:`~fbo_torch.experiments.report.PLOT_FORMATS` (a list, or one comma-separated string).
+        num_inits: Overrides every scenario's ``runs.num_inits``: random initializations per target
+            (FTS) or repetitions of the whole federation (DP-FTS-DE). Not a seed: ``cfg.seed`` sets those.
 
     Returns:
-        The results dictionary also written to ``out_dir/results.json``.
+        The results dictionary also written to ``out_dir/results.json``; its ``reports`` names the
+        plots and tables drawn from it (:func:`render_reports`).
 
     Raises:
         OutputError: ``out_dir`` is unusable, locked by another run, or not empty.
@@ -194,15 +221,22 @@ def run_experiment(
         WriteError: A file could not be written (disk full, no permission); it names the file.
         KeyboardInterrupt: Passed on; the checkpoints written so far stay valid (``resume=True``).
     """
-    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
-        raise ValueError(f"`seeds` must be an integer >= 1, got {seeds!r}.")
+    if seeds is not None:
+        if num_inits is not None:
+            raise ValueError("give `num_inits` only (`seeds` is its deprecated name), not both.")
+        warnings.warn("run_experiment(seeds=K) is deprecated: it sets runs.num_inits, not a seed; pass "
+                      "num_inits=K.", DeprecationWarning, stacklevel=2)
+        num_inits = seeds
+    if num_inits is not None and (isinstance(num_inits, bool) or not isinstance(num_inits, int) or num_inits < 1):
+        raise ValueError(f"`num_inits` must be an integer >= 1, got {num_inits!r}.")
+    plot_formats = check_plot_formats(plot_formats, "`plot_formats`")
     check_device(cfg, device)
     device = device or cfg.device
     resolved = cfg.resolved()
     resolved["device"] = device
-    if seeds is not None:
+    if num_inits is not None:
         for sc in resolved["scenarios"]:
-            sc["runs"]["num_inits"] = seeds
+            sc["runs"]["num_inits"] = num_inits
     out = Path(out_dir)
     folder = OutputFolder(out, resume=resume, overwrite=overwrite)
     try:
@@ -212,7 +246,7 @@ def run_experiment(
         folder.check_resume(resolved)
         checkpoints = Checkpoints(out / "checkpoints", fingerprint(resolved), resume)
         checkpoints.verify_all()
-        contexts = prepare_scenarios(cfg, device, seeds, log)
+        contexts = prepare_scenarios(cfg, device, num_inits, log)
         folder.open()
         if overwrite and (folder.deleted or folder.kept):
             kept = folder.kept
@@ -225,6 +259,7 @@ def run_experiment(
         folder.write_manifest(resolved)
         folder.make_dir("checkpoints")
         atomic_write_text(out / "config.resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        log(f"resolved config: {out / 'config.resolved.yaml'}")
         results: dict[str, Any] = {
             "experiment": cfg.experiment,
             "name": cfg.name,
@@ -233,6 +268,7 @@ def run_experiment(
             "command": " ".join(sys.argv),
             "environment": environment(device),
             "config": resolved,
+            "plot_formats": list(plot_formats),
             "scenarios": [],
         }
         t_start = time.perf_counter()
@@ -245,15 +281,32 @@ def run_experiment(
             write_json(out / "results.json", results)
         results["wall_time_s"] = time.perf_counter() - t_start
         write_json(out / "results.json", results)
-        render_reports(results, out)
+        results["reports"] = [p.name for p in render_reports(results, out)]
+        write_json(out / "results.json", results)
     finally:
         folder.close()
     return results
 
 
-def render_reports(results: dict[str, Any], out: str | Path) -> None:
-    """(Re)draw the plots and the text summary of a finished ``results.json``."""
+def render_reports(
+    results: dict[str, Any], out: str | Path, formats: str | Sequence[str] | None = None,
+) -> list[Path]:
+    r"""(Re)draw the plots, ``results.csv`` and ``summary.txt`` of a finished ``results.json``.
+
+    Args:
+        results: The results dictionary.
+        out: The run's folder.
+        formats: Plot formats (:data:`~fbo_torch.experiments.report.PLOT_FORMATS`); default: the
+            run's (``results["plot_formats"]``), else PNG.
+
+    Returns:
+        The files written: the plots (the loss curves first, named after the loss, e.g.
+        ``simple_regret.png``), then ``results.csv`` and ``summary.txt``.
+    """
     out = Path(out)
-    plot_curves(results, out / "regret.png", title=results.get("name"))
-    EXPERIMENTS[results.get("experiment", "fts")].plot(results, out)
+    formats = check_plot_formats(formats if formats is not None else results.get("plot_formats"))
+    written = plot_curves(results, out / loss_plot_stem(results), title=results.get("name"), formats=formats)
+    written += EXPERIMENTS[results.get("experiment", "fts")].plot(results, out, formats)
+    written.append(write_tidy_csv(results, out / "results.csv"))
     atomic_write_text(out / "summary.txt", summary_table(results) + "\n")
+    return written + [out / "summary.txt"]

@@ -9,7 +9,7 @@ settings, device) and the ``fbo_torch`` version. Every checkpoint and
 ``results.json`` carry the same fingerprint; ``--resume`` continues only a run
 with the same fingerprint and otherwise names the keys that differ.
 
-Things that do not change results (output paths, ``--threads``, progress
+Things that do not change results (output paths, plot formats, ``--threads``, progress
 bars, ``checkpoint_every``) are not part of the fingerprint.
 
 ``run.json`` also lists every file and folder the run writes (``files``),

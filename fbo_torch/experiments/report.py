@@ -1,12 +1,23 @@
-r"""Results: JSON records, regret plots and text summaries."""
+r"""Results: JSON records, a tidy CSV table, loss plots and text summaries.
+
+A finished run's folder holds ``results.json`` (the nested records),
+``results.csv`` (the same curves as one row per scenario x method x run x agent x
+iteration, :data:`TIDY_COLUMNS`), ``summary.txt`` and the plots, each in the
+formats asked for (:data:`PLOT_FORMATS`) and named after what they show: the loss
+curves after the objective's loss (``simple_regret.png``, ``validation_error.png``,
+``1_minus_auc.png``; :func:`loss_plot_stem`).
+"""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
 import os
 import platform
+import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +25,9 @@ import botorch
 import gpytorch
 import opacus
 import torch
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from fbo_torch.experiments.outdir import atomic_write_bytes, atomic_write_text
@@ -107,17 +120,23 @@ def series_styles(n: int) -> list[dict[str, Any]]:
     ]
 
 
-def _num_runs(sc: dict[str, Any]) -> int:
+def num_runs(sc: dict[str, Any]) -> int:
+    """Independent runs behind a scenario's curves (its ``num_runs``, else the rows of its first method's ``runs``)."""
     return int(sc.get("num_runs") or len(sc["methods"][0].get("runs", [])) or 1)
 
 
 def band_label(sc: dict[str, Any]) -> str:
     r"""What a scenario's bands and ± mean, e.g. ``"mean ± 1 s.e. over 6 runs"``."""
-    R = _num_runs(sc)
+    R = num_runs(sc)
     over = "repetitions (agent-averaged)" if any("stderr_over" in m for m in sc["methods"]) else "runs"
     if R < 2:
         return f"mean of 1 {over.split()[0][:-1]}, no band"
     return f"mean ± 1 s.e. over {R} {over}"
+
+
+def integer_ticks(ax: Axes) -> None:
+    """Ticks of ``ax``'s x axis (iterations, rounds) at integers only."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _curves_figure(results: dict[str, Any], title: str | None = None, log_y: bool = False) -> Figure:
@@ -129,16 +148,19 @@ def _curves_figure(results: dict[str, Any], title: str | None = None, log_y: boo
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, sc in zip(axes.flat, scenarios):
         styles = series_styles(len(sc["methods"]))
+        band = num_runs(sc) > 1
         for m, style in zip(sc["methods"], styles):
             x = m["iterations"]
             mu, se = m["loss_mean"], m["loss_stderr"]
             every = max(1, len(x) // 10)
             ax.plot(x, mu, label=m["name"], lw=1.6, markevery=every, markersize=4, **style)
-            lo = [a - b for a, b in zip(mu, se)]
-            hi = [a + b for a, b in zip(mu, se)]
-            ax.fill_between(x, lo, hi, color=style["color"], alpha=0.15, lw=0)
+            if band:
+                lo = [a - b for a, b in zip(mu, se)]
+                hi = [a + b for a, b in zip(mu, se)]
+                ax.fill_between(x, lo, hi, color=style["color"], alpha=0.15, lw=0)
         ax.set_title(sc["name"], fontsize=10)
         ax.set_xlabel("iteration")
+        integer_ticks(ax)
         ax.set_ylabel(f"{sc['methods'][0]['loss_name']}\n({band_label(sc)})", fontsize=9)
         if log_y:
             ax.set_yscale("log")
@@ -152,20 +174,77 @@ def _curves_figure(results: dict[str, Any], title: str | None = None, log_y: boo
     return fig
 
 
-def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Save a figure atomically (PNG bytes to a temporary file, then ``os.replace``)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    atomic_write_bytes(path, buf.getvalue())
-    return Path(path)
+#: Formats the plots can be written in (``--plot-format``).
+PLOT_FORMATS = ("png", "pdf", "svg")
 
 
-def plot_curves(results: dict[str, Any], path: Path, title: str | None = None, log_y: bool = False) -> Path:
-    r"""One panel per scenario; each method's mean loss with a ±1 standard-error band (the axis says over what)."""
-    return save_figure(_curves_figure(results, title, log_y), path)
+def check_plot_formats(formats: str | Sequence[str] | None, where: str = "plot formats") -> tuple[str, ...]:
+    r"""``formats`` (a name, a comma-separated list or a sequence of names) as a tuple of distinct
+    :data:`PLOT_FORMATS` in the order given; ``None`` gives ``("png",)``. Others raise ``ValueError``."""
+    if formats is None:
+        return ("png",)
+    names = formats.split(",") if isinstance(formats, str) else list(formats)
+    out: list[str] = []
+    for name in names:
+        fmt = str(name).strip().lower().lstrip(".")
+        if fmt not in PLOT_FORMATS:
+            raise ValueError(f"{where}: {name!r} is not a plot format; expected one or more of {list(PLOT_FORMATS)}.")
+        if fmt not in out:
+            out.append(fmt)
+    if not out:
+        raise ValueError(f"{where}: give at least one of {list(PLOT_FORMATS)}.")
+    return tuple(out)
 
 
-def plot_message_length(results: dict[str, Any], path: Path) -> Path:
+def save_figure(fig: Figure, path: str | Path, dpi: int = 120, formats: Sequence[str] | None = None) -> list[Path]:
+    r"""Save a figure atomically in each of ``formats`` (bytes to a temporary file, then ``os.replace``).
+
+    Args:
+        fig: The figure.
+        path: The file; its suffix is replaced by each format's (``OUT/simple_regret`` or
+            ``OUT/simple_regret.png`` give ``OUT/simple_regret.pdf`` for ``"pdf"``).
+        dpi: Resolution of raster formats.
+        formats: Some of :data:`PLOT_FORMATS`; default: ``path``'s suffix, else PNG.
+
+    Returns:
+        The files written, one per format.
+    """
+    path = Path(path)
+    if formats is None:
+        formats = (path.suffix.lstrip(".").lower() or "png",)
+    written = []
+    for fmt in check_plot_formats(formats):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=dpi)
+        target = path.with_suffix(f".{fmt}")
+        atomic_write_bytes(target, buf.getvalue())
+        written.append(target)
+    return written
+
+
+def loss_plot_stem(results: dict[str, Any]) -> str:
+    r"""The file name (without suffix) of the loss-curve plot: the loss's name as a file name
+    (``"simple regret"`` -> ``simple_regret``, ``"1 - AUC"`` -> ``1_minus_auc``, ``"-f"`` -> ``negative_f``),
+    or ``loss`` when the scenarios' losses differ."""
+    names = {m.get("loss_name", "loss") for sc in results["scenarios"] for m in sc["methods"]}
+    if len(names) != 1:
+        return "loss"
+    name = str(names.pop()).strip().lower()
+    name = re.sub(r"^-\s*", "negative ", name)
+    name = name.replace(" - ", " minus ").replace("-", " minus ")
+    return re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "loss"
+
+
+def plot_curves(
+    results: dict[str, Any], path: Path, title: str | None = None, log_y: bool = False,
+    formats: Sequence[str] | None = None,
+) -> list[Path]:
+    r"""One panel per scenario; each method's mean loss with a ±1 standard-error band (the axis says over
+    what; no band for a single run). Returns the files written (see :func:`save_figure`)."""
+    return save_figure(_curves_figure(results, title, log_y), path, formats=formats)
+
+
+def plot_message_length(results: dict[str, Any], path: Path, formats: Sequence[str] | None = None) -> list[Path]:
     r"""FTS paper Fig. 2: final loss vs numbers sent per agent, one marker per method family,
     plus loss vs wall-clock time (Fig. 3)."""
     sc = results["scenarios"][0]
@@ -179,7 +258,8 @@ def plot_message_length(results: dict[str, Any], path: Path) -> Path:
     for (fam, ms), style in zip(fams.items(), series_styles(len(fams))):
         ms = sorted(ms, key=lambda m: m["parameters_per_agent"])
         x = [max(m["parameters_per_agent"], 1) for m in ms]
-        axes[0].errorbar(x, [m["loss_mean"][-1] for m in ms], yerr=[m["loss_stderr"][-1] for m in ms],
+        yerr = [m["loss_stderr"][-1] for m in ms] if num_runs(sc) > 1 else None
+        axes[0].errorbar(x, [m["loss_mean"][-1] for m in ms], yerr=yerr,
                          capsize=3, label=fam, **{**style, "marker": style["marker"] or "o"})
     for m, style in zip(timed, series_styles(len(timed))):
         axes[1].plot(m["elapsed_s"], m["loss_mean"][1:], label=m["name"], **style)
@@ -195,22 +275,91 @@ def plot_message_length(results: dict[str, Any], path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats=formats)
+
+
+def _final(m: dict[str, Any], band: bool) -> str:
+    """A method's final loss, with ``± s.e.`` only when there is more than one run."""
+    mu = m["loss_mean"][-1]
+    return f"{mu:>17.4f} ± {m['loss_stderr'][-1]:<6.4f}" if band else f"{mu:>17.4f}" + " " * 9
 
 
 def summary_table(results: dict[str, Any]) -> str:
-    r"""A plain-text table: final loss ± stderr, time and message size per method."""
+    r"""A plain-text table: final loss (± standard error when there are several runs), time and
+    message size per method."""
     lines = []
     for sc in results["scenarios"]:
+        band = num_runs(sc) > 1
         lines.append(f"== {sc['name']}  (final value: {band_label(sc)})")
         lines.append(f"   {'method':<28} {'final ' + sc['methods'][0]['loss_name']:>26} {'time [s]':>9} {'params/agent':>13}")
         for m in sc["methods"]:
-            mu, se = m["loss_mean"][-1], m["loss_stderr"][-1]
             extra = ""
             if m.get("epsilon_final") is not None:
                 extra = f"  eps={m['epsilon_final']:.2f}"
             lines.append(
-                f"   {m['name']:<28} {mu:>17.4f} ± {se:<6.4f} {m.get('wall_time_s', float('nan')):>9.1f} "
+                f"   {m['name']:<28} {_final(m, band)} {m.get('wall_time_s', float('nan')):>9.1f} "
                 f"{m.get('parameters_per_agent', 0):>13}{extra}"
             )
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- the tidy table
+
+#: Columns of ``results.csv``, one row per scenario x method x run x agent x iteration:
+#: ``run`` is the curve's row in ``results.json`` (FTS: one (target, initialization) pair;
+#: DP-FTS-DE: one repetition of the whole federation), ``agent`` the agent whose best value it
+#: follows (FTS: the target), ``init`` the initialization (DP-FTS-DE: the repetition),
+#: ``iteration`` 0 for the initial points, then each iteration (round); ``loss`` is the
+#: ``loss_name`` of the best value so far (``best_value``, empty where not recorded) and
+#: ``epsilon`` the privacy loss after that round under ``accountant`` (empty for non-private methods).
+TIDY_COLUMNS = ("scenario", "method", "run", "agent", "init", "iteration", "loss_name", "loss", "best_value",
+                "epsilon", "accountant")
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: empty for a missing value (``None``, NaN), floats at full precision."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(value) if isinstance(value, float) else value
+
+
+def tidy_rows(results: dict[str, Any]) -> Iterator[tuple]:
+    r"""The rows of ``results.csv`` (:data:`TIDY_COLUMNS`) from a ``results.json`` dictionary.
+
+    Methods without per-run curves (``runs``; e.g. a compacted DP record) give no rows.
+    """
+    for sc in results["scenarios"]:
+        for m in sc["methods"]:
+            curves = m.get("runs") or []
+            if not curves:
+                continue
+            best = m.get("best_value_runs") or []
+            B = len(curves)
+            if "num_agents" in m:  # DP-FTS-DE: row r·N + n is agent n of repetition r
+                N = int(m["num_agents"])
+                agents = m.get("agents") or [b % N for b in range(B)]
+                inits = m.get("repetitions") or [b // N for b in range(B)]
+                runs = inits
+            else:  # FTS: row r is (targets[r], inits[r])
+                agents = m.get("targets") or [None] * B
+                inits = m.get("inits") or [None] * B
+                runs = list(range(B))
+            eps = m.get("epsilon") or []
+            private = m.get("epsilon_final") is not None
+            accountant = m.get("accountant") if private else None
+            for b, curve in enumerate(curves):
+                row_best = best[b] if b < len(best) else []
+                for t, loss in enumerate(curve):
+                    e = eps[t - 1] if private and 1 <= t <= len(eps) else None
+                    yield (sc["name"], m["name"], runs[b], agents[b], inits[b], t, m["loss_name"], _cell(loss),
+                           _cell(row_best[t] if t < len(row_best) else None), _cell(e), accountant or "")
+
+
+def write_tidy_csv(results: dict[str, Any], path: str | Path) -> Path:
+    r"""Write ``results.csv`` (:data:`TIDY_COLUMNS`, see :func:`tidy_rows`) atomically; returns its path."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(TIDY_COLUMNS)
+    writer.writerows(tidy_rows(results))
+    atomic_write_text(path, buf.getvalue())
+    return Path(path)

@@ -8,19 +8,60 @@ runners batch a whole federation:
     Y, F = objective.observe(X, keys)   # keyed observations and their noiseless values, one evaluation
 
 Values are *to be maximized* (e.g. AUC or validation accuracy for tuning tasks).
+
+Your own objective
+------------------
+A class named in an experiment file as ``objective: {type: "my_pkg.my_module:MyObjective", ...}``
+(or registered by name with :func:`fbo_torch.objectives.register`) is built with
+the section's other keys as keyword arguments, checked against its ``__init__``
+signature like a built-in type's. It is an objective in one of two ways:
+
+1. A subclass of :class:`Objective` (recommended): ``__init__`` sets ``bounds``
+   and ``num_agents``, the class implements ``_evaluate``; everything else is
+   inherited and may be overridden.
+2. Any class whose instances have the *required* members below; fbo_torch
+   wraps such an instance with :func:`as_objective` and supplies the rest.
+
+Required:
+
+* ``bounds``: ``2 x d`` floating-point tensor, every lower bound below its upper bound.
+* ``num_agents``: integer ``N >= 1``.
+* ``_evaluate(X, agents, noise)`` or ``__call__(X, agents)``: ``X`` is
+  ``k x q x d`` (inside ``bounds``, float64), ``agents`` the ``k`` agent indices
+  (long tensor) whose functions to evaluate, one row of ``q`` points each;
+  returns ``k x q`` values to maximize. ``_evaluate`` is asked for noisy
+  (``noise=True``) or noiseless values; ``__call__``'s values are taken as both.
+
+Optional (the default when absent):
+
+* ``observe(X, keys, agents)``: ``(Y, F)``, the ``k x q`` observations and their
+  noiseless values from one evaluation, ``keys`` the ``k`` int64 keys of the agents'
+  noise streams (default: ``F`` from the evaluation and ``Y = F`` plus
+  ``N(0, noise_variance)`` drawn from the keyed streams).
+* ``noise_variance``: additive observation-noise variance (``0``).
+* ``optimum``: ``N`` maxima of the noiseless functions; the loss is then simple
+  regret ``optimum - best`` (otherwise ``-best``).
+* ``loss(best_values, agents)`` and ``loss_name``: the loss plotted and tabulated,
+  lower is better, e.g. ``1 - best`` named ``"validation error"``.
+* ``candidates``: ``C x d`` finite domain (``None``: the continuous box).
+* ``value_name``: what a value is (``"f"``).
+* ``group_of_agent`` (``N`` group indices) and ``targets`` (target agents): used
+  by FTS experiments as for the built-in synthetic objectives.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from abc import ABC, abstractmethod
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from fbo_torch.utils import keyed_random as kr
-from fbo_torch.utils.validation import check_finite, check_in_bounds, check_tensor
+from fbo_torch.utils.validation import check_bounds, check_finite, check_in_bounds, check_int, check_tensor
 
 
 class Objective(ABC):
@@ -190,3 +231,167 @@ class Objective(ABC):
         check_finite("X", X)
         check_in_bounds("X", X, self.bounds)
         return X, agents
+
+
+# ----------------------------------------------------------------- user-defined objectives
+
+#: Where the objective protocol is written down (for error messages).
+PROTOCOL = "the objective protocol in fbo_torch.objectives.base"
+
+
+def _defines(cls: type, name: str) -> bool:
+    """Whether ``cls`` or one of its bases other than ``object`` defines ``name``."""
+    return any(name in vars(k) for k in cls.__mro__ if k is not object)
+
+
+def check_objective_class(cls: Any, name: str = "objective") -> type:
+    r"""Refuse what cannot be an objective class, before anything is built.
+
+    ``cls`` must be a class that subclasses :class:`Objective` without abstract
+    methods left, or defines ``_evaluate(X, agents, noise)`` or ``__call__(X, agents)``
+    (see the module docstring). Instance attributes (``bounds``, ``num_agents``)
+    are checked by :func:`as_objective` once an instance exists.
+
+    Args:
+        cls: The candidate class.
+        name: How messages name it (e.g. ``"'my_pkg.mod:MyObjective'"``).
+
+    Returns:
+        ``cls``.
+
+    Raises:
+        TypeError: ``cls`` is not a class, or not an objective class.
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"{name} is a {type(cls).__name__}, not a class; give a class that follows {PROTOCOL}.")
+    if issubclass(cls, Objective):
+        if inspect.isabstract(cls):
+            missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+            raise TypeError(f"{name} subclasses Objective but does not implement {missing}.")
+        return cls
+    if not (_defines(cls, "_evaluate") or _defines(cls, "__call__")):
+        raise TypeError(
+            f"{name} is not an objective: it neither subclasses fbo_torch.objectives.base.Objective nor defines "
+            f"`_evaluate(X, agents, noise)` or `__call__(X, agents)` (required, with `bounds` and `num_agents`; "
+            f"see {PROTOCOL})."
+        )
+    return cls
+
+
+def _check_instance(obj: Any, name: str) -> None:
+    """The required attributes of an objective instance: ``bounds``, ``num_agents``, and the optional ones' shapes."""
+    for attr in ("bounds", "num_agents"):
+        if not hasattr(obj, attr):
+            raise TypeError(f"{name} has no `{attr}` (required: `bounds`, a 2 x d tensor, and `num_agents`; "
+                            f"see {PROTOCOL}).")
+    try:
+        bounds = check_tensor(f"{name}.bounds", obj.bounds)
+        if not bounds.is_floating_point():
+            raise TypeError(f"`{name}.bounds` must be a floating-point tensor, got dtype {bounds.dtype}.")
+        check_bounds(f"{name}.bounds", bounds)
+        N = check_int(f"{name}.num_agents", obj.num_agents, minimum=1)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{err} (see {PROTOCOL})") from None
+    d = bounds.shape[-1]
+    optimum = getattr(obj, "optimum", None)
+    if optimum is not None and (not isinstance(optimum, Tensor) or optimum.shape != (N,)):
+        shape = tuple(optimum.shape) if isinstance(optimum, Tensor) else type(optimum).__name__
+        raise ValueError(f"`{name}.optimum` must be None or a tensor of shape ({N},) (one maximum per agent), "
+                         f"got {shape}.")
+    candidates = getattr(obj, "candidates", None)
+    if candidates is not None and (not isinstance(candidates, Tensor) or candidates.ndim != 2
+                                   or candidates.shape[-1] != d):
+        shape = tuple(candidates.shape) if isinstance(candidates, Tensor) else type(candidates).__name__
+        raise ValueError(f"`{name}.candidates` must be None or a C x {d} tensor, got {shape}.")
+
+
+class WrappedObjective(Objective):
+    r"""An :class:`Objective` around an instance that follows the objective protocol without
+    subclassing :class:`Objective` (see the module docstring and :func:`as_objective`).
+
+    Validation, keyed observation noise, ``dim`` and the defaults of the optional
+    members come from :class:`Objective`; what the wrapped instance defines wins,
+    and any other attribute (``group_of_agent``, ``targets``, ...) is read from it.
+
+    Args:
+        inner: The wrapped instance.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.num_agents = int(inner.num_agents)
+        self.optimum = getattr(inner, "optimum", None)
+        self.candidates = getattr(inner, "candidates", None)
+        self.value_name = getattr(inner, "value_name", Objective.value_name)
+        self.noise_variance = float(getattr(inner, "noise_variance", 0.0) or 0.0)
+
+    @property  # type: ignore[override]
+    def bounds(self) -> Tensor:
+        return self.inner.bounds
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not yet set (e.g. while unpickling)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"WrappedObjective({self.inner!r})"
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        if _defines(type(self.inner), "_evaluate"):
+            return self.inner._evaluate(X, agents, noise)
+        return self.inner(X, agents)
+
+    def observe(
+        self, X: Tensor, keys: Tensor, agents: Tensor | None = None, validate: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        if not _defines(type(self.inner), "observe"):
+            return super().observe(X, keys, agents, validate)
+        X, agents = self._check(X, agents) if validate else (X, self._agents(X, agents))
+        return self.inner.observe(X, keys, agents)
+
+    def loss(self, best_values: Tensor, agents: Tensor | None = None) -> Tensor:
+        if _defines(type(self.inner), "loss"):
+            return self.inner.loss(best_values, agents)
+        return super().loss(best_values, agents)
+
+    @property
+    def loss_name(self) -> str:
+        if hasattr(self.inner, "loss_name"):
+            return str(self.inner.loss_name)
+        return super().loss_name
+
+    def reseed(self, seed: int) -> None:
+        if hasattr(self.inner, "reseed"):
+            self.inner.reseed(seed)
+
+    def rng_state(self) -> Any:
+        return self.inner.rng_state() if hasattr(self.inner, "rng_state") else None
+
+    def set_rng_state(self, state: Any) -> None:
+        if state is not None and hasattr(self.inner, "set_rng_state"):
+            self.inner.set_rng_state(state)
+
+
+def as_objective(obj: Any, name: str = "objective") -> Objective:
+    r"""``obj`` as an :class:`Objective`, after checking it follows the objective protocol.
+
+    An :class:`Objective` is returned as it is; an instance of another class that
+    defines the required members is wrapped in a :class:`WrappedObjective`.
+
+    Args:
+        obj: An objective instance.
+        name: How messages name it.
+
+    Returns:
+        An :class:`Objective` (``obj`` itself, or ``obj`` wrapped).
+
+    Raises:
+        TypeError, ValueError: A required member is missing or malformed
+            (``bounds`` not a ``2 x d`` tensor with lower < upper, ``num_agents`` not an
+            integer >= 1, ``optimum`` or ``candidates`` of the wrong shape); the message
+            names it.
+    """
+    check_objective_class(type(obj), name)
+    _check_instance(obj, name)
+    return obj if isinstance(obj, Objective) else WrappedObjective(obj)

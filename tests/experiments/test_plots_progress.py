@@ -3,26 +3,9 @@
 import json
 import re
 
-import pytest
-from matplotlib.figure import Figure
-
 from fbo_torch.cli import main
 from fbo_torch.experiments.dp_fts_de import plot_privacy
 from fbo_torch.experiments.report import plot_curves, plot_message_length, series_styles, summary_table
-
-
-@pytest.fixture
-def figures(monkeypatch):
-    """Every figure saved during the test (they are saved, then inspected)."""
-    saved = []
-    real = Figure.savefig
-
-    def spy(self, *args, **kwargs):
-        saved.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return saved
 
 
 def _method(name, i, private=True, T=5, runs=3):
@@ -122,9 +105,12 @@ methods:
 
 
 def test_progress_bar_shows_the_epsilon_after_the_round_it_counts(tmp_path, capsys, monkeypatch):
+    import sys
+
     import fbo_torch.experiments.loop as loop
 
-    monkeypatch.setattr(loop, "render_reports", lambda results, out: None)  # plots: not this test's subject
+    monkeypatch.setattr(loop, "render_reports", lambda results, out: [])  # plots: not this test's subject
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars are drawn on terminals only
     cfg = tmp_path / "c.yaml"
     cfg.write_text(DP)
     assert main(["run", str(cfg), "--out", str(tmp_path / "out")]) == 0

@@ -74,7 +74,7 @@ def objective_kinds(spec: dict) -> list[str] | None:
     return None if kinds is None else [AGENT_KINDS[int(k)] for k in kinds]
 
 
-def analyze(path: Path, references: list[str], at: int) -> dict:
+def analyze(path: Path, references: list[str], at: int, by_target: bool = False) -> dict:
     result = json.loads(path.read_text())
     if result.get("experiment") != "fts":
         raise SystemExit(f"error: {path}: expected an FTS experiment's results.json")
@@ -94,9 +94,41 @@ def analyze(path: Path, references: list[str], at: int) -> dict:
                         raise SystemExit(f"error: {sc['name']}: {name!r} and {ref!r} ran different runs")
                     row["vs"][ref] = paired(m["runs"], methods[ref]["runs"], at)
             rows.append(row)
-        scenarios.append({"scenario": sc["name"], "loss_name": sc["methods"][0].get("loss_name", "loss"),
-                          "rows": rows})
+        entry = {"scenario": sc["name"], "loss_name": sc["methods"][0].get("loss_name", "loss"), "rows": rows}
+        if by_target:
+            entry["by_target"] = per_target(methods, references, at)
+            entry["mean_rank"] = mean_ranks(methods, at)
+        scenarios.append(entry)
     return {"source": str(path), "at": at, "references": references, "scenarios": scenarios}
+
+
+def per_target(methods: dict, references: list[str], at: int) -> list[dict]:
+    """Per target agent: every method's paired difference to each reference over that target's runs."""
+    first = next(iter(methods.values()))
+    rows = []
+    for target in sorted(set(first["targets"])):
+        idx = [i for i, t in enumerate(first["targets"]) if t == target]
+        for name, m in methods.items():
+            row = {"target": target, "method": name, "vs": {}}
+            for ref in references:
+                if ref in methods and ref != name:
+                    row["vs"][ref] = paired([m["runs"][i] for i in idx], [methods[ref]["runs"][i] for i in idx], at)
+            rows.append(row)
+    return rows
+
+
+def mean_ranks(methods: dict, at: int) -> dict[str, float]:
+    """Each method's rank (1 = lowest final loss, ties averaged) in every run, averaged over runs."""
+    names = list(methods)
+    runs = len(methods[names[0]]["runs"])
+    totals = dict.fromkeys(names, 0.0)
+    for i in range(runs):
+        vals = {n: methods[n]["runs"][i][at] for n in names}
+        for n in names:
+            below = sum(v < vals[n] for v in vals.values())
+            ties = sum(v == vals[n] for v in vals.values())
+            totals[n] += below + (ties + 1) / 2
+    return {n: t / runs for n, t in totals.items()}
 
 
 def markdown(report: dict) -> str:
@@ -108,12 +140,25 @@ def markdown(report: dict) -> str:
             cells = []
             for r in refs:
                 v = row["vs"].get(r)
-                cells.append("" if v is None else f"{v['diff']:+.4f} ± {v['se']:.4f}{' **' if v['distinguishable'] else ''}"
+                cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
                              f" ({v['better']}/{v['worse']})")
             followed = row["followed"]
             fol = "" if not followed else ", ".join(f"{k} {v:.1f}" for k, v in followed.items())
-            lines.append(f"| {sc['scenario']} | {row['method']} | {row['final_loss']:.4f} ± {row['final_loss_se']:.4f} | "
+            lines.append(f"| {sc['scenario']} | {row['method']} | {row['final_loss']:.4g} ± {row['final_loss_se']:.2g} | "
                          + " | ".join(cells) + f" | {fol} |")
+        if "mean_rank" in sc:
+            lines.append("")
+            lines.append("Mean rank per run (1 = best): " + ", ".join(f"{k} {v:.2f}" for k, v in sc["mean_rank"].items()))
+            lines.append("")
+            lines.append("| target | method | " + " | ".join(f"vs {r}" for r in refs) + " |")
+            lines.append("|" + "---|" * (2 + len(refs)))
+            for row in sc["by_target"]:
+                cells = []
+                for r in refs:
+                    v = row["vs"].get(r)
+                    cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
+                                 f" ({v['better']}/{v['worse']})")
+                lines.append(f"| {row['target']} | {row['method']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -196,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--reference", action="append", default=None,
                    help="method(s) to pair against (default: FTS and TS); repeatable")
     a.add_argument("--at", type=int, default=-1, help="iteration index to compare (default: the last)")
+    a.add_argument("--by-target", action="store_true", help="also pair per target agent and rank the methods")
     c = sub.add_parser("cost", help="per-round time of uniform vs learned P_N")
     c.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/learned_weights/cost_cpu.json")
     c.add_argument("--rounds", type=int, default=10)
@@ -205,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.results.is_file():
             ap.error(f"results: no such file {args.results}")
         refs = args.reference or ["FTS", "TS"]
-        report = analyze(args.results, refs, args.at)
+        report = analyze(args.results, refs, args.at, args.by_target)
         report["command"] = "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
         args.results.with_name("paired.json").write_text(json.dumps(report, indent=1))
         plot(report, args.results.with_name("paired.png"), refs[0])

@@ -36,11 +36,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def paired(curves: list[list[float]], reference: list[list[float]], at: int = -1) -> dict:
-    r"""Mean ± s.e. of per-run differences ``curves[r][at] - reference[r][at]`` and a 95% paired t-test."""
+def summary(curve: list[float], at: int | str) -> float:
+    """The loss of one run at iteration ``at``, or averaged over iterations 1..T (``at = "mean"``)."""
+    return sum(curve[1:]) / (len(curve) - 1) if at == "mean" else curve[at]
+
+
+def paired(curves: list[list[float]], reference: list[list[float]], at: int | str = -1) -> dict:
+    r"""Mean ± s.e. of per-run differences ``summary(curves[r]) - summary(reference[r])`` and a 95% paired t-test."""
     from scipy import stats
 
-    diffs = [c[at] - b[at] for c, b in zip(curves, reference, strict=True)]
+    diffs = [summary(c, at) - summary(b, at) for c, b in zip(curves, reference, strict=True)]
     n = len(diffs)
     mean = sum(diffs) / n
     se = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1) / n) if n > 1 else float("nan")
@@ -74,7 +79,7 @@ def objective_kinds(spec: dict) -> list[str] | None:
     return None if kinds is None else [AGENT_KINDS[int(k)] for k in kinds]
 
 
-def analyze(path: Path, references: list[str], at: int, by_target: bool = False) -> dict:
+def analyze(path: Path, references: list[str], at: int | str, by_target: bool = False) -> dict:
     result = json.loads(path.read_text())
     if result.get("experiment") != "fts":
         raise SystemExit(f"error: {path}: expected an FTS experiment's results.json")
@@ -85,8 +90,9 @@ def analyze(path: Path, references: list[str], at: int, by_target: bool = False)
         kinds = objective_kinds(resolved[sc["name"]]["objective"]) if sc["name"] in resolved else None
         rows = []
         for name, m in methods.items():
-            row = {"method": name, "final_loss": sum(c[at] for c in m["runs"]) / len(m["runs"]),
-                   "final_loss_se": statistics.stdev([c[at] for c in m["runs"]]) / math.sqrt(len(m["runs"])),
+            vals = [summary(c, at) for c in m["runs"]]
+            row = {"method": name, "final_loss": sum(vals) / len(vals),
+                   "final_loss_se": statistics.stdev(vals) / math.sqrt(len(vals)),
                    "followed": kinds_followed(m, kinds), "vs": {}}
             for ref in references:
                 if ref in methods and ref != name:
@@ -99,10 +105,22 @@ def analyze(path: Path, references: list[str], at: int, by_target: bool = False)
             entry["by_target"] = per_target(methods, references, at)
             entry["mean_rank"] = mean_ranks(methods, at)
         scenarios.append(entry)
-    return {"source": str(path), "at": at, "references": references, "scenarios": scenarios}
+    pooled = []
+    if len(result["scenarios"]) > 1:  # every scenario's runs together (each run is paired within its scenario)
+        names = [m["name"] for m in result["scenarios"][0]["methods"]]
+        for name in names:
+            row = {"method": name, "vs": {}}
+            for ref in references:
+                pairs = [(m["runs"], {x["name"]: x for x in sc["methods"]}[ref]["runs"])
+                         for sc in result["scenarios"] for m in sc["methods"]
+                         if m["name"] == name and ref != name and ref in {x["name"] for x in sc["methods"]}]
+                if pairs:
+                    row["vs"][ref] = paired([c for a, _ in pairs for c in a], [c for _, b in pairs for c in b], at)
+            pooled.append(row)
+    return {"source": str(path), "at": at, "references": references, "scenarios": scenarios, "pooled": pooled}
 
 
-def per_target(methods: dict, references: list[str], at: int) -> list[dict]:
+def per_target(methods: dict, references: list[str], at: int | str) -> list[dict]:
     """Per target agent: every method's paired difference to each reference over that target's runs."""
     first = next(iter(methods.values()))
     rows = []
@@ -117,13 +135,13 @@ def per_target(methods: dict, references: list[str], at: int) -> list[dict]:
     return rows
 
 
-def mean_ranks(methods: dict, at: int) -> dict[str, float]:
+def mean_ranks(methods: dict, at: int | str) -> dict[str, float]:
     """Each method's rank (1 = lowest final loss, ties averaged) in every run, averaged over runs."""
     names = list(methods)
     runs = len(methods[names[0]]["runs"])
     totals = dict.fromkeys(names, 0.0)
     for i in range(runs):
-        vals = {n: methods[n]["runs"][i][at] for n in names}
+        vals = {n: summary(methods[n]["runs"][i], at) for n in names}
         for n in names:
             below = sum(v < vals[n] for v in vals.values())
             ties = sum(v == vals[n] for v in vals.values())
@@ -133,7 +151,7 @@ def mean_ranks(methods: dict, at: int) -> dict[str, float]:
 
 def markdown(report: dict) -> str:
     refs = report["references"]
-    lines = ["| scenario | method | final loss | " + " | ".join(f"vs {r} (mean ± s.e., better/worse)" for r in refs)
+    lines = ["| scenario | method | loss | " + " | ".join(f"vs {r} (mean ± s.e., better/worse)" for r in refs)
              + " | peers followed per run |", "|" + "---|" * (4 + len(refs))]
     for sc in report["scenarios"]:
         for row in sc["rows"]:
@@ -159,6 +177,13 @@ def markdown(report: dict) -> str:
                     cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
                                  f" ({v['better']}/{v['worse']})")
                 lines.append(f"| {row['target']} | {row['method']} | " + " | ".join(cells) + " |")
+    for row in report.get("pooled", []):
+        cells = []
+        for r in refs:
+            v = row["vs"].get(r)
+            cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
+                         f" ({v['better']}/{v['worse']})")
+        lines.append(f"| all scenarios pooled | {row['method']} | | " + " | ".join(cells) + " | |")
     return "\n".join(lines)
 
 
@@ -184,7 +209,8 @@ def plot(report: dict, path: Path, reference: str) -> None:
         ax.bar(xs, ys, width, yerr=es, capsize=3, label=name)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(scen)), [sc["scenario"] for sc in scen], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel(f"final {scen[0]['loss_name']} minus {reference}'s\n(paired; bars: 95% CI; < 0 is better)")
+    what = {-1: "final", "mean": "mean over iterations of"}.get(report["at"], f"iteration {report['at']}")
+    ax.set_ylabel(f"{what} {scen[0]['loss_name']}\nminus {reference}'s (paired; 95% CI; < 0 is better)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -240,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("results", type=Path)
     a.add_argument("--reference", action="append", default=None,
                    help="method(s) to pair against (default: FTS and TS); repeatable")
-    a.add_argument("--at", type=int, default=-1, help="iteration index to compare (default: the last)")
+    a.add_argument("--at", default="-1", help="iteration index to compare (default: the last), or 'mean': "
+                   "the loss averaged over iterations 1..T (the area under the curve)")
     a.add_argument("--by-target", action="store_true", help="also pair per target agent and rank the methods")
     c = sub.add_parser("cost", help="per-round time of uniform vs learned P_N")
     c.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/learned_weights/cost_cpu.json")
@@ -251,10 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.results.is_file():
             ap.error(f"results: no such file {args.results}")
         refs = args.reference or ["FTS", "TS"]
-        report = analyze(args.results, refs, args.at, args.by_target)
+        at = "mean" if args.at == "mean" else int(args.at)
+        report = analyze(args.results, refs, at, args.by_target)
+        suffix = "" if at == -1 else f"_at_{at}"
         report["command"] = "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
-        args.results.with_name("paired.json").write_text(json.dumps(report, indent=1))
-        plot(report, args.results.with_name("paired.png"), refs[0])
+        args.results.with_name(f"paired{suffix}.json").write_text(json.dumps(report, indent=1))
+        plot(report, args.results.with_name(f"paired{suffix}.png"), refs[0])
         print(markdown(report))
     else:
         report = cost(args.out, args.rounds, args.repeats)

@@ -101,3 +101,22 @@ def test_a_logei_round_reads_no_device_value_on_the_host(monkeypatch):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         agents.own_proposals(2)
     assert [e.name for e in prof.events() if e.name in SYNC_OPS] == []
+
+
+@pytest.mark.cuda
+def test_logei_proposals_on_cuda_match_the_cpu_and_never_synchronize():
+    cpu, _ = _agents("logei", gp_refit_every=0)
+    gpu, _ = _agents("logei", gp_refit_every=0)
+    gpu.keys, gpu._X, gpu._Y, gpu._valid = (t.cuda() for t in (gpu.keys, gpu._X, gpu._Y, gpu._valid))
+    gpu.domain = gpu.domain.to("cuda")
+    for t in (1, 2):  # round 1 fits and captures the CUDA graph, round 2 replays it
+        if t == 2:
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            _, vg = gpu.own_proposals(t)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        _, vc = cpu.own_proposals(t)
+        # the same maximization in another kernel library: values agree to the maximizer's tolerance
+        torch.testing.assert_close(vg.cpu(), vc, atol=1e-6, rtol=1e-6)

@@ -67,6 +67,10 @@ class FederatedThompsonSampling(AcquisitionFunction):
             and (through a derived seed) the GP sample, so construction is
             reproducible.
         q: Number of candidates (independent draws) for parallel evaluations.
+        own_acquisition: What the own-GP branch maximizes: any single-point (q = 1)
+            BoTorch acquisition of the target's model, e.g.
+            ``LogExpectedImprovement(model, best_f)``; ``None`` (default): a pathwise
+            Thompson sample of ``model``, as the papers. Only with ``q = 1``.
 
     Attributes:
         source: ``"own"`` or the chosen message index (q = 1).
@@ -95,6 +99,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         peer_trust: bool = False,
         train_X: Tensor | None = None,
         train_Y: Tensor | None = None,
+        own_acquisition: AcquisitionFunction | None = None,
     ) -> None:
         features = _check_features(features)
         super().__init__(model=model)
@@ -104,6 +109,13 @@ class FederatedThompsonSampling(AcquisitionFunction):
                 f"(got num_outputs={model.num_outputs}, batch_shape={tuple(model.batch_shape)})."
             )
         q = check_int("q", q, minimum=1)
+        if own_acquisition is not None:
+            if not isinstance(own_acquisition, AcquisitionFunction):
+                raise ValueError("`own_acquisition` must be a BoTorch AcquisitionFunction (or None for a Thompson "
+                                 f"sample), got {type(own_acquisition).__name__}.")
+            if q != 1:
+                raise ValueError(f"`own_acquisition` is supported with q = 1 (one candidate), got q = {q}; "
+                                 "leave it None for Thompson samples of q candidates.")
         p_t = check_probability("p_t", p_t)
         check_agent_weights(agent_weights)
         if not isinstance(peer_trust, bool):
@@ -155,7 +167,8 @@ class FederatedThompsonSampling(AcquisitionFunction):
         self._own_slots = own
         self._agent_slots = [j for j, s in enumerate(self.sources) if s != "own"]
         self.paths = None
-        if own:
+        self.own_acquisition = own_acquisition
+        if own and own_acquisition is None:
             seed = None
             if generator is not None:
                 seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device).item())
@@ -188,7 +201,9 @@ class FederatedThompsonSampling(AcquisitionFunction):
         if X.shape[-2] != self.q:
             raise ValueError(f"This acquisition was drawn for q = {self.q} candidates, got X with q = {X.shape[-2]}.")
         total = torch.zeros(X.shape[:-2], dtype=X.dtype, device=X.device)
-        if self._own_slots:
+        if self._own_slots and self.own_acquisition is not None:  # q = 1
+            total = total + self.own_acquisition(X[..., self._own_slots, :])
+        elif self._own_slots:
             X_own = X[..., self._own_slots, :].unsqueeze(-2)  # b x q_own x 1 x d
             total = total + self.paths(X_own).squeeze(-1).sum(-1)
         if self._agent_slots:

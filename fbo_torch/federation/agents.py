@@ -7,7 +7,8 @@ methods are the steps of a round —
 
 * :meth:`Agents.message`: draw ``ω_n`` from the RFF posterior (the only thing an agent sends);
 * :meth:`Agents.own_proposals`: refit (on schedule) and sample the own GP,
-  maximize the sample (the own branch of Thompson sampling);
+  maximize the sample (the own branch of Thompson sampling), or maximize an
+  analytic acquisition of it (``own_acquisition``: LogEI, UCB);
 * :meth:`Agents.use_own`: the ``p_t`` coin;
 * :meth:`Agents.observe`: add the evaluated point (a failed evaluation is
   recorded and left out of the models).
@@ -35,6 +36,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fbo_torch.acquisition.batched import (
+    BatchedAnalyticAcquisition,
+    BatchedLogExpectedImprovement,
+    BatchedUpperConfidenceBound,
+)
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.partition import SubRegionPartition
@@ -197,11 +203,40 @@ class Agents:
         return self.train_X, self.train_Y, self.mask
 
     def own_proposals(self, round: int) -> tuple[Tensor, Tensor]:
-        r"""Each agent's maximizer of a Thompson sample of its own GP: ``(B x d, B)``."""
+        r"""Each agent's maximizer of its own GP's acquisition (``settings.own_acquisition``):
+        ``(B x d, B)`` points and the values reached.
+
+        ``"ts"``: a Thompson sample (Matheron path from the agent's key); ``"logei"``:
+        log expected improvement over the agent's best valid observation; ``"ucb"``: the
+        upper confidence bound with ``β = ucb_beta``. All agents are maximized in one batch.
+        """
         model = self.gp()
-        F = self.settings.gp_sample_features or 1024
-        paths = model.draw_paths(self.round_keys(round, "own-sample"), num_features=F)
-        return self.domain.maximize(paths, self.num_agents, keys=self.round_keys(round, "own-maximize"))
+        keys = self.round_keys(round, "own-maximize")
+        if self.settings.own_acquisition == "ts":
+            F = self.settings.gp_sample_features or 1024
+            paths = model.draw_paths(self.round_keys(round, "own-sample"), num_features=F)
+            return self.domain.maximize(paths, self.num_agents, keys=keys)
+        return self.domain.maximize(self.own_acquisition(model), self.num_agents, keys=keys)
+
+    def own_acquisition(self, model: BatchedExactGP) -> BatchedAnalyticAcquisition:
+        r"""The agents' analytic acquisition on ``model`` (their GPs) for ``own_acquisition``
+        ``"logei"`` or ``"ucb"``: a ``B x C x d -> B x C`` function (:mod:`fbo_torch.acquisition.batched`)."""
+        s = self.settings
+        posterior = model.posterior_moments()
+        if s.own_acquisition == "ucb":
+            return BatchedUpperConfidenceBound(posterior, s.ucb_beta)
+        if s.own_acquisition != "logei":
+            raise ValueError(f"`own_acquisition` {s.own_acquisition!r} has no analytic acquisition "
+                             "(expected 'logei' or 'ucb').")
+        return BatchedLogExpectedImprovement(posterior, self.best_observed(model))
+
+    def best_observed(self, model: BatchedExactGP | None = None) -> Tensor:
+        r"""``B``: each agent's best valid observation so far (LogEI's ``best_f``). An agent
+        without any valid observation gets its GP's standardization mean (``model``'s, else 0),
+        where its posterior is the prior: expected improvement is then the same everywhere."""
+        best = torch.where(self._valid, self._Y, -torch.inf).amax(-1)
+        fallback = torch.zeros_like(best) if model is None else model.y_mean
+        return torch.where(torch.isfinite(best), best, fallback)
 
     def use_own(self, round: int, p: float) -> Tensor:
         r"""``B`` booleans: with probability ``p`` the agent follows its own GP this round
@@ -212,8 +247,8 @@ class Agents:
         r"""Each agent's query of round ``round`` (FTS / DP-FTS-DE Algorithm 1's choice).
 
         With probability ``p`` (always when ``X_broadcast`` is ``None``: nothing
-        was received) the maximizer of a Thompson sample of the agent's own GP,
-        otherwise ``X_broadcast`` (the maximizer of what it received).
+        was received) the agent's own proposal (:meth:`own_proposals`: the maximizer
+        of a Thompson sample of its own GP, or of ``own_acquisition``), otherwise ``X_broadcast`` (the maximizer of what it received).
 
         Args:
             round: The round.

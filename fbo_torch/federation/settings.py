@@ -53,6 +53,10 @@ def check_finite_positive(name: str, value: Any, what: str = "a finite number > 
         raise ValueError(f"`{name}` must be {what}, got {value!r}.")
 
 
+#: Values of ``own_acquisition``: what an agent maximizes on its own GP.
+OWN_ACQUISITIONS = ("ts", "logei", "ucb")
+
+
 @dataclass
 class MethodSettings:
     r"""Fields common to :class:`FTSSettings` and :class:`DPFTSDESettings`.
@@ -82,6 +86,13 @@ class MethodSettings:
         gp_sample_features: Random features of the pathwise prior in each GP
             Thompson sample (256; None: BoTorch's default, 1024, about 4x slower;
             the reference implementation used 100 features for its own samples).
+        own_acquisition: What an agent maximizes on its own GP's branch (probability
+            ``p_t``): ``"ts"``, a Thompson sample (the papers' choice); ``"logei"``,
+            BoTorch's analytic ``LogExpectedImprovement`` with ``best_f`` the agent's
+            best valid observation so far; ``"ucb"``, ``UpperConfidenceBound`` with
+            ``β = ucb_beta`` (:mod:`fbo_torch.acquisition.batched`, all agents in one
+            batch). RGPE and TAF have acquisitions of their own and ignore it.
+        ucb_beta: ``β ≥ 0`` of ``own_acquisition="ucb"``.
         faults: Fault injection for robustness studies, ``{eval_failure_rate: r,
             dropout_rate: r, byzantine_rate: r, byzantine_kind: nan | inf | huge |
             random}``: each agent's evaluation fails (returns NaN) with
@@ -108,6 +119,8 @@ class MethodSettings:
     gp_restarts: int = 0
     gp_warm_start: bool = False
     repeated_query: str = "keep"
+    own_acquisition: str = "ts"
+    ucb_beta: float = 2.0
     faults: dict | None = None
 
     def __post_init__(self) -> None:
@@ -125,6 +138,11 @@ class MethodSettings:
             raise ValueError(f"`gp_warm_start` must be true or false, got {self.gp_warm_start!r}.")
         if self.repeated_query not in ("keep", "random"):
             raise ValueError(f"`repeated_query` must be 'keep' or 'random', got {self.repeated_query!r}.")
+        if self.own_acquisition not in OWN_ACQUISITIONS:
+            raise ValueError(f"`own_acquisition` must be one of {OWN_ACQUISITIONS}, got {self.own_acquisition!r}.")
+        b = self.ucb_beta
+        if isinstance(b, bool) or not (isinstance(b, (int, float)) and math.isfinite(b) and b >= 0):
+            raise ValueError(f"`ucb_beta` must be a finite number >= 0, got {b!r}.")
         if self.gp_sample_features is not None:
             check_int("gp_sample_features", self.gp_sample_features, minimum=2)
             if self.gp_sample_features % 2:

@@ -14,6 +14,9 @@ operations:
 * **Fit** by :func:`~fbo_torch.optim.quasi_newton.minimize_batched` (batched
   BFGS, every agent its own convergence, a fixed iteration cap, no host
   synchronization), warm-started from the previous hyperparameters.
+* **Posterior** mean and variance (:meth:`BatchedExactGP.posterior`, factored once by
+  :meth:`BatchedExactGP.posterior_moments`) with closed-form input gradients, for
+  analytic acquisitions (:mod:`fbo_torch.acquisition.batched`).
 * **Thompson samples** as Matheron paths (Wilson et al., 2020), exactly
   BoTorch's ``draw_matheron_paths`` construction (``F/2`` random frequencies,
   ``[sin, cos]`` features, data update through ``(K + σ²I)⁻¹``), with random
@@ -42,6 +45,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from fbo_torch.models.gp_posterior import BatchedGPPosterior
 from fbo_torch.optim.quasi_newton import minimize_batched
 from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
@@ -554,6 +558,22 @@ class BatchedExactGP:
             L2 = torch.linalg.cholesky_ex(K + jitter)[0]
             self._chol = torch.where((info == 0).view(-1, 1, 1), L, L2)
         return self._chol
+
+    def posterior_moments(self) -> BatchedGPPosterior:
+        r"""The agents' posteriors at the current hyperparameters, factored once: a
+        :class:`~fbo_torch.models.gp_posterior.BatchedGPPosterior`, callable on ``B x C x d``
+        points (mean, variance and their input gradients)."""
+        return BatchedGPPosterior.from_gp(self)
+
+    def posterior(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Posterior mean and variance of the latent function at ``B x C x d`` domain points.
+
+        Returns:
+            ``(mean, variance)``, ``B x C`` each, in the original outcome units: agent ``b``'s
+            equal ``to_botorch(b).posterior(X[b])``'s ``mean`` and ``variance`` (no observation
+            noise) to float64 round-off. For many evaluations, factor once with :meth:`posterior_moments`.
+        """
+        return self.posterior_moments()(X)
 
     def draw_paths(self, keys: Tensor, num_features: int = 256) -> GPThompsonPaths:
         r"""One Thompson sample (Matheron path) per agent, from the agents' keyed streams.

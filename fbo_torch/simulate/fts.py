@@ -233,7 +233,8 @@ class FTSRunner:
             self.features = settings.features(objective.dim, device=dev)
             extra = settings.num_iterations if settings.communication == "every-round" else 0
             self.others = Agents(history.keys.to(dev), history.train_X.to(dev), history.train_Y.to(dev), self.domain,
-                                 dataclasses.replace(settings, gp_refit_every=1), self.features, capacity=extra)
+                                 dataclasses.replace(settings, gp_refit_every=1, own_acquisition="ts"),
+                                 self.features, capacity=extra)  # the other agents run standard TS
             self.others.gp_updates = history.agents.gp_updates
             self.others.gp_params = history.agents.gp_params
             self.history_rounds = history.rounds

@@ -193,6 +193,33 @@ def test_fts_continues_after_every_message_is_used(rff, gp):
         torch.testing.assert_close(a(Xt), b(Xt), atol=0, rtol=0)
 
 
+def test_fts_own_branch_takes_a_botorch_acquisition(rff, gp):
+    # p_t = 1: FTS is the own acquisition, so optimize_acqf returns LogEI's maximizer (same seed)
+    from botorch.acquisition import LogExpectedImprovement
+
+    best_f = gp.train_targets.max()
+    msgs = torch.randn(3, 60, generator=torch.Generator().manual_seed(0), dtype=f64)
+    logei = LogExpectedImprovement(gp, best_f=best_f)
+    acqf = FederatedThompsonSampling(gp, msgs, rff, p_t=1.0, own_acquisition=logei)
+    assert acqf.source == "own" and acqf.paths is None
+    Xt = torch.rand(6, 1, 2, generator=torch.Generator().manual_seed(1), dtype=f64)
+    with torch.no_grad():
+        torch.testing.assert_close(acqf(Xt), logei(Xt), atol=0, rtol=0)
+    found = []
+    for f in (acqf, LogExpectedImprovement(gp, best_f=best_f)):
+        torch.manual_seed(5)
+        found.append(optimize_acqf(f, BOUNDS, q=1, num_restarts=4, raw_samples=128))
+    torch.testing.assert_close(found[0], found[1], atol=0, rtol=0)
+    # the message branch is unchanged by it
+    msg = FederatedThompsonSampling(gp, msgs, rff, p_t=0.0, own_acquisition=logei,
+                                    generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(msg(Xt), rff(Xt.squeeze(1)) @ msgs[msg.source])
+    with pytest.raises(ValueError, match="`own_acquisition` is supported with q = 1"):
+        FederatedThompsonSampling(gp, msgs, rff, p_t=1.0, q=2, own_acquisition=logei)
+    with pytest.raises(ValueError, match="`own_acquisition` must be a BoTorch AcquisitionFunction"):
+        FederatedThompsonSampling(gp, msgs, rff, p_t=1.0, own_acquisition=lambda X: X.sum())
+
+
 def test_fts_with_rff_model_as_target(rff):
     # issue 13.2: the own branch needs pathwise sampling of the target model; RFFBayesianLinear had none
     from fbo_torch.models import RFFBayesianLinear

@@ -268,3 +268,61 @@ def test_paths_report_their_lengthscales_in_input_units():
     torch.testing.assert_close(paths.lengthscales(), want, atol=0, rtol=0)
     again = GPThompsonPaths.from_graph_state(*paths.graph_state())
     torch.testing.assert_close(again.lengthscales(), want, atol=0, rtol=0)
+
+
+def _masked_gp(spec, B=4, n=12, d=3, seed=11):
+    """A fitted batch where agent 1 has two failed (NaN, masked) evaluations."""
+    X, Y, bounds = _data(B=B, n=n, d=d, seed=seed)
+    mask = torch.ones(B, n, dtype=torch.bool)
+    mask[1, [2, 7]] = False
+    Y = Y.clone()
+    Y[1, [2, 7]] = float("nan")
+    return BatchedExactGP(X, Y, bounds, spec=spec, mask=mask).fit(maxiter=30), X, bounds
+
+
+@pytest.mark.parametrize("spec", ["botorch", "rbf", "authors"])
+def test_posterior_equals_botorch_posterior(spec):
+    # each agent's mean and variance (original units, no observation noise) are those of its
+    # SingleTaskGP; the masked agent's GP is the one on its valid observations. Both are float64
+    # Cholesky solves of a 12 x 12 system: agreement to ~1e-14 (1e-11 leaves room, not slack)
+    gp, X, bounds = _masked_gp(spec)
+    gen = torch.Generator().manual_seed(1)
+    Xt = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(4, 9, 3, generator=gen, dtype=f64)
+    Xt[:, 0] = X[:, 0]  # at an observation (variance ~ noise: cancellation in σ_f² − kᵀK⁻¹k)
+    Xt[1, 1] = X[1, 2]  # at the failed evaluation's input: no data there
+    mean, var = gp.posterior(Xt)
+    assert mean.shape == var.shape == (4, 9) and mean.dtype == f64
+    for b in range(4):
+        post = gp.to_botorch(b).posterior(Xt[b])
+        torch.testing.assert_close(mean[b], post.mean.squeeze(-1).detach(), atol=1e-11, rtol=1e-11)
+        torch.testing.assert_close(var[b], post.variance.squeeze(-1).detach(), atol=1e-11, rtol=1e-11)
+    # the failed observation does not enter: agent 1's posterior equals a GP without those points
+    keep = gp.mask[1]
+    alone = BatchedExactGP(X[1:2, keep], gp.y_mean[1] + gp.y_std[1] * gp.y[1:2, keep].unsqueeze(-1), bounds,
+                           spec=spec, params=gp.params[1:2])
+    m1, v1 = alone.posterior(Xt[1:2])
+    torch.testing.assert_close(m1[0], mean[1], atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(v1[0], var[1], atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("spec", ["botorch", "authors"])
+def test_posterior_closed_form_gradients_equal_autograd(spec):
+    # away from observed inputs (where the expansion ‖a‖² + ‖b‖² − 2aᵀb rounds to 0 and is
+    # clamped, autograd drops that point's term; the closed form keeps it)
+    gp, X, bounds = _masked_gp(spec, seed=12)
+    post = gp.posterior_moments()
+    gen = torch.Generator().manual_seed(2)
+    Xq = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(4, 6, 3, generator=gen, dtype=f64)
+    mean, var, dm, dv = post.moments(Xq, grad=True)
+    Xg = Xq.clone().requires_grad_(True)
+    m, v = post(Xg)
+    gm, gv = (torch.autograd.grad(t.sum(), Xg, retain_graph=True)[0] for t in (m, v))
+    torch.testing.assert_close(dm, gm, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(dv, gv, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close((mean, var), (m.detach(), v.detach()), atol=0, rtol=0)
+    # a sub-batch and a rebuilt copy are the same posteriors
+    idx = torch.tensor([3, 1, 1])
+    torch.testing.assert_close(post.take(idx)(Xq[idx]), (mean[idx], var[idx]), atol=0, rtol=0)
+    again = type(post).from_graph_state(*post.graph_state())
+    torch.testing.assert_close(again(Xq), post(Xq), atol=0, rtol=0)
+    torch.testing.assert_close(post.lengthscales(), gp.hyperparameters["lengthscale"] * (bounds[1] - bounds[0]))

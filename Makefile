@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so no other requirement can pick a CUDA build
 	$(PIP) install -q -c constraints.txt torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e '.[dev,vision,flower]'
+	$(PIP) install -q -c constraints.txt -e '.[dev,vision,flower,ax]'
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: nvidia-* wheels were installed; check constraints.txt" >&2; exit 1; fi
 	touch $(STAMP)

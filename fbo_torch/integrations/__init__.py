@@ -1,0 +1,8 @@
+r"""Bridges to other optimization frameworks, each behind an optional extra.
+
+* :mod:`~fbo_torch.integrations.ax` — federated Thompson sampling as a
+  generation step of `Ax <https://ax.dev>`_ experiments (extra ``fbo_torch[ax]``).
+
+Importing this package imports none of them; each module imports its framework
+when it is imported itself.
+"""

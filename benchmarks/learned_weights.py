@@ -7,7 +7,7 @@ minus a reference method's, run by run: mean, standard error and a two-sided
 paired t-test at 95% (``df = runs - 1``). For objectives that say which peers
 are helpful, useless or adversarial (``kind_of_agent``) it also counts which
 kind of peer each FTS method followed. Writes ``paired.json`` and
-``paired.png`` beside the input and prints a Markdown table.
+``paired.png`` beside the input, and a Markdown table (``paired.md``, also printed).
 
 ``cost``: per-round wall time of FTS with uniform and with learned ``P_N``
 (and peer trust) on the same federation, rounds interleaved so that the
@@ -284,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         report["command"] = "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
         args.results.with_name(f"paired{suffix}.json").write_text(json.dumps(report, indent=1))
         plot(report, args.results.with_name(f"paired{suffix}.png"), refs[0])
-        print(markdown(report))
+        table = markdown(report)
+        args.results.with_name(f"paired{suffix}.md").write_text(f"`{report['command']}`\n\n{table}\n")
+        print(table)
     else:
         report = cost(args.out, args.rounds, args.repeats)
         print(json.dumps({k: report[k] for k in ("per_round", "scoring_alone_s", "overhead_learned",

@@ -56,14 +56,15 @@ def paired(curves: list[list[float]], reference: list[list[float]], at: int | st
 
 
 def kinds_followed(method: dict, kind_of_agent: list[str] | None) -> dict[str, float] | None:
-    """Per run on average: how many queries followed a peer of each kind."""
-    if kind_of_agent is None or "sources" not in method:
+    """Per run on average: how many queries followed a peer of each kind (``"peer"`` when kinds are unknown)."""
+    if "sources" not in method:
         return None
     counts: dict[str, float] = {}
     for row in method["sources"]:
         for s in row:
             if s >= 0:
-                counts[kind_of_agent[s]] = counts.get(kind_of_agent[s], 0) + 1
+                kind = "peer" if kind_of_agent is None else kind_of_agent[s]
+                counts[kind] = counts.get(kind, 0) + 1
     runs = max(1, len(method["sources"]))
     return {k: v / runs for k, v in sorted(counts.items())}
 

@@ -224,3 +224,28 @@ methods:
     bad = tmp_path / "bad.yaml"
     bad.write_text(cfg.read_text().replace("agent_weights: learned}", "agent_weights: smart}", 1))
     assert main(["run", str(bad), "--out", str(tmp_path / "out2"), "--no-progress"]) == 2
+
+
+def test_simulator_learned_weights_avoid_adversarial_peers():
+    # half of every target's 10 peers are adversarial (1 - f); with p_t = 0 every query follows a
+    # peer (one-shot: 10 iterations use every message once, so compare the first 5 draws): uniform
+    # P_N draws adversarial peers half the time, learned P_N (from 5-9 own observations) far less
+    from fbo_torch.objectives import GPSampleGridFederation
+    from fbo_torch.objectives.synthetic import AGENT_KINDS
+    from fbo_torch.optim.domain import Domain
+    from fbo_torch.simulate.fts import FederationHistory, FTSRunner
+
+    obj = GPSampleGridFederation(num_groups=4, agents_per_group=11, grid_size=200, perturbation=0.02,
+                                 adversarial_fraction=0.5, seed=1)
+    dom = Domain(obj.bounds, obj.candidates)
+    hist = FederationHistory(obj, dom, t_n=30, seed=0)
+    adversarial = AGENT_KINDS.index("adversarial")
+    share = {}
+    for weights in ("uniform", "learned"):
+        s = FTSSettings(num_iterations=5, num_init=5, agent_weights=weights, p_t=0.0, num_features=50)
+        res = FTSRunner(obj, s, obj.targets, 5, history=hist, seed=0).run()
+        assert (res.sources >= 0).all()
+        share[weights] = (obj.kind_of_agent[res.sources] == adversarial).float().mean().item()
+    # 100 draws: uniform's share has s.e. 0.05 around 0.5
+    assert 0.3 < share["uniform"] < 0.7
+    assert share["learned"] < 0.2, share  # 0.13 with this seed

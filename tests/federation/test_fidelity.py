@@ -248,4 +248,4 @@ def test_simulator_learned_weights_avoid_adversarial_peers():
         share[weights] = (obj.kind_of_agent[res.sources] == adversarial).float().mean().item()
     # 100 draws: uniform's share has s.e. 0.05 around 0.5
     assert 0.3 < share["uniform"] < 0.7
-    assert share["learned"] < 0.2, share  # 0.13 with this seed
+    assert share["learned"] < 0.2, share  # at most 20 of 100 draws: six s.e. below uniform

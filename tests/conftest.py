@@ -19,3 +19,19 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(params=DEVICES)
 def device(request):
     return torch.device(request.param)
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every figure saved during the test (they are saved, then inspected)."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    real = Figure.savefig
+
+    def spy(self, *args, **kwargs):
+        saved.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return saved

@@ -74,6 +74,7 @@ from fbo_torch.utils.validation import (
     check_last_dim,
     check_positive,
     check_tensor,
+    warn_outside_unit_cube,
 )
 
 
@@ -299,7 +300,10 @@ class RFFBayesianLinear(_RFFWeightModel):
             ``n < M``); both are exact and give the same posterior.
         input_transform: Optional BoTorch ``InputTransform``, fitted on
             ``train_X`` here and then fixed; the features see transformed inputs,
-            so weight vectors ``ω`` live on the transformed input space.
+            so weight vectors ``ω`` live on the transformed input space
+            (:meth:`messages` says which). Without one, training inputs outside
+            the unit cube give an ``InputDataWarning``: the map's lengthscale is
+            in the units of the inputs it sees.
         outcome_transform: Optional BoTorch ``OutcomeTransform`` (e.g.
             ``Standardize(m=1, batch_shape=[N])``), fitted on ``train_Y`` here and
             then fixed; ``ω`` and ``σ²`` are on the transformed scale and
@@ -362,6 +366,9 @@ class RFFBayesianLinear(_RFFWeightModel):
         check_finite("train_Y", torch.where(valid.unsqueeze(-1), train_Y, 0.0))
         noise = _noise_tensor(noise_variance, N, train_X)
 
+        if input_transform is None:
+            warn_outside_unit_cube("The training inputs of RFFBayesianLinear", torch.where(
+                valid.unsqueeze(-1), train_X, 0.5), features.lengthscale)
         self.features = features
         self._given_transforms = {"input_transform": input_transform, "outcome_transform": outcome_transform}
         if input_transform is not None:

@@ -16,6 +16,7 @@ from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.fit import SharedFeatureFit, fit_shared_features
 from fbo_torch.kernels import SharedRFFKernel, _deprecated_alias
 from fbo_torch.models import BatchedExactGP, RFFBayesianLinear
+from fbo_torch.optim.optimize import optimize_acqf_batched
 from fbo_torch.sampling import pathwise as _pathwise  # noqa: F401  (registers with BoTorch)
 
 __version__ = "0.1.0"
@@ -27,6 +28,7 @@ __all__ = [
     "SharedFeatureFit",
     "SharedRFFKernel",
     "fit_shared_features",
+    "optimize_acqf_batched",
 ]
 
 

@@ -13,7 +13,9 @@ problem's incumbent) and ``PosteriorMean``:
 with the same budget (``raw_samples`` raw points and ``num_restarts`` restarts per
 problem). Quality is paired: each problem's acquisition (its unbatched one) at
 both methods' candidates, difference batched − per-problem. Time is the wall
-time of all ``B`` problems.
+time and the process's CPU time of all ``B`` problems, each the median of
+``--repeats`` runs (the same seeds, so the same candidates). On a shared machine
+wall times vary several-fold with the other processes' load; CPU time much less.
 
 Usage::
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 import warnings
@@ -64,7 +67,8 @@ def acquisition(name: str, model, best_f):
     return PosteriorMean(model)
 
 
-def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_restarts: int) -> list[dict]:
+def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_restarts: int,
+        repeats: int) -> list[dict]:
     from botorch.optim import optimize_acqf
 
     from fbo_torch.optim import optimize_acqf_batched
@@ -75,20 +79,26 @@ def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_rest
     for name in ACQUISITIONS:
         single_acqfs = [acquisition(name, m, Y[b].max()) for b, m in enumerate(singles)]
         acqf = acquisition(name, batched, Y.amax(-2))  # best_f: B x 1
-        sync()
-        t0 = time.perf_counter()
-        Xb, vb = optimize_acqf_batched(acqf, bounds, num_restarts=num_restarts, raw_samples=raw_samples,
-                                       options={"seed": 0})
-        sync()
-        t_batched = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        Xs = []
-        for b, a in enumerate(single_acqfs):
-            torch.manual_seed(b)
-            x, _ = optimize_acqf(a, bounds, q=1, num_restarts=num_restarts, raw_samples=raw_samples)
-            Xs.append(x)
-        sync()
-        t_single = time.perf_counter() - t0
+        times_b, times_s, cpu_b, cpu_s = [], [], [], []
+        for _ in range(repeats):  # the same seeds every time: the same candidates, the median time
+            sync()
+            t0, c0 = time.perf_counter(), time.process_time()
+            Xb, vb = optimize_acqf_batched(acqf, bounds, num_restarts=num_restarts, raw_samples=raw_samples,
+                                           options={"seed": 0})
+            sync()
+            times_b.append(time.perf_counter() - t0)
+            cpu_b.append(time.process_time() - c0)
+            t0, c0 = time.perf_counter(), time.process_time()
+            Xs = []
+            for b, a in enumerate(single_acqfs):
+                torch.manual_seed(b)
+                x, _ = optimize_acqf(a, bounds, q=1, num_restarts=num_restarts, raw_samples=raw_samples)
+                Xs.append(x)
+            sync()
+            times_s.append(time.perf_counter() - t0)
+            cpu_s.append(time.process_time() - c0)
+        t_batched, t_single = statistics.median(times_b), statistics.median(times_s)
+        c_batched, c_single = statistics.median(cpu_b), statistics.median(cpu_s)
         with torch.no_grad():  # both methods' candidates, scored by each problem's own acquisition
             v_batched = torch.cat([a(Xb[b : b + 1]) for b, a in enumerate(single_acqfs)])
             v_single = torch.cat([a(x.unsqueeze(0)) for a, x in zip(single_acqfs, Xs)])
@@ -97,6 +107,9 @@ def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_rest
         rows.append({
             "B": B, "acquisition": name, "d": d, "n": n, "raw_samples": raw_samples, "num_restarts": num_restarts,
             "seconds_batched": t_batched, "seconds_optimize_acqf": t_single, "speedup": t_single / t_batched,
+            "cpu_seconds_batched": c_batched, "cpu_seconds_optimize_acqf": c_single,
+            "cpu_speedup": c_single / c_batched,
+            "repeats_seconds_batched": times_b, "repeats_seconds_optimize_acqf": times_s,
             "diff_mean": diff.mean().item(), "diff_min": diff.min().item(), "diff_max": diff.max().item(),
             "batched_worse": int((diff < -1e-6 * scale).sum()), "batched_better": int((diff > 1e-6 * scale).sum()),
             "values_consistent": bool(torch.allclose(vb.cpu(), v_batched.cpu(), atol=1e-9, rtol=1e-9)),
@@ -104,7 +117,7 @@ def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_rest
         })
         r = rows[-1]
         print(f"B={B:<3} {name:<23} batched {t_batched:6.2f} s  optimize_acqf {t_single:6.2f} s  "
-              f"x{r['speedup']:.1f}   value diff mean {r['diff_mean']:+.2e} min {r['diff_min']:+.2e}  "
+              f"x{r['speedup']:.1f} (CPU time x{r['cpu_speedup']:.1f})   value diff mean {r['diff_mean']:+.2e} min {r['diff_min']:+.2e}  "
               f"worse/better {r['batched_worse']}/{r['batched_better']}", flush=True)
     return rows
 
@@ -121,8 +134,8 @@ def plot(result: dict, path: Path) -> None:
         rs = [r for r in rows if r["acquisition"] == name]
         Bs = [r["B"] for r in rs]
         c = f"C{j}"
-        axes[0].plot(Bs, [r["seconds_batched"] for r in rs], "o-", color=c, label=f"{name} batched")
-        axes[0].plot(Bs, [r["seconds_optimize_acqf"] for r in rs], "s--", color=c, label=f"{name} optimize_acqf")
+        axes[0].plot(Bs, [r["cpu_seconds_batched"] for r in rs], "o-", color=c, label=f"{name} batched")
+        axes[0].plot(Bs, [r["cpu_seconds_optimize_acqf"] for r in rs], "s--", color=c, label=f"{name} optimize_acqf")
         for r in rs:
             x = r["B"] * (1 + 0.12 * (j - 1))
             axes[1].scatter([x] * len(r["diffs"]), r["diffs"], s=8, color=c, alpha=0.6,
@@ -130,7 +143,7 @@ def plot(result: dict, path: Path) -> None:
     axes[0].set_xscale("log")
     axes[0].set_yscale("log")
     axes[0].set_xlabel("problems B")
-    axes[0].set_ylabel("wall time, all problems (s)")
+    axes[0].set_ylabel("CPU time, all problems (s)")
     axes[0].set_title(f"time ({result['machine']['device']}, {result['machine']['torch_threads']} threads)", fontsize=9)
     axes[0].legend(fontsize=6)
     axes[1].set_xscale("log")
@@ -157,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--raw-samples", type=int, default=256)
     ap.add_argument("--num-restarts", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per cell (median reported)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true")
@@ -164,15 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
-        args.problems, args.raw_samples, args.num_restarts = [3], 64, 2
+        args.problems, args.raw_samples, args.num_restarts, args.repeats = [3], 64, 2, 1
     warnings.filterwarnings("ignore", message=".*optimization failed.*")  # BoTorch's restart notices
     device = torch.device(args.device)
     t0 = time.perf_counter()
     rows = [row for B in args.problems for row in run(B, device, args.dim, args.n, args.raw_samples,
-                                                       args.num_restarts)]
+                                                       args.num_restarts, args.repeats)]
     result = {"benchmark": "batched_acqf", "machine": machine_info(args.device), "settings": {
         "problems": args.problems, "dim": args.dim, "n": args.n, "raw_samples": args.raw_samples,
-        "num_restarts": args.num_restarts, "quick": args.quick}, "total_seconds": time.perf_counter() - t0,
+        "num_restarts": args.num_restarts, "repeats": args.repeats, "quick": args.quick}, "total_seconds": time.perf_counter() - t0,
         "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     tag = "quick" if args.quick else args.device

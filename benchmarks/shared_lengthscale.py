@@ -16,7 +16,7 @@ against a raw-input map of lengthscale 0.2 (in Branin's units) and the std of Y.
 
 Usage::
 
-    python benchmarks/shared_lengthscale.py          # 3 federations of 8 peers
+    python benchmarks/shared_lengthscale.py          # 4 federations of 8 peers, 50 points each
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     from fbo_torch import RandomFourierFeatures, fit_shared_features
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--federations", type=int, default=3)
+    ap.add_argument("--federations", type=int, default=4)
     ap.add_argument("--peers", type=int, default=8)
-    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--num-features", type=int, default=200, help="M of the guessed maps")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")

@@ -3,8 +3,10 @@ r"""Choosing the shared feature map from data: its lengthscale and its number of
 Every agent of a federation must build the *same* map ``φ``, so its
 lengthscale cannot be refitted by each agent as a GP's would be: it is fixed
 before the run, from data the federation may use (pooled initial evaluations,
-public data, or each agent's initial data). A guess is costly: on Branin, the
-regret at a message's maximizer changes several-fold over ``ℓ ∈ [0.1, 0.5]``.
+public data, or each agent's initial data). A guess is costly: on Branin a
+peer's posterior error doubles between ``ℓ = 0.2`` and ``0.1`` (normalized
+units), and a lengthscale meant for normalized inputs applied to raw ones gives
+an RFF GP no better than the mean (``docs/design.md``).
 
 :func:`fit_shared_features` fits it by maximum marginal likelihood, BoTorch's
 way (``SingleTaskGP`` + ``fit_gpytorch_mll``), with an isotropic RBF kernel on
@@ -230,8 +232,8 @@ def suggest_num_features(
         max_features: Cap; a larger need is capped with a warning.
 
     Example:
-        >>> suggest_num_features(0.2, 2)    # 133
-        >>> suggest_num_features(0.1, 4)    # 4096, with a warning (about 6,400 needed)
+        >>> suggest_num_features(0.2, 2)    # 129
+        >>> suggest_num_features(0.1, 4)    # 4096, with a warning (about 7,400 needed)
     """
     dim = check_int("dim", dim, minimum=1)
     check_positive("kernel_error", kernel_error)

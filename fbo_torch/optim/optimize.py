@@ -34,7 +34,7 @@ OPTIONS = ("maxiter", "gtol", "ftol", "seed", "eta", "max_points", "refine")
 #: and 50 iterations. All restarts of all problems iterate until the slowest has converged (the acquisition
 #: cannot be evaluated on a subset of the model's batch), so the cap bounds the time: restarts need a median of
 #: 13-17 BFGS iterations and a 99th percentile of 36-58 on the benchmark's problems (B = 64), and a cap of 50
-#: instead of 200 gave the same values to 1e-12 in a third of the time (docs/design.md).
+#: instead of 200 gave the same values to 1e-12 (docs/design.md).
 DEFAULT_OPTIONS = {"maxiter": 50, "gtol": 1e-5, "ftol": 2.220446049250313e-09}
 
 

@@ -132,4 +132,5 @@ def test_batched_acqf_quick(tmp_path):
     for r in rows:
         assert r["values_consistent"] and len(r["diffs"]) == 3
         assert math.isclose(r["speedup"], r["seconds_optimize_acqf"] / r["seconds_batched"], rel_tol=1e-9)
+        assert math.isclose(r["cpu_speedup"], r["cpu_seconds_optimize_acqf"] / r["cpu_seconds_batched"], rel_tol=1e-9)
         assert r["batched_worse"] + r["batched_better"] <= 3 and r["diff_min"] <= r["diff_mean"] <= r["diff_max"]

@@ -89,6 +89,8 @@ class FederatedThompsonSampling(AcquisitionFunction):
 
     Example:
         >>> acqf = FederatedThompsonSampling(gp, messages, rff, p_t=0.5)
+        >>> # peers normalized their inputs: their messages say so (or pass input_transform=)
+        >>> acqf = FederatedThompsonSampling(gp, peers.messages(), rff, p_t=0.5)
         >>> x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=10, raw_samples=512)
         >>> acqf.source   # log it; in one-shot mode remove that message afterwards
     """

@@ -141,6 +141,10 @@ class MessageSpace(Module):
     Args:
         bounds: ``2 x d`` input bounds, or ``None`` with ``transform``.
         transform: A module mapping ``... x d`` to ``... x d`` (with ``bounds=None``).
+
+    Example:
+        >>> space = MessageSpace(Branin().bounds)     # a sender's Normalize(2, bounds=Branin().bounds)
+        >>> value = rff(space(X_raw)) @ omega         # phi(T(x))^T omega
     """
 
     def __init__(self, bounds: Tensor | None = None, transform: Module | None = None) -> None:

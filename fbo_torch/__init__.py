@@ -13,8 +13,10 @@ sampling (:mod:`fbo_torch.sampling.pathwise`), so ``draw_matheron_paths``,
 from typing import Any
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.fit import SharedFeatureFit, fit_shared_features
 from fbo_torch.kernels import SharedRFFKernel, _deprecated_alias
 from fbo_torch.models import BatchedExactGP, RFFBayesianLinear
+from fbo_torch.optim.optimize import optimize_acqf_batched
 from fbo_torch.sampling import pathwise as _pathwise  # noqa: F401  (registers with BoTorch)
 
 __version__ = "0.1.0"
@@ -23,7 +25,10 @@ __all__ = [
     "BatchedExactGP",
     "RFFBayesianLinear",
     "RandomFourierFeatures",
+    "SharedFeatureFit",
     "SharedRFFKernel",
+    "fit_shared_features",
+    "optimize_acqf_batched",
 ]
 
 

@@ -10,6 +10,7 @@ from botorch.models.model import Model
 from botorch.sampling.pathwise import draw_matheron_paths
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
+from torch.nn import Module
 
 from fbo_torch.acquisition.rff_thompson import _check_features, _omega_from
 from fbo_torch.features import RandomFourierFeatures
@@ -17,6 +18,7 @@ from fbo_torch.federation import fidelity as _fidelity
 from fbo_torch.federation.fidelity import (
     check_agent_weights, fidelity_scores, fidelity_weights, peer_predictions, trusted_p_t,
 )
+from fbo_torch.federation.input_space import resolve_message_space
 from fbo_torch.federation.messages import AgentMessage, stack_omegas
 from fbo_torch.federation.schedules import OWN, AgentDistribution, draw_sources
 from fbo_torch.utils.validation import check_int, check_probability
@@ -58,11 +60,10 @@ class FederatedThompsonSampling(AcquisitionFunction):
         peer_trust: Scale the probability of following a message by the trust
             in ``P_N``'s draw: ``p_t' = 1 - (1 - p_t)·g``
             (:func:`~fbo_torch.federation.fidelity.peer_trust`).
-        train_X / train_Y: The target's observations (``n x d`` inputs in the
-            space the messages were built on, ``n`` or ``n x 1`` values) for
-            ``"learned"`` weights and ``peer_trust``; by default the model's
-            training data (a model with an input transform must be given ``train_X``:
-            its stored inputs are transformed).
+        train_X / train_Y: The target's observations (``n x d`` raw inputs, like
+            the candidates; ``n`` or ``n x 1`` values) for ``"learned"`` weights and
+            ``peer_trust``; by default the model's training data (a model with an
+            input transform must be given ``train_X``: its stored inputs are transformed).
         generator: Optional ``torch.Generator``; it drives ``u``, the agent draw
             and (through a derived seed) the GP sample, so construction is
             reproducible.
@@ -71,6 +72,15 @@ class FederatedThompsonSampling(AcquisitionFunction):
             BoTorch acquisition of the target's model, e.g.
             ``LogExpectedImprovement(model, best_f)``; ``None`` (default): a pathwise
             Thompson sample of ``model``, as the papers. Only with ``q = 1``.
+        input_transform: The input transform ``T`` the senders' models applied
+            (e.g. ``Normalize(d, bounds=...)``; ``torch.nn.Identity()`` for raw
+            inputs): messages are evaluated as ``φ(T(x))ᵀω_n`` on raw candidates
+            ``x``. Messages from :meth:`RFFBayesianLinear.messages
+            <fbo_torch.models.RFFBayesianLinear.messages>` carry ``T`` (their
+            ``input_bounds``) and need no argument; raw ``ω`` tensors are taken as
+            fitted on raw inputs, unless ``model`` has an input transform: then
+            ``input_transform`` is required (the rule of
+            :func:`~fbo_torch.federation.input_space.resolve_message_space`).
 
     Attributes:
         source: ``"own"`` or the chosen message index (q = 1).
@@ -79,9 +89,12 @@ class FederatedThompsonSampling(AcquisitionFunction):
             (learned ones with ``agent_weights="learned"``; ``None`` with ``p_t = 1``).
         fidelity: ``N`` fidelity scores of the messages (``None`` unless learned or trusted).
         p_t_used: The probability of the own GP actually used (``p_t'`` with ``peer_trust``).
+        message_space: The map ``T`` applied to candidates before ``φ``.
 
     Example:
         >>> acqf = FederatedThompsonSampling(gp, messages, rff, p_t=0.5)
+        >>> # peers normalized their inputs: their messages say so (or pass input_transform=)
+        >>> acqf = FederatedThompsonSampling(gp, peers.messages(), rff, p_t=0.5)
         >>> x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=10, raw_samples=512)
         >>> acqf.source   # log it; in one-shot mode remove that message afterwards
     """
@@ -100,6 +113,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         train_X: Tensor | None = None,
         train_Y: Tensor | None = None,
         own_acquisition: AcquisitionFunction | None = None,
+        input_transform: Module | None = None,
     ) -> None:
         features = _check_features(features)
         super().__init__(model=model)
@@ -130,6 +144,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         else:
             omegas = stack_omegas(list(messages), fingerprint=features.fingerprint)
         N = omegas.shape[0]
+        space = resolve_message_space(messages, input_transform, features.dim, model=model if N else None)
         fidelity, probs_used, p_used = None, None, p_t
         if p_t == 1.0:  # line 4 for every candidate: no draw, and no message is needed
             sources = torch.full((q,), OWN, dtype=torch.long)
@@ -148,7 +163,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
                 raise ValueError("`agent_probs` gives probability 0 to every agent; use p_t = 1 when no message is usable.")
             if agent_weights == "learned" or peer_trust:
                 X, y = _target_data(model, train_X, train_Y)
-                fidelity = fidelity_scores(peer_predictions(features, omegas, X.to(omegas)), y.to(omegas))
+                fidelity = fidelity_scores(peer_predictions(features, omegas, space(X.to(omegas))), y.to(omegas))
                 if agent_weights == "learned":
                     dist.reweight(fidelity_weights(fidelity, dist.support[0]))
                 if peer_trust:
@@ -157,6 +172,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
             probs_used = dist.probs[0]
 
         self.features = features
+        self.message_space = space
         self.p_t = p_t
         self.p_t_used = p_used
         self.agent_probs = probs_used
@@ -209,7 +225,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         if self._agent_slots:
             idx = torch.tensor([self.sources[j] for j in self._agent_slots], device=X.device)
             omega = self.omegas.to(X)[idx]  # q_agent x M
-            phi = self.features(X[..., self._agent_slots, :])  # b x q_agent x M
+            phi = self.features(self.message_space(X[..., self._agent_slots, :]))  # b x q_agent x M
             total = total + (phi * omega).sum(-1).sum(-1)
         return total
 
@@ -219,7 +235,7 @@ def _target_data(model: Model, train_X: Tensor | None, train_Y: Tensor | None) -
     if train_X is None:
         if getattr(model, "input_transform", None) is not None:
             raise ValueError("`model` has an input transform, so its stored training inputs are transformed: pass "
-                             "`train_X` (the raw inputs, in the space of the messages) with agent_weights='learned' "
+                             "`train_X` (the raw inputs, like the candidates) with agent_weights='learned' "
                              "or peer_trust=True.")
         inputs = getattr(model, "train_inputs", None)
         if not inputs:

@@ -4,6 +4,11 @@ A message ``ω_n`` from agent ``n`` *is* a Thompson sample of that agent's
 RFF-approximated GP posterior, so maximizing ``φ(x)ᵀω_n`` is FTS Algorithm 1,
 line 6. :class:`PiecewiseRFFThompsonSample` is the DP-FTS-DE agent's function
 ``x ↦ φ(x)ᵀω^(i[x])`` built from one broadcast vector per sub-region.
+
+A sender that transforms its inputs (``Normalize``) fitted ``ω`` on ``φ(T(x))``;
+the acquisitions evaluate ``φ(T(x))ᵀω`` with ``T`` from the message's
+``input_bounds`` or the ``input_transform`` argument
+(:mod:`fbo_torch.federation.input_space`): candidates ``X`` are always raw inputs.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from botorch.acquisition import AcquisitionFunction
 from botorch.models.deterministic import GenericDeterministicModel
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
+from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.input_space import resolve_message_space
 from fbo_torch.federation.messages import AgentMessage
 from fbo_torch.utils.validation import check_finite, check_tensor
 
@@ -72,25 +79,42 @@ class RFFThompsonSample(AcquisitionFunction):
         features: The shared feature map ``φ``.
         omega: ``M`` weights, ``q x M`` weights, or an :class:`AgentMessage`
             (whose fingerprint must match ``features``).
+        input_transform: The sender's input transform ``T`` (e.g. the
+            ``Normalize(d, bounds=...)`` its model used), for a raw ``omega``
+            tensor fitted on transformed inputs: the value is then ``φ(T(x))ᵀω``.
+            By default a tensor is taken as fitted on raw inputs, and a message
+            uses its own ``input_bounds``; a transform that disagrees with them
+            is an error.
+
+    Attributes:
+        message_space: The :class:`~fbo_torch.federation.input_space.MessageSpace`
+            ``T`` applied before ``φ``.
 
     Example:
         >>> acqf = RFFThompsonSample(rff, omega)
         >>> x, val = optimize_acqf(acqf, bounds, q=1, num_restarts=10, raw_samples=512)
+        >>> # omega fitted by a model with Normalize(2, bounds=branin_bounds), X on Branin's box
+        >>> acqf = RFFThompsonSample(rff, omega, input_transform=Normalize(2, bounds=branin_bounds))
     """
 
-    def __init__(self, features: RandomFourierFeatures, omega: Tensor | AgentMessage) -> None:
+    def __init__(
+        self, features: RandomFourierFeatures, omega: Tensor | AgentMessage, input_transform: Module | None = None
+    ) -> None:
         features = _check_features(features)
-        omega = _omega_from(features, omega)
+        weights = _omega_from(features, omega)
+        space = resolve_message_space(omega, input_transform, features.dim)
+        omega = weights
         if omega.ndim not in (1, 2):
             raise ValueError(f"`omega` must be M or q x M, got shape {tuple(omega.shape)}.")
         model = GenericDeterministicModel(f=self._function_values, num_outputs=1)
         super().__init__(model=model)
         self.features = features
+        self.message_space = space
         self.register_buffer("omega", omega)
         self.X_pending: Tensor | None = None
 
     def _function_values(self, X: Tensor) -> Tensor:
-        phi = self.features(X)
+        phi = self.features(self.message_space(X))
         omega = self.omega.to(phi)
         if omega.ndim == 1:
             return (phi @ omega).unsqueeze(-1)
@@ -124,12 +148,23 @@ class PiecewiseRFFThompsonSample(AcquisitionFunction):
         features: The shared feature map.
         omegas: ``P x M`` broadcast vectors.
         partition: The :class:`~fbo_torch.federation.SubRegionPartition` with
-            ``P`` sub-regions.
+            ``P`` sub-regions (of the raw input space).
+        input_transform: The input transform every agent's weights were fitted
+            under (see :class:`RFFThompsonSample`); raw inputs by default.
+
+    Example:
+        >>> acqf = PiecewiseRFFThompsonSample(rff, broadcast, partition)
+        >>> best = max((optimize_acqf(acqf.region_acquisition(i), b, q=1, num_restarts=4, raw_samples=256)
+        ...             for i, b in enumerate(acqf.region_bounds())), key=lambda r: r[1])
     """
 
-    def __init__(self, features: RandomFourierFeatures, omegas: Tensor, partition: SubRegionPartition) -> None:
+    def __init__(
+        self, features: RandomFourierFeatures, omegas: Tensor, partition: SubRegionPartition,
+        input_transform: Module | None = None,
+    ) -> None:
         features = _check_features(features)
         omegas = _omega_from(features, omegas, name="omegas")
+        space = resolve_message_space(omegas, input_transform, features.dim)
         if omegas.ndim != 2 or omegas.shape[0] != partition.num_regions:
             raise ValueError(
                 f"`omegas` must be P x M with P = {partition.num_regions} sub-regions, got {tuple(omegas.shape)}."
@@ -138,10 +173,11 @@ class PiecewiseRFFThompsonSample(AcquisitionFunction):
         super().__init__(model=model)
         self.features = features
         self.partition = partition
+        self.message_space = space
         self.register_buffer("omegas", omegas)
 
     def _function_values(self, X: Tensor) -> Tensor:
-        phi = self.features(X)  # ... x M
+        phi = self.features(self.message_space(X))  # ... x M
         region = self.partition.region_of(X)  # ...
         omega = self.omegas.to(phi)[region]  # ... x M
         return (phi * omega).sum(-1)
@@ -158,4 +194,4 @@ class PiecewiseRFFThompsonSample(AcquisitionFunction):
         r"""``x ↦ φ(x)ᵀω^(region)``: the smooth piece to maximize over
         ``region_bounds()[region]``; the best of the ``P`` maxima is the maximum
         of the piecewise function (up to points on shared borders)."""
-        return RFFThompsonSample(self.features, self.omegas[region])
+        return RFFThompsonSample(self.features, self.omegas[region], input_transform=self.message_space)

@@ -1,4 +1,5 @@
 from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator, clip_vectors
+from fbo_torch.federation.input_space import MessageSpace, input_bounds_of, resolve_message_space
 from fbo_torch.federation.messages import AgentMessage, PosteriorMessage, stack_omegas
 from fbo_torch.federation.partition import SubRegionPartition, default_splits
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
@@ -11,6 +12,7 @@ __all__ = [
     "AggregationRecord",
     "DPAggregator",
     "ExplorationWeights",
+    "MessageSpace",
     "PosteriorMessage",
     "PtSchedule",
     "SubRegionPartition",
@@ -18,5 +20,7 @@ __all__ = [
     "default_splits",
     "draw_sources",
     "exploration_weights",
+    "input_bounds_of",
+    "resolve_message_space",
     "stack_omegas",
 ]

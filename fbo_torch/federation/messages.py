@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from fbo_torch.federation.input_space import check_input_bounds
 from fbo_torch.utils.validation import check_finite, check_tensor
 
 
@@ -26,17 +27,30 @@ def _check_fingerprint(name: str, fingerprint: str) -> None:
 class AgentMessage:
     r"""What an FTS agent sends: one posterior draw ``ω_n`` of its RFF weights.
 
+    The weights were fitted on ``φ(T(x))`` for the sender's input transform
+    ``T``; ``input_bounds`` says which (:mod:`fbo_torch.federation.input_space`),
+    so a receiver evaluates ``φ(T(x))ᵀω`` on the inputs the sender's features saw.
+    :meth:`RFFBayesianLinear.messages <fbo_torch.models.RFFBayesianLinear.messages>`
+    fills it in.
+
     Attributes:
         omega: ``M`` weight vector drawn from ``N(ν_n, σ²Σ_n⁻¹)``.
         agent_id: The sender's index.
         num_observations: ``t_n``, observations the draw was conditioned on.
         fingerprint: ``RandomFourierFeatures.fingerprint`` of the map used.
+        input_bounds: ``2 x d`` bounds ``[lower, upper]`` of the sender's input
+            transform, ``T(x) = (x − lower) / (upper − lower)`` (``[0, 1]^d``: raw
+            inputs); ``None``: not declared (the receiver's acquisition decides,
+            see :func:`~fbo_torch.federation.input_space.resolve_message_space`).
+            Like the feature map, a setting of the federation, so not counted in
+            :attr:`num_parameters`.
     """
 
     omega: Tensor
     agent_id: int
     num_observations: int
     fingerprint: str
+    input_bounds: Tensor | None = None
 
     def __post_init__(self) -> None:
         check_tensor("omega", self.omega)
@@ -46,6 +60,10 @@ class AgentMessage:
         if int(self.num_observations) < 0:
             raise ValueError(f"`num_observations` must be >= 0, got {self.num_observations}.")
         _check_fingerprint("fingerprint", self.fingerprint)
+        if self.input_bounds is not None:
+            check_input_bounds("input_bounds", self.input_bounds)
+            if self.input_bounds.ndim != 2:
+                raise ValueError(f"`input_bounds` must be 2 x d, got shape {tuple(self.input_bounds.shape)}.")
 
     @property
     def num_parameters(self) -> int:
@@ -53,7 +71,8 @@ class AgentMessage:
         return self.omega.numel()
 
     def to(self, *args, **kwargs) -> AgentMessage:
-        return replace(self, omega=self.omega.to(*args, **kwargs))
+        bounds = None if self.input_bounds is None else self.input_bounds.to(*args, **kwargs)
+        return replace(self, omega=self.omega.to(*args, **kwargs), input_bounds=bounds)
 
 
 @dataclass(frozen=True)
@@ -104,6 +123,9 @@ class PosteriorMessage:
 
 def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = None) -> Tensor:
     r"""Stack the ``ω`` of several messages into ``N x M``, checking they agree.
+
+    (Their input spaces are checked where they are evaluated:
+    :func:`~fbo_torch.federation.input_space.resolve_message_space`.)
 
     Args:
         messages: Non-empty sequence of :class:`AgentMessage`.

@@ -28,10 +28,15 @@ def maximize_rff_samples(
     domain: Domain,
     generator: torch.Generator | None = None,
     keys: Tensor | None = None,
+    input_bounds: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    r"""Maximize ``x ↦ φ(x)ᵀω_b`` for ``B`` weight vectors ``omegas`` (``B x M``) at once."""
+    r"""Maximize ``x ↦ φ(x)ᵀω_b`` for ``B`` weight vectors ``omegas`` (``B x M``) at once.
+
+    With ``input_bounds`` (``2 x d``, the senders' input transform), ``φ((x − l)/(u − l))ᵀω_b``
+    (:class:`~fbo_torch.sampling.rff_paths.RFFSamplePaths`).
+    """
     return domain.maximize(
-        RFFSamplePaths(features, omegas), omegas.shape[0], generator=generator, keys=keys,
+        RFFSamplePaths(features, omegas, input_bounds=input_bounds), omegas.shape[0], generator=generator, keys=keys,
         raw_samples=domain.raw_samples_rff, maxiter=domain.maxiter_rff, num_restarts=domain.num_restarts_rff,
     )
 

@@ -11,6 +11,7 @@ from linear_operator.operators import LowRankRootLinearOperator, MatmulLinearOpe
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.utils.validation import warn_outside_unit_cube
 
 
 class SharedRFFKernel(Kernel):
@@ -33,6 +34,13 @@ class SharedRFFKernel(Kernel):
     map, so a kernel built here matches the features in every agent's messages.
     Wrap it in ``ScaleKernel`` to learn an output scale on top.
 
+    The map's lengthscale is in the units of the inputs the kernel sees: the first
+    time it is called on inputs outside the unit cube it warns (BoTorch's
+    ``InputDataWarning``; BoTorch skips its own unit-cube check for custom
+    kernels). Give the model ``input_transform=Normalize(d, bounds=...)`` and a map
+    whose lengthscale is for normalized inputs
+    (:func:`~fbo_torch.fit.fit_shared_features`).
+
     Args:
         features: The shared feature map. Alternatively pass the
             :class:`RandomFourierFeatures` arguments (``dim``, ``num_features``,
@@ -54,12 +62,16 @@ class SharedRFFKernel(Kernel):
         if not isinstance(features, RandomFourierFeatures):
             raise TypeError(f"`features` must be a RandomFourierFeatures, got {type(features).__name__}.")
         self.features = features
+        self._scaling_checked = False
 
     def forward(
         self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False, **params: Any
     ) -> Tensor:
         if last_dim_is_batch:
             raise NotImplementedError("SharedRFFKernel does not support last_dim_is_batch.")
+        if not self._scaling_checked:  # once: the first call sees the training inputs
+            self._scaling_checked = True
+            warn_outside_unit_cube("The inputs of SharedRFFKernel", x1, self.features.lengthscale, stacklevel=4)
         same = x1.shape == x2.shape and torch.equal(x1, x2)
         z1 = self.features(x1)
         z2 = z1 if same else self.features(x2)

@@ -57,6 +57,8 @@ from torch import Tensor
 from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.input_space import input_bounds_of
+from fbo_torch.federation.messages import AgentMessage
 from fbo_torch.models.weight_posterior import (
     RFFWeightPosterior,
     cholesky_rank_one_update,
@@ -72,6 +74,7 @@ from fbo_torch.utils.validation import (
     check_last_dim,
     check_positive,
     check_tensor,
+    warn_outside_unit_cube,
 )
 
 
@@ -297,7 +300,10 @@ class RFFBayesianLinear(_RFFWeightModel):
             ``n < M``); both are exact and give the same posterior.
         input_transform: Optional BoTorch ``InputTransform``, fitted on
             ``train_X`` here and then fixed; the features see transformed inputs,
-            so weight vectors ``ω`` live on the transformed input space.
+            so weight vectors ``ω`` live on the transformed input space
+            (:meth:`messages` says which). Without one, training inputs outside
+            the unit cube give an ``InputDataWarning``: the map's lengthscale is
+            in the units of the inputs it sees.
         outcome_transform: Optional BoTorch ``OutcomeTransform`` (e.g.
             ``Standardize(m=1, batch_shape=[N])``), fitted on ``train_Y`` here and
             then fixed; ``ω`` and ``σ²`` are on the transformed scale and
@@ -360,6 +366,9 @@ class RFFBayesianLinear(_RFFWeightModel):
         check_finite("train_Y", torch.where(valid.unsqueeze(-1), train_Y, 0.0))
         noise = _noise_tensor(noise_variance, N, train_X)
 
+        if input_transform is None:
+            warn_outside_unit_cube("The training inputs of RFFBayesianLinear", torch.where(
+                valid.unsqueeze(-1), train_X, 0.5), features.lengthscale)
         self.features = features
         self._given_transforms = {"input_transform": input_transform, "outcome_transform": outcome_transform}
         if input_transform is not None:
@@ -703,6 +712,46 @@ class RFFBayesianLinear(_RFFWeightModel):
             # row-vector form zᵀV reads V in its storage order (Vᵀz would read it transposed)
             omega = w0 + (resid.unsqueeze(-2) @ V).squeeze(-2)
         return omega if self._batched else omega.squeeze(-2)
+
+    def messages(
+        self,
+        generator: torch.Generator | None = None,
+        base_samples: Tensor | None = None,
+        agent_ids: list[int] | None = None,
+    ) -> list[AgentMessage]:
+        r"""One FTS message per agent: a draw ``ω_n`` of :meth:`sample_weights` and what a receiver needs to use it.
+
+        Each :class:`~fbo_torch.federation.AgentMessage` carries the map's
+        fingerprint, the agent's number of observations and the ``input_bounds``
+        of this model's input transform (``[0, 1]^d`` without one), so
+        acquisitions evaluate ``φ(T(x))ᵀω`` on the inputs the weights were fitted
+        on (:mod:`fbo_torch.federation.input_space`). The input transform must be
+        affine (``Normalize``, ``InputStandardize``); with another, send
+        :meth:`sample_weights` and pass ``input_transform=`` to the acquisition.
+
+        Args:
+            generator: Optional ``torch.Generator`` for the draws.
+            base_samples: Optional standard normals, as in :meth:`sample_weights`.
+            agent_ids: The senders' ids (default ``0, …, N − 1``).
+
+        Returns:
+            ``N`` messages (one for an unbatched model).
+
+        Example:
+            >>> peers = RFFBayesianLinear(rff, X, Y, 1e-2, input_transform=Normalize(2, bounds=bounds))
+            >>> acqf = FederatedThompsonSampling(gp, peers.messages(), rff, p_t=0.0)
+        """
+        self._check_transforms()
+        N = self.num_agents
+        ids = list(range(N)) if agent_ids is None else [int(i) for i in agent_ids]
+        if len(ids) != N:
+            raise ValueError(f"`agent_ids` must hold N = {N} ids, got {len(ids)}.")
+        bounds = input_bounds_of(self._modules.get("input_transform"), self.features.dim)
+        bounds = bounds.to(self._weight_mean).expand(N, 2, self.features.dim)
+        omega = self.sample_weights(generator=generator, base_samples=base_samples).reshape(N, -1)
+        counts = self.lengths.tolist()
+        fp = self.features.fingerprint
+        return [AgentMessage(omega[i], ids[i], int(counts[i]), fp, input_bounds=bounds[i]) for i in range(N)]
 
     # ----------------------------------------------------------------- update
     def update(

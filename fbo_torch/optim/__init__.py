@@ -1,4 +1,5 @@
 from fbo_torch.optim.batched import maximize_batched, maximize_discrete, score_chunked
 from fbo_torch.optim.domain import Domain
+from fbo_torch.optim.optimize import optimize_acqf_batched
 
-__all__ = ["Domain", "maximize_batched", "maximize_discrete", "score_chunked"]
+__all__ = ["Domain", "maximize_batched", "maximize_discrete", "optimize_acqf_batched", "score_chunked"]

@@ -123,6 +123,8 @@ def maximize_batched(
     eta: float = 1.0,
     validate: bool = True,
     screen_dtype: torch.dtype | None = None,
+    gtol: float = 1e-9,
+    ftol: float = 1e-12,
 ) -> tuple[Tensor, Tensor]:
     r"""Multi-start maximization of ``B`` independent functions at once.
 
@@ -161,10 +163,21 @@ def maximize_batched(
             bounds' precision, so values and maximizers stay float64. On a GPU
             this halves the memory traffic of the largest phase and runs sin/cos
             at float32 speed.
+        gtol / ftol: Stopping tolerances of the ``"qn"`` refinement (inf-norm of the
+            projected gradient in unit-cube coordinates; relative decrease), see
+            :func:`~fbo_torch.optim.quasi_newton.minimize_batched`.
 
     Returns:
         ``(X_best, values)``: ``B x d`` maximizers inside their boxes and ``B``
         values ``fn`` takes there.
+
+    Example:
+        >>> def fn(X):                      # B x C x d -> B x C: problem b is row b
+        ...     return -((X - centers.unsqueeze(1)) ** 2).sum(-1)
+        >>> X, values = maximize_batched(fn, bounds, batch_size=centers.shape[0], raw_samples=256, num_restarts=4)
+
+    For BoTorch acquisition functions over a batched model, use
+    :func:`~fbo_torch.optim.optimize.optimize_acqf_batched`, which builds ``fn``.
     """
     bounds = _expand_bounds(bounds, batch_size, validate)
     B, _, d = bounds.shape
@@ -183,7 +196,7 @@ def maximize_batched(
         raise ValueError(f"`screen_dtype` must be a floating torch.dtype or None, got {screen_dtype!r}.")
     if screen_dtype is not None and (screen_dtype == bounds.dtype or not hasattr(fn, "astype")):
         screen_dtype = None
-    settings = (raw_samples, k, refine, maxiter, lr, max_points, eta, screen_dtype)
+    settings = (raw_samples, k, refine, maxiter, lr, max_points, eta, screen_dtype, gtol, ftol)
     state = getattr(fn, "graph_state", None)
     if state is not None and refine in ("qn", None):
         # a pure function of tensors: the whole maximization is one CUDA graph replay
@@ -202,7 +215,8 @@ _GRAPHS = GraphCache("maximize_batched")
 
 
 def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine, maxiter: int, lr: float,
-              max_points: int, eta: float, screen_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+              max_points: int, eta: float, screen_dtype: torch.dtype | None = None, gtol: float = 1e-9,
+              ftol: float = 1e-12) -> tuple[Tensor, Tensor]:
     B, _, d = bounds.shape
     lo, width = bounds[:, 0:1, :], bounds[:, 1:2, :] - bounds[:, 0:1, :]
     vg = getattr(fn, "value_and_grad", None)
@@ -226,7 +240,7 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
     elif refine == "qn":
         ls_fn = getattr(fn, "lengthscales", None)
         ls = None if ls_fn is None else ls_fn().to(width).expand(B, d) / width.squeeze(1)  # unit coordinates
-        U_fin, v_fin = _refine_qn(fn, lo, width, U0, maxiter, max_points, ls)
+        U_fin, v_fin = _refine_qn(fn, lo, width, U0, maxiter, max_points, ls, gtol=gtol, ftol=ftol)
     elif refine == "lbfgsb" and fmin_l_bfgs_b_batched is not None:
         U_fin = _refine_lbfgsb(fn_unit, U0, maxiter)
         with torch.no_grad():
@@ -246,7 +260,8 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
 
 
 def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxiter: int,
-               max_points: int = DEFAULT_MAX_POINTS_CUDA, lengthscales: Tensor | None = None) -> tuple[Tensor, Tensor]:
+               max_points: int = DEFAULT_MAX_POINTS_CUDA, lengthscales: Tensor | None = None,
+               gtol: float = 1e-9, ftol: float = 1e-12) -> tuple[Tensor, Tensor]:
     """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn).
 
     With the functions' ``B x d`` lengthscales (unit coordinates), the line search
@@ -328,7 +343,7 @@ def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxit
 
     res = minimize_batched(
         value_and_grad, U0.reshape(B * k, d), values=values, lower=0.0, upper=1.0, maxiter=maxiter,
-        gtol=1e-9, ftol=1e-12, restrict=restrict, group=k, **step,
+        gtol=gtol, ftol=ftol, restrict=restrict, group=k, **step,
     )
     return res.x.view(B, k, d), -res.fun.view(B, k)
 

@@ -13,6 +13,11 @@ With ``z = Sx + b``, ``c = cos z``: the unnormalized map gives
 normalized map (``‖φ(x)‖ = σ₀``) gives ``f = σ₀ ωᵀc / ‖c‖`` and
 
     ∇f = −(σ₀/‖c‖) Sᵀ( sin z ⊙ (ω − β c) ),   β = ωᵀc / ‖c‖².
+
+Weights fitted on transformed inputs ``T(x) = (x − l)/w`` (``input_bounds``
+``[l, l + w]``, :mod:`fbo_torch.federation.input_space`) are the functions
+``φ(T(x))ᵀω``; the transform folds into the map, ``S T(x) + b = (S/w) x + (b − S l/w)``,
+so they cost the same as raw ones.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.input_space import check_input_bounds
 from fbo_torch.utils.dispatch import cos_, rowdot
 from fbo_torch.utils.validation import check_last_dim, check_tensor
 
@@ -34,15 +40,23 @@ class RFFSamplePaths:
     Args:
         features: The shared :class:`~fbo_torch.features.RandomFourierFeatures`.
         omegas: ``B x M`` weight vectors (e.g. messages or broadcast regions).
+        input_bounds: Optional ``2 x d`` input bounds of the input transform the
+            weights were fitted under (one for all ``B``): the functions are then
+            ``φ((x − l)/(u − l))ᵀω_b`` of raw ``x``.
 
     Called on ``B x C x d`` (or ``... x B x C x d``) points, returns ``... x B x C``.
+
+    Example:
+        >>> msgs = peers.messages()   # peers' models normalized their inputs
+        >>> paths = RFFSamplePaths(rff, stack_omegas(msgs), input_bounds=msgs[0].input_bounds)
+        >>> X, values = maximize_batched(paths, raw_bounds, batch_size=len(msgs))
     """
 
     #: Callable on ``... x B x C x d`` points, and cheaply: the spectral matrix is shared (one ``addmm``
     #: for all leading dimensions), so a maximizer may stack its line-search candidates in front.
     leading_dims = True
 
-    def __init__(self, features: RandomFourierFeatures, omegas: Tensor) -> None:
+    def __init__(self, features: RandomFourierFeatures, omegas: Tensor, input_bounds: Tensor | None = None) -> None:
         check_tensor("omegas", omegas)
         if omegas.ndim != 2 or omegas.shape[-1] != features.num_features:
             raise ValueError(
@@ -53,6 +67,15 @@ class RFFSamplePaths:
         self.phase = features.phase.to(omegas)
         self.outputscale = features.outputscale.to(omegas)
         self.lengthscale = features.lengthscale.to(omegas)  # d
+        if input_bounds is not None:
+            check_input_bounds("input_bounds", input_bounds, features.dim)
+            if input_bounds.ndim != 2:
+                raise ValueError(f"`input_bounds` must be one 2 x d box, got shape {tuple(input_bounds.shape)}.")
+            lo, hi = input_bounds.to(omegas)
+            w = hi - lo
+            self.phase = self.phase - self.spectral @ (lo / w)  # S (x − l)/w + b = (S/w) x + (b − S l/w)
+            self.spectral = self.spectral / w
+            self.lengthscale = self.lengthscale * w
         self.normalize = features.normalize
         self._ready = False
 

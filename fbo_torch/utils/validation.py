@@ -8,9 +8,11 @@ that names the argument and says what was expected.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import torch
+from botorch.exceptions.warnings import InputDataWarning
 from torch import Tensor
 
 
@@ -118,3 +120,30 @@ def as_int_sequence(name: str, values: Sequence[int] | Tensor) -> list[int]:
     if isinstance(values, Tensor):
         values = values.tolist()
     return [check_int(f"{name}[{i}]", v) for i, v in enumerate(values)]
+
+
+def warn_outside_unit_cube(what: str, X: Tensor, lengthscale: Tensor, atol: float = 1e-2, stacklevel: int = 3) -> bool:
+    r"""Warn (BoTorch's ``InputDataWarning``) when ``X`` leaves the unit cube by more than ``atol``.
+
+    The shared feature map's lengthscale is in the units of the inputs it sees; a
+    federation chooses it for inputs normalized to the unit cube (BoTorch's own
+    check, ``check_min_max_scaling``, uses the same tolerance). Returns whether it warned.
+    """
+    with torch.no_grad():
+        finite = X[torch.isfinite(X)]
+        if finite.numel() == 0:
+            return False
+        lo, hi = float(finite.amin()), float(finite.amax())
+    if lo >= -atol and hi <= 1 + atol:
+        return False
+    ls = lengthscale.detach().reshape(-1)
+    ls_repr = f"{ls[0].item():.3g}" if bool((ls == ls[0]).all()) else str([round(v, 3) for v in ls.tolist()])
+    warnings.warn(
+        f"{what} are not contained in the unit cube (they range over [{lo:.3g}, {hi:.3g}]) and no input transform "
+        f"normalizes them, but the shared feature map's lengthscale {ls_repr} is in the units of the inputs it sees. "
+        "Normalize the inputs (input_transform=Normalize(d, bounds=search-space bounds)) and choose the lengthscale "
+        "for normalized inputs, e.g. with fbo_torch.fit_shared_features.",
+        InputDataWarning,
+        stacklevel=stacklevel,
+    )
+    return True

@@ -122,3 +122,15 @@ def test_reference_loop_quick(tmp_path):
     assert [q["lengthscale"] for q in res["quality"]] == [0.1, 0.01]
     for q in res["quality"]:
         assert 0 <= q["fraction_ours_at_least_as_good"] <= 1 and q["functions"] == 3
+
+
+def test_batched_acqf_quick(tmp_path):
+    res = _run_quick("batched_acqf.py", tmp_path)
+    rows = res["rows"]
+    assert [(r["B"], r["acquisition"]) for r in rows] == [
+        (3, "UpperConfidenceBound"), (3, "LogExpectedImprovement"), (3, "PosteriorMean")]
+    for r in rows:
+        assert r["values_consistent"] and len(r["diffs"]) == 3
+        assert math.isclose(r["speedup"], r["seconds_optimize_acqf"] / r["seconds_batched"], rel_tol=1e-9)
+        assert math.isclose(r["cpu_speedup"], r["cpu_seconds_optimize_acqf"] / r["cpu_seconds_batched"], rel_tol=1e-9)
+        assert r["batched_worse"] + r["batched_better"] <= 3 and r["diff_min"] <= r["diff_mean"] <= r["diff_max"]

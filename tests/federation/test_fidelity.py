@@ -181,14 +181,15 @@ def test_fts_acquisition_learned_weights_needs_raw_inputs_with_transform(peers):
     rff, omegas = peers
     X, y = target_data(10, seed=8)
     gp = SingleTaskGP(X, y.unsqueeze(-1), input_transform=Normalize(1))
+    raw = {"input_transform": torch.nn.Identity()}  # the peers fitted raw inputs; gp's Normalize is its own
     with pytest.raises(ValueError, match="pass `train_X`"):
-        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned")
-    acqf = FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned", train_X=X, train_Y=y)
+        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned", **raw)
+    acqf = FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned", train_X=X, train_Y=y, **raw)
     assert int(acqf.agent_probs.argmax()) == 0
     with pytest.raises(ValueError, match="`agent_weights` must be one of"):
-        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="best")
+        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="best", **raw)
     with pytest.raises(ValueError, match="has 10 points but `train_Y` has 9"):
-        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned", train_X=X, train_Y=y[:9])
+        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned", train_X=X, train_Y=y[:9], **raw)
 
 
 def test_settings_validate_agent_weights_and_trust():

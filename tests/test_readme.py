@@ -1,4 +1,3 @@
-import importlib.util
 import re
 import unicodedata
 from pathlib import Path
@@ -10,37 +9,22 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Markdown files whose relative links must resolve: the README, docs/ and the results' READMEs.
 LINKED_DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "benchmarks" / "results").glob("*/README.md"))]
-#: ``<!-- needs: NAME -->`` before a README code block: the block runs only where these modules import.
-NEEDS = {"transforms": ("fbo_torch.federation.input_space",)}
 MAX_README_LINES = 300
 
-_BLOCK = re.compile(r"(?:<!-- needs: (\w+) -->\n)?```python\n(.*?)```", re.S)
+_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def _python_blocks(section: str) -> list[tuple[str, str]]:
-    """``(needs, code)`` of every python block of README section ``section`` (``needs``: a NEEDS key or "")."""
+def _python_blocks(section: str) -> list[str]:
+    """The code of every python block of README section ``section``."""
     text = README.read_text()
     start = text.index(f"## {section}")
     end = text.index("\n## ", start + 1)
     return _BLOCK.findall(text[start:end])
 
 
-def _available(needs: str) -> bool:
-    if not needs:
-        return True
-    assert needs in NEEDS, f"unknown marker <!-- needs: {needs} -->; known: {sorted(NEEDS)}"
-    try:
-        return all(importlib.util.find_spec(m) is not None for m in NEEDS[needs])
-    except ModuleNotFoundError:  # a parent package is missing
-        return False
-
-
 def _block(section: str, index: int) -> str:
-    needs, code = _python_blocks(section)[index]
-    if not _available(needs):
-        pytest.skip(f"README block {index} of {section!r} needs {needs}: {', '.join(NEEDS[needs])} is not importable")
-    return code
+    return _python_blocks(section)[index]
 
 
 def _run(code: str) -> dict:
@@ -57,9 +41,8 @@ def test_readme_names_the_two_commands_first():
 
 
 def test_readme_botorch_loop_snippets_are_the_ones_we_test():
-    blocks = _python_blocks("In your own BoTorch loop")
-    assert [needs for needs, _ in blocks] == ["", "", "transforms"]
-    assert [needs for needs, _ in _python_blocks("Many acquisitions in one call")] == ["transforms"]
+    assert len(_python_blocks("In your own BoTorch loop")) == 3
+    assert len(_python_blocks("Many acquisitions in one call")) == 1
 
 
 def test_readme_python_snippet_runs(capsys):

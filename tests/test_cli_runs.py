@@ -405,7 +405,8 @@ def test_ctrl_c_prints_one_line_and_exits_130_with_valid_checkpoints(tmp_path):
 
     from fbo_torch.experiments.checkpoints import Checkpoints
 
-    cfg = _cfg(tmp_path, DP.replace("num_iterations: 2", "num_iterations: 400"))
+    # long enough that the run cannot finish while a loaded machine starves this polling loop
+    cfg = _cfg(tmp_path, DP.replace("num_iterations: 2", "num_iterations: 20000"))
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen([sys.executable, "-m", "fbo_torch.cli", "run", cfg, "--out", str(out), "--no-progress"],

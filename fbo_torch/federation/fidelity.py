@@ -38,11 +38,15 @@ one ``batch x N x n x n`` comparison per update, no Python loop.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fbo_torch.federation.schedules import AgentDistribution
 
 #: Observations below which an agent cannot rank anything (``τ`` needs a pair).
 MIN_OBSERVATIONS = 2
@@ -172,6 +176,35 @@ def trusted_p_t(p_t: float | Tensor, trust: Tensor) -> Tensor:
     return 1 - (1 - torch.as_tensor(p_t, dtype=trust.dtype, device=trust.device)) * trust
 
 
+def learn_peer_choice(
+    distribution: AgentDistribution,
+    scores: Tensor,
+    num_valid: Tensor,
+    p_t: float | Tensor,
+    agent_weights: str,
+    trust: bool,
+) -> float | Tensor:
+    r"""Apply the fidelity scores to one FTS choice: the simulator's (all runs) and the acquisition's (one target).
+
+    With ``agent_weights="learned"`` re-weights ``distribution`` (in place) by
+    :func:`fidelity_weights` on its support; with ``trust`` returns the trusted
+    ``p_t'`` (:func:`peer_trust`, :func:`trusted_p_t`), else ``p_t`` unchanged.
+
+    Args:
+        distribution: ``P_N`` of the batch (:class:`~fbo_torch.federation.schedules.AgentDistribution`).
+        scores: ``batch_shape x N`` (or ``N``, shared by the batch) fidelity scores.
+        num_valid: ``batch_shape`` (or scalar) valid observations behind the scores.
+        p_t: The schedule's probability of the own GP.
+        agent_weights: ``"uniform"`` or ``"learned"``.
+        trust: Whether to scale ``1 - p_t`` by the trust in ``P_N``'s draw.
+    """
+    if agent_weights == "learned":
+        distribution.reweight(fidelity_weights(scores, distribution.support))
+    if trust:
+        return trusted_p_t(p_t, peer_trust(scores, distribution.probs, num_valid))
+    return p_t
+
+
 def check_agent_weights(value: str, key: str = "agent_weights") -> str:
     """``value`` must be one of :data:`AGENT_WEIGHTS` (``ValueError`` naming ``key``)."""
     if value not in AGENT_WEIGHTS:
@@ -187,6 +220,7 @@ __all__ = [
     "fidelity_scores",
     "fidelity_weights",
     "kendall_tau",
+    "learn_peer_choice",
     "null_std",
     "peer_predictions",
     "peer_trust",

@@ -47,6 +47,10 @@ from fbo_torch.acquisition import FederatedThompsonSampling
 from fbo_torch.fit import fit_shared_features
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from paired_stats import paired_difference  # noqa: E402
+
 PROBLEMS = {"branin": (Branin, 5, 20), "hartmann6": (lambda: Hartmann(dim=6), 8, 25)}  # (fn, n_init, iterations)
 METHODS = ("TS", "FTS", "FTS learned")
 
@@ -101,14 +105,6 @@ def run(problem: str, seed: int, methods=METHODS) -> dict:
     return out
 
 
-def paired(a: list[float], b: list[float]) -> dict:
-    diffs = [x - y for x, y in zip(a, b, strict=True)]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    se = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1) / n)
-    return {"diff": mean, "se": se, "better": sum(x < 0 for x in diffs), "worse": sum(x > 0 for x in diffs)}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
@@ -128,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                              "regret_se": math.sqrt(sum((v - mean) ** 2 for v in r) / (len(r) - 1) / len(r)),
                              "seconds_mean": sum(x[name]["seconds"] for x in runs) / len(runs)}
             if name != "TS":
-                summary[name]["vs_TS"] = paired(r, [x["TS"]["regret"] for x in runs])
+                summary[name]["vs_TS"] = paired_difference([a - b for a, b in zip(r, [x["TS"]["regret"] for x in runs])])
         report["problems"][problem] = {"summary": summary, "runs": runs}
         for name, s in summary.items():
             vs = s.get("vs_TS")

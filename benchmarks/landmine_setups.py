@@ -101,7 +101,7 @@ def run_method(setup: str, label: str, rounds: int, reps: int, fields, n_jobs: i
 
 def paired(records: list[dict], at: int | None = None) -> list[dict]:
     r"""Per-repetition differences to TS of the same setup (negative = better than TS)."""
-    from scipy import stats
+    from paired_stats import paired_difference
 
     rows = []
     for setup in sorted({r["setup"] for r in records}):
@@ -112,16 +112,13 @@ def paired(records: list[dict], at: int | None = None) -> list[dict]:
         for name, r in recs.items():
             t_idx = len(ts[0]) - 1 if at is None else at
             vals = [c[t_idx] for c in r["per_rep_curves"]]
-            diffs = [c[t_idx] - b[t_idx] for c, b in zip(r["per_rep_curves"], ts)]
-            n = len(diffs)
-            mean = sum(diffs) / n
-            se = (sum((x - mean) ** 2 for x in diffs) / (n - 1) / n) ** 0.5 if n > 1 else float("nan")
-            crit = float(stats.t.ppf(0.975, n - 1)) if n > 1 else float("nan")
+            d = paired_difference([c[t_idx] - b[t_idx] for c, b in zip(r["per_rep_curves"], ts)])
+            n = d["runs"]
             rows.append({
                 "setup": setup, "method": name, "round": t_idx, "reps": n, "loss_mean": sum(vals) / n,
                 "loss_se": (sum((x - sum(vals) / n) ** 2 for x in vals) / (n - 1) / n) ** 0.5 if n > 1 else None,
-                "diff_to_ts": mean, "diff_se": se, "t_critical": crit,
-                "distinguishable": bool(name != "TS" and se > 0 and abs(mean) > crit * se),
+                "diff_to_ts": d["diff"], "diff_se": d["se"], "t_critical": d["t_critical"],
+                "distinguishable": name != "TS" and d["distinguishable"],
                 "epsilon_final": r.get("epsilon_final"),
             })
     return rows

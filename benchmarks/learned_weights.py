@@ -34,6 +34,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from paired_stats import paired_difference  # noqa: E402
 
 
 def summary(curve: list[float], at: int | str) -> float:
@@ -42,17 +45,8 @@ def summary(curve: list[float], at: int | str) -> float:
 
 
 def paired(curves: list[list[float]], reference: list[list[float]], at: int | str = -1) -> dict:
-    r"""Mean ± s.e. of per-run differences ``summary(curves[r]) - summary(reference[r])`` and a 95% paired t-test."""
-    from scipy import stats
-
-    diffs = [summary(c, at) - summary(b, at) for c, b in zip(curves, reference, strict=True)]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    se = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1) / n) if n > 1 else float("nan")
-    crit = float(stats.t.ppf(0.975, n - 1)) if n > 1 else float("nan")
-    wins = sum(d < 0 for d in diffs)
-    return {"runs": n, "diff": mean, "se": se, "t_critical": crit, "better": wins,
-            "worse": sum(d > 0 for d in diffs), "distinguishable": bool(se > 0 and abs(mean) > crit * se)}
+    r"""The paired comparison (:func:`paired_stats.paired_difference`) of ``summary(curves[r]) - summary(reference[r])``."""
+    return paired_difference([summary(c, at) - summary(b, at) for c, b in zip(curves, reference, strict=True)])
 
 
 def kinds_followed(method: dict, kind_of_agent: list[str] | None) -> dict[str, float] | None:

@@ -144,17 +144,23 @@ def mean_ranks(methods: dict, at: int | str) -> dict[str, float]:
     return {n: t / runs for n, t in totals.items()}
 
 
+def _cells(row: dict, refs: list[str]) -> list[str]:
+    """A table row's comparisons, one cell per reference: ``diff ± se [**] (better/worse)``."""
+    cells = []
+    for r in refs:
+        v = row["vs"].get(r)
+        cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
+                     f" ({v['better']}/{v['worse']})")
+    return cells
+
+
 def markdown(report: dict) -> str:
     refs = report["references"]
     lines = ["| scenario | method | loss | " + " | ".join(f"vs {r} (mean ± s.e., better/worse)" for r in refs)
              + " | peers followed per run |", "|" + "---|" * (4 + len(refs))]
     for sc in report["scenarios"]:
         for row in sc["rows"]:
-            cells = []
-            for r in refs:
-                v = row["vs"].get(r)
-                cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
-                             f" ({v['better']}/{v['worse']})")
+            cells = _cells(row, refs)
             followed = row["followed"]
             fol = "" if not followed else ", ".join(f"{k} {v:.1f}" for k, v in followed.items())
             lines.append(f"| {sc['scenario']} | {row['method']} | {row['final_loss']:.4g} ± {row['final_loss_se']:.2g} | "
@@ -166,18 +172,10 @@ def markdown(report: dict) -> str:
             lines.append("| target | method | " + " | ".join(f"vs {r}" for r in refs) + " |")
             lines.append("|" + "---|" * (2 + len(refs)))
             for row in sc["by_target"]:
-                cells = []
-                for r in refs:
-                    v = row["vs"].get(r)
-                    cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
-                                 f" ({v['better']}/{v['worse']})")
+                cells = _cells(row, refs)
                 lines.append(f"| {row['target']} | {row['method']} | " + " | ".join(cells) + " |")
     for row in report.get("pooled", []):
-        cells = []
-        for r in refs:
-            v = row["vs"].get(r)
-            cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
-                         f" ({v['better']}/{v['worse']})")
+        cells = _cells(row, refs)
         lines.append(f"| all scenarios pooled | {row['method']} | | " + " | ".join(cells) + " | |")
     return "\n".join(lines)
 

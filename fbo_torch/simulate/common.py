@@ -3,6 +3,7 @@ r"""Helpers of the simulators' baselines.
 * :func:`maximize_acquisition` — one BoTorch acquisition (RGPE, TAF) with
   ``optimize_acqf`` over a :class:`~fbo_torch.optim.domain.Domain`.
 * :func:`derive_seed` — a seed for libraries that use the global RNG.
+* :func:`cpu_state` — a state dict with its tensors on the host, for checkpoints.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ from fbo_torch.optim.batched import default_max_points
 def derive_seed(generator: torch.Generator) -> int:
     """A fresh integer seed drawn from ``generator`` (for libraries that use the global RNG)."""
     return int(torch.randint(2**62, (1,), generator=generator, device=generator.device).item())
+
+
+def cpu_state(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with every tensor value moved to the host (other values unchanged), for a checkpoint."""
+    return {k: (v.cpu() if isinstance(v, Tensor) else v) for k, v in state.items()}
 
 
 def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator | None = None) -> Tensor:

@@ -54,6 +54,7 @@ from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.privacy import DEFAULT_ACCOUNTANT
+from fbo_torch.simulate.common import cpu_state
 from fbo_torch.utils.validation import check_int
 
 @dataclass
@@ -319,7 +320,7 @@ class DPFTSDERunner:
         data of the same round, so a resumed run never forgets a release."""
         return {
             "t": self.t, "best": self.best.cpu(), "used_server": self.used_server.cpu(), "failed": self.failed.cpu(),
-            "agents": {k: (v.cpu() if isinstance(v, Tensor) else v) for k, v in self.agents.state_dict().items()},
+            "agents": cpu_state(self.agents.state_dict()),
             "objective_rng": self.objective.rng_state(), "wall_time": self.wall_time, "stats": self.round_stats(),
             "server": None if self.server is None else self.server.state_dict(),
         }

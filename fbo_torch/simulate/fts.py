@@ -44,7 +44,7 @@ from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySetting
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
-from fbo_torch.simulate.common import maximize_acquisition
+from fbo_torch.simulate.common import cpu_state, maximize_acquisition
 from fbo_torch.simulate.presets import apply_setup
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
@@ -387,16 +387,13 @@ class FTSRunner:
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly where this runner is."""
-        def cpu(state: dict[str, Any]) -> dict[str, Any]:
-            return {k: (v.cpu() if isinstance(v, Tensor) else v) for k, v in state.items()}
-
         state = {
             "t": self.t, "best": self.best.cpu(), "sources": self.sources.cpu(), "failed": self.failed.cpu(),
-            "agents": cpu(self.agents.state_dict()), "objective_rng": self.objective.rng_state(),
+            "agents": cpu_state(self.agents.state_dict()), "objective_rng": self.objective.rng_state(),
             "wall_time": self.wall_time, "elapsed": self.elapsed,
         }
         if self.settings.algorithm in FEDERATED:
-            state.update(dist=self.dist.state_dict(), others=cpu(self.others.state_dict()),
+            state.update(dist=self.dist.state_dict(), others=cpu_state(self.others.state_dict()),
                          omegas=getattr(self, "omegas", None))
         return state
 

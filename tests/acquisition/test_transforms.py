@@ -1,13 +1,12 @@
 """Messages fitted on transformed inputs: acquisitions evaluate phi(T(x))^T omega, or refuse when T is unknown."""
 
-import math
-
 import pytest
 import torch
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import ChainedInputTransform, InputStandardize, Normalize, Warp
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
+from botorch.test_functions import Branin
 
 from fbo_torch import RandomFourierFeatures, RFFBayesianLinear
 from fbo_torch.acquisition import FederatedThompsonSampling, PiecewiseRFFThompsonSample, RFFThompsonSample
@@ -21,11 +20,12 @@ BRANIN_BOUNDS = torch.tensor([[-5.0, 0.0], [10.0, 15.0]], dtype=f64)
 BRANIN_MAX = -0.397887
 
 
+_BRANIN = Branin()
+
+
 def branin(X):
-    """Negated Branin (to maximize), defined everywhere (BoTorch's checks its domain)."""
-    x1, x2 = X[..., 0], X[..., 1]
-    return -((x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2
-             + 10 * (1 - 1 / (8 * math.pi)) * torch.cos(x1) + 10)
+    """Negated Branin (to maximize) at any point: BoTorch's formula, without ``evaluate_true``'s domain check."""
+    return -_BRANIN._evaluate_true(X)
 
 
 def raw(U):

@@ -160,23 +160,24 @@ def markdown(report: dict) -> str:
              + " | peers followed per run |", "|" + "---|" * (4 + len(refs))]
     for sc in report["scenarios"]:
         for row in sc["rows"]:
-            cells = _cells(row, refs)
             followed = row["followed"]
             fol = "" if not followed else ", ".join(f"{k} {v:.1f}" for k, v in followed.items())
             lines.append(f"| {sc['scenario']} | {row['method']} | {row['final_loss']:.4g} ± {row['final_loss_se']:.2g} | "
-                         + " | ".join(cells) + f" | {fol} |")
+                         + " | ".join(_cells(row, refs)) + f" | {fol} |")
+    for row in report.get("pooled", []):  # still the main table
+        lines.append(f"| all scenarios pooled | {row['method']} | | " + " | ".join(_cells(row, refs)) + " | |")
+    for sc in report["scenarios"]:
         if "mean_rank" in sc:
             lines.append("")
+            if len(report["scenarios"]) > 1:
+                lines.append(f"**{sc['scenario']}**")
+                lines.append("")
             lines.append("Mean rank per run (1 = best): " + ", ".join(f"{k} {v:.2f}" for k, v in sc["mean_rank"].items()))
             lines.append("")
             lines.append("| target | method | " + " | ".join(f"vs {r}" for r in refs) + " |")
             lines.append("|" + "---|" * (2 + len(refs)))
             for row in sc["by_target"]:
-                cells = _cells(row, refs)
-                lines.append(f"| {row['target']} | {row['method']} | " + " | ".join(cells) + " |")
-    for row in report.get("pooled", []):
-        cells = _cells(row, refs)
-        lines.append(f"| all scenarios pooled | {row['method']} | | " + " | ".join(cells) + " | |")
+                lines.append(f"| {row['target']} | {row['method']} | " + " | ".join(_cells(row, refs)) + " |")
     return "\n".join(lines)
 
 

@@ -405,12 +405,15 @@ def test_ctrl_c_prints_one_line_and_exits_130_with_valid_checkpoints(tmp_path):
 
     from fbo_torch.experiments.checkpoints import Checkpoints
 
-    # long enough that the run cannot finish while a loaded machine starves this polling loop
-    cfg = _cfg(tmp_path, DP.replace("num_iterations: 2", "num_iterations: 20000"))
+    cfg = _cfg(tmp_path, DP.replace("num_iterations: 2", "num_iterations: 400"))
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # the run starts as from a terminal, with Ctrl-C's default action: an ignored SIGINT (left by a
+    # library in this pytest worker, or by a shell that started the suite in the background) is
+    # inherited across exec, and Python then never raises KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-m", "fbo_torch.cli", "run", cfg, "--out", str(out), "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not (out / "checkpoints" / "scenario0_method0.pt").exists():

@@ -49,6 +49,8 @@ Usage (in the pyfmto environment)::
 
     python benchmarks/peers/run_pyfmto.py --fmto /path/to/fmto --problem tetci2019 --dim 3 \
         --fe-init 15 --fe-max 33 --seeds 0-9
+    python benchmarks/peers/run_pyfmto.py merge --out ALL.json PART1.json PART2.json  # runs from several files
+    python benchmarks/peers/run_pyfmto.py summary RESULTS.json  # markdown tables
 """
 
 from __future__ import annotations
@@ -388,10 +390,74 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def merge(argv: list[str]) -> None:
+    """``run_pyfmto.py merge --out OUT IN [IN ...]``: one file from runs recorded in several (e.g. by
+    processes on different ports), after checking they hold the same setting."""
+    p = argparse.ArgumentParser(prog="run_pyfmto.py merge")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("inputs", type=Path, nargs="+")
+    a = p.parse_args(argv)
+    parts = [json.loads(f.read_text()) for f in a.inputs]
+    if a.out.exists() and a.out.resolve() not in [f.resolve() for f in a.inputs]:
+        parts.insert(0, json.loads(a.out.read_text()))
+    data = {k: v for k, v in parts[0].items() if k != "runs"}
+    data["runs"] = {}
+    for part in parts:
+        for key in ("problem", "dim", "fe_init", "fe_max", "tasks", "pyfmto_version", "fmto_commit"):
+            if part[key] != data[key]:
+                p.error(f"the inputs differ in {key!r}: {part[key]!r} vs {data[key]!r}")
+        for key in ("machine", "command"):
+            if part[key] not in data[key].split("; "):
+                data[key] = f"{data[key]}; {part[key]}"
+        for label, runs in part["runs"].items():
+            have = data["runs"].setdefault(label, [])
+            for run in runs:
+                if any(r["seed"] == run["seed"] for r in have):
+                    log(f"{label} seed {run['seed']} is in several inputs; keeping the first")
+                    continue
+                have.append(run)
+            have.sort(key=lambda r: r["seed"])
+    data["runs"] = {label: data["runs"][label] for label in [*CONFIGS, *data["runs"]] if label in data["runs"]}
+    write_json(a.out, data)
+    log(f"wrote {a.out}: " + ", ".join(f"{k} {len(v)} runs" for k, v in data["runs"].items()))
+
+
+def summary(argv: list[str]) -> None:
+    """``run_pyfmto.py summary FILE``: markdown tables of a results file — mean final best ``f`` per task
+    (± one standard error over seeds) and the wall time of every run."""
+    p = argparse.ArgumentParser(prog="run_pyfmto.py summary")
+    p.add_argument("file", type=Path)
+    a = p.parse_args(argv)
+    data = json.loads(a.file.read_text())
+    names = [f"T{n + 1} {t['name'].strip('_')}" for n, t in enumerate(data["tasks"])]
+    print(f"{data['problem']}, d = {data['dim']}, {data['fe_init']} + {data['fe_max'] - data['fe_init']} "
+          f"evaluations: mean final best f over seeds (± s.e.), seeds in parentheses\n")
+    print("| task | y_global | " + " | ".join(f"{k} ({len(v)})" for k, v in data["runs"].items()) + " |")
+    print("|---|---|" + "---|" * len(data["runs"]))
+    for n, name in enumerate(names):
+        cells = []
+        for runs in data["runs"].values():
+            best = np.array([min(r["tasks"][n]["y"]) for r in runs])
+            se = best.std(ddof=1) / np.sqrt(len(best)) if len(best) > 1 else float("nan")
+            cells.append(f"{best.mean():.4g} ± {se:.2g}")
+        yg = data["tasks"][n]["y_global"]
+        print(f"| {name} | {'—' if yg is None else f'{yg:.3g}'} | " + " | ".join(cells) + " |")
+    print("\n| configuration | wall time per run, s (seed: time) | mean s per agent-iteration |")
+    print("|---|---|---|")
+    iters = len(data["tasks"]) * (data["fe_max"] - data["fe_init"])
+    for label, runs in data["runs"].items():
+        times = ", ".join(f"{r['seed']}: {r['wall_time']:.0f}" for r in runs)
+        print(f"| {label} | {times} | {np.mean([r['wall_time'] for r in runs]) / iters:.3f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["summary"]:
+        return summary(argv[1:])
     if argv[:1] == ["_serve"]:
         return serve(argv[1:])
+    if argv[:1] == ["merge"]:
+        return merge(argv[1:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--fmto", type=Path, required=True, help="checkout of Xiaoxu-Zhang/fmto (its folder name must be "
                    "an importable package name, e.g. fmto)")

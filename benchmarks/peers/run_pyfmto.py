@@ -368,6 +368,41 @@ def header(args, problem) -> dict:
             "command": args.command, "tasks": tasks, "runs": {}}
 
 
+def check_results(data: dict) -> None:
+    """Raise ``ValueError`` naming the first place where ``data`` departs from the results schema
+    (module docstring): types, ``d`` bounds per task, ``fe_max x d`` designs, ``fe_max`` values."""
+    keys = ["problem", "dim", "fe_init", "fe_max", "pyfmto_version", "fmto_commit", "machine", "command", "tasks", "runs"]
+    if sorted(data) != sorted(keys):
+        raise ValueError(f"results keys {sorted(data)}, expected {sorted(keys)}")
+    d, n0, n = data["dim"], data["fe_init"], data["fe_max"]
+    if not all(isinstance(v, int) for v in (d, n0, n)) or not 1 <= n0 <= n:
+        raise ValueError(f"dim, fe_init, fe_max must be integers with 1 <= fe_init <= fe_max, got {d}, {n0}, {n}")
+
+    def floats(name, v, length):
+        if not isinstance(v, list) or len(v) != length or not all(isinstance(x, float) for x in v):
+            raise ValueError(f"{name}: expected {length} floats")
+
+    for i, t in enumerate(data["tasks"]):
+        if sorted(t) != ["lb", "name", "ub", "y_global"] or not isinstance(t["name"], str):
+            raise ValueError(f"tasks[{i}]: expected name, lb, ub, y_global")
+        floats(f"tasks[{i}].lb", t["lb"], d)
+        floats(f"tasks[{i}].ub", t["ub"], d)
+        if t["y_global"] is not None and not isinstance(t["y_global"], float):
+            raise ValueError(f"tasks[{i}].y_global: expected a float or null")
+    for label, runs in data["runs"].items():
+        for j, r in enumerate(runs):
+            where = f"runs[{label!r}][{j}]"
+            if sorted(r) != ["seed", "tasks", "wall_time"] or not isinstance(r["seed"], int) \
+                    or not isinstance(r["wall_time"], float) or len(r["tasks"]) != len(data["tasks"]):
+                raise ValueError(f"{where}: expected seed (int), wall_time (float), one entry per task")
+            for i, t in enumerate(r["tasks"]):
+                if sorted(t) != ["X", "y"] or not isinstance(t["X"], list) or len(t["X"]) != n:
+                    raise ValueError(f"{where}.tasks[{i}]: expected X ({n} x {d}) and y ({n})")
+                for k, x in enumerate(t["X"]):
+                    floats(f"{where}.tasks[{i}].X[{k}]", x, d)
+                floats(f"{where}.tasks[{i}].y", t["y"], n)
+
+
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -418,6 +453,7 @@ def merge(argv: list[str]) -> None:
                 have.append(run)
             have.sort(key=lambda r: r["seed"])
     data["runs"] = {label: data["runs"][label] for label in [*CONFIGS, *data["runs"]] if label in data["runs"]}
+    check_results(data)
     write_json(a.out, data)
     log(f"wrote {a.out}: " + ", ".join(f"{k} {len(v)} runs" for k, v in data["runs"].items()))
 
@@ -532,6 +568,7 @@ def main(argv: list[str] | None = None) -> None:
                 log(f"  done in {run['wall_time']:.1f} s; best y per task: " + " ".join(f"{b:.3g}" for b in best))
                 runs.append(run)
                 runs.sort(key=lambda r: r["seed"])
+                check_results(data)
                 write_json(out, data)
                 break
             else:

@@ -52,7 +52,6 @@ from fbo_torch.models.batched_gp import BatchedExactGP, get_spec
 from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain
-from fbo_torch.optim.trust_region import TrustRegions
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_tensor
 
@@ -105,10 +104,6 @@ class Agents:
         self.gp_updates = 0
         #: ``B`` indices of each agent's output warp at its last GP (``gp_warp="auto"``; 0 is the identity).
         self.warp_choice: Tensor | None = None
-        self.trust = None
-        if settings.trust_region:
-            self.trust = TrustRegions(B, d, dtype=dt, device=dev)
-            self.trust.set_best(torch.where(self._valid[:, :n0], self._Y[:, :n0], -torch.inf).amax(-1))
         self.rff = None
         if features is not None:
             self.rff = RFFBayesianLinear(
@@ -162,8 +157,6 @@ class Agents:
         self._Y[:, n] = torch.where(ok, y, torch.nan)
         self._valid[:, n] = ok
         self.n = n + 1
-        if self.trust is not None:
-            self.trust.observe(torch.where(ok, y, torch.nan))
         if self.rff is not None:
             self.rff.update(
                 X_new.unsqueeze(1), torch.where(ok, y, 0.0).view(-1, 1, 1), mask=ok.unsqueeze(-1), validate=False
@@ -271,25 +264,11 @@ class Agents:
         """
         model = self.gp()
         keys = self.round_keys(round, "own-maximize")
-        region = self.trust_bounds(model)
         if self.settings.own_acquisition == "ts":
             F = self.settings.gp_sample_features or 1024
             paths = model.draw_paths(self.round_keys(round, "own-sample"), num_features=F)
-            return self.domain.maximize(paths, self.num_agents, keys=keys, region_bounds=region)
-        return self.domain.maximize(self.own_acquisition(model), self.num_agents, keys=keys, region_bounds=region)
-
-    def trust_bounds(self, model: BatchedExactGP) -> Tensor | None:
-        r"""``B x 2 x d`` trust regions (``settings.trust_region``; else ``None``): TuRBO boxes
-        around each agent's best valid observation, scaled by its GP's lengthscales
-        (:class:`~fbo_torch.optim.trust_region.TrustRegions`)."""
-        if self.trust is None:
-            return None
-        lo, hi = self.domain.bounds
-        width = hi - lo
-        best = torch.where(self._valid, self._Y, -torch.inf).argmax(-1)  # B (0 if none is valid)
-        center = (self._X[torch.arange(self.num_agents, device=best.device), best] - lo) / width
-        box = self.trust.bounds(center, model.hyperparameters["lengthscale"])
-        return lo + box * width
+            return self.domain.maximize(paths, self.num_agents, keys=keys)
+        return self.domain.maximize(self.own_acquisition(model), self.num_agents, keys=keys)
 
     def prior_guided_proposals(self, round: int, centers: Tensor, log_weights: Tensor, exponent: float | Tensor,
                                width: float, floor: float) -> tuple[Tensor, Tensor]:
@@ -305,8 +284,7 @@ class Agents:
         """
         model = self.gp()
         acq = BatchedPriorGuided(self.own_acquisition(model), centers, log_weights, exponent, width, floor)
-        return self.domain.maximize(acq, self.num_agents, keys=self.round_keys(round, "own-maximize"),
-                                    region_bounds=self.trust_bounds(model))
+        return self.domain.maximize(acq, self.num_agents, keys=self.round_keys(round, "own-maximize"))
 
     def own_acquisition(self, model: BatchedExactGP) -> BatchedAnalyticAcquisition:
         r"""The agents' analytic acquisition on ``model`` (their GPs) for ``own_acquisition``
@@ -400,8 +378,6 @@ class Agents:
             "keys": self.keys, "X": self._X, "Y": self._Y, "valid": self._valid, "n": self.n,
             "gp_params": self.gp_params, "gp_updates": self.gp_updates, "warp_choice": self.warp_choice,
         }
-        if self.trust is not None:
-            state["trust"] = self.trust.state_dict()
         if self.rff is not None:
             state["rff_buffers"] = {k: v for k, v in self.rff.named_buffers(recurse=False)}
             state["rff_n"] = self.rff._n
@@ -417,8 +393,6 @@ class Agents:
         self.gp_updates = int(state["gp_updates"])
         choice = state.get("warp_choice")
         self.warp_choice = None if choice is None else choice.to(dev)
-        if self.trust is not None:
-            self.trust.load_state_dict(state["trust"])
         if self.rff is not None:
             for name, buf in state["rff_buffers"].items():
                 setattr(self.rff, name, buf.to(dev))

@@ -97,9 +97,6 @@ class MethodSettings:
             ``"raw"`` observations (the papers), ``"standardized"`` ones, or
             ``"warped"`` (standardized after the agent's ``gp_warp``); see
             :meth:`~fbo_torch.federation.agents.Agents.message_model`.
-        trust_region: Search each agent's own acquisition only in a TuRBO trust region
-            around its best observation (:mod:`~fbo_torch.optim.trust_region`): against
-            the corner and boundary over-exploration of a GP on a small budget.
         gp_sample_features: Random features of the pathwise prior in each GP
             Thompson sample (256; None: BoTorch's default, 1024, about 4x slower;
             the reference implementation used 100 features for its own samples).
@@ -138,7 +135,6 @@ class MethodSettings:
     gp_warm_start: bool = False
     gp_warp: str = "none"
     message_outputs: str = "raw"
-    trust_region: bool = False
     repeated_query: str = "keep"
     own_acquisition: str | None = None
     ucb_beta: float = 2.0
@@ -159,8 +155,6 @@ class MethodSettings:
             raise ValueError(f"`gp_warm_start` must be true or false, got {self.gp_warm_start!r}.")
         if self.repeated_query not in ("keep", "random"):
             raise ValueError(f"`repeated_query` must be 'keep' or 'random', got {self.repeated_query!r}.")
-        if not isinstance(self.trust_region, bool):
-            raise ValueError(f"`trust_region` must be true or false, got {self.trust_region!r}.")
         if self.gp_warp not in GP_WARPS:
             raise ValueError(f"`gp_warp` must be one of {GP_WARPS}, got {self.gp_warp!r}.")
         if self.message_outputs not in MESSAGE_OUTPUTS:
@@ -200,7 +194,7 @@ class MethodSettings:
 
 FTS_ALGORITHMS = ("ts", "fts", "rgpe", "taf", "peer_prior")
 COMMUNICATION = ("one-shot", "every-round")
-HISTORIES = ("random", "ts")
+HISTORIES = ("random", "ts", "together")
 
 
 @dataclass
@@ -371,8 +365,12 @@ class HistorySettings:
     r"""How the other agents got their observations before FTS (an FTS experiment's ``history:``).
 
     Attributes:
-        mode: ``"random"`` (``t_n`` random noisy observations per agent) or ``"ts"``
-            (``t_n`` iterations of standard TS from ``num_init`` random points).
+        mode: ``"random"`` (``t_n`` random noisy observations per agent), ``"ts"``
+            (``t_n`` iterations of standard TS from ``num_init`` random points), or
+            ``"together"``: no history — every agent is a target, the agents of one
+            initialization optimize at the same time and are each other's peers, each
+            sending a fresh message every round (``t_n``, ``num_init`` and ``gp_kernel``
+            are not used; :class:`~fbo_torch.simulate.fts.FTSRunner`'s ``together``).
         t_n: Observations per agent.
         num_init: Random points before TS (``"ts"`` mode).
         gp_kernel: The other agents' GP in ``"ts"`` mode.

@@ -53,6 +53,7 @@ from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.common import cpu_state, maximize_acquisition
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.simulate.presets import apply_setup
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
@@ -331,7 +332,10 @@ class FTSRunner:
         :attr:`peer_centers` becomes ``R x A x d`` (``gather``: ``R x A`` slots of the senders,
         else the slots are already ``R·A`` in order)."""
         avg = self.message_average.update(messages)
-        centers, _ = maximize_rff_samples(self.features, avg, self.domain, keys=keys)
+        # a bump's center needs no more precision than the bump's width: a lighter search than a query's
+        d = self.domain
+        centers, _ = d.maximize(RFFSamplePaths(self.features, avg), avg.shape[0], keys=keys, raw_samples=d.raw_samples,
+                                num_restarts=4, maxiter=10)
         R, A = self.num_runs, self.objective.num_agents
         self.peer_centers = centers.view(R, A, -1) if gather is None else centers[gather]
         self._averaged_slots = avg.view(R, A, -1) if gather is None else avg[gather]

@@ -74,7 +74,7 @@ def test_evidence_picks_a_log_warp_for_heavy_tails_and_keeps_gaussian_data():
     X = torch.rand(B, n, 2, generator=g, dtype=f64)
     centre = torch.rand(B, 1, 2, generator=g, dtype=f64)
     dist2 = ((X - centre) ** 2).sum(-1)
-    settings = MethodSettings(gp_warp="auto", gp_kernel="botorch_lownoise")
+    settings = MethodSettings(gp_warp="auto", gp_kernel="fbo")
     keys = kr.fold(kr.root_key(0, "warp-test"), torch.arange(B))
     dom = Domain(torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64))
     # a smooth bump (light tails) vs a Rosenbrock-like spread of five orders of magnitude

@@ -85,7 +85,7 @@ def test_initial_points_are_used_as_given(objective):
     [
         (dict(targets=torch.tensor([0, 1])), "every agent as a target"),
         (dict(settings_kw=dict(communication="one-shot")), "every-round"),
-        (dict(settings_kw=dict(algorithm="rgpe")), "supports algorithm 'fts'"),
+        (dict(settings_kw=dict(algorithm="rgpe")), "supports algorithms 'fts', 'peer_prior'"),
     ],
 )
 def test_together_refuses_what_it_cannot_run(objective, kw, match):

@@ -40,6 +40,9 @@ TIMEOUT="${DEMO_TIMEOUT:-300}"      # s for the whole run
 SECURE=1
 [[ -n "${INSECURE:-}" && "${INSECURE}" != 0 ]] && SECURE=0
 export PATH="$VENV/bin:$PATH"       # flower-superlink spawns flower-superexec / flwr-serverapp from PATH
+# N + 1 processes share this machine's cores: one torch thread each (two threads spinning on a busy
+# 2-core machine made a node's CNN training ~20x slower)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fbo-flower-demo.XXXXXX")"
 export FLWR_HOME="$WORK/flwr-home"  # Flower's config (SuperLink connection) and app cache, kept apart

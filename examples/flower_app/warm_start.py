@@ -118,6 +118,9 @@ def _run_child(entry, request: dict, fds: list[int]) -> None:
         for folder in reversed([e for e in request["env"].get("PYTHONPATH", "").split(os.pathsep) if e]):
             if folder not in sys.path:
                 sys.path.insert(0, folder)
+        threads = request["env"].get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:  # torch read it when the server imported it; the caller's wins
+            sys.modules["torch"].set_num_threads(int(threads))
         sys.argv = [request["name"], *request["argv"]]
         entry()
     except SystemExit as exc:

@@ -63,7 +63,8 @@ in :meth:`~fbo_torch.objectives.search_space.SearchSpace.from_dict`'s form
 (``--node-config``, never seen by the server): ``objective`` is
 ``"package.module:ClassName"`` or a JSON ``{"type": ..., **kwargs}``, and
 ``objective.KEY`` keys (a ``[objective]`` table of a node config file) are
-further keyword arguments. It is built and validated like a YAML custom
+further keyword arguments (Flower's parser takes ``objective`` or ``objective.KEY``
+keys, not both: with arguments, name the class ``objective.type``). It is built and validated like a YAML custom
 objective (:func:`~fbo_torch.objectives.build_objective`) and must be one
 agent's function (``num_agents = 1``) on the federation's domain
 (:meth:`FlowerRunConfig.node_objective`).

@@ -125,6 +125,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=8, help="FTS trials per agent")
     parser.add_argument("--features", type=int, default=200, help="random Fourier features M")
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain-Ax agents")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the map, the agents' draws and Sobol")
     args = parser.parse_args()
     torch.set_num_threads(1)  # GPs on a dozen points: more threads only add synchronization
-    main(args.agents, args.initial, args.rounds, args.features, baseline=not args.no_baseline)
+    main(args.agents, args.initial, args.rounds, args.features, baseline=not args.no_baseline, seed=args.seed)

@@ -279,3 +279,16 @@ methods:
     assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "--no-progress", "--device", "cpu", "--quiet"]) == 0
     resolved = json.loads((tmp_path / "b" / "results.json").read_text())["config"]
     assert resolved["device"] == "cpu" and resolved["scenarios"][0]["objective"]["device"] == "cpu"
+
+
+def test_a_run_whose_delta_is_at_least_one_over_n_warns_and_says_delta_with_every_epsilon(tmp_path, capsys):
+    cfg = write(tmp_path, DP_TINY.replace("privacy: {accountant: rdp-classic, extra_accountants: [rdp]}",
+                                          "privacy: {accountant: rdp, delta: 0.5}").replace("num_iterations: 3",
+                                                                                            "num_iterations: 1"))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert f"warning: {cfg}: privacy.delta = 0.5 >= 1/N = 0.167 (6 agents)" in printed
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "(delta=0.5, rdp)" in summary and "note: delta=0.5 >= 1/N = 0.167 (6 agents)" in summary
+    rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv", newline="")))
+    assert {r["delta"] for r in rows if r["method"] == "DP-FTS-DE" and r["epsilon"]} == {"0.5"}

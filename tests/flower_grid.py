@@ -1,7 +1,7 @@
 """An in-process Flower Grid for tests: messages go straight to ClientApp handlers.
 
 Each node has its own ``Context`` (node config, node state), as a SuperNode
-keeps it, and optionally a public key (``node_keys``: what SuperNode
+keeps it (``node_configs``: more node config keys per node), and optionally a public key (``node_keys``: what SuperNode
 authentication proves, reported by ``get_nodes`` as Flower's ``NodeInfo``); the ClientApp is called the way Flower's runtime calls it, and an
 exception becomes an error reply as Flower makes it. ``deliver(round, node)``
 and ``drop_reply(round, node)`` decide which messages and replies get lost.
@@ -24,11 +24,13 @@ class InProcessGrid(Grid):
                  node_run_configs: dict[int, dict] | None = None,
                  deliver: Callable[[int, int], bool] | None = None,
                  drop_reply: Callable[[int, int], bool] | None = None,
-                 node_keys: dict[int, bytes] | None = None) -> None:
+                 node_keys: dict[int, bytes] | None = None,
+                 node_configs: dict[int, dict] | None = None) -> None:
         TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # what Flower's runtime sets in a ServerApp process
         self.client_app = client_app
         self.contexts = {
-            100 + n: Context(run_id=1, node_id=100 + n, node_config={"partition-id": n}, state=RecordDict(),
+            100 + n: Context(run_id=1, node_id=100 + n, state=RecordDict(),
+                             node_config={"partition-id": n, **(node_configs or {}).get(n, {})},
                              run_config=dict((node_run_configs or {}).get(n, run_config)))
             for n in range(num_nodes)
         }

@@ -23,7 +23,7 @@ from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.input_space import resolve_message_space
-from fbo_torch.federation.messages import AgentMessage
+from fbo_torch.federation.messages import AgentMessage, stack_omegas
 from fbo_torch.utils.validation import check_finite, check_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,13 +37,8 @@ def _check_features(features: object) -> RandomFourierFeatures:
 
 
 def _omega_from(features: RandomFourierFeatures, omega: Tensor | AgentMessage, name: str = "omega") -> Tensor:
-    if isinstance(omega, AgentMessage):
-        if omega.fingerprint != features.fingerprint:
-            raise ValueError(
-                f"The message from agent {omega.agent_id} was built on a different random-feature map "
-                f"(fingerprint {omega.fingerprint} != {features.fingerprint})."
-            )
-        omega = omega.omega
+    if isinstance(omega, AgentMessage):  # its dimension, then its feature map, checked
+        omega = stack_omegas([omega], fingerprint=features.fingerprint, dim=features.dim)[0]
     check_tensor(name, omega)
     if omega.shape[-1] != features.num_features:
         raise ValueError(

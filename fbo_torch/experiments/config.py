@@ -389,6 +389,9 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         check_callable_kwargs(f"{where}: objective ({objective['type']})", cls, kwargs)
         history = build_dataclass(HistorySettings, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history")
         runs = build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")
+        fields = [f.name for f in dataclasses.fields(settings_cls)]
+        check_keys(f"{source}: defaults", raw.get("defaults") or {}, fields)  # a typo is named where it is
+        check_keys(f"{where}: defaults", sc.get("defaults") or {}, fields)
         defaults = _merge(raw.get("defaults") or {}, sc.get("defaults"))
         methods_raw = sc.get("methods")
         if not isinstance(methods_raw, list) or not methods_raw:

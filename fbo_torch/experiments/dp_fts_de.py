@@ -53,6 +53,10 @@ def check_scenario(ctx: ScenarioContext) -> None:
     ``n mod P``, which must hold one)."""
     cfg, sc, objective, domain = ctx.cfg, ctx.scenario, ctx.objective, ctx.domain
     N = objective.num_agents
+    delta = cfg.privacy.delta
+    if delta is not None and delta * N >= 1 and any(s.is_private for _, s in sc.methods):
+        ctx.log(f"warning: {sc.where}: privacy.delta = {delta:g} >= 1/N = {1 / N:.3g} ({N} agents): such a "
+                "guarantee allows releasing one agent's data in full; every epsilon of this run is for this delta")
     for j, (label, s) in enumerate(sc.methods):
         where = f"{sc.where}: methods[{j}] ({label!r})"
         if s.is_private and cfg.privacy.delta is None and N < 2:
@@ -143,6 +147,14 @@ def _nanmean(values: list[float]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def delta_text(methods: Any) -> str:
+    r"""``"δ = 0.1"`` for the δ of private ``methods`` (records), ``"δ = 1e-05 to 0.1"`` when they differ."""
+    deltas = sorted({m["delta"] for m in methods if m.get("delta") is not None})
+    if not deltas:
+        return "δ unknown"
+    return f"δ = {deltas[0]:.3g}" if len(deltas) == 1 else f"δ = {deltas[0]:.3g} to {deltas[-1]:.3g}"
+
+
 #: Markers of the accountants in ``privacy_utility``: the run's own accountant first (filled), then the others (open).
 _ACCOUNTANT_MARKERS = "osD^v<>p"
 
@@ -196,9 +208,8 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
         for m in ms:
             ax.annotate(m["name"], (m["epsilon_final"], m["loss_mean"][-1]), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
-    delta = private[0][1].get("delta") if private else None
     what = "" if several else f"{acc}, "
-    ax.set_xlabel(f"privacy loss ε ({what}δ = {delta:.3g})" if delta else f"privacy loss ε ({acc})")
+    ax.set_xlabel(f"privacy loss ε ({what}{delta_text(m for _, m in private)})")
     ax.set_ylabel(f"final {loss_name}\n({'; '.join(bands)})", fontsize=9)
     ax.set_title(f"{results.get('name', '')}: privacy vs utility", fontsize=10)
     ax.grid(alpha=0.3)
@@ -233,7 +244,7 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
                     mfc="none", label=f"final ε under {name}")
         ax.set_xlabel("round")
         integer_ticks(ax)
-        ax.set_ylabel(f"ε ({acc}) after the round")
+        ax.set_ylabel(f"ε ({acc}, {delta_text(ms)}) after the round", fontsize=9)
         if sc_name and len(panels) > 1:
             ax.set_title(sc_name, fontsize=10)
         ax.grid(alpha=0.3)

@@ -1,6 +1,12 @@
 r"""The ClientApp: one agent per SuperNode, kept in the node's state between messages.
 
-A SuperNode started with ``--node-config partition-id=n`` is agent ``n``. Its
+A SuperNode started with ``--node-config partition-id=n`` is agent ``n``. In a
+federation of node-local objectives (run config ``objective = '{"type": "node",
+...}'``) its node config also names its own black box, ``objective=
+"package.module:ClassName"`` (``objective.KEY=...``: keyword arguments), which
+it builds, checks against the federation's domain and evaluates; a node whose
+objective does not fit is refused by the server for good
+(:class:`~fbo_torch.flower.config.ObjectiveMismatch`). Its
 data (observations), objective and models never leave it: the agent's state is
 an ``ArrayRecord`` in ``context.state`` (local to the node; a process that
 handles several messages also keeps the node itself, see
@@ -47,7 +53,7 @@ def handle_round(msg: Message, context: Context) -> Message:
     state = None
     if AGENT_STATE in context.state.array_records:
         state = record_to_state(context.state.array_records[AGENT_STATE])
-    node = live_nodes.get(context.run_id, context.node_id, config, agent_id_of(context), state)
+    node = live_nodes.get(context.run_id, context.node_id, config, agent_id_of(context), state, context.node_config)
     node.check_features(plan.fingerprint)
     reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)
     context.state[AGENT_STATE] = state_to_record(node.state_dict())

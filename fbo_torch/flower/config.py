@@ -29,8 +29,15 @@ The keys of the deployment itself:
                               ``z = 0``) or ``"ts"`` (no communication)
 ``num-agents``                ``N``, agents of the federation (one per SuperNode)
 ``objective``                 JSON ``{"type": ..., **kwargs}`` for
-                              :func:`~fbo_torch.objectives.build_objective`;
-                              ``agents_per_group`` defaults to ``N``
+                              :func:`~fbo_torch.objectives.build_objective`
+                              (a simulated federation: every node builds it and
+                              evaluates the function of its ``partition-id``;
+                              ``agents_per_group`` defaults to ``N``), or
+                              ``{"type": "node", "bounds": [[...], [...]]}`` /
+                              ``{"type": "node", "parameters": {...}}``: each
+                              node evaluates its own black box, named in its
+                              *node* config (see below); the run config gives
+                              only the federation's domain
 ``seed``                      the agents' keyed streams and the shared broadcast
                               search (public: every node reads it); never the
                               server's coins or noise, which come from the server's
@@ -46,6 +53,21 @@ The keys of the deployment itself:
                               print-out); off by default
 ``summary-path``              the server writes its round log there as JSON ("": no file)
 ============================  =======================================================
+
+Node-local objectives. With ``objective = '{"type": "node", ...}'`` the run
+config describes only the domain the federation searches: ``bounds``, a
+``2 x d`` list ``[[lower...], [upper...]]``, or ``parameters``, a search space
+in :meth:`~fbo_torch.objectives.search_space.SearchSpace.from_dict`'s form
+(the domain is then ``[0, 1]^d`` and each node's objective must have that
+``search_space``). Each SuperNode names its own black box in its node config
+(``--node-config``, never seen by the server): ``objective`` is
+``"package.module:ClassName"`` or a JSON ``{"type": ..., **kwargs}``, and
+``objective.KEY`` keys (a ``[objective]`` table of a node config file) are
+further keyword arguments (Flower's parser takes ``objective`` or ``objective.KEY``
+keys, not both: with arguments, name the class ``objective.type``). It is built and validated like a YAML custom
+objective (:func:`~fbo_torch.objectives.build_objective`) and must be one
+agent's function (``num_agents = 1``) on the federation's domain
+(:meth:`FlowerRunConfig.node_objective`).
 
 A deployment without ``noise-multiplier`` is not private (``z = 0``, the
 settings' default, as in FTS); the server says so when it starts.
@@ -68,6 +90,8 @@ from torch import Tensor
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
 from fbo_torch.objectives import build_objective
+from fbo_torch.objectives.base import Objective
+from fbo_torch.objectives.search_space import SearchSpace
 from fbo_torch.optim.domain import Domain, check_options
 from fbo_torch.privacy import deployment_delta
 
@@ -80,6 +104,133 @@ NOT_KEYS = ("algorithm",)
 PRIVACY_KEYS = ("accountant", "delta")
 #: Keys whose ``0`` means ``None`` (TOML has no null).
 ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta")
+#: ``objective`` type of a federation whose nodes each evaluate their own objective.
+NODE_LOCAL = "node"
+#: The node config key that names a node's own objective (``objective.KEY``: its keyword arguments).
+NODE_OBJECTIVE_KEY = "objective"
+
+
+class ObjectiveMismatch(ValueError):
+    """A node's objective does not fit the federation (missing, unexpected, or on another domain)."""
+
+
+class FederationDomain(Objective):
+    r"""The domain of a federation of node-local objectives, as an objective that cannot be evaluated.
+
+    What the server and the run config know of such a federation: ``N`` agents
+    on ``bounds`` (``2 x d``), with ``search_space`` when the run config names
+    the parameters. Each agent's function lives on its node only.
+    """
+
+    def __init__(self, bounds: Tensor, num_agents: int, search_space: SearchSpace | None = None) -> None:
+        self._bounds, self.num_agents, self.search_space = bounds, int(num_agents), search_space
+
+    @property  # type: ignore[override]
+    def bounds(self) -> Tensor:
+        return self._bounds
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        raise RuntimeError("this federation's objectives are node-local: each SuperNode evaluates its own "
+                           "(node config `objective`), nobody evaluates the federation's.")
+
+
+def _node_local_domain(spec: Mapping[str, Any], num_agents: int) -> FederationDomain:
+    r"""The :class:`FederationDomain` of a run config ``objective = '{"type": "node", ...}'`` (checked)."""
+    where = 'run config `objective` ({"type": "node", ...})'
+    extra = sorted(set(spec) - {"type", "bounds", "parameters"})
+    if extra or ("bounds" in spec) == ("parameters" in spec):
+        raise ValueError(f"{where} takes exactly one of `bounds` (2 x d: [[lower...], [upper...]]) or `parameters` "
+                         f"(a search space {{name: {{low, high, log, type}}}}), got keys {sorted(spec)}.")
+    if "parameters" in spec:
+        try:
+            space = SearchSpace.from_dict(spec["parameters"])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: `parameters`: {err}") from None
+        return FederationDomain(space.bounds, num_agents, space)
+    try:
+        bounds = torch.tensor(spec["bounds"], dtype=torch.float64)
+        ok = bounds.ndim == 2 and bounds.shape[0] == 2 and bounds.shape[1] >= 1
+        ok = ok and bool(torch.isfinite(bounds).all() and (bounds[1] > bounds[0]).all())
+    except (TypeError, ValueError, RuntimeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{where}: `bounds` must be 2 x d finite numbers [[lower...], [upper...]] with every upper "
+                         f"bound above its lower bound, got {spec['bounds']!r}.")
+    return FederationDomain(bounds, num_agents)
+
+
+def node_objective_spec(node_config: Mapping[str, Any]) -> dict[str, Any] | None:
+    r"""The objective a node config names (``{"type": ..., **kwargs}``), or ``None`` when it names none.
+
+    ``objective`` is ``"package.module:ClassName"`` or a JSON object; ``objective.KEY``
+    entries (Flower flattens a node config file's ``[objective]`` table into them) add keyword
+    arguments, ``objective.type`` the class.
+    """
+    prefix = NODE_OBJECTIVE_KEY + "."
+    kwargs = {k[len(prefix):]: v for k, v in node_config.items() if str(k).startswith(prefix)}
+    if NODE_OBJECTIVE_KEY not in node_config and not kwargs:
+        return None
+    value = node_config.get(NODE_OBJECTIVE_KEY, "")
+    spec: dict[str, Any] = {}
+    if isinstance(value, str) and value.strip().startswith("{"):
+        spec = _json(f"node config `{NODE_OBJECTIVE_KEY}`", value)
+    elif value not in ("", None):
+        if not isinstance(value, str):
+            raise ValueError(f"node config `{NODE_OBJECTIVE_KEY}` must be 'package.module:ClassName' or a JSON "
+                             f"object, got {value!r}.")
+        spec = {"type": value.strip()}
+    spec.update(kwargs)
+    if "type" not in spec:
+        raise ValueError(f"node config `{NODE_OBJECTIVE_KEY}` names no class: give "
+                         f"{NODE_OBJECTIVE_KEY}=\"package.module:ClassName\" (or `{prefix}type`).")
+    return spec
+
+
+class NodeObjective(Objective):
+    r"""A node's own black box as agent ``agent_id`` of an ``N``-agent federation.
+
+    The federation's round code asks an objective for agent ``n``'s values
+    (``agents = [n]``); the node's objective is one agent's function (its agent
+    ``0``), so this view answers for agent ``agent_id`` only and passes every
+    other call through.
+
+    Args:
+        inner: The node's objective (``num_agents = 1``).
+        agent_id: The agent the node plays. num_agents: ``N``.
+    """
+
+    def __init__(self, inner: Objective, agent_id: int, num_agents: int) -> None:
+        self.inner, self.agent_id, self.num_agents = inner, int(agent_id), int(num_agents)
+        self.candidates = inner.candidates
+        self.value_name = inner.value_name
+
+    @property  # type: ignore[override]
+    def bounds(self) -> Tensor:
+        return self.inner.bounds
+
+    def _own(self, agents: Tensor | None, like: Tensor) -> Tensor:
+        agents = torch.full((like.shape[0],), self.agent_id) if agents is None else torch.as_tensor(agents)
+        if bool((agents.reshape(-1) != self.agent_id).any()):
+            raise ValueError(f"this node evaluates agent {self.agent_id} only, not agents {agents.tolist()}.")
+        return torch.zeros(agents.numel(), dtype=torch.long, device=like.device)
+
+    def observe(self, X: Tensor, keys: Tensor, agents: Tensor | None = None,
+                validate: bool = True) -> tuple[Tensor, Tensor]:
+        return self.inner.observe(X, keys, self._own(agents, X), validate)
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        return self.inner._evaluate(X, self._own(agents, X), noise)
+
+    def loss(self, best_values: Tensor, agents: Tensor | None = None) -> Tensor:
+        return self.inner.loss(best_values)
+
+    @property
+    def loss_name(self) -> str:
+        return self.inner.loss_name
+
+
+def _describe(bounds: Tensor) -> str:
+    return f"{bounds.shape[-1]}-dimensional, bounds {[[round(v, 6) for v in row] for row in bounds.tolist()]}"
 
 
 def _kebab(name: str) -> str:
@@ -188,6 +339,8 @@ class FlowerRunConfig:
             check_options(self.domain)
         except ValueError as err:
             raise ValueError(f"run config `domain`: {err}") from None
+        if self.node_local:
+            _node_local_domain(self.objective, self.num_agents)
 
     @classmethod
     def keys(cls) -> dict[str, tuple[str, str]]:
@@ -246,14 +399,66 @@ class FlowerRunConfig:
         """The :class:`~fbo_torch.federation.settings.DPFTSDESettings` of the run."""
         return self.settings
 
+    @property
+    def node_local(self) -> bool:
+        """Whether each node evaluates its own objective (``objective = '{"type": "node", ...}'``)."""
+        return self.objective.get("type") == NODE_LOCAL
+
     def build_objective(self) -> Any:
-        """The federation's objective (every node builds it; node ``n`` evaluates agent ``n`` only)."""
+        r"""The federation's objective: the simulated one every node builds (node ``n`` evaluates agent
+        ``n`` only), or, for node-local objectives, a :class:`FederationDomain` (bounds only)."""
+        if self.node_local:
+            return _node_local_domain(self.objective, self.num_agents)
         spec = dict(self.objective)
         spec.setdefault("agents_per_group", int(self.num_agents))
         obj = build_objective(spec)
         if obj.num_agents != self.num_agents:
             raise ValueError(f"the objective has {obj.num_agents} agents but `num-agents` is {self.num_agents}.")
         return obj
+
+    def node_objective(self, node_config: Mapping[str, Any], agent_id: int) -> Objective:
+        r"""What node ``agent_id`` evaluates, given its node config: agent ``n`` of the run's objective, or,
+        in a federation of node-local objectives, the node's own (a :class:`NodeObjective`).
+
+        Raises:
+            ObjectiveMismatch: The node names no objective in a node-local federation, names one in a
+                federation whose run config defines the objective, or its objective is not one agent's
+                function on the federation's domain (its bounds, or the run config's ``parameters``).
+            ValueError: Its objective cannot be built (the message says why, in one line).
+        """
+        spec = node_objective_spec(node_config)
+        n = int(agent_id)
+        if not self.node_local:
+            if spec is not None:
+                raise ObjectiveMismatch(
+                    f"agent {n} names its own objective {spec['type']!r} in its node config, but this federation's "
+                    "objective is the run config's; run the federation with objective = "
+                    '\'{"type": "node", "bounds": ...}\' for node-local objectives, or drop the node\'s `objective`.')
+            return self.build_objective()
+        domain = _node_local_domain(self.objective, self.num_agents)
+        if spec is None:
+            raise ObjectiveMismatch(
+                f"agent {n} has no objective: this federation's objectives are node-local; start the SuperNode "
+                f'with --node-config "partition-id={n} objective=\'package.module:ClassName\'" (its own black box).')
+        try:
+            own = build_objective(spec)
+        except (TypeError, ValueError, OSError, ImportError, RuntimeError) as err:
+            text = " ".join(str(err).split())
+            raise ValueError(f"agent {n}: node config `objective` ({spec['type']}): {text}") from None
+        name = f"agent {n}'s objective {spec['type']!r}"
+        if own.num_agents != 1:
+            raise ObjectiveMismatch(f"{name} has {own.num_agents} agents; a node's objective is one agent's "
+                                    "function (num_agents = 1).")
+        bounds = own.bounds.detach().to("cpu", torch.float64)
+        theirs = domain.bounds
+        if bounds.shape != theirs.shape or not torch.allclose(bounds, theirs, rtol=1e-9, atol=1e-12):
+            raise ObjectiveMismatch(f"{name} is {_describe(bounds)}; the federation's domain is {_describe(theirs)}.")
+        if domain.search_space is not None and getattr(own, "search_space", None) != domain.search_space:
+            mine = getattr(own, "search_space", None)
+            raise ObjectiveMismatch(
+                f"{name} searches {mine.to_config() if mine is not None else 'no named search space'}; the "
+                f"federation's parameters are {domain.search_space.to_config()}.")
+        return NodeObjective(own, n, self.num_agents)
 
     def build_domain(self, objective: Any) -> Domain:
         return Domain(objective.bounds, objective.candidates, **self.domain).to("cpu")

@@ -30,6 +30,7 @@ from flwr.app import Context, Message
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
+from fbo_torch.flower.agent_node import REFUSALS
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator
 from fbo_torch.flower.records import plan_to_records, records_to_reply, reply_agent_id
@@ -188,14 +189,16 @@ def _take_reply(coord: Coordinator, rep: Message, nid: int, plan, binding: NodeB
                 echo: Callable[[str], None]) -> None:
     """Hand one reply to the coordinator; raises for a reply it cannot use."""
     if rep.has_error():
-        reason = rep.error.reason or ""
+        reason = (rep.error.reason or "").strip()
         agent = binding.agent_of.get(nid)
-        echo(f"round {plan.round}: node {nid} (agent {'?' if agent is None else agent}) failed: "
-             f"{reason.strip()[-300:]}")
-        if "FeatureMapMismatch" in reason:  # refused for good: its vectors mean other functions
-            coord.refused_nodes[nid] = reason.strip().splitlines()[-1]
+        who = f"round {plan.round}: node {nid} (agent {'?' if agent is None else agent})"
+        if any(name in reason for name in REFUSALS):  # refused for good: another feature map or domain
+            coord.refused_nodes[nid] = reason.splitlines()[-1][-500:]
+            echo(f"{who} failed and is refused for good: {coord.refused_nodes[nid]}")
             if agent is not None:
                 coord.refuse(agent, coord.refused_nodes[nid])
+            return
+        echo(f"{who} failed: {reason[-300:]}")
         return
     claimed = reply_agent_id(rep.content)
     agent = binding.agent(nid, claimed)

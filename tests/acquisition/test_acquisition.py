@@ -8,6 +8,7 @@ from botorch.optim import optimize_acqf
 from fbo_torch.acquisition import FederatedThompsonSampling, PiecewiseRFFThompsonSample, RFFThompsonSample
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation import AgentMessage, SubRegionPartition
+from fbo_torch.federation.messages import stack_omegas
 
 f64 = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
@@ -90,6 +91,14 @@ def test_rff_thompson_sample_message_and_errors(rff):
     other = RandomFourierFeatures(2, 60, lengthscale=0.2, seed=1)
     with pytest.raises(ValueError, match="different random-feature map"):
         RFFThompsonSample(other, msg)
+    # a message over 3 parameters sent to a 2-dimensional map: said as a dimension mismatch, not a fingerprint one
+    msg3 = AgentMessage(torch.randn(60, dtype=f64), agent_id=3, num_observations=10,
+                        fingerprint=RandomFourierFeatures(3, 60, lengthscale=0.2, seed=0).fingerprint,
+                        input_bounds=torch.tensor([[0.0] * 3, [1.0] * 3], dtype=f64))
+    for make in (lambda: RFFThompsonSample(rff, msg3), lambda: stack_omegas([msg, msg3], rff.fingerprint, rff.dim)):
+        with pytest.raises(ValueError, match=r"agents \[3\] are 3-dimensional .* receiver's feature map is "
+                                             r"2-dimensional"):
+            make()
     with pytest.raises(ValueError, match="M = 60"):
         RFFThompsonSample(rff, torch.randn(59, dtype=f64))
     with pytest.raises(TypeError, match="features"):

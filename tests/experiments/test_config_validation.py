@@ -34,6 +34,10 @@ def parse(**changes):
         ({"scenarios": [{"name": "s", "methods": [{"name": "a"}], "histroy": {}}]},
          r"exp.yaml: scenarios\[0\]: unknown key 'histroy'.*allowed: \[.*'history'"),
         ({"privacy": {"acountant": "rdp"}}, r"exp.yaml: privacy: unknown key 'acountant'.*allowed"),
+        # a typo in `defaults` is named where it is, not under the first method that inherits it
+        ({"defaults": {"num_initt": 2}}, r"^exp.yaml: defaults: unknown key 'num_initt' \(did you mean 'num_init'\?\)"),
+        ({"scenarios": [{"name": "s", "methods": [{"name": "a"}], "defaults": {"p_tt": 1}}]},
+         r"^exp.yaml: scenarios\[0\]: defaults: unknown key 'p_tt' \(did you mean 'p_t'\?\)"),
         # method setting types, every field type-checked
         ({"methods": [{"name": "a", "gp_warm_start": "yes"}]}, r"methods\[0\]: `gp_warm_start` must be true or false, got 'yes'"),
         ({"methods": [{"name": "a", "num_iterations": "5"}]}, r"`num_iterations` must be an integer, got '5'"),

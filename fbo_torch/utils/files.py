@@ -62,7 +62,7 @@ def _write_replace(path: Path, data: bytes, mode: int | None) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _sync_folder(path.parent)
+        sync_folder(path.parent)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -71,7 +71,7 @@ def _write_replace(path: Path, data: bytes, mode: int | None) -> None:
         raise
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
     """Flush a folder's entries (a rename survives a crash); a no-op where folders cannot be opened."""
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -105,4 +105,4 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int | None = None) 
         raise WriteError(err.errno, err.strerror or str(err), str(path)) from err
 
 
-__all__ = ["WriteError", "current_umask", "write_atomic"]
+__all__ = ["WriteError", "current_umask", "sync_folder", "write_atomic"]

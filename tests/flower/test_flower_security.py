@@ -269,9 +269,9 @@ class Crash(Exception):
     pass
 
 
-def _crash_at(t):
+def _crash_at(t, run_config=RUN_CONFIG):
     """A grid whose network dies when the server sends exchange ``t``."""
-    grid = InProcessGrid(client_app.app, RUN_CONFIG, N)
+    grid = InProcessGrid(client_app.app, run_config, N)
     push = grid.push_messages
 
     def pushing(messages):
@@ -315,19 +315,144 @@ def test_a_state_folder_that_does_not_verify_or_belongs_elsewhere_is_refused(tmp
                                   state=ServerState(folder))
     path = folder / "server.json"
     good = path.read_text()
-    saved = json.loads(good)
-    ledger = saved["state"]["server"]["ledger"]
-    ledger["epsilons"] = [e / 10 for e in ledger["epsilons"]]
-    path.write_text(json.dumps(saved))
+    journal = _journal(folder).read_text() if _journal(folder).exists() else None
+
+    def lower(saved):
+        ledger = saved["state"]["server"]["ledger"]
+        ledger["epsilons"] = [e / 10 for e in ledger["epsilons"]]
+
+    _rewrite(folder, lower)  # the journal rewritten to match, as the server's own user could
     with pytest.raises(ServerStateError, match="does not verify"):
         _run(state=ServerState(folder))
     path.write_text(good)
+    if journal is not None:
+        _journal(folder).write_text(journal)
     other = dict(RUN_CONFIG, **{"num-rounds": 5})
     with pytest.raises(ServerStateError, match="another federation"):
         _run(run_config=other, state=ServerState(folder))
     path.write_text("{not json")
     with pytest.raises(ServerStateError, match="unreadable"):
         _run(state=ServerState(folder))
+
+
+def _journal(folder):
+    return folder.parent / f"{folder.name}.journal"
+
+
+def _rewrite(folder, edit):
+    """Edit ``server.json`` with ``edit(data)``, and its release journal's last entry to match (where there is
+    one), as someone who can write both could."""
+    path = folder / "server.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    journal = _journal(folder)
+    if journal.exists() and data.get("journal") is not None:
+        from fbo_torch.flower.server_state import ReleaseJournal
+
+        entries = ReleaseJournal(journal).entries()
+        data["journal"] = ReleaseJournal.next_entry(entries[-2] if len(entries) > 1 else None, data["federation"],
+                                                    data["state"], data["finished"], data["epsilon"])
+        lines = journal.read_text().splitlines()[:-1]
+        journal.write_text("\n".join(lines + [json.dumps(data["journal"], sort_keys=True, separators=(",", ":"))])
+                           + "\n")
+    path.write_text(json.dumps(data))
+
+
+def _crashed(t, folder, run_config=RUN_CONFIG):
+    """A federation whose server died sending exchange ``t``, its state in ``folder``."""
+    with pytest.raises(Crash):
+        server_app.run_federation(_crash_at(t, run_config), FlowerRunConfig.from_run_config(run_config), echo=lambda _: None,
+                                  poll_interval=0.0, state=ServerState(folder))
+
+
+def _resume(folder, run_config=RUN_CONFIG):
+    return _run(run_config=run_config, state=ServerState(folder))[0]
+
+
+@pytest.mark.parametrize("edit", ["delta", "noise-multiplier"])
+def test_a_state_edited_to_other_privacy_parameters_is_refused(tmp_path, edit):
+    """Before: a server.json edited consistently (δ 1e-5 -> 0.2, or z 1.0 -> 5.0, the ε list recomputed) was
+    accepted on restart and reported ε 2.23 or 1.12 instead of 7.92."""
+    from fbo_torch.privacy import PrivacyLedger
+
+    folder = tmp_path / "server"
+    _crashed(3, folder)
+    z, q = CFG.settings.noise_multiplier, CFG.settings.sample_rate
+    delta, z_new = (0.2, z) if edit == "delta" else (CFG.ledger_delta, 5.0)
+
+    def forge(saved):
+        server = saved["state"]["server"]
+        ledger = PrivacyLedger(CFG.privacy.accountant, delta=delta)
+        eps = [ledger.record(z_new, q) for _ in server["ledger"]["epsilons"]]
+        assert eps[-1] < saved["epsilon"]
+        server["ledger"] = dict(ledger.state_dict(), num_agents=N)
+        server.get("mechanism", {}).update(delta=delta, noise_multiplier=z_new)
+        for r, e in zip(server["rounds"], eps):
+            r["epsilon"] = e
+        saved["epsilon"] = eps[-1]
+
+    _rewrite(folder, forge)
+    with pytest.raises(ServerStateError, match="does not verify.*(delta|noise_multiplier)"):
+        _resume(folder)
+
+
+@pytest.mark.parametrize("budget", [1e9, None])
+def test_the_run_configs_budget_bounds_a_resumed_run_whatever_the_state_says(tmp_path, budget):
+    """Before: the ledger's `max_epsilon` in server.json (raised to 1e9 or None) replaced the run config's."""
+    runner, _ = simulate(RUN_CONFIG)
+    eps1, eps2, eps3 = runner.epsilons
+    capped = dict(RUN_CONFIG, **{"max-epsilon": (eps2 + eps3) / 2})
+    folder = tmp_path / "server"
+    _crashed(1, folder, capped)
+    _rewrite(folder, lambda saved: saved["state"]["server"]["ledger"].update(max_epsilon=budget))
+    coord = _resume(folder, capped)
+    assert coord.ledger.max_epsilon == (eps2 + eps3) / 2 and coord.epsilon == pytest.approx(eps2)
+    assert [(r.released, r.reason) for r in coord.logs][-1] == (False, "budget")
+
+
+def test_a_rolled_back_state_is_refused(tmp_path):
+    """Before: a server.json copied back from an earlier exchange was accepted (ε 4.38 instead of 7.92)."""
+    import shutil
+
+    folder = tmp_path / "server"
+    _crashed(1, folder)
+    early = (folder / "server.json").read_text()
+    backup = tmp_path / "backup"
+    shutil.copytree(folder, backup)
+    with pytest.raises(Crash):  # the restarted server gets to exchange 3 before it dies again
+        server_app.run_federation(_crash_at(3), CFG, echo=lambda _: None, poll_interval=0.0,
+                                  state=ServerState(folder))
+    late = (folder / "server.json").read_text()
+    (folder / "server.json").write_text(early)
+    (folder / "server.json").chmod(0o600)
+    with pytest.raises(ServerStateError, match="not the last state this server wrote.*exchange 3"):
+        _resume(folder)
+    shutil.rmtree(folder)
+    shutil.copytree(backup, folder)  # a restored backup of the whole folder
+    with pytest.raises(ServerStateError, match="rolled back, restored from a backup"):
+        _resume(folder)
+    (folder / "server.json").write_text(late)  # the latest state resumes
+    assert _resume(folder).ledger.rounds == CFG.num_rounds
+
+
+def test_a_state_without_rounds_never_brings_back_its_secret(tmp_path):
+    """Before: a server.json whose "state" was null was a new federation with the old secret: round 1 was
+    released again with the same noise and coins (two broadcasts 1.196 apart, against ~9.4 for fresh noise)."""
+    folder = tmp_path / "server"
+    _crashed(2, folder)
+    old = json.loads((folder / "server.json").read_text())["secret"]
+
+    saved = json.loads((folder / "server.json").read_text())
+    (folder / "server.json").write_text(json.dumps(dict(saved, state=None, journal=None)))
+    with pytest.raises(ServerStateError, match="empty, but the release journal .* records exchange 2"):
+        _resume(folder)
+    (folder / "server.json").unlink()  # a lost file: the same
+    with pytest.raises(ServerStateError, match="missing, but the release journal"):
+        _resume(folder)
+    _journal(folder).unlink(missing_ok=True)  # nothing says anything was sent: a new federation, a new secret
+    coord = _resume(folder)
+    assert coord.ledger.rounds == CFG.num_rounds
+    assert json.loads((folder / "server.json").read_text())["secret"] != old
 
 
 # ------------------------------------------------------------------ who plays which agent
@@ -434,10 +559,14 @@ def test_the_server_state_folder_is_server_side_per_federation_and_held_by_one_s
     a.release()
     b = ServerState(a.folder)
     again, _ = b.open(CFG.fingerprint())
-    assert again == secret
+    assert again != secret  # nothing was sent with it, but a secret is never taken back from a state without rounds
+    b.save(CFG.fingerprint(), again, {"round": 0})  # a state with rounds keeps its secret
     b.release()
     with pytest.raises(ServerStateError, match="another secret"):
         ServerState(a.folder).open(CFG.fingerprint(), bytes(32))
+    c = ServerState(a.folder)
+    assert c.open(CFG.fingerprint()) == (again, {"round": 0})
+    c.release()
 
 
 def test_a_second_server_on_a_folder_in_use_is_refused_and_the_first_runs_on(tmp_path):

@@ -49,6 +49,18 @@ The keys of the deployment itself:
 
 A deployment without ``noise-multiplier`` is not private (``z = 0``, the
 settings' default, as in FTS); the server says so when it starts.
+
+**The objective names code.** ``objective.type`` may be
+``"package.module:ClassName"``, and importing a module runs its top-level
+code. The run config comes from whoever starts the run and reaches every
+node, so a node (and the server) imports only the built-in objectives, names it
+registered itself (:func:`~fbo_torch.objectives.register`), and the
+``module:Class`` paths its *own* configuration allows
+(:func:`allowed_objectives`): the SuperNode's node config ``allow-objectives``
+(``flower-supernode --node-config "allow-objectives='mypkg.objectives:MyCNN'"``;
+several paths separated by commas) or the ``FBO_ALLOW_OBJECTIVES`` environment
+variable of the SuperNode or SuperLink. Anything else is refused before it is
+imported (:meth:`FlowerRunConfig.check_objective`).
 """
 
 from __future__ import annotations
@@ -56,9 +68,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -67,7 +80,7 @@ from torch import Tensor
 
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
-from fbo_torch.objectives import build_objective
+from fbo_torch.objectives import REGISTRY, build_objective
 from fbo_torch.optim.domain import Domain, check_options
 from fbo_torch.privacy import deployment_delta
 
@@ -80,6 +93,20 @@ NOT_KEYS = ("algorithm",)
 PRIVACY_KEYS = ("accountant", "delta")
 #: Keys whose ``0`` means ``None`` (TOML has no null).
 ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta")
+
+
+#: The node config key and the environment variable that list the ``module:Class`` objectives a node may import.
+ALLOW_OBJECTIVES_KEY = "allow-objectives"
+ALLOW_OBJECTIVES_ENV = "FBO_ALLOW_OBJECTIVES"
+
+
+def allowed_objectives(node_config: Mapping[str, Any] | None = None) -> frozenset[str]:
+    r"""The ``module:Class`` objectives this process may import for a run config: those in
+    ``$FBO_ALLOW_OBJECTIVES`` and in ``node_config["allow-objectives"]`` (comma-separated)."""
+    texts = [os.environ.get(ALLOW_OBJECTIVES_ENV, "")]
+    if node_config is not None:
+        texts.append(str(node_config.get(ALLOW_OBJECTIVES_KEY, "")))
+    return frozenset(part.strip() for text in texts for part in text.split(",") if part.strip())
 
 
 def _kebab(name: str) -> str:
@@ -245,6 +272,27 @@ class FlowerRunConfig:
     def dp_settings(self) -> DPFTSDESettings:
         """The :class:`~fbo_torch.federation.settings.DPFTSDESettings` of the run."""
         return self.settings
+
+    def check_objective(self, allowed: Collection[str] = frozenset()) -> None:
+        r"""Refuse an objective this process did not choose to run, before anything is imported.
+
+        Built-in objectives, names registered in this process and ``fbo_torch``'s own
+        modules pass; a ``"module:Class"`` path passes only if it is in ``allowed``
+        (:func:`allowed_objectives`: this node's or server's own configuration, never
+        the run config).
+
+        Raises:
+            ValueError: The run config names code this process does not allow.
+        """
+        kind = self.objective.get("type")
+        if not isinstance(kind, str) or kind in REGISTRY or kind.partition(":")[0].split(".")[0] == "fbo_torch":
+            return
+        if kind not in allowed:
+            raise ValueError(
+                f"run config `objective` names {kind!r}: importing it would run that module's code here, and this "
+                f"process allows only built-in objectives and the ones its own configuration lists; add it to the "
+                f"node config `{ALLOW_OBJECTIVES_KEY}` (flower-supernode --node-config "
+                f"\"{ALLOW_OBJECTIVES_KEY}='{kind}'\") or to ${ALLOW_OBJECTIVES_ENV} on every node and the server.")
 
     def build_objective(self) -> Any:
         """The federation's objective (every node builds it; node ``n`` evaluates agent ``n`` only)."""

@@ -455,6 +455,37 @@ def test_a_state_without_rounds_never_brings_back_its_secret(tmp_path):
     assert json.loads((folder / "server.json").read_text())["secret"] != old
 
 
+# ------------------------------------------------------------------ code named in a run config
+def test_a_run_config_cannot_make_nodes_or_the_server_import_code_they_did_not_allow(tmp_path, monkeypatch):
+    """Before: `objective: {"type": "module:Class"}` in the run config, which the server sends to every node, was
+    imported by every node and the server: the module's top-level code ran (it wrote a file)."""
+    import sys
+
+    from flwr.app import RecordDict
+
+    marker = tmp_path / "ran"
+    (tmp_path / "fbo_test_planted.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from fbo_torch.objectives.synthetic import GPSampleGridFederation as Planted\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("FBO_ALLOW_OBJECTIVES", raising=False)
+    name = "fbo_test_planted:Planted"
+    planted = dict(RUN_CONFIG, objective=json.dumps(dict(json.loads(RUN_CONFIG["objective"]), type=name)))
+    cfg = FlowerRunConfig.from_run_config(planted)
+    grid = InProcessGrid(client_app.app, planted, N)
+    with pytest.raises(ValueError, match="allow-objectives"):
+        server_app.run_federation(grid, cfg, echo=lambda _: None, poll_interval=0.0)
+    with pytest.raises(ValueError, match="names 'fbo_test_planted:Planted'.*allow-objectives"):
+        client_app.handle_round(grid.create_message(RecordDict(), "train", 100, "0"), grid.contexts[100])
+    assert not marker.exists() and "fbo_test_planted" not in sys.modules
+    # what a node's own configuration allows, it runs (here: the server's environment and every node's config)
+    monkeypatch.setenv("FBO_ALLOW_OBJECTIVES", f"other.module:Thing, {name}")
+    for ctx in grid.contexts.values():
+        ctx.node_config["allow-objectives"] = name
+    coord = server_app.run_federation(grid, cfg, echo=lambda _: None, poll_interval=0.0)
+    assert coord.done and [r.num_reported for r in coord.logs] == [N] * CFG.num_rounds and marker.exists()
+
+
 # ------------------------------------------------------------------ who plays which agent
 def _keys(n):
     from cryptography.hazmat.primitives import serialization

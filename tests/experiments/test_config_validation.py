@@ -223,7 +223,7 @@ def test_a_refused_config_deletes_nothing_with_overwrite(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text("{}")
-    (out / "run.json").write_text('{"files": ["results.json", "run.json"]}')
+    (out / "run.json").write_text('{"files": ["results.json", "run.json"], "written": {}}')
     cfg = tmp_path / "c.yaml"
     cfg.write_text(TINY.replace("num_regions: 2", "num_regions: 100"))
     assert main(["run", str(cfg), "--out", str(out), "--overwrite", "--no-progress"]) == 2

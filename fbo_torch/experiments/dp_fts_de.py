@@ -25,6 +25,7 @@ from fbo_torch.experiments.report import (
     series_styles,
     summarize_curves,
 )
+from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.privacy import compute_epsilon
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
@@ -53,6 +54,7 @@ def check_scenario(ctx: ScenarioContext) -> None:
     ``n mod P``, which must hold one)."""
     cfg, sc, objective, domain = ctx.cfg, ctx.scenario, ctx.objective, ctx.domain
     N = objective.num_agents
+    check_scenario_memory(ctx, agents=ctx.num_inits * N, runs=ctx.num_inits * N)
     for j, (label, s) in enumerate(sc.methods):
         where = f"{sc.where}: methods[{j}] ({label!r})"
         if s.is_private and cfg.privacy.delta is None and N < 2:

@@ -204,9 +204,14 @@ methods:
         (TINY_FTS.replace("agents_per_group: 3", "agents_per_group: 1"),
          "methods[1] ('FTS', algorithm fts): target agent(s) [0] have no other agent of its group"),
         (TINY_FTS.replace("history:", "runs: {targets: [5]}\nhistory:"), "runs.targets [5] exceed the objective's 3"),
+        # before: the process grew to 22.7 GB until the kernel killed it
+        (TINY.replace("num_iterations: 2", "num_iterations: 1000000000"),
+         "methods[0] ('DP'): `num_iterations: 1000000000`: 20 agent(s) at once (5 init(s)), 1000000000 iterations"),
+        (TINY_FTS.replace("num_features: 10", "num_features: 10000000"),
+         "methods[1] ('FTS'): `num_features: 10000000`: "),
     ],
     ids=["infinite-S", "one-agent-private", "too-many-regions", "landmine-file", "har-files", "objective-argument",
-         "fts-without-peers", "targets"],
+         "fts-without-peers", "targets", "memory-iterations", "memory-features"],
 )
 def test_what_needs_the_objective_is_refused_before_out_exists(tmp_path, capsys, text, says):
     cfg = tmp_path / "c.yaml"

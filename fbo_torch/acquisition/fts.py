@@ -145,7 +145,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
             like = features.spectral
             omegas = torch.empty(0, features.num_features, dtype=like.dtype, device=like.device)
         else:
-            omegas = stack_omegas(list(messages), fingerprint=features.fingerprint)
+            omegas = _omega_from(features, stack_omegas(list(messages), fingerprint=features.fingerprint), "messages")
         N = omegas.shape[0]
         space = resolve_message_space(messages, input_transform, features.dim, model=model if N else None)
         fidelity, probs_used, p_used = None, None, p_t

@@ -68,6 +68,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import types
 import typing
@@ -202,6 +203,14 @@ class FlowerRunConfig:
             raise ValueError(f"run config `method` must be one of {METHODS}, got {self.method!r}.")
         if int(self.num_agents) < 1:
             raise ValueError(f"run config `num-agents` must be >= 1, got {self.num_agents}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"run config `seed` must be an integer in [0, 2^63), got {self.seed!r}; larger seeds "
+                             "would repeat smaller ones' streams.")
+        for key, value, minimum in (("round-timeout", self.round_timeout, "> 0"),
+                                    ("min-nodes-timeout", self.min_nodes_timeout, ">= 0")):
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and (value > 0 if minimum == "> 0" else value >= 0)):
+                raise ValueError(f"run config `{key}` must be a finite number of seconds {minimum}, got {value!r}.")
         algorithm = "fts_de" if self.method == "dp-fts-de" else "ts"
         if self.settings.algorithm != algorithm:
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, algorithm=algorithm))

@@ -59,7 +59,8 @@ def parse(**changes):
         ({"runs": {"num_inits": "3"}}, r"runs: `num_inits` must be an integer"),
         ({"domain": {"lr": "fast"}}, r"domain: `lr` must be a number"),
         ({"optimizer": {"lr": 0.1}}, r"`optimizer` is now called `domain`"),
-        ({"seed": True}, r"`seed` must be a non-negative integer"),
+        ({"seed": True}, r"`seed` must be an integer in \[0, 2\^63\)"),
+        ({"seed": 2**64}, r"`seed` must be an integer in \[0, 2\^63\), got 18446744073709551616"),  # was accepted
         ({"runs": [1]}, r"`runs` must be a mapping"),
     ],
 )

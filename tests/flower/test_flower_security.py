@@ -256,6 +256,38 @@ def test_run_config_values_are_what_they_say_or_refused():
         FlowerRunConfig.from_run_config({"noise-multiplier": 1.0})
 
 
+@pytest.mark.parametrize("key, value, says", [
+    ("round-timeout", -1.0, "`round-timeout` must be a finite number of seconds > 0"),
+    ("round-timeout", math.nan, "`round-timeout` must be a finite number of seconds > 0"),
+    ("min-nodes-timeout", -1.0, "`min-nodes-timeout` must be a finite number of seconds >= 0"),
+    ("seed", 2**64, r"`seed` must be an integer in \[0, 2\^63\)"),
+])
+def test_run_config_timeouts_and_seeds_out_of_range_are_refused(key, value, says):
+    """Before: negative or NaN timeouts were accepted, and a seed >= 2^64 ran with the streams of seed mod 2^64."""
+    with pytest.raises(ValueError, match=says):
+        FlowerRunConfig.from_run_config(dict(RUN_CONFIG, **{key: value}))
+
+
+def test_impossible_metrics_and_a_device_omega_are_invalid_replies():
+    """Before: the server took best-value = inf and num-observations = 2**80, and an ω on the meta device
+    raised RuntimeError (out of the reply's check) instead of InvalidReply."""
+    from fbo_torch.flower.coordinator import InvalidReply
+
+    obj = CFG.build_objective()
+    coord = Coordinator(CFG, obj.bounds, obj.dim)
+    coord.plan()
+    M = CFG.settings.num_features
+    omega = torch.zeros(M, dtype=torch.float64)
+    most = CFG.settings.num_init + CFG.num_rounds
+    for kwargs, says in ((dict(best_value=math.inf), "best value inf is not a finite number"),
+                         (dict(num_observations=2**80), f"observation count {2**80} is not an integer in 0..{most}"),
+                         (dict(num_observations=most + 1), "is not an integer in"),
+                         (dict(omega=torch.zeros(M, dtype=torch.float64, device="meta")), "on device 'meta'")):
+        with pytest.raises(InvalidReply, match=says):
+            coord.receive(0, coord.fingerprint, **{"omega": omega, **kwargs})
+    coord.receive(0, coord.fingerprint, omega, best_value=0.5, num_observations=most)
+
+
 def test_no_connected_node_means_no_release_and_no_epsilon():
     """Before: with zero nodes the server released pure noise every round and charged ε for it."""
     coord, releases, lines, _ = _run(num_nodes=0)

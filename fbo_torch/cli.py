@@ -56,13 +56,19 @@ def _float_in(low: float, high: float, closed_high: bool, what: str):
     return parse
 
 
+def _user_path(text: str) -> Path:
+    """A path as a shell would expand it: ``~`` is the user's home (a quoted ``'~'`` reaches us unexpanded)."""
+    return Path(text).expanduser()
+
+
 def _add_out_args(p: argparse.ArgumentParser, default: Path | None = None) -> None:
     if default is None:
-        p.add_argument("--out", required=True, type=Path, metavar="DIR",
+        p.add_argument("--out", required=True, type=_user_path, metavar="DIR",
                        help="output folder (results.json, run.json, plots, summary.txt, checkpoints/); "
                             "locked while the run lasts: a second run into it is refused")
     else:
-        p.add_argument("--out", type=Path, default=default, metavar="DIR", help=f"output folder (default: {default})")
+        p.add_argument("--out", type=_user_path, default=default, metavar="DIR",
+                       help=f"output folder (default: {default})")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
                       help="continue the run in --out from its checkpoints; refused unless the config (objective, "
@@ -131,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json",
                         description="Redraw the plots and summary.txt of a run from its results.json.")
-    rp.add_argument("out", type=Path, help="a run's output folder")
+    rp.add_argument("out", type=_user_path, help="a run's output folder")
     rp.add_argument("--plot-format", type=_plot_formats, default=None, metavar="FMT",
                     help="format(s) of the plots, comma-separated: png, pdf, svg (default: the run's)")
 

@@ -339,8 +339,8 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         raise ConfigError(f"{source}: `experiment` must be one of {list(SETTINGS)}, got {experiment!r}.")
     name = str(raw.get("name") or Path(source).stem)
     seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"{source}: `seed` must be a non-negative integer, got {seed!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ConfigError(f"{source}: `seed` must be an integer in [0, 2^63), got {seed!r}.")
     device = raw.get("device", "cpu")
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"{source}: `device` must be 'cpu' or 'cuda', got {device!r}.")

@@ -25,6 +25,7 @@ from fbo_torch.experiments.report import (
     series_styles,
     summarize_curves,
 )
+from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.privacy import compute_epsilon
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
@@ -57,6 +58,7 @@ def check_scenario(ctx: ScenarioContext) -> None:
     if delta is not None and delta * N >= 1 and any(s.is_private for _, s in sc.methods):
         ctx.log(f"warning: {sc.where}: privacy.delta = {delta:g} >= 1/N = {1 / N:.3g} ({N} agents): such a "
                 "guarantee allows releasing one agent's data in full; every epsilon of this run is for this delta")
+    check_scenario_memory(ctx, agents=ctx.num_inits * N, runs=ctx.num_inits * N)
     for j, (label, s) in enumerate(sc.methods):
         where = f"{sc.where}: methods[{j}] ({label!r})"
         if s.is_private and cfg.privacy.delta is None and N < 2:

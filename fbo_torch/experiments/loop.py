@@ -277,7 +277,7 @@ def run_experiment(
     if num_inits is not None:
         for sc in resolved["scenarios"]:
             sc["runs"]["num_inits"] = num_inits
-    out = Path(out_dir)
+    out = Path(out_dir).expanduser()
     folder = OutputFolder(out, resume=resume, overwrite=overwrite)
     try:
         # An existing folder is locked and checked first (a resumed run's fingerprint and checkpoints);

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.input_space import check_input_bounds
-from fbo_torch.utils.validation import check_finite, check_tensor
+from fbo_torch.utils.validation import check_finite, check_floating, check_tensor
 
 
 def _check_fingerprint(name: str, fingerprint: str) -> None:
@@ -54,6 +54,7 @@ class AgentMessage:
 
     def __post_init__(self) -> None:
         check_tensor("omega", self.omega)
+        check_floating("omega", self.omega)
         if self.omega.ndim != 1:
             raise ValueError(f"`omega` must be a vector of M weights, got shape {tuple(self.omega.shape)}.")
         check_finite("omega", self.omega)
@@ -162,4 +163,8 @@ def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = Non
     sizes = {m.omega.numel() for m in messages}
     if len(sizes) != 1:
         raise ValueError(f"Messages carry vectors of different lengths {sorted(sizes)}.")
+    dtypes = {str(m.omega.dtype) for m in messages}
+    if len(dtypes) != 1:
+        raise TypeError(f"`messages` carry vectors of different dtypes {sorted(dtypes)}; convert them to one "
+                        "(float64 for GP algebra) instead of mixing precisions.")
     return torch.stack([m.omega for m in messages])

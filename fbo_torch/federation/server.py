@@ -33,6 +33,7 @@ under-count.)
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.randomness import KeyedServerRandomness, ServerRandomness
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.privacy import DEFAULT_ACCOUNTANT, PrivacyLedger
-from fbo_torch.utils.validation import check_int
+from fbo_torch.utils.validation import check_int, check_probability
 
 #: Why a round released nothing.
 NOT_RELEASED = ("schedule", "budget", "no valid message")
@@ -165,6 +166,7 @@ class DPFTSDEServer:
         release is recorded here; one that will is recorded by :meth:`release`.
         """
         round = check_int("round", round, minimum=1)
+        p_t = check_probability("p_t", p_t)
         last = self.rounds[-1].round if self.rounds else 0
         if self._planned is not None or round != last + 1:
             expected = self._planned if self._planned is not None else last + 1
@@ -238,43 +240,72 @@ class DPFTSDEServer:
         """Whether each round so far released."""
         return [r.released for r in self.rounds]
 
+    def mechanism(self) -> dict[str, Any]:
+        r"""The parameters of the release a saved state must have been made with: ``N``, ``P``,
+        ``q``, ``S``, ``z``, the accountant and δ (``None`` without a ledger)."""
+        s, ledger = self.settings, self.ledger
+        return {"num_agents": self.num_agents, "num_regions": self.num_regions, "sample_rate": s.sample_rate,
+                "clip_norm": s.clip_norm, "noise_multiplier": s.noise_multiplier,
+                "accountant": None if ledger is None else ledger.mechanism,
+                "delta": None if ledger is None else ledger.delta}
+
     def state_dict(self) -> dict[str, Any]:
-        """The rounds, why it stopped, the planned round and the ledger (host data only; not the randomness)."""
+        """The rounds, why it stopped, the planned round, the mechanism's parameters and the ledger
+        (host data only; not the randomness)."""
         return {
             "stop_reason": self.stop_reason, "rounds": [r.to_dict() for r in self.rounds],
-            "planned": self._planned,
+            "planned": self._planned, "mechanism": self.mechanism(),
             "ledger": None if self.ledger is None else self.ledger.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        r"""Restore a saved server after checking it: the ledger's ε is recomputed from its
-        recorded releases (:meth:`~fbo_torch.privacy.PrivacyLedger.load_state_dict`) and must
-        match the rounds' records, release for release.
+        r"""Restore a saved server after checking it against this server: the mechanism's
+        parameters (``N``, ``P``, ``q``, ``S``, ``z``, the accountant, δ) must be this server's, every
+        recorded release must have used this server's ``(z, q)``, the ledger's ε is recomputed from its
+        recorded releases (:meth:`~fbo_torch.privacy.PrivacyLedger.load_state_dict`, strict: this
+        server's budget stays in force) and must match the rounds' records, release for release.
 
         Raises:
-            ValueError: The state is malformed or its records disagree with its ledger.
+            ValueError: The state is malformed, was made with other parameters, or its records
+                disagree with its ledger.
         """
         try:
             rounds = [ServerRound.from_dict(r) for r in state["rounds"]]
             stop_reason = str(state["stop_reason"])
             ledger = state["ledger"]
             planned = None if state.get("planned") is None else int(state["planned"])
+            mechanism = dict(state["mechanism"])
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"the saved server state is malformed ({type(err).__name__}: {err}).") from None
+        mine = self.mechanism()
+        changed = [f"{k} {mechanism.get(k)!r} (this run: {v!r})" for k, v in mine.items() if mechanism.get(k) != v]
+        if changed:
+            raise ValueError(f"the saved server state was made with other privacy parameters: {', '.join(changed)}; "
+                             "refusing it.")
+        if stop_reason and stop_reason not in NOT_RELEASED:
+            raise ValueError(f"the saved server state's stop reason {stop_reason!r} is not one of {NOT_RELEASED}.")
         if [r.round for r in rounds] != list(range(1, len(rounds) + 1)):
             raise ValueError("the saved server state's rounds are not 1, 2, ... in order.")
         if planned is not None and planned != len(rounds) + 1:
             raise ValueError(f"the saved server state planned round {planned} after {len(rounds)} rounds.")
         released = [r for r in rounds if r.released]
+        restored = None
         if self.ledger is not None:
             if ledger is None:
                 raise ValueError("the saved server state has no privacy ledger, but this server is private.")
-            self.ledger.load_state_dict(ledger)
-            if self.ledger.rounds != len(released):
+            restored = copy.deepcopy(self.ledger)  # this server's ledger is replaced only once all checks pass
+            restored.load_state_dict(ledger)
+            z, q = self.settings.noise_multiplier, self.settings.sample_rate
+            other = [(hz, hq) for hz, hq, _ in restored.accountant.history if (hz, hq) != (z, q)]
+            if other:
+                raise ValueError(f"the saved server state's ledger records releases with (z, q) = {other[0]}, this "
+                                 f"run's are ({z}, {q}): refusing it.")
+            if restored.rounds != len(released):
                 raise ValueError(f"the saved server state records {len(released)} releases but its ledger "
-                                 f"{self.ledger.rounds}: refusing a state that cannot account for its releases.")
-            for r, eps in zip(released, self.ledger.epsilons):
+                                 f"{restored.rounds}: refusing a state that cannot account for its releases.")
+            for r, eps in zip(released, restored.epsilons):
                 if not math.isclose(r.epsilon, eps, rel_tol=1e-9, abs_tol=1e-12):
                     raise ValueError(f"the saved server state says ε = {r.epsilon} after round {r.round}, "
                                      f"its ledger {eps}: refusing it.")
+            self.ledger = restored
         self.rounds, self.stop_reason, self._planned = rounds, stop_reason, planned

@@ -27,7 +27,7 @@ from flwr.clientapp import ClientApp
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.flower.agent_node import FeatureMapMismatch, LiveNodes
-from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.config import FlowerRunConfig, allowed_objectives
 from fbo_torch.flower.records import AGENT_STATE, record_to_state, records_to_plan, reply_to_records, state_to_record
 
 app = ClientApp()
@@ -45,6 +45,7 @@ def agent_id_of(context: Context) -> int:
 def handle_round(msg: Message, context: Context) -> Message:
     r"""Take the round the server's message opens and reply (``ω`` when asked)."""
     config = FlowerRunConfig.from_run_config(context.run_config)
+    config.check_objective(allowed_objectives(context.node_config))  # before any of its code is imported
     plan = records_to_plan(msg.content)
     if plan.features and RandomFourierFeatures.from_config(plan.features).fingerprint != plan.fingerprint:
         raise FeatureMapMismatch(

@@ -71,6 +71,18 @@ agent's function (``num_agents = 1``) on the federation's domain
 
 A deployment without ``noise-multiplier`` is not private (``z = 0``, the
 settings' default, as in FTS); the server says so when it starts.
+
+**The objective names code.** ``objective.type`` may be
+``"package.module:ClassName"``, and importing a module runs its top-level
+code. The run config comes from whoever starts the run and reaches every
+node, so a node (and the server) imports only the built-in objectives, names it
+registered itself (:func:`~fbo_torch.objectives.register`), and the
+``module:Class`` paths its *own* configuration allows
+(:func:`allowed_objectives`): the SuperNode's node config ``allow-objectives``
+(``flower-supernode --node-config "allow-objectives='mypkg.objectives:MyCNN'"``;
+several paths separated by commas) or the ``FBO_ALLOW_OBJECTIVES`` environment
+variable of the SuperNode or SuperLink. Anything else is refused before it is
+imported (:meth:`FlowerRunConfig.check_objective`).
 """
 
 from __future__ import annotations
@@ -78,9 +90,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -89,7 +103,7 @@ from torch import Tensor
 
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
-from fbo_torch.objectives import build_objective
+from fbo_torch.objectives import REGISTRY, build_objective
 from fbo_torch.objectives.base import Objective
 from fbo_torch.objectives.search_space import SearchSpace
 from fbo_torch.optim.domain import Domain, check_options
@@ -233,6 +247,20 @@ def _describe(bounds: Tensor) -> str:
     return f"{bounds.shape[-1]}-dimensional, bounds {[[round(v, 6) for v in row] for row in bounds.tolist()]}"
 
 
+#: The node config key and the environment variable that list the ``module:Class`` objectives a node may import.
+ALLOW_OBJECTIVES_KEY = "allow-objectives"
+ALLOW_OBJECTIVES_ENV = "FBO_ALLOW_OBJECTIVES"
+
+
+def allowed_objectives(node_config: Mapping[str, Any] | None = None) -> frozenset[str]:
+    r"""The ``module:Class`` objectives this process may import for a run config: those in
+    ``$FBO_ALLOW_OBJECTIVES`` and in ``node_config["allow-objectives"]`` (comma-separated)."""
+    texts = [os.environ.get(ALLOW_OBJECTIVES_ENV, "")]
+    if node_config is not None:
+        texts.append(str(node_config.get(ALLOW_OBJECTIVES_KEY, "")))
+    return frozenset(part.strip() for text in texts for part in text.split(",") if part.strip())
+
+
 def _kebab(name: str) -> str:
     return {v: k for k, v in RENAMED.items()}.get(name, name.replace("_", "-"))
 
@@ -326,6 +354,14 @@ class FlowerRunConfig:
             raise ValueError(f"run config `method` must be one of {METHODS}, got {self.method!r}.")
         if int(self.num_agents) < 1:
             raise ValueError(f"run config `num-agents` must be >= 1, got {self.num_agents}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"run config `seed` must be an integer in [0, 2^63), got {self.seed!r}; larger seeds "
+                             "would repeat smaller ones' streams.")
+        for key, value, minimum in (("round-timeout", self.round_timeout, "> 0"),
+                                    ("min-nodes-timeout", self.min_nodes_timeout, ">= 0")):
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and (value > 0 if minimum == "> 0" else value >= 0)):
+                raise ValueError(f"run config `{key}` must be a finite number of seconds {minimum}, got {value!r}.")
         algorithm = "fts_de" if self.method == "dp-fts-de" else "ts"
         if self.settings.algorithm != algorithm:
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, algorithm=algorithm))
@@ -403,6 +439,29 @@ class FlowerRunConfig:
     def node_local(self) -> bool:
         """Whether each node evaluates its own objective (``objective = '{"type": "node", ...}'``)."""
         return self.objective.get("type") == NODE_LOCAL
+
+    def check_objective(self, allowed: Collection[str] = frozenset()) -> None:
+        r"""Refuse an objective this process did not choose to run, before anything is imported.
+
+        Built-in objectives, names registered in this process and ``fbo_torch``'s own
+        modules pass; a ``"module:Class"`` path passes only if it is in ``allowed``
+        (:func:`allowed_objectives`: this node's or server's own configuration, never
+        the run config).
+
+        Raises:
+            ValueError: The run config names code this process does not allow.
+        """
+        kind = self.objective.get("type")
+        if not isinstance(kind, str) or kind in REGISTRY or kind == NODE_LOCAL:
+            return
+        if kind.partition(":")[0].split(".")[0] == "fbo_torch":
+            return
+        if kind not in allowed:
+            raise ValueError(
+                f"run config `objective` names {kind!r}: importing it would run that module's code here, and this "
+                f"process allows only built-in objectives and the ones its own configuration lists; add it to the "
+                f"node config `{ALLOW_OBJECTIVES_KEY}` (flower-supernode --node-config "
+                f"\"{ALLOW_OBJECTIVES_KEY}='{kind}'\") or to ${ALLOW_OBJECTIVES_ENV} on every node and the server.")
 
     def build_objective(self) -> Any:
         r"""The federation's objective: the simulated one every node builds (node ``n`` evaluates agent

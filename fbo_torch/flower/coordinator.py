@@ -137,6 +137,8 @@ def message_problem(omega: Any, num_features: int) -> str:
     ``M``-vector of finite float64 numbers."""
     if not isinstance(omega, Tensor):
         return f"ω is {type(omega).__name__}, not a tensor"
+    if omega.device.type != "cpu":
+        return f"ω is on device {omega.device.type!r}, expected a CPU tensor"
     if omega.dtype != torch.float64:
         return f"ω has dtype {omega.dtype}, expected torch.float64"
     if tuple(omega.shape) != (num_features,):
@@ -290,11 +292,12 @@ class Coordinator:
         if n in self.refused:
             return
         problems = []
-        if best_value is not None and not (isinstance(best_value, float) and not math.isnan(best_value)):
-            problems.append(f"best value {best_value!r} is not a number")
+        if best_value is not None and not (isinstance(best_value, float) and math.isfinite(best_value)):
+            problems.append(f"best value {best_value!r} is not a finite number")
+        most = self.settings.num_init + self.settings.num_iterations  # an agent evaluates no more than this
         if num_observations is not None and (isinstance(num_observations, bool) or not isinstance(num_observations, int)
-                                             or num_observations < 0):
-            problems.append(f"observation count {num_observations!r} is not an integer >= 0")
+                                             or not 0 <= num_observations <= most):
+            problems.append(f"observation count {num_observations!r} is not an integer in 0..{most}")
         if self._omega_round:
             problem = (f"no ω for round {self._omega_round}" if omega is None
                        else message_problem(omega, self._omegas.shape[-1]))

@@ -31,7 +31,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from fbo_torch.flower.agent_node import REFUSALS
-from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.config import FlowerRunConfig, allowed_objectives
 from fbo_torch.flower.coordinator import Coordinator
 from fbo_torch.flower.records import plan_to_records, records_to_reply, reply_agent_id
 from fbo_torch.flower.roster import REQUIRE_ROSTER_ENV, ROSTER_ENV, AgentRoster, NodeBinding
@@ -126,6 +126,7 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     (see :mod:`fbo_torch.flower.coordinator` for why the accounting stays
     valid); no reply can stop the server.
     """
+    config.check_objective(allowed_objectives())  # the server's own allow-list, before any of its code is imported
     objective = config.build_objective()  # only its domain (bounds, dimension) is used here
     coord = Coordinator(config, objective.bounds, objective.dim, secret=secret, state=state)
     try:

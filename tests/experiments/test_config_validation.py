@@ -63,7 +63,8 @@ def parse(**changes):
         ({"runs": {"num_inits": "3"}}, r"runs: `num_inits` must be an integer"),
         ({"domain": {"lr": "fast"}}, r"domain: `lr` must be a number"),
         ({"optimizer": {"lr": 0.1}}, r"`optimizer` is now called `domain`"),
-        ({"seed": True}, r"`seed` must be a non-negative integer"),
+        ({"seed": True}, r"`seed` must be an integer in \[0, 2\^63\)"),
+        ({"seed": 2**64}, r"`seed` must be an integer in \[0, 2\^63\), got 18446744073709551616"),  # was accepted
         ({"runs": [1]}, r"`runs` must be a mapping"),
     ],
 )
@@ -208,9 +209,14 @@ methods:
         (TINY_FTS.replace("agents_per_group: 3", "agents_per_group: 1"),
          "methods[1] ('FTS', algorithm fts): target agent(s) [0] have no other agent of its group"),
         (TINY_FTS.replace("history:", "runs: {targets: [5]}\nhistory:"), "runs.targets [5] exceed the objective's 3"),
+        # before: the process grew to 22.7 GB until the kernel killed it
+        (TINY.replace("num_iterations: 2", "num_iterations: 1000000000"),
+         "methods[0] ('DP'): `num_iterations: 1000000000`: 20 agent(s) at once (5 init(s)), 1000000000 iterations"),
+        (TINY_FTS.replace("num_features: 10", "num_features: 10000000"),
+         "methods[1] ('FTS'): `num_features: 10000000`: "),
     ],
     ids=["infinite-S", "one-agent-private", "too-many-regions", "landmine-file", "har-files", "objective-argument",
-         "fts-without-peers", "targets"],
+         "fts-without-peers", "targets", "memory-iterations", "memory-features"],
 )
 def test_what_needs_the_objective_is_refused_before_out_exists(tmp_path, capsys, text, says):
     cfg = tmp_path / "c.yaml"
@@ -227,7 +233,7 @@ def test_a_refused_config_deletes_nothing_with_overwrite(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text("{}")
-    (out / "run.json").write_text('{"files": ["results.json", "run.json"]}')
+    (out / "run.json").write_text('{"files": ["results.json", "run.json"], "written": {}}')
     cfg = tmp_path / "c.yaml"
     cfg.write_text(TINY.replace("num_regions: 2", "num_regions: 100"))
     assert main(["run", str(cfg), "--out", str(out), "--overwrite", "--no-progress"]) == 2

@@ -296,6 +296,8 @@ def summary_table(results: dict[str, Any]) -> str:
             extra = ""
             if m.get("epsilon_final") is not None:
                 extra = f"  eps={m['epsilon_final']:.2f}"
+            if m.get("epsilon_server_final") is not None:  # secure aggregation: ε against others, and the server
+                extra = f"  eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f}"
             lines.append(
                 f"   {m['name']:<28} {_final(m, band)} {m.get('wall_time_s', float('nan')):>9.1f} "
                 f"{m.get('parameters_per_agent', 0):>13}{extra}"

@@ -204,9 +204,11 @@ methods:
         (TINY_FTS.replace("agents_per_group: 3", "agents_per_group: 1"),
          "methods[1] ('FTS', algorithm fts): target agent(s) [0] have no other agent of its group"),
         (TINY_FTS.replace("history:", "runs: {targets: [5]}\nhistory:"), "runs.targets [5] exceed the objective's 3"),
+        (TINY.replace("clip_norm: 1.0}", "clip_norm: 1.0, aggregation: secure, dropout_tolerance: 0.9}"),
+         "methods[0] ('DP'): `dropout_tolerance` leaves min_survivors = 1; secure aggregation needs 2 <= "),
     ],
     ids=["infinite-S", "one-agent-private", "too-many-regions", "landmine-file", "har-files", "objective-argument",
-         "fts-without-peers", "targets"],
+         "fts-without-peers", "targets", "secure-survivors"],
 )
 def test_what_needs_the_objective_is_refused_before_out_exists(tmp_path, capsys, text, says):
     cfg = tmp_path / "c.yaml"

@@ -45,9 +45,16 @@ The keys of the deployment itself:
 ``report-best``               agents report their best value in clear (for the demo's
                               print-out); off by default
 ``summary-path``              the server writes its round log there as JSON ("": no file)
+``secagg-num-shares``         with ``aggregation = "secure"``: neighbours of each node in
+                              SecAgg+ (itself included); 0: every pair (SecAgg)
+``secagg-threshold``          Shamir threshold of SecAgg+; 0: ``min_survivors`` with every
+                              pair, a majority of the ring otherwise
 ============================  =======================================================
 
-A deployment without ``noise-multiplier`` is not private (``z = 0``, the
+``aggregation = "secure"`` (with ``dropout-tolerance`` and ``lattice-scale``, settings
+fields like the others) runs every release through secure aggregation with
+distributed noise (:mod:`fbo_torch.flower.secagg`); ``lattice-scale = 0`` means the
+automatic scale. A deployment without ``noise-multiplier`` is not private (``z = 0``, the
 settings' default, as in FTS); the server says so when it starts.
 """
 
@@ -66,6 +73,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
 from fbo_torch.objectives import build_objective
 from fbo_torch.optim.domain import Domain, check_options
@@ -79,7 +87,7 @@ NOT_KEYS = ("algorithm",)
 #: :class:`PrivacySettings` fields a deployment takes (``max_epsilon`` is the method's, ``max-epsilon``).
 PRIVACY_KEYS = ("accountant", "delta")
 #: Keys whose ``0`` means ``None`` (TOML has no null).
-ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta")
+ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta", "lattice_scale")
 
 
 def _kebab(name: str) -> str:
@@ -169,6 +177,8 @@ class FlowerRunConfig:
     min_nodes_timeout: float = 120.0
     report_best: bool = False
     summary_path: str = ""
+    secagg_num_shares: int = 0
+    secagg_threshold: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -188,6 +198,17 @@ class FlowerRunConfig:
             check_options(self.domain)
         except ValueError as err:
             raise ValueError(f"run config `domain`: {err}") from None
+        for key in ("secagg_num_shares", "secagg_threshold"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"run config `{key.replace('_', '-')}` must be >= 0, got {getattr(self, key)}.")
+        if self.settings.aggregation == "secure" and self.settings.algorithm == "fts_de":
+            try:
+                SecureMechanism.from_settings(self.settings, int(self.num_agents))
+            except ValueError as err:  # name the run config key, not the field
+                text = str(err)
+                for f in fields(DPFTSDESettings):
+                    text = text.replace(f"`{f.name}`", f"`{_kebab(f.name)}`")
+                raise ValueError(f"run config: {text}") from None
 
     @classmethod
     def keys(cls) -> dict[str, tuple[str, str]]:

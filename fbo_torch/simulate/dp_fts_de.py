@@ -276,7 +276,8 @@ class DPFTSDERunner:
     def _secure_round(self, omegas: Tensor, survivors: Tensor, t: int) -> tuple[Tensor | None, Tensor | None]:
         r"""A secure round for every federation: the server's coins, the agents' integer vectors (one
         batched call), the survivors' modular sum, the server's commit and decoding. Returns the
-        ``R x P x M`` broadcast (or ``None``) and ``B`` booleans: the agent's federation released."""
+        ``R x P x M`` broadcast (or ``None``) and ``B`` booleans: the agent's federation released (``None``
+        when all did)."""
         server, mech = self.server, self.server.mechanism
         sampled, ratios = server.secure_cohort(self.R, like=omegas)
         y, clipped = mech.contributions(omegas.reshape(self.B, -1), sampled.reshape(self.B),
@@ -295,7 +296,9 @@ class DPFTSDERunner:
         dev = self.device
         for name in ("sampled", "num_sampled", "clipped", "fraction_clipped", "num_reported", "valid", "num_invalid"):
             setattr(rec, name, getattr(rec, name).to(dev))
-        return broadcast.to(dev), released.to(dev)[self.run_of]
+        # every federation released: nothing to mask (its agents then skip their own proposal when p_t = 0,
+        # as a deployed agent that received a broadcast does)
+        return broadcast.to(dev), None if bool(released.all()) else released.to(dev)[self.run_of]
 
     def _secure_norms(self, omegas: Tensor, rec, broadcast: Tensor, t: int) -> tuple[Tensor, Tensor]:
         """``R x P`` norms of a secure release's data part ``Σ w clip(ω)/q`` (what the central release would

@@ -109,6 +109,7 @@ def test_a_secure_flower_run_releases_what_the_simulator_releases_given_the_same
         assert torch.equal(rec.releases[t], sim[t][0])  # integer sums: bit for bit
     assert [r.epsilon for r in coord.logs] == runner.epsilons
     assert [r.epsilon_server for r in coord.logs] == [r.epsilon_server for r in runner.server.rounds]
+    # (the simulator's two figures are recomputed by hand from the closed forms in tests/federation/test_secure.py)
     assert coord.ledger.mechanism == coord.server.server_ledger.mechanism == "ddg"
     assert [r.num_reported for r in coord.logs] == [N] * T
     assert all(r.secagg["survivors"] == N and r.secagg["bytes_sent"] > 0 for r in coord.logs)

@@ -285,8 +285,10 @@ class FlowerRunConfig:
         delta = self.privacy.delta
         return float(delta) if delta is not None else deployment_delta(int(self.num_agents))
 
-    #: Keys that do not change what the federation computes or releases (left out of its fingerprint).
-    TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path")
+    #: Keys that do not change what the federation computes or releases (left out of its fingerprint; SecAgg+'s
+    #: neighbourhoods and threshold change how the sum is computed, not the sum).
+    TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path", "secagg_num_shares",
+                      "secagg_threshold")
 
     def fingerprint(self) -> str:
         """SHA-256 of the keys that define the federation (all but :attr:`TRANSPORT_KEYS`)."""

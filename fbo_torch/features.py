@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fbo_torch.utils.dispatch import gpu_path
 from fbo_torch.utils.resources import check_memory
 from fbo_torch.utils.validation import check_finite, check_floating, check_int, check_last_dim, check_positive
 
@@ -124,12 +125,13 @@ class RandomFourierFeatures(nn.Module):
         r"""Map inputs ``... x d`` to features ``... x M``.
 
         The computation runs in ``X``'s dtype and on ``X``'s device. Non-finite
-        inputs are refused on the CPU (``ValueError``); on a GPU the check would
-        wait for the device on every call, so there they give non-finite features.
+        inputs are refused on the CPU (``ValueError``); on a GPU (and with
+        ``FBO_SYNC_FREE=1``) the check would wait for the device on every call, so
+        there they give non-finite features.
         """
         check_floating("X", X)
         check_last_dim("X", X, self.dim)
-        if X.device.type == "cpu":
+        if not gpu_path(X.device):
             check_finite("X", X)
         S = self.spectral.to(dtype=X.dtype, device=X.device)
         b = self.phase.to(dtype=X.dtype, device=X.device)

@@ -28,6 +28,8 @@ defaults: {num_iterations: 4, num_init: 2, num_features: 10, gp_refit_every: 0}
 methods:
   - {name: TS, algorithm: ts, num_iterations: 2}
   - {name: DP-FTS-DE, algorithm: fts_de, num_regions: 2, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 5.0}
+  - {name: secure, algorithm: fts_de, num_regions: 2, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 5.0,
+     aggregation: secure}
 """
 
 FTS = """
@@ -134,21 +136,34 @@ def test_interrupted_run_resumes_bit_identically_with_exact_epsilon(finished, tm
     saves = []
     real = Checkpoints.save
 
-    def save_then_die(self, path, state):  # killed right after the 2nd checkpoint of the DP method
+    def save_then_die(self, path, state):  # killed right after the 2nd checkpoint of the secure DP method
         real(self, path, state)
         saves.append(path.name)
-        if saves.count("scenario0_method1.pt") == 2:
+        if saves.count("scenario0_method2.pt") == 2:
             raise KeyboardInterrupt
 
     monkeypatch.setattr(Checkpoints, "save", save_then_die)
     assert _run(cfg, "--out", out) == 130  # Ctrl-C: a one-line message, not a traceback
     monkeypatch.setattr(Checkpoints, "save", real)
-    state = torch.load(out / "checkpoints" / "scenario0_method1.pt", weights_only=False)
+    state = torch.load(out / "checkpoints" / "scenario0_method2.pt", weights_only=False)
     assert state["runner"]["t"] == 2 and len(state["runner"]["server"]["rounds"]) == 2  # mid-run, not finished
     assert _run(cfg, "--out", out, "--resume") == 0
-    a = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"][1]
-    b = json.loads((out / "results.json").read_text())["scenarios"][0]["methods"][1]
-    assert a["runs"] == b["runs"] and a["epsilon"] == b["epsilon"] and a["released"] == b["released"]
+    for i in (1, 2):  # the central DP method, and the secure one with its two ledgers
+        a = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"][i]
+        b = json.loads((out / "results.json").read_text())["scenarios"][0]["methods"][i]
+        assert a["runs"] == b["runs"] and a["epsilon"] == b["epsilon"] and a["released"] == b["released"]
+        assert a["epsilon_server"] == b["epsilon_server"]
+
+
+def test_a_secure_method_reports_both_epsilons(finished):
+    _, _, src = finished
+    methods = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"]
+    central, secure = methods[1], methods[2]
+    assert (central["aggregation"], central["epsilon_server"]) == ("central", None)
+    assert secure["aggregation"] == "secure" and secure["accountant"] == "ddg"
+    assert len(secure["epsilon_server"]) == 4 and secure["epsilon_server_final"] > 0
+    assert secure["epsilon_other_accountants"] == {}  # the central accountants do not describe it
+    assert "eps(others)=" in (src / "summary.txt").read_text()
 
 
 def test_truncated_checkpoint_is_named_with_what_to_do(finished, tmp_path, capsys, monkeypatch):

@@ -27,6 +27,7 @@ from fbo_torch.experiments.report import (
 )
 from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.federation.partition import SubRegionPartition
+from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.privacy import compute_epsilon
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
@@ -36,8 +37,9 @@ def _finite_or_none(values: list[float]) -> list[float | None]:
 
 
 def _other_epsilons(settings: Any, releases: int, delta: float | None, names: list[str]) -> dict[str, float | None]:
-    """Final ε of the same mechanism under other accountants (side by side)."""
-    if not settings.is_private or delta is None:
+    """Final ε of the same mechanism under other accountants (side by side; none describes a secure round's
+    distributed discrete Gaussian, which only the ``"ddg"`` accountant accounts)."""
+    if not settings.is_private or delta is None or settings.aggregation == "secure":
         return {}
     out = {}
     for name in names:
@@ -49,7 +51,9 @@ def _other_epsilons(settings: Any, releases: int, delta: float | None, names: li
 def check_scenario(ctx: ScenarioContext) -> None:
     r"""What a DP-FTS-DE scenario's runners would refuse once started, as a :class:`ConfigError`
     naming the YAML key: a private method on fewer than 2 agents with ``privacy.delta: null``
-    (``δ = 1/N^1.1`` needs ``N ≥ 2``), and more sub-regions than the candidates of a finite
+    (``δ = 1/N^1.1`` needs ``N ≥ 2``), a secure-aggregation method whose mechanism cannot be
+    built for ``N`` agents (:class:`~fbo_torch.federation.secure.SecureMechanism`), and more
+    sub-regions than the candidates of a finite
     domain fill (with ``distributed_init``, agent ``n`` starts among the candidates of region
     ``n mod P``, which must hold one)."""
     cfg, sc, objective, domain = ctx.cfg, ctx.scenario, ctx.objective, ctx.domain
@@ -67,6 +71,11 @@ def check_scenario(ctx: ScenarioContext) -> None:
                 f"takes δ = 1/N^1.1, which needs N >= 2 agents, but the objective has {N}; set `privacy.delta` "
                 "or give the objective more agents."
             )
+        if s.algorithm == "fts_de" and s.aggregation == "secure":
+            try:
+                SecureMechanism.from_settings(s, N)
+            except ValueError as err:
+                raise ConfigError(f"{where}: {err}") from None
         P = s.num_regions
         if not (s.algorithm == "fts_de" and s.distributed_init and P > 1 and objective.candidates is not None):
             continue
@@ -121,6 +130,12 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "epsilon": _finite_or_none(res.epsilon),
                 "epsilon_final": res.epsilon[-1] if res.epsilon and math.isfinite(res.epsilon[-1]) else None,
                 "epsilon_other_accountants": _other_epsilons(settings, releases, res.delta, extra),
+                "aggregation": settings.aggregation,
+                # secure aggregation: ε against the server (it knows the sample: no amplification);
+                # `epsilon` is then against other agents and outsiders
+                "epsilon_server": None if res.epsilon_server is None else _finite_or_none(res.epsilon_server),
+                "epsilon_server_final": res.epsilon_server[-1] if res.epsilon_server
+                and math.isfinite(res.epsilon_server[-1]) else None,
                 "releases": releases,
                 "released": res.released,
                 "fraction_clipped": _finite_or_none(res.fraction_clipped),

@@ -291,6 +291,9 @@ def privacy_label(m: dict[str, Any]) -> str:
         return ""
     delta = m.get("delta")
     parts = [f"delta={delta:.3g}" if delta is not None else "delta=?", str(m.get("accountant") or "?")]
+    if m.get("epsilon_server_final") is not None:  # secure aggregation: ε against others, and the server
+        return (f"eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f} "
+                f"({', '.join(parts)})")
     return f"eps={m['epsilon_final']:.2f} ({', '.join(parts)})"
 
 

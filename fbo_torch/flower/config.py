@@ -52,6 +52,10 @@ The keys of the deployment itself:
 ``report-best``               agents report their best value in clear (for the demo's
                               print-out); off by default
 ``summary-path``              the server writes its round log there as JSON ("": no file)
+``secagg-num-shares``         with ``aggregation = "secure"``: neighbours of each node in
+                              SecAgg+ (itself included); 0: every pair (SecAgg)
+``secagg-threshold``          Shamir threshold of SecAgg+; 0: ``min_survivors`` with every
+                              pair, a majority of the ring otherwise
 ============================  =======================================================
 
 Node-local objectives. With ``objective = '{"type": "node", ...}'`` the run
@@ -69,7 +73,10 @@ objective (:func:`~fbo_torch.objectives.build_objective`) and must be one
 agent's function (``num_agents = 1``) on the federation's domain
 (:meth:`FlowerRunConfig.node_objective`).
 
-A deployment without ``noise-multiplier`` is not private (``z = 0``, the
+``aggregation = "secure"`` (with ``dropout-tolerance`` and ``lattice-scale``, settings
+fields like the others) runs every release through secure aggregation with
+distributed noise (:mod:`fbo_torch.flower.secagg`); ``lattice-scale = 0`` means the
+automatic scale. A deployment without ``noise-multiplier`` is not private (``z = 0``, the
 settings' default, as in FTS); the server says so when it starts.
 
 **The objective names code.** ``objective.type`` may be
@@ -102,6 +109,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
 from fbo_torch.objectives import REGISTRY, build_objective
 from fbo_torch.objectives.base import Objective
@@ -117,7 +125,7 @@ NOT_KEYS = ("algorithm",)
 #: :class:`PrivacySettings` fields a deployment takes (``max_epsilon`` is the method's, ``max-epsilon``).
 PRIVACY_KEYS = ("accountant", "delta")
 #: Keys whose ``0`` means ``None`` (TOML has no null).
-ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta")
+ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta", "lattice_scale")
 #: ``objective`` type of a federation whose nodes each evaluate their own objective.
 NODE_LOCAL = "node"
 #: The node config key that names a node's own objective (``objective.KEY``: its keyword arguments).
@@ -348,6 +356,8 @@ class FlowerRunConfig:
     min_nodes_timeout: float = 120.0
     report_best: bool = False
     summary_path: str = ""
+    secagg_num_shares: int = 0
+    secagg_threshold: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -377,6 +387,17 @@ class FlowerRunConfig:
             raise ValueError(f"run config `domain`: {err}") from None
         if self.node_local:
             _node_local_domain(self.objective, self.num_agents)
+        for key in ("secagg_num_shares", "secagg_threshold"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"run config `{key.replace('_', '-')}` must be >= 0, got {getattr(self, key)}.")
+        if self.settings.aggregation == "secure" and self.settings.algorithm == "fts_de":
+            try:
+                SecureMechanism.from_settings(self.settings, int(self.num_agents))
+            except ValueError as err:  # name the run config key, not the field
+                text = str(err)
+                for f in fields(DPFTSDESettings):
+                    text = text.replace(f"`{f.name}`", f"`{_kebab(f.name)}`")
+                raise ValueError(f"run config: {text}") from None
 
     @classmethod
     def keys(cls) -> dict[str, tuple[str, str]]:
@@ -528,8 +549,10 @@ class FlowerRunConfig:
         delta = self.privacy.delta
         return float(delta) if delta is not None else deployment_delta(int(self.num_agents))
 
-    #: Keys that do not change what the federation computes or releases (left out of its fingerprint).
-    TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path")
+    #: Keys that do not change what the federation computes or releases (left out of its fingerprint; SecAgg+'s
+    #: neighbourhoods and threshold change how the sum is computed, not the sum).
+    TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path", "secagg_num_shares",
+                      "secagg_threshold")
 
     def fingerprint(self) -> str:
         """SHA-256 of the keys that define the federation (all but :attr:`TRANSPORT_KEYS`)."""

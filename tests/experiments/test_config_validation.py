@@ -214,9 +214,11 @@ methods:
          "methods[0] ('DP'): `num_iterations: 1000000000`: 20 agent(s) at once (5 init(s)), 1000000000 iterations"),
         (TINY_FTS.replace("num_features: 10", "num_features: 10000000"),
          "methods[1] ('FTS'): `num_features: 10000000`: "),
+        (TINY.replace("clip_norm: 1.0}", "clip_norm: 1.0, aggregation: secure, dropout_tolerance: 0.9}"),
+         "methods[0] ('DP'): `dropout_tolerance` leaves min_survivors = 1; secure aggregation needs 2 <= "),
     ],
     ids=["infinite-S", "one-agent-private", "too-many-regions", "landmine-file", "har-files", "objective-argument",
-         "fts-without-peers", "targets", "memory-iterations", "memory-features"],
+         "fts-without-peers", "targets", "memory-iterations", "memory-features", "secure-survivors"],
 )
 def test_what_needs_the_objective_is_refused_before_out_exists(tmp_path, capsys, text, says):
     cfg = tmp_path / "c.yaml"

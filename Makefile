@@ -37,7 +37,8 @@ test: $(STAMP)
 # DP-FTS-DE on Flower's deployment engine: a SuperLink and 4 SuperNodes on 127.0.0.1 with
 # TLS and SuperNode authentication (credentials generated in a temporary folder), 3 rounds on
 # the synthetic objective; every process is stopped at the end. ROGUE=1 adds a node with an
-# unregistered key (refused); INSECURE=1 runs without TLS and authentication.
+# unregistered key (refused); SECAGG=1 aggregates by SecAgg+ with distributed noise (the server
+# never sees an agent's omega); INSECURE=1 runs without TLS and authentication.
 flower-demo: $(STAMP)
 	VENV=$(abspath $(VENV)) examples/flower_app/run_demo.sh
 

@@ -4,7 +4,9 @@ r"""Learned ``P_N`` studies: paired differences between methods, and the cost of
 method of a scenario runs with the same seed, so run ``r`` starts every method
 from the same initial points) and, per scenario, takes each method's final loss
 minus a reference method's, run by run: mean, standard error and a two-sided
-paired t-test at 95% (``df = runs - 1``). For objectives that say which peers
+paired t-test at 95% (``df = runs - 1``). A DP-FTS-DE experiment is paired by
+repetition (its runs are the agent-averaged curves of each repetition: the
+agents of one repetition share every broadcast, so they are not independent). For objectives that say which peers
 are helpful, useless or adversarial (``kind_of_agent``) it also counts which
 kind of peer each FTS method followed. Writes ``paired.json`` and
 ``paired.png`` beside the input, and a Markdown table (``paired.md``, also printed).
@@ -74,14 +76,27 @@ def objective_kinds(spec: dict) -> list[str] | None:
     return None if kinds is None else [AGENT_KINDS[int(k)] for k in kinds]
 
 
+def per_repetition(method: dict) -> dict:
+    r"""A DP-FTS-DE record with ``runs`` replaced by the agent-averaged curve of each repetition (and
+    ``inits`` by the repetitions, so that two methods pair only over the same ones)."""
+    reps = sorted(set(method["repetitions"]))
+    curves = []
+    for r in reps:
+        rows = [c for c, rep in zip(method["runs"], method["repetitions"]) if rep == r]
+        curves.append([sum(col) / len(rows) for col in zip(*rows)])
+    return {**method, "runs": curves, "inits": reps, "targets": None}
+
+
 def analyze(path: Path, references: list[str], at: int | str, by_target: bool = False) -> dict:
     result = json.loads(path.read_text())
-    if result.get("experiment") != "fts":
-        raise SystemExit(f"error: {path}: expected an FTS experiment's results.json")
+    kind = result.get("experiment")
+    if kind not in ("fts", "dp_fts_de") or (kind == "dp_fts_de" and by_target):
+        raise SystemExit(f"error: {path}: expected an FTS or DP-FTS-DE experiment's results.json (no --by-target "
+                         "for DP-FTS-DE)")
     scenarios = []
     resolved = {sc["name"]: sc for sc in result["config"]["scenarios"]}
     for sc in result["scenarios"]:
-        methods = {m["name"]: m for m in sc["methods"]}
+        methods = {m["name"]: per_repetition(m) if kind == "dp_fts_de" else m for m in sc["methods"]}
         kinds = objective_kinds(resolved[sc["name"]]["objective"]) if sc["name"] in resolved else None
         rows = []
         for name, m in methods.items():

@@ -5,32 +5,51 @@ private, distributed-exploration extension (DP-FTS-DE, Dai et al. 2021), built
 from BoTorch models and acquisition functions that batch every agent of a
 federation into one tensor computation.
 
-Importing the package registers its models and kernel with BoTorch's pathwise
+The names below are imported when first used, so ``import fbo_torch`` (and the
+``fbo-torch`` command's ``--help`` and ``--version``) do not import torch.
+Importing :mod:`fbo_torch.models` or :mod:`fbo_torch.kernels` (which every one
+of these names does) registers their models and kernel with BoTorch's pathwise
 sampling (:mod:`fbo_torch.sampling.pathwise`), so ``draw_matheron_paths``,
 ``get_matheron_path_model`` and ``PathwiseThompsonSampling`` accept them.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.fit import SharedFeatureFit, fit_shared_features
-from fbo_torch.kernels import SharedRFFKernel, _deprecated_alias
-from fbo_torch.models import BatchedExactGP, RFFBayesianLinear
-from fbo_torch.optim.optimize import optimize_acqf_batched
-from fbo_torch.sampling import pathwise as _pathwise  # noqa: F401  (registers with BoTorch)
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BatchedExactGP",
-    "RFFBayesianLinear",
-    "RandomFourierFeatures",
-    "SharedFeatureFit",
-    "SharedRFFKernel",
-    "fit_shared_features",
-    "optimize_acqf_batched",
-]
+#: Public name -> the module that defines it (imported on first use).
+_EXPORTS = {
+    "BatchedExactGP": "fbo_torch.models",
+    "RFFBayesianLinear": "fbo_torch.models",
+    "RandomFourierFeatures": "fbo_torch.features",
+    "SharedFeatureFit": "fbo_torch.fit",
+    "SharedRFFKernel": "fbo_torch.kernels",
+    "fit_shared_features": "fbo_torch.fit",
+    "optimize_acqf_batched": "fbo_torch.optim.optimize",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fbo_torch.features import RandomFourierFeatures
+    from fbo_torch.fit import SharedFeatureFit, fit_shared_features
+    from fbo_torch.kernels import SharedRFFKernel
+    from fbo_torch.models import BatchedExactGP, RFFBayesianLinear
+    from fbo_torch.optim.optimize import optimize_acqf_batched
 
 
 def __getattr__(name: str) -> Any:
-    return _deprecated_alias(__name__, name, stacklevel=2)
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name == "RFFKernel":  # the old name of SharedRFFKernel: its module warns
+        return importlib.import_module("fbo_torch.kernels")._deprecated_alias(__name__, name, stacklevel=2)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -6,6 +6,7 @@ Commands:
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
     report DIR               redraw plots and summary from DIR/results.json
     privacy                  ε of a DP-FTS-DE setting under each accountant
+    data emnist --root DIR   download EMNIST for the EMNIST CNN objective
 
 Each command imports what it runs when it runs (the experiment modules load
 matplotlib and Opacus), so ``--help`` and ``--version`` answer without them.
@@ -25,9 +26,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-import torch
-
-import fbo_torch
+import fbo_torch  # light: the package imports torch only when a name of it is used
 
 
 def _positive_int(text: str) -> int:
@@ -57,13 +56,19 @@ def _float_in(low: float, high: float, closed_high: bool, what: str):
     return parse
 
 
+def _user_path(text: str) -> Path:
+    """A path as a shell would expand it: ``~`` is the user's home (a quoted ``'~'`` reaches us unexpanded)."""
+    return Path(text).expanduser()
+
+
 def _add_out_args(p: argparse.ArgumentParser, default: Path | None = None) -> None:
     if default is None:
-        p.add_argument("--out", required=True, type=Path, metavar="DIR",
+        p.add_argument("--out", required=True, type=_user_path, metavar="DIR",
                        help="output folder (results.json, run.json, plots, summary.txt, checkpoints/); "
                             "locked while the run lasts: a second run into it is refused")
     else:
-        p.add_argument("--out", type=Path, default=default, metavar="DIR", help=f"output folder (default: {default})")
+        p.add_argument("--out", type=_user_path, default=default, metavar="DIR",
+                       help=f"output folder (default: {default})")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
                       help="continue the run in --out from its checkpoints; refused unless the config (objective, "
@@ -97,7 +102,8 @@ def _plot_formats(text: str) -> tuple[str, ...]:
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     _add_out_args(p)
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="override the config's device")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="run everything there: overrides the config's device and objective.device (CNN training)")
     inits = p.add_mutually_exclusive_group()
     inits.add_argument("--inits", type=_positive_int, default=None, metavar="K",
                        help="override runs.num_inits: random initializations per target (FTS) or repetitions "
@@ -131,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json",
                         description="Redraw the plots and summary.txt of a run from its results.json.")
-    rp.add_argument("out", type=Path, help="a run's output folder")
+    rp.add_argument("out", type=_user_path, help="a run's output folder")
     rp.add_argument("--plot-format", type=_plot_formats, default=None, metavar="FMT",
                     help="format(s) of the plots, comma-separated: png, pdf, svg (default: the run's)")
 
@@ -150,6 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="number of agents N >= 1; sets delta = 1/N^1.1 (the papers' choice)")
     pv.add_argument("--delta", type=_float_in(0.0, 1.0, False, "expected 0 < delta < 1"), default=None,
                     metavar="DELTA", help="delta of (epsilon, delta)-DP, 0 < delta < 1 (instead of --num-agents)")
+
+    dt = sub.add_parser("data", help="download a dataset for the image objectives (EMNIST)",
+                        description="Download a dataset the objectives read from disk.")
+    datasets = dt.add_subparsers(dest="dataset", metavar="DATASET", help="the dataset: emnist")
+    em = datasets.add_parser(
+        "emnist", help="EMNIST (NIST's gzip.zip, ~540 MB) into DIR/EMNIST/raw",
+        description="Download EMNIST through torchvision (also where `import torchvision` alone fails on a CPU "
+                    "torch) into DIR/EMNIST/raw, check its MD5, and say how to use it (FBO_EMNIST_ROOT=DIR).")
+    em.add_argument("--root", type=Path, required=True, metavar="DIR", help="the folder to download into")
+    em.add_argument("--url", default=None, help="a mirror of NIST's gzip.zip (the same file: its MD5 is checked)")
     return parser
 
 
@@ -210,9 +226,12 @@ def _cmd_run(config: Path, out: Path, device: str | None, num_inits: int | None,
         return 2
     t0 = time.perf_counter()
     try:
-        results = run_experiment(cfg, out, device=device, num_inits=num_inits, resume=resume,
-                                 progress=progress and not quiet, overwrite=overwrite, log=log,
-                                 plot_formats=plot_formats)
+        with warnings.catch_warnings():
+            if quiet:  # nothing but errors
+                warnings.simplefilter("ignore")
+            results = run_experiment(cfg, out, device=device, num_inits=num_inits, resume=resume,
+                                     progress=progress and not quiet, overwrite=overwrite, log=log,
+                                     plot_formats=plot_formats)
     except KeyboardInterrupt:
         print(f"interrupted; {resume_hint()}", file=sys.stderr)
         return 130
@@ -292,6 +311,22 @@ def _cmd_report(out: Path, plot_formats: tuple[str, ...] | None = None) -> int:
     return 0
 
 
+def _cmd_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Download a dataset (EMNIST); errors are one line on stderr."""
+    if args.dataset != "emnist":
+        parser.error("give a DATASET: emnist")
+    from fbo_torch.objectives.vision import EMNIST_ROOT_ENV, download_emnist
+
+    try:
+        n_train, n_test = download_emnist(args.root, args.url)
+    except (OSError, RuntimeError, ImportError, ValueError) as err:
+        print(f"error: downloading EMNIST into {args.root} failed: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    print(f"EMNIST digits in {args.root / 'EMNIST' / 'raw'}: {n_train} training and {n_test} test images; "
+          f"use them with {EMNIST_ROOT_ENV}={args.root} (or objective.root)")
+    return 0
+
+
 def parser_for(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     """The sub-parser of ``command`` (so its errors read ``fbo-torch COMMAND: error: ...``)."""
     for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public accessor
@@ -305,9 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        print("\nerror: give a COMMAND (run, quickstart, report, privacy)", file=sys.stderr)
+        print("\nerror: give a COMMAND (run, quickstart, report, privacy, data)", file=sys.stderr)
         return 2
     if getattr(args, "threads", None):
+        import torch
+
         torch.set_num_threads(args.threads)
     if args.command == "run":
         num_inits = args.inits
@@ -329,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_privacy(args, parser_for(parser, "privacy"))
     if args.command == "report":
         return _cmd_report(args.out, args.plot_format)
+    if args.command == "data":
+        return _cmd_data(args, parser_for(parser, "data"))
     parser.error(f"unknown command {args.command!r}")
     return 2
 

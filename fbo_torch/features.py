@@ -24,7 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fbo_torch.utils.validation import check_floating, check_int, check_last_dim, check_positive
+from fbo_torch.utils.dispatch import gpu_path
+from fbo_torch.utils.resources import check_memory
+from fbo_torch.utils.validation import check_finite, check_floating, check_int, check_last_dim, check_positive
 
 #: Bumped whenever the construction below changes, so old fingerprints never
 #: match maps drawn differently.
@@ -94,6 +96,9 @@ class RandomFourierFeatures(nn.Module):
             )
         check_positive("lengthscale", ls)
         check_positive("outputscale", outputscale)
+        # the spectral draws, their scaled copy and the stored buffers: refused before any is allocated
+        check_memory("`num_features`", 8.0 * 3 * num_features * (dim + 1), f"a map of {num_features} features in "
+                     f"dimension {dim}")
 
         gen = torch.Generator(device="cpu").manual_seed(seed)
         base = torch.randn(num_features, dim, generator=gen, dtype=torch.float64)
@@ -119,10 +124,15 @@ class RandomFourierFeatures(nn.Module):
     def forward(self, X: Tensor) -> Tensor:
         r"""Map inputs ``... x d`` to features ``... x M``.
 
-        The computation runs in ``X``'s dtype and on ``X``'s device.
+        The computation runs in ``X``'s dtype and on ``X``'s device. Non-finite
+        inputs are refused on the CPU (``ValueError``); on a GPU (and with
+        ``FBO_SYNC_FREE=1``) the check would wait for the device on every call, so
+        there they give non-finite features.
         """
         check_floating("X", X)
         check_last_dim("X", X, self.dim)
+        if not gpu_path(X.device):
+            check_finite("X", X)
         S = self.spectral.to(dtype=X.dtype, device=X.device)
         b = self.phase.to(dtype=X.dtype, device=X.device)
         s0sq = self.outputscale.to(dtype=X.dtype, device=X.device)
@@ -176,6 +186,11 @@ class RandomFourierFeatures(nn.Module):
                 f"state_dict is for a map with (num_features, dim) = {tuple(spectral.shape)}, this module has "
                 f"(num_features={self.num_features}, dim={self.dim})."
             )
+        for key, positive in (("spectral", False), ("phase", False), ("lengthscale", True), ("outputscale", True)):
+            value = state_dict.get(prefix + key)
+            if isinstance(value, Tensor) and not (torch.isfinite(value).all() and (not positive or (value > 0).all())):
+                raise ValueError(f"`state_dict[{key!r}]` must be finite{' and > 0' if positive else ''}; it is not "
+                                 "the state of a feature map.")
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

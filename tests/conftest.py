@@ -6,6 +6,12 @@ import torch
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 HAS_CUDA = torch.cuda.is_available()
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one xdist worker per core: one torch thread each. Threads of two workers spinning
+    # against each other (and against other jobs) slow small ops many times over; results do not depend
+    # on the thread count (tests/utils/test_dispatch.py), and tests that need threads set them.
+    torch.set_num_threads(1)
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 
 

@@ -1,10 +1,12 @@
 """An in-process Flower Grid for tests: messages go straight to ClientApp handlers.
 
 Each node has its own ``Context`` (node config, node state), as a SuperNode
-keeps it, and optionally a public key (``node_keys``: what SuperNode
+keeps it (``node_configs``: more node config keys per node), and optionally a public key (``node_keys``: what SuperNode
 authentication proves, reported by ``get_nodes`` as Flower's ``NodeInfo``); the ClientApp is called the way Flower's runtime calls it, and an
 exception becomes an error reply as Flower makes it. ``deliver(round, node)``
-and ``drop_reply(round, node)`` decide which messages and replies get lost.
+and ``drop_reply(round, node)`` decide which messages and replies get lost;
+``tamper(message, reply)`` may replace a reply (or drop it: ``None``), and
+``received`` keeps every reply the ServerApp pulled (what it sees).
 """
 
 from __future__ import annotations
@@ -24,17 +26,22 @@ class InProcessGrid(Grid):
                  node_run_configs: dict[int, dict] | None = None,
                  deliver: Callable[[int, int], bool] | None = None,
                  drop_reply: Callable[[int, int], bool] | None = None,
-                 node_keys: dict[int, bytes] | None = None) -> None:
+                 node_keys: dict[int, bytes] | None = None,
+                 node_configs: dict[int, dict] | None = None,
+                 tamper: Callable[[Message, Message], Message | None] | None = None) -> None:
         TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # what Flower's runtime sets in a ServerApp process
         self.client_app = client_app
         self.contexts = {
-            100 + n: Context(run_id=1, node_id=100 + n, node_config={"partition-id": n}, state=RecordDict(),
+            100 + n: Context(run_id=1, node_id=100 + n, state=RecordDict(),
+                             node_config={"partition-id": n, **(node_configs or {}).get(n, {})},
                              run_config=dict((node_run_configs or {}).get(n, run_config)))
             for n in range(num_nodes)
         }
         self.node_keys = {100 + n: k for n, k in (node_keys or {}).items()}  # PEM public keys
         self.deliver = deliver or (lambda t, n: True)
         self.drop_reply = drop_reply or (lambda t, n: False)
+        self.tamper = tamper
+        self.received: list[Message] = []
         self._replies: dict[str, Message] = {}
         self._count = 0
         self._run = None
@@ -71,12 +78,16 @@ class InProcessGrid(Grid):
                 reply = self.client_app(msg, self.contexts[node])
             except Exception:  # noqa: BLE001 - as Flower's runtime: an error reply
                 reply = Message(Error(code=1, reason=traceback.format_exc()), reply_to=msg)
-            if not self.drop_reply(t, n):
+            if self.tamper is not None:
+                reply = self.tamper(msg, reply)
+            if reply is not None and not self.drop_reply(t, n):
                 self._replies[mid] = reply
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return [self._replies.pop(m) for m in list(message_ids) if m in self._replies]
+        out = [self._replies.pop(m) for m in list(message_ids) if m in self._replies]
+        self.received.extend(out)
+        return out
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return self.pull_messages(self.push_messages(messages))

@@ -243,3 +243,52 @@ def test_privacy_table_has_no_warning_inside_it(capsys):
     assert [line.split()[0] for line in lines[1:5]] == ["rdp", "prv", "gdp", "rdp-classic"]
     assert lines[5] == ("note (gdp): GDP accounting is experimental and can underestimate privacy expenditure. "
                         "Proceed with caution. More details: https://arxiv.org/pdf/2106.02848.pdf")
+
+
+def test_help_and_version_answer_without_importing_torch():
+    """`fbo-torch --help`, `--version` and each command's `--help` import neither torch nor the libraries
+    built on it (they took ~2 s of CPU when they did)."""
+    code = ("import sys\nfrom fbo_torch.cli import main\n"
+            "for argv in (['--help'], ['--version'], ['run', '--help'], ['data', 'emnist', '--help'], []):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('torch', 'botorch', 'gpytorch', 'matplotlib', 'opacus') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert "data emnist" not in out.stderr and "COMMAND (run, quickstart, report, privacy, data)" in out.stderr
+
+
+def test_device_switches_every_part_of_a_run_the_objective_included(tmp_path, monkeypatch, capsys):
+    """`--device cpu` moves a config whose objective says `device: cuda` (a GPU config on a CPU machine), and
+    `--device cuda` would move it the other way: the override reaches objective.device."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = write(tmp_path, """
+experiment: dp_fts_de
+name: cnn-on-gpu
+device: cuda
+objective: {type: digits_cnn, num_agents: 2, samples_per_agent: 60, min_samples_per_agent: 40, steps: 2,
+            channels: [2, 4], device: cuda}
+runs: {num_inits: 1}
+defaults: {num_iterations: 1, num_init: 2, num_features: 10}
+methods:
+  - {name: TS, algorithm: ts}
+""")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "a"), "--no-progress"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "--no-progress", "--device", "cpu", "--quiet"]) == 0
+    resolved = json.loads((tmp_path / "b" / "results.json").read_text())["config"]
+    assert resolved["device"] == "cpu" and resolved["scenarios"][0]["objective"]["device"] == "cpu"
+
+
+def test_a_run_whose_delta_is_at_least_one_over_n_warns_and_says_delta_with_every_epsilon(tmp_path, capsys):
+    cfg = write(tmp_path, DP_TINY.replace("privacy: {accountant: rdp-classic, extra_accountants: [rdp]}",
+                                          "privacy: {accountant: rdp, delta: 0.5}").replace("num_iterations: 3",
+                                                                                            "num_iterations: 1"))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert f"warning: {cfg}: privacy.delta = 0.5 >= 1/N = 0.167 (6 agents)" in printed
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "(delta=0.5, rdp)" in summary and "note: delta=0.5 >= 1/N = 0.167 (6 agents)" in summary
+    rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv", newline="")))
+    assert {r["delta"] for r in rows if r["method"] == "DP-FTS-DE" and r["epsilon"]} == {"0.5"}

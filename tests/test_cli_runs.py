@@ -28,6 +28,8 @@ defaults: {num_iterations: 4, num_init: 2, num_features: 10, gp_refit_every: 0}
 methods:
   - {name: TS, algorithm: ts, num_iterations: 2}
   - {name: DP-FTS-DE, algorithm: fts_de, num_regions: 2, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 5.0}
+  - {name: secure, algorithm: fts_de, num_regions: 2, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 5.0,
+     aggregation: secure}
 """
 
 FTS = """
@@ -134,21 +136,34 @@ def test_interrupted_run_resumes_bit_identically_with_exact_epsilon(finished, tm
     saves = []
     real = Checkpoints.save
 
-    def save_then_die(self, path, state):  # killed right after the 2nd checkpoint of the DP method
+    def save_then_die(self, path, state):  # killed right after the 2nd checkpoint of the secure DP method
         real(self, path, state)
         saves.append(path.name)
-        if saves.count("scenario0_method1.pt") == 2:
+        if saves.count("scenario0_method2.pt") == 2:
             raise KeyboardInterrupt
 
     monkeypatch.setattr(Checkpoints, "save", save_then_die)
     assert _run(cfg, "--out", out) == 130  # Ctrl-C: a one-line message, not a traceback
     monkeypatch.setattr(Checkpoints, "save", real)
-    state = torch.load(out / "checkpoints" / "scenario0_method1.pt", weights_only=False)
+    state = torch.load(out / "checkpoints" / "scenario0_method2.pt", weights_only=False)
     assert state["runner"]["t"] == 2 and len(state["runner"]["server"]["rounds"]) == 2  # mid-run, not finished
     assert _run(cfg, "--out", out, "--resume") == 0
-    a = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"][1]
-    b = json.loads((out / "results.json").read_text())["scenarios"][0]["methods"][1]
-    assert a["runs"] == b["runs"] and a["epsilon"] == b["epsilon"] and a["released"] == b["released"]
+    for i in (1, 2):  # the central DP method, and the secure one with its two ledgers
+        a = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"][i]
+        b = json.loads((out / "results.json").read_text())["scenarios"][0]["methods"][i]
+        assert a["runs"] == b["runs"] and a["epsilon"] == b["epsilon"] and a["released"] == b["released"]
+        assert a["epsilon_server"] == b["epsilon_server"]
+
+
+def test_a_secure_method_reports_both_epsilons(finished):
+    _, _, src = finished
+    methods = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"]
+    central, secure = methods[1], methods[2]
+    assert (central["aggregation"], central["epsilon_server"]) == ("central", None)
+    assert secure["aggregation"] == "secure" and secure["accountant"] == "ddg"
+    assert len(secure["epsilon_server"]) == 4 and secure["epsilon_server_final"] > 0
+    assert secure["epsilon_other_accountants"] == {}  # the central accountants do not describe it
+    assert "eps(others)=" in (src / "summary.txt").read_text()
 
 
 def test_truncated_checkpoint_is_named_with_what_to_do(finished, tmp_path, capsys, monkeypatch):
@@ -272,7 +287,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
     write_json(path, {"a": 1})
 
-    def crash(src, dst):
+    def crash(src, dst, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr(outdir.os, "replace", crash)
@@ -322,9 +337,74 @@ def test_overwrite_deletes_only_the_files_runs_wrote(finished, tmp_path, capsys)
     assert "--overwrite: deleted" in said and "kept 4 it did not write: .git/, checkpoints/, notes.txt, src/" in said
     assert [(out / m).read_text() for m in mine] == ["print('mine')", "ref: refs/heads/main", "precious", "also mine"]
     assert not (out / "epsilon.png").exists() and not (out / "privacy_utility.png").exists()
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["mine.txt", "scenario0_method0.pt"]
+    # a temporary file cut short by a kill does not hold what the run recorded: kept, like the user's
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        ".scenario0_method1.pt.x1y2.tmp", "mine.txt", "scenario0_method0.pt"]
     files = json.loads((out / "run.json").read_text())["files"]
     assert not set(files) & {"notes.txt", "src/main.py", "checkpoints/mine.txt", "epsilon.png"}
+
+
+def test_overwrite_deletes_only_files_that_hold_what_the_run_wrote(finished, tmp_path):
+    """Before: a run.json whose file list was forged to name src/ and .git/ made --overwrite delete them."""
+    _, _, src = finished
+    out = _copy(src, tmp_path / "out")
+    mine = _mine(out)
+    manifest = json.loads((out / "run.json").read_text())
+    forged = ["src/main.py", ".git/HEAD", "notes.txt", "src/", ".git/"]
+    manifest["files"] = sorted(manifest["files"] + forged)
+    manifest["written"]["notes.txt"] = {"size": 8, "sha256": "0" * 64}  # a made-up record does not match
+    (out / "run.json").write_text(json.dumps(manifest))
+    (out / "summary.txt").write_text("edited by the user")  # no longer what the run wrote: kept
+    with OutputFolder(out, overwrite=True) as folder:
+        assert "results.json" in folder.deleted and not set(forged) & set(folder.deleted)
+    assert [(out / m).read_text() for m in mine] == ["print('mine')", "ref: refs/heads/main", "precious", "also mine"]
+    assert (out / "summary.txt").read_text() == "edited by the user" and not (out / "results.json").exists()
+
+
+def _linked_checkpoints(src, tmp_path):
+    """A copy of a finished run whose checkpoints/ is a symbolic link to a folder outside it."""
+    import shutil
+
+    out = _copy(src, tmp_path / "out")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "scenario0_method0.pt").write_text("not the run's")
+    shutil.rmtree(out / "checkpoints")
+    (out / "checkpoints").symlink_to(elsewhere)
+    return out, elsewhere
+
+
+def test_nothing_is_written_through_a_link_inside_out(finished, tmp_path):
+    """Before: a checkpoints/ inside --out replaced by a symbolic link made the run overwrite a file outside."""
+    out, elsewhere = _linked_checkpoints(finished[2], tmp_path)
+    with OutputFolder(out, resume=True) as folder:
+        with pytest.raises(OutputError, match="checkpoints inside it is a symbolic link"):
+            outdir.atomic_write_bytes(out / "checkpoints" / "scenario0_method0.pt", b"overwritten")
+        with pytest.raises(OutputError, match="checkpoints inside it is a symbolic link"):
+            folder.make_dir("checkpoints")
+    assert [p.name for p in elsewhere.iterdir()] == ["scenario0_method0.pt"]
+    assert (elsewhere / "scenario0_method0.pt").read_text() == "not the run's"
+    (out / ".lock").unlink()
+    (out / ".lock").symlink_to(elsewhere / "scenario0_method0.pt")  # the pid is not written through it either
+    with pytest.raises(OutputError, match="cannot create the lock file"):
+        OutputFolder(out, resume=True).open()
+    assert (elsewhere / "scenario0_method0.pt").read_text() == "not the run's"
+
+
+def test_a_refused_out_is_left_as_it_was_and_tilde_is_home(tmp_path, monkeypatch, capsys):
+    """Before: a refused --out ($HOME, /) was left with a .lock in it; --out '~' made a folder named '~'."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(tmp_path, FTS)
+    for flags in ((), ("--overwrite",), ("--resume",)):
+        assert _run(cfg, "--out", "~", *flags) == 2
+        assert str(home) in capsys.readouterr().err
+        assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "~").exists()
+    assert _run(cfg, "--out", "~/runs/a") == 0 and (home / "runs" / "a" / "results.json").is_file()
 
 
 @pytest.mark.parametrize("files, says", [
@@ -352,15 +432,7 @@ def test_overwrite_deletes_nothing_it_cannot_prove_a_run_wrote(finished, tmp_pat
 
 
 def test_overwrite_does_not_follow_a_linked_folder(finished, tmp_path):
-    _, _, src = finished
-    out = _copy(src, tmp_path / "out")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "scenario0_method0.pt").write_text("not the run's")
-    import shutil
-
-    shutil.rmtree(out / "checkpoints")
-    (out / "checkpoints").symlink_to(elsewhere)
+    out, elsewhere = _linked_checkpoints(finished[2], tmp_path)
     with OutputFolder(out, overwrite=True) as folder:
         assert "checkpoints/" in folder.kept and "results.json" not in folder.kept
     assert (elsewhere / "scenario0_method0.pt").read_text() == "not the run's"

@@ -212,3 +212,29 @@ def test_state_dict_holds_only_tensors_and_config_rebuilds_the_map():
 def test_empty_input_maps_to_empty_features():
     rff = RandomFourierFeatures(2, 7, seed=0)
     assert rff(torch.empty(3, 0, 2, dtype=f64)).shape == (3, 0, 7)
+
+
+def test_a_map_larger_than_memory_is_refused_before_it_is_drawn(monkeypatch):
+    """Before: RandomFourierFeatures(num_features=10**9) ran past 30 s (and 10**12 failed deep in the allocator)."""
+    from fbo_torch.utils.resources import MemoryLimitError
+
+    with pytest.raises(MemoryLimitError, match="^`num_features`: a map of 1000000000000 features in dimension 2"):
+        RandomFourierFeatures(2, 10**12)
+    monkeypatch.setenv("FBO_MEMORY_LIMIT", "100M")  # the limit follows the machine's memory
+    with pytest.raises(MemoryLimitError, match="more than the 100.0 MiB this machine has free"):
+        RandomFourierFeatures(2, 10**7)
+    assert RandomFourierFeatures(2, 10**5).num_features == 10**5
+
+
+def test_non_finite_inputs_and_states_are_refused():
+    """Before: NaN inputs gave NaN features; a state with a NaN spectral matrix or a negative lengthscale loaded."""
+    rff = RandomFourierFeatures(2, 16, lengthscale=0.3, seed=1)
+    X = torch.rand(4, 2, dtype=torch.float64)
+    X[1, 0] = float("nan")
+    with pytest.raises(ValueError, match="`X` must be finite; it holds 1 NaN/inf"):
+        rff(X)
+    for key, bad in (("spectral", float("nan")), ("lengthscale", -0.3), ("outputscale", 0.0)):
+        state = rff.state_dict()
+        state[key] = torch.full_like(state[key], bad)
+        with pytest.raises(ValueError, match=f"`state_dict\\['{key}'\\]` must be finite"):
+            RandomFourierFeatures.from_state_dict(state)

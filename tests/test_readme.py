@@ -43,10 +43,28 @@ def test_readme_names_the_two_commands_first():
 def test_readme_botorch_loop_snippets_are_the_ones_we_test():
     assert len(_python_blocks("In your own BoTorch loop")) == 3
     assert len(_python_blocks("Many acquisitions in one call")) == 1
+    assert len(_python_blocks("In Ax")) == 1
+    # every python block of the README is one of those, seeded, and prints what it shows
+    blocks = _BLOCK.findall(README.read_text())
+    assert len(blocks) == 5
+    assert all("torch.manual_seed(0)" in b and "print(" in b for b in blocks)
+
+
+def test_readme_commands_say_how_long_they_take():
+    """Every command a user runs from the README (make, fbo-torch run, the demos) gives its time here."""
+    commands = [line for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S)
+                for line in block.splitlines() if re.match(r"(make |fbo-torch |\S*run_demo|OWN_OBJECTIVES)", line)]
+    assert len(commands) >= 8
+    untimed = [c for c in commands if not re.search(r"\d+(\.\d+)? (s|min)\b|on a GPU", c)]
+    assert not untimed, untimed
 
 
 def test_readme_python_snippet_runs(capsys):
     namespace = _run(_block("In your own BoTorch loop", 0))
+    printed = capsys.readouterr().out
+    assert "agent 3's message peaks at x = [" in printed
+    _run(_block("In your own BoTorch loop", 0))
+    assert capsys.readouterr().out == printed  # seeded: the same output every time
     x, value, omega = namespace["x"], namespace["value"], namespace["omega"]
     assert omega.shape == (8, 100) and x.shape == (1, 2)
     assert ((x >= 0) & (x <= 1)).all()
@@ -58,7 +76,6 @@ def test_readme_python_snippet_runs(capsys):
 def test_readme_federated_loop_snippet_runs(capsys):
     # one agent's loop with FederatedThompsonSampling: every query inside the bounds, each used
     # message dropped once, and the loop continues (p_t = 1) whatever is left
-    torch.manual_seed(0)
     namespace = _run(_block("In your own BoTorch loop", 1))
     X, Y, f, unused = namespace["X"], namespace["Y"], namespace["f"], namespace["unused"]
     assert X.shape == (8, 2) and Y.shape == (8, 1)
@@ -71,7 +88,6 @@ def test_readme_federated_loop_snippet_runs(capsys):
 def test_readme_transformed_federated_loop_snippet_runs(capsys):
     # the target normalizes raw Branin inputs, the map's lengthscale comes from the peers' data, and
     # the messages carry the input bounds they were fitted on: phi(T(x))^T omega at raw x
-    torch.manual_seed(0)
     namespace = _run(_block("In your own BoTorch loop", 2))
     X, Y, f, bounds = namespace["X"], namespace["Y"], namespace["f"], namespace["bounds"]
     fit, rff, acqf, messages = namespace["fit"], namespace["rff"], namespace["acqf"], namespace["messages"]
@@ -93,13 +109,29 @@ def test_readme_transformed_federated_loop_snippet_runs(capsys):
     assert "optimum -0.398" in capsys.readouterr().out
 
 
-def test_readme_batched_acquisition_snippet_runs():
+def test_readme_ax_snippet_runs_as_written(capsys):
+    """Three Ax clients on a mixed space (float, integer, unordered choice): 4 Sobol trials, then FTS;
+    every trial a valid arm, some FTS trials from peers' messages, and the best of each agent printed."""
+    pytest.importorskip("ax")
+    namespace = _run(_block("In Ax", 0))
+    clients, federation = namespace["clients"], namespace["federation"]
+    assert len(clients) == 3 and [len(node.history) for node in federation.agents] == [2, 2, 2]
+    assert any(step.source != "own" for node in federation.agents for step in node.history)
+    for client in clients:
+        for trial in client._experiment.trials.values():
+            params = trial.arm.parameters
+            assert isinstance(params["x2"], int) and params["variant"] in ("a", "b", "c")
+    out = capsys.readouterr().out
+    assert len(re.findall(r"^agent \d: best branin [0-9.]+ at \{", out, re.M)) == 3
+
+
+def test_readme_batched_acquisition_snippet_runs(capsys):
     # one call maximizes 32 LogEIs of a batched GP: one candidate per problem, inside the box, and
     # the value reported for problem b is its acquisition at its candidate
-    torch.manual_seed(0)
     namespace = _run(_block("Many acquisitions in one call", 0))
     candidates, values, acqf = namespace["candidates"], namespace["values"], namespace["acqf"]
     assert candidates.shape == (32, 1, 3) and values.shape == (32,)
+    assert "32 problems, one call" in capsys.readouterr().out
     assert ((candidates >= 0) & (candidates <= 1)).all()
     with torch.no_grad():
         at = acqf(candidates.unsqueeze(0))  # 1 x 32 x 1 x 3: t-batch 1, model batch 32

@@ -1,7 +1,10 @@
-"""Credentials for a secured Flower deployment on one machine (the demo's; use your own CA in production).
+"""Credentials for a secured Flower deployment: a CA, the SuperLink's certificate, node keys and the roster.
 
-    python credentials.py OUT NUM_AGENTS [EXTRA_NAME ...]
+    python credentials.py OUT NUM_AGENTS [EXTRA_NAME ...] [--address HOST ...] [--days N]
 
+The demo (``run_demo.sh``) runs it for 127.0.0.1; a team can run it for its own
+SuperLink (``--address superlink.example.org``, repeated for each name or IP the
+nodes use) when it has no CA of its own (docs/flower.md walks through it).
 Writes into OUT (private keys mode 0600):
 
 ==========================  ===============================================================
@@ -9,7 +12,8 @@ Writes into OUT (private keys mode 0600):
                             SuperNodes' ``--root-certificates``, the ``flwr`` CLI's
                             ``root-certificates``. Its private key is not kept.
 ``server.crt``,             the SuperLink's TLS certificate and key (PEM; SAN: IP 127.0.0.1,
-``server.key``              IP ::1, DNS localhost): ``--ssl-certfile`` / ``--ssl-keyfile``
+``server.key``              IP ::1, DNS localhost and each ``--address``): ``--ssl-certfile`` /
+                            ``--ssl-keyfile``
 ``node-<n>``,               SuperNode ``n``'s key pair (EC P-384, OpenSSH format): the private
 ``node-<n>.pub``            key for ``--auth-supernode-private-key``, the public key for
                             ``flwr supernode register``
@@ -24,6 +28,7 @@ Needs ``cryptography`` (installed with ``flwr``).
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import ipaddress
 import json
@@ -45,8 +50,9 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
         fh.write(data)
 
 
-def tls(out: Path, days: int = 2) -> None:
-    """A CA and a server certificate for 127.0.0.1 / localhost, valid for ``days`` days."""
+def tls(out: Path, days: int = 2, addresses: tuple[str, ...] = ()) -> None:
+    """A CA and a server certificate for 127.0.0.1 / localhost and ``addresses`` (host names or IPs),
+    valid for ``days`` days."""
     now = dt.datetime.now(dt.timezone.utc)
     start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=days)  # a little clock skew is fine
     ca_key = ec.generate_private_key(ec.SECP384R1())
@@ -64,6 +70,11 @@ def tls(out: Path, days: int = 2) -> None:
     key = ec.generate_private_key(ec.SECP384R1())
     names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
              x509.IPAddress(ipaddress.ip_address("::1"))]
+    for address in addresses:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(address)))
+        except ValueError:
+            names.append(x509.DNSName(address))
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
             .issuer_name(ca_name).public_key(key.public_key())
@@ -93,14 +104,20 @@ def node_key(out: Path, name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
-        print("usage: credentials.py OUT NUM_AGENTS [EXTRA_NAME ...]", file=sys.stderr)
-        return 2
-    out, n = Path(argv[0]), int(argv[1])
+    parser = argparse.ArgumentParser(prog="credentials.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="the folder to write into")
+    parser.add_argument("num_agents", type=int, help="key pairs node-0 ... node-<N-1>, on the roster")
+    parser.add_argument("extra", nargs="*", help="more key pairs, not on the roster (e.g. rogue)")
+    parser.add_argument("--address", action="append", default=[], help="a name or IP of the SuperLink (repeat)")
+    parser.add_argument("--days", type=int, default=2, help="validity of the certificates (default 2)")
+    args = parser.parse_args(argv)
+    if args.num_agents < 1 or args.days < 1:
+        parser.error("NUM_AGENTS and --days must be >= 1")
+    out, n = args.out, args.num_agents
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tls(out)
+    tls(out, args.days, tuple(args.address))
     roster = {str(i): node_key(out, f"node-{i}") for i in range(n)}
-    for name in argv[2:]:
+    for name in args.extra:
         node_key(out, name)
     _write(out / "roster.json", json.dumps(roster, indent=1).encode())
     return 0

@@ -11,7 +11,11 @@
 #   examples/flower_app/run_demo.sh            (or: make flower-demo)
 #   VENV=.venv PORT=9300 NUM_NODES=4 ROUNDS=3 examples/flower_app/run_demo.sh
 #   ROGUE=1 also starts a SuperNode whose key is not registered, claiming agent 0: it must be refused
+#   SECAGG=1 aggregates every release by SecAgg+ with distributed discrete Gaussian noise: the server
+#            never sees an agent's omega (aggregation = "secure"; DROPOUT_TOLERANCE, default 0.25)
 #   INSECURE=1 runs without TLS and node authentication (anyone who reaches the port can join)
+#   OWN_OBJECTIVES=1: each SuperNode evaluates its own black box, named only in its node config (a CNN
+#     on its own share of the digits, examples/flower_device/); the run config gives only the domain
 #   KEEP=1 keeps the logs, WARM=0 starts every Flower process the plain way (slower)
 set -euo pipefail
 
@@ -31,10 +35,20 @@ VENV="${VENV:-$ROOT/.venv}"
 PORT="${PORT:-9300}"                # SuperLink's HTTPS port (Fleet, Control and Runtime APIs)
 NUM_NODES="${NUM_NODES:-4}"
 ROUNDS="${ROUNDS:-3}"
+OWN=0
+[[ -n "${OWN_OBJECTIVES:-}" && "${OWN_OBJECTIVES}" != 0 ]] && OWN=1
+DEVICE_DIR="$ROOT/examples/flower_device"   # what each device holds: its own objective's module
 TIMEOUT="${DEMO_TIMEOUT:-300}"      # s for the whole run
 SECURE=1
 [[ -n "${INSECURE:-}" && "${INSECURE}" != 0 ]] && SECURE=0
+RUN_CONFIG="num-agents=$NUM_NODES num-rounds=$ROUNDS report-best=true"
+if [[ -n "${SECAGG:-}" && "${SECAGG}" != 0 ]]; then
+    RUN_CONFIG+=" aggregation=\"secure\" dropout-tolerance=${DROPOUT_TOLERANCE:-0.25}"
+fi
 export PATH="$VENV/bin:$PATH"       # flower-superlink spawns flower-superexec / flwr-serverapp from PATH
+# N + 1 processes share this machine's cores: one torch thread each (two threads spinning on a busy
+# 2-core machine made a node's CNN training ~20x slower)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fbo-flower-demo.XXXXXX")"
 export FLWR_HOME="$WORK/flwr-home"  # Flower's config (SuperLink connection) and app cache, kept apart
@@ -81,6 +95,13 @@ trap 'exit 130' INT TERM
 start=$(date +%s.%N)
 start_ms=$(($(date +%s%N) / 1000000))
 phase() { local ms=$(($(date +%s%N) / 1000000 - start_ms)); echo "$1 $((ms / 1000)).$((ms % 1000 / 100))" >> "$WORK/phases"; }
+if ((OWN)); then
+    # each device's own data (a label-skewed share of the digits), written while the rest starts; it
+    # prints the run config's objective: the federation's parameters, which every node's objective must search
+    "$VENV/bin/python" "$DEVICE_DIR/digits_on_device.py" "$WORK/device-data" --nodes "$NUM_NODES" \
+        > "$WORK/federation.json" &
+    DATA_PID=$!
+fi
 if [[ "${WARM:-1}" != 0 ]]; then
     # Flower starts a fresh flwr-clientapp / flwr-serverapp process per message, and each
     # Flower process imports flwr (and the apps torch and fbo_torch) anew; shims first on
@@ -149,11 +170,22 @@ for i in range(n):  # `flwr ... --format json` exits 0 even when the registratio
 PY
     phase keys-registered
 fi
+RUN_OBJECTIVE=""
+if ((OWN)); then
+    wait "$DATA_PID" || { echo "writing the devices' data failed" >&2; exit 1; }
+    RUN_OBJECTIVE="objective='$(cat "$WORK/federation.json")'"  # the domain only: no class, no data
+fi
 for ((n = 0; n < NUM_NODES; n++)); do
     KEY=()
     ((SECURE)) && KEY=(--auth-supernode-private-key "$PKI/node-$n")
-    flower-supernode "${NODE_SECURITY[@]}" "${KEY[@]}" --superlink "127.0.0.1:$PORT" --port $((PORT + 1 + n)) \
-        --node-config "partition-id=$n num-partitions=$NUM_NODES" > "$WORK/supernode-$n.log" 2>&1 &
+    NODE_CONFIG="partition-id=$n num-partitions=$NUM_NODES"
+    NODE_ENV=()
+    if ((OWN)); then  # the node's own black box: its module on the node's path, its data file
+        NODE_CONFIG+=" objective.type=\"digits_on_device:DigitsOnDevice\" objective.data=\"$WORK/device-data/node-$n.npz\""
+        NODE_ENV=(env "PYTHONPATH=$DEVICE_DIR${PYTHONPATH:+:$PYTHONPATH}")
+    fi
+    "${NODE_ENV[@]}" flower-supernode "${NODE_SECURITY[@]}" "${KEY[@]}" --superlink "127.0.0.1:$PORT" \
+        --port $((PORT + 1 + n)) --node-config "$NODE_CONFIG" > "$WORK/supernode-$n.log" 2>&1 &
     PIDS+=($!)
 done
 ROGUE_PID=""
@@ -168,7 +200,7 @@ fi
 # the run: submitted to the SuperLink, logs streamed until the ServerApp ends. The demo asks the
 # agents for their best values (report-best) to print them; a deployment leaves that off.
 timeout "$TIMEOUT" flwr run "$HERE" local-demo --stream \
-    --run-config "num-agents=$NUM_NODES num-rounds=$ROUNDS report-best=true summary-path=\"$WORK/summary.json\"" \
+    --run-config "$RUN_CONFIG summary-path=\"$WORK/summary.json\" $RUN_OBJECTIVE" \
     > "$WORK/run.log" 2>&1 || { tail -n 40 "$WORK/run.log" >&2; exit 1; }
 phase run-done
 
@@ -182,18 +214,31 @@ if [[ -n "$ROGUE_PID" ]]; then
     echo "rogue SuperNode (unregistered key, claiming agent 0): refused by the SuperLink: ${refusal:-no reason logged}"
 fi
 
-"$VENV/bin/python" - "$WORK/summary.json" "$NUM_NODES" "$ROUNDS" "$start" "$WORK/phases" "$SECURE" <<'PY'
+"$VENV/bin/python" - "$WORK/summary.json" "$NUM_NODES" "$ROUNDS" "$start" "$WORK/phases" "$SECURE" "$OWN" <<'PY'
 import json, sys, time
 path, n, T, start, secure = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[6] == "1"
+own = sys.argv[7] == "1"
 phases = "  ".join(f"{k} at {v} s" for k, v in (line.split() for line in open(sys.argv[5])))
 s = json.load(open(path))
 rounds = s["rounds"]
+secagg = any("secagg" in r for r in rounds)
 for r in rounds:
     best = "  ".join(f"agent {a}: {v:.4f} ({r['num_observations'][a]} obs)" for a, v in r["best_values"].items())
-    print(f"round {r['round']}: epsilon = {float(r['epsilon']):.4f}  released={r['released']}  "
-          f"reported {r['num_reported']}/{n}  invalid {r['num_invalid']}  best: {best}")
+    eps = f"epsilon = {float(r['epsilon']):.4f}"
+    if "epsilon_server" in r:  # secure aggregation: against other agents and outsiders, and against the server
+        eps = f"epsilon (others) = {float(r['epsilon']):.4f}  epsilon (server) = {float(r['epsilon_server']):.4f}"
+    sa = r.get("secagg")
+    cost = f"  secagg {sa['seconds']:.2f} s {(sa['bytes_sent'] + sa['bytes_received']) / 1e3:.0f} kB" if sa else ""
+    print(f"round {r['round']}: {eps}  released={r['released']}  "
+          f"reported {r['num_reported']}/{n}  invalid {r['num_invalid']}{cost}  best: {best}")
 ok = len(rounds) == T and all(len(r["best_values"]) == n for r in rounds) and not s["refused_nodes"]
+# without a roster (INSECURE=1) nodes are bound to agents by their first reply: round 1 has no secure cohort
+ok = ok and (not secagg or all(r["released"] for r in rounds[0 if secure else 1:]))
 mode = "TLS + SuperNode authentication, agents bound to node keys" if secure else "INSECURE"
+if own:
+    mode += "; each node's own objective (node config), best = its validation accuracy"
+if secagg:
+    mode += ", SecAgg+ with distributed noise: the server saw no omega"
 print(f"flower demo: {len(rounds)} rounds, {n} SuperNodes ({mode}), feature map {s['fingerprint']}, "
       f"{time.time() - start:.1f} s ({phases})")
 sys.exit(0 if ok else 1)

@@ -114,6 +114,13 @@ def _run_child(entry, request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
+        # the caller's PYTHONPATH, as a fresh interpreter would put it first (e.g. a node's own objective)
+        for folder in reversed([e for e in request["env"].get("PYTHONPATH", "").split(os.pathsep) if e]):
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+        threads = request["env"].get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:  # torch read it when the server imported it; the caller's wins
+            sys.modules["torch"].set_num_threads(int(threads))
         sys.argv = [request["name"], *request["argv"]]
         entry()
     except SystemExit as exc:

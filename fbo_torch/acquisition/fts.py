@@ -14,7 +14,13 @@ from torch.nn import Module
 
 from fbo_torch.acquisition.rff_thompson import _check_features, _omega_from
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.fidelity import check_agent_weights, fidelity_scores, learn_peer_choice, peer_predictions
+from fbo_torch.federation.fidelity import (
+    check_agent_weights,
+    fidelity_scores,
+    learn_peer_choice,
+    peer_predictions,
+    redundancy,
+)
 from fbo_torch.federation.input_space import resolve_message_space
 from fbo_torch.federation.messages import AgentMessage, stack_omegas
 from fbo_torch.federation.schedules import OWN, AgentDistribution, draw_sources
@@ -139,7 +145,8 @@ class FederatedThompsonSampling(AcquisitionFunction):
             like = features.spectral
             omegas = torch.empty(0, features.num_features, dtype=like.dtype, device=like.device)
         else:
-            omegas = stack_omegas(list(messages), fingerprint=features.fingerprint)
+            stacked = stack_omegas(list(messages), fingerprint=features.fingerprint, dim=features.dim)
+            omegas = _omega_from(features, stacked, "messages")
         N = omegas.shape[0]
         space = resolve_message_space(messages, input_transform, features.dim, model=model if N else None)
         fidelity, probs_used, p_used = None, None, p_t
@@ -161,7 +168,8 @@ class FederatedThompsonSampling(AcquisitionFunction):
             if agent_weights == "learned" or peer_trust:
                 X, y = _target_data(model, train_X, train_Y)
                 fidelity = fidelity_scores(peer_predictions(features, omegas, space(X.to(omegas))), y.to(omegas))
-                p_q = learn_peer_choice(dist, fidelity, y.isfinite().sum(), p_t, agent_weights, peer_trust)
+                p_q = learn_peer_choice(dist, fidelity, y.isfinite().sum(), p_t, agent_weights, peer_trust,
+                                        redundancy(omegas))
                 p_used = float(p_q[0]) if isinstance(p_q, Tensor) else p_q  # the q candidates share it
             sources = draw_sources(p_used, dist, generator=generator)
             probs_used = dist.probs[0]

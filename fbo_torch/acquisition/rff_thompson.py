@@ -23,8 +23,8 @@ from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.input_space import resolve_message_space
-from fbo_torch.federation.messages import AgentMessage
-from fbo_torch.utils.validation import check_finite, check_tensor
+from fbo_torch.federation.messages import AgentMessage, stack_omegas
+from fbo_torch.utils.validation import check_finite, check_floating, check_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
     from fbo_torch.federation.partition import SubRegionPartition
@@ -37,14 +37,13 @@ def _check_features(features: object) -> RandomFourierFeatures:
 
 
 def _omega_from(features: RandomFourierFeatures, omega: Tensor | AgentMessage, name: str = "omega") -> Tensor:
-    if isinstance(omega, AgentMessage):
-        if omega.fingerprint != features.fingerprint:
-            raise ValueError(
-                f"The message from agent {omega.agent_id} was built on a different random-feature map "
-                f"(fingerprint {omega.fingerprint} != {features.fingerprint})."
-            )
-        omega = omega.omega
+    if isinstance(omega, AgentMessage):  # its dimension, then its feature map, checked
+        omega = stack_omegas([omega], fingerprint=features.fingerprint, dim=features.dim)[0]
     check_tensor(name, omega)
+    check_floating(name, omega)
+    if omega.dtype != features.spectral.dtype:
+        raise TypeError(f"`{name}` has dtype {omega.dtype}, the feature map {features.spectral.dtype}: convert one "
+                        "to the other (float64 for GP algebra) instead of mixing precisions.")
     if omega.shape[-1] != features.num_features:
         raise ValueError(
             f"`{name}` must have M = {features.num_features} entries in its last dimension, "

@@ -339,8 +339,8 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         raise ConfigError(f"{source}: `experiment` must be one of {list(SETTINGS)}, got {experiment!r}.")
     name = str(raw.get("name") or Path(source).stem)
     seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"{source}: `seed` must be a non-negative integer, got {seed!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ConfigError(f"{source}: `seed` must be an integer in [0, 2^63), got {seed!r}.")
     device = raw.get("device", "cpu")
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"{source}: `device` must be 'cpu' or 'cuda', got {device!r}.")
@@ -389,6 +389,9 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         check_callable_kwargs(f"{where}: objective ({objective['type']})", cls, kwargs)
         history = build_dataclass(HistorySettings, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history")
         runs = build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")
+        fields = [f.name for f in dataclasses.fields(settings_cls)]
+        check_keys(f"{source}: defaults", raw.get("defaults") or {}, fields)  # a typo is named where it is
+        check_keys(f"{where}: defaults", sc.get("defaults") or {}, fields)
         defaults = _merge(raw.get("defaults") or {}, sc.get("defaults"))
         methods_raw = sc.get("methods")
         if not isinstance(methods_raw, list) or not methods_raw:

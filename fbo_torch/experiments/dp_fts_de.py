@@ -25,7 +25,9 @@ from fbo_torch.experiments.report import (
     series_styles,
     summarize_curves,
 )
+from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.federation.partition import SubRegionPartition
+from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.privacy import compute_epsilon
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
@@ -35,8 +37,9 @@ def _finite_or_none(values: list[float]) -> list[float | None]:
 
 
 def _other_epsilons(settings: Any, releases: int, delta: float | None, names: list[str]) -> dict[str, float | None]:
-    """Final ε of the same mechanism under other accountants (side by side)."""
-    if not settings.is_private or delta is None:
+    """Final ε of the same mechanism under other accountants (side by side; none describes a secure round's
+    distributed discrete Gaussian, which only the ``"ddg"`` accountant accounts)."""
+    if not settings.is_private or delta is None or settings.aggregation == "secure":
         return {}
     out = {}
     for name in names:
@@ -48,11 +51,18 @@ def _other_epsilons(settings: Any, releases: int, delta: float | None, names: li
 def check_scenario(ctx: ScenarioContext) -> None:
     r"""What a DP-FTS-DE scenario's runners would refuse once started, as a :class:`ConfigError`
     naming the YAML key: a private method on fewer than 2 agents with ``privacy.delta: null``
-    (``δ = 1/N^1.1`` needs ``N ≥ 2``), and more sub-regions than the candidates of a finite
+    (``δ = 1/N^1.1`` needs ``N ≥ 2``), a secure-aggregation method whose mechanism cannot be
+    built for ``N`` agents (:class:`~fbo_torch.federation.secure.SecureMechanism`), and more
+    sub-regions than the candidates of a finite
     domain fill (with ``distributed_init``, agent ``n`` starts among the candidates of region
     ``n mod P``, which must hold one)."""
     cfg, sc, objective, domain = ctx.cfg, ctx.scenario, ctx.objective, ctx.domain
     N = objective.num_agents
+    delta = cfg.privacy.delta
+    if delta is not None and delta * N >= 1 and any(s.is_private for _, s in sc.methods):
+        ctx.log(f"warning: {sc.where}: privacy.delta = {delta:g} >= 1/N = {1 / N:.3g} ({N} agents): such a "
+                "guarantee allows releasing one agent's data in full; every epsilon of this run is for this delta")
+    check_scenario_memory(ctx, agents=ctx.num_inits * N, runs=ctx.num_inits * N)
     for j, (label, s) in enumerate(sc.methods):
         where = f"{sc.where}: methods[{j}] ({label!r})"
         if s.is_private and cfg.privacy.delta is None and N < 2:
@@ -61,6 +71,11 @@ def check_scenario(ctx: ScenarioContext) -> None:
                 f"takes δ = 1/N^1.1, which needs N >= 2 agents, but the objective has {N}; set `privacy.delta` "
                 "or give the objective more agents."
             )
+        if s.algorithm == "fts_de" and s.aggregation == "secure":
+            try:
+                SecureMechanism.from_settings(s, N)
+            except ValueError as err:
+                raise ConfigError(f"{where}: {err}") from None
         P = s.num_regions
         if not (s.algorithm == "fts_de" and s.distributed_init and P > 1 and objective.candidates is not None):
             continue
@@ -115,6 +130,12 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "epsilon": _finite_or_none(res.epsilon),
                 "epsilon_final": res.epsilon[-1] if res.epsilon and math.isfinite(res.epsilon[-1]) else None,
                 "epsilon_other_accountants": _other_epsilons(settings, releases, res.delta, extra),
+                "aggregation": settings.aggregation,
+                # secure aggregation: ε against the server (it knows the sample: no amplification);
+                # `epsilon` is then against other agents and outsiders
+                "epsilon_server": None if res.epsilon_server is None else _finite_or_none(res.epsilon_server),
+                "epsilon_server_final": res.epsilon_server[-1] if res.epsilon_server
+                and math.isfinite(res.epsilon_server[-1]) else None,
                 "releases": releases,
                 "released": res.released,
                 "fraction_clipped": _finite_or_none(res.fraction_clipped),
@@ -141,6 +162,14 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
 def _nanmean(values: list[float]) -> float | None:
     vals = [v for v in values if v is not None and math.isfinite(v)]
     return sum(vals) / len(vals) if vals else None
+
+
+def delta_text(methods: Any) -> str:
+    r"""``"δ = 0.1"`` for the δ of private ``methods`` (records), ``"δ = 1e-05 to 0.1"`` when they differ."""
+    deltas = sorted({m["delta"] for m in methods if m.get("delta") is not None})
+    if not deltas:
+        return "δ unknown"
+    return f"δ = {deltas[0]:.3g}" if len(deltas) == 1 else f"δ = {deltas[0]:.3g} to {deltas[-1]:.3g}"
 
 
 #: Markers of the accountants in ``privacy_utility``: the run's own accountant first (filled), then the others (open).
@@ -196,9 +225,8 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
         for m in ms:
             ax.annotate(m["name"], (m["epsilon_final"], m["loss_mean"][-1]), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
-    delta = private[0][1].get("delta") if private else None
     what = "" if several else f"{acc}, "
-    ax.set_xlabel(f"privacy loss ε ({what}δ = {delta:.3g})" if delta else f"privacy loss ε ({acc})")
+    ax.set_xlabel(f"privacy loss ε ({what}{delta_text(m for _, m in private)})")
     ax.set_ylabel(f"final {loss_name}\n({'; '.join(bands)})", fontsize=9)
     ax.set_title(f"{results.get('name', '')}: privacy vs utility", fontsize=10)
     ax.grid(alpha=0.3)
@@ -233,7 +261,7 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
                     mfc="none", label=f"final ε under {name}")
         ax.set_xlabel("round")
         integer_ticks(ax)
-        ax.set_ylabel(f"ε ({acc}) after the round")
+        ax.set_ylabel(f"ε ({acc}, {delta_text(ms)}) after the round", fontsize=9)
         if sc_name and len(panels) > 1:
             ax.set_title(sc_name, fontsize=10)
         ax.grid(alpha=0.3)

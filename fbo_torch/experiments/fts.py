@@ -18,6 +18,7 @@ import torch
 from fbo_torch.experiments.config import ConfigError, Scenario
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, ScenarioMethods
 from fbo_torch.experiments.report import plot_message_length, summarize_curves
+from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.objectives.base import Objective
 from fbo_torch.simulate.fts import FEDERATED, FederationHistory, FTSRunner
 
@@ -72,6 +73,8 @@ def check_scenario(ctx: ScenarioContext) -> None:
                 f"have no other agent {kind}to receive messages from (the objective has {objective.num_agents} "
                 "agent(s)); give the objective more agents, or use `algorithm: ts`."
             )
+    runs = tg.numel() * ctx.num_inits  # the targets' runs, and the other agents' histories beside them
+    check_scenario_memory(ctx, agents=runs + objective.num_agents, runs=runs, history=sc.history.t_n)
 
 
 def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:

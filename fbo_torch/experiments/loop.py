@@ -16,6 +16,7 @@ from their :class:`~fbo_torch.experiments.kind.ExperimentKind`, looked up in
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from botorch.exceptions.warnings import InputDataWarning
 from tqdm.auto import tqdm
 from tqdm.autonotebook import tqdm as _tqdm_autonotebook
 
@@ -158,8 +160,36 @@ def prepare_scenarios(
             num_inits=num_inits if num_inits is not None else sc.runs.num_inits, log=log,
         )
         kind.check(ctx)
+        note = unit_cube_note(ctx)
+        if note:
+            log(note)
         contexts.append(ctx)
     return contexts
+
+
+#: BoTorch's ``InputDataWarning`` for a shared map fed inputs outside the unit cube; its advice is for Python
+#: users (``Normalize``, ``fit_shared_features``), so a YAML run says it in YAML words (:func:`unit_cube_note`).
+_RFF_INPUTS_WARNING = r"The training inputs of RFFBayesianLinear are not contained in the unit cube"
+#: The privacy ledger's warning for a δ ≥ 1/N, which a YAML run gives naming `privacy.delta`
+#: (:func:`fbo_torch.experiments.dp_fts_de.check_scenario`).
+_LARGE_DELTA_WARNING = r"delta = .* is >= 1/N"
+
+
+def unit_cube_note(ctx: ScenarioContext) -> str | None:
+    r"""One line for a scenario whose objective's box is not the unit cube while a method shares the random-feature
+    map: ``rff_lengthscale`` is then in the objective's units (``None`` otherwise)."""
+    bounds = ctx.objective.bounds.detach().cpu()
+    if bool(((bounds[0] >= -1e-9) & (bounds[1] <= 1 + 1e-9)).all()):
+        return None
+    scales = sorted({float(s.rff_lengthscale) for _, s in ctx.scenario.methods
+                     if getattr(s, "algorithm", "ts") != "ts" and hasattr(s, "rff_lengthscale")})
+    if not scales:
+        return None
+    box = " x ".join(f"[{lo:g}, {hi:g}]" for lo, hi in zip(bounds[0].tolist(), bounds[1].tolist()))
+    return (f"note: {ctx.scenario.where}: the objective's inputs span {box}, not the unit cube; the shared "
+            f"feature map sees them as they are, so `rff_lengthscale` ({', '.join(f'{v:g}' for v in scales)}) is in "
+            "those units: scale it with the box, or give the objective unit-cube bounds (docs/experiments.md, "
+            "Units of rff_lengthscale)")
 
 
 def run_scenario(ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool) -> dict[str, Any]:
@@ -168,6 +198,13 @@ def run_scenario(ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool)
     methods = EXPERIMENTS[ctx.cfg.experiment].methods(ctx)
     records = run_methods(ctx, checkpoints, progress, methods.make_runner, methods.make_record)
     return {"name": sc.name, "objective": sc.objective, "num_runs": methods.num_runs, "methods": records}
+
+
+def on_device(cfg: ExperimentConfig, device: str) -> ExperimentConfig:
+    r"""``cfg`` with its ``device`` and every scenario's ``objective.device`` set to ``device``."""
+    scenarios = [dataclasses.replace(sc, objective={**sc.objective, "device": device}) if "device" in sc.objective
+                 else sc for sc in cfg.scenarios]
+    return dataclasses.replace(cfg, device=device, scenarios=scenarios)
 
 
 def run_experiment(
@@ -196,7 +233,8 @@ def run_experiment(
     Args:
         cfg: A parsed configuration (:func:`~fbo_torch.experiments.config.load_config`).
         out_dir: Output folder (created).
-        device: Overrides ``cfg.device``.
+        device: Overrides ``cfg.device`` and every ``objective.device`` (``--device``: the whole run,
+            the CNN objectives' training included, moves).
         seeds: Deprecated name of ``num_inits``.
         resume: Continue from checkpoints in ``out_dir/checkpoints``.
         progress: Show progress bars (only where they can redraw in place: a terminal or a notebook).
@@ -230,6 +268,8 @@ def run_experiment(
     if num_inits is not None and (isinstance(num_inits, bool) or not isinstance(num_inits, int) or num_inits < 1):
         raise ValueError(f"`num_inits` must be an integer >= 1, got {num_inits!r}.")
     plot_formats = check_plot_formats(plot_formats, "`plot_formats`")
+    if device is not None:
+        cfg = on_device(cfg, device)
     check_device(cfg, device)
     device = device or cfg.device
     resolved = cfg.resolved()
@@ -237,7 +277,7 @@ def run_experiment(
     if num_inits is not None:
         for sc in resolved["scenarios"]:
             sc["runs"]["num_inits"] = num_inits
-    out = Path(out_dir)
+    out = Path(out_dir).expanduser()
     folder = OutputFolder(out, resume=resume, overwrite=overwrite)
     try:
         # An existing folder is locked and checked first (a resumed run's fingerprint and checkpoints);
@@ -275,7 +315,10 @@ def run_experiment(
         for si, sc in enumerate(cfg.scenarios):
             log(f"scenario {si + 1}/{len(cfg.scenarios)}: {sc.name}")
             ctx, contexts[si] = contexts[si], None  # its objective is held no longer than the scenario runs
-            rec = run_scenario(ctx, checkpoints, progress)
+            with warnings.catch_warnings():  # said once in YAML words by prepare_scenarios (and the kind's check)
+                warnings.filterwarnings("ignore", message=_RFF_INPUTS_WARNING, category=InputDataWarning)
+                warnings.filterwarnings("ignore", message=_LARGE_DELTA_WARNING, category=UserWarning)
+                rec = run_scenario(ctx, checkpoints, progress)
             del ctx
             results["scenarios"].append(rec)
             write_json(out / "results.json", results)

@@ -13,10 +13,19 @@ Things that do not change results (output paths, plot formats, ``--threads``, pr
 bars, ``checkpoint_every``) are not part of the fingerprint.
 
 ``run.json`` also lists every file and folder the run writes (``files``),
-each name recorded before its file is first written, so ``--overwrite``
-deletes exactly what fbo-torch runs wrote and keeps everything else. Files
-are written with the permissions ``open()`` would give them (``0o666`` less
-the umask) unless a caller asks for a mode.
+each name recorded before its file is first written, with the size and SHA-256
+of what was written (``written``), so ``--overwrite`` deletes only files that
+still hold exactly what an fbo-torch run wrote there and keeps everything else
+(a file a forged ``run.json`` lists is kept unless it holds those very bytes).
+
+Nothing a run writes or deletes leaves ``OUT``: every write and deletion inside
+it walks from ``OUT`` one folder at a time without following symbolic links
+(``openat`` with ``O_NOFOLLOW``), so a folder inside ``OUT`` replaced by a
+link to elsewhere stops the run with one line instead of being written
+through. A refused ``OUT`` is left as it was (no ``.lock`` appears in a folder
+that is refused), and ``~`` in ``OUT`` is the user's home. Files are written
+with the permissions ``open()`` would give them (``0o666`` less the umask)
+unless a caller asks for a mode.
 """
 
 from __future__ import annotations
@@ -29,12 +38,13 @@ import hashlib
 import json
 import math
 import os
+import stat
 import threading
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import fbo_torch
-from fbo_torch.utils.files import WriteError, current_umask, write_atomic
+from fbo_torch.utils.files import WriteError, current_umask, write_atomic, write_atomic_at
 
 MANIFEST = "run.json"
 LOCK = ".lock"
@@ -142,12 +152,17 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -
             system's ``errno``); ``path`` keeps its old contents and no temporary
             file is left behind.
 
-    Inside the folder of an open :class:`OutputFolder`, the file's name is added
-    to that folder's list of files the run wrote before the file is written.
+    Inside the folder of an open :class:`OutputFolder`, the file's name, size and
+    hash are added to that folder's list of files the run wrote before the file is
+    written, and the file is written by that folder (:meth:`OutputFolder.write`:
+    nothing outside it, whatever links it holds).
     """
     path = Path(path)
-    _record_write(path)
-    write_atomic(path, data, mode)
+    folder = _holder(path)
+    if folder is not None:
+        folder.write(path, data, mode)
+    else:
+        write_atomic(path, data, mode)
 
 
 def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> None:
@@ -162,11 +177,19 @@ _OPEN: list[OutputFolder] = []
 _OPEN_LOCK = threading.Lock()
 
 
-def _record_write(path: Path) -> None:
+def _holder(path: Path) -> OutputFolder | None:
+    """The open output folder ``path`` lies in, if any."""
     with _OPEN_LOCK:
         folders = list(_OPEN)
-    for folder in folders:
-        folder.record(path)
+    return next((f for f in folders if f._relative(path) is not None), None)
+
+
+def _digest(data: bytes) -> dict[str, Any]:
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+class _Linked(OSError):
+    """A folder on the way to a file inside ``OUT`` is a symbolic link or not a folder."""
 
 
 def _entries(out: Path) -> list[Path]:
@@ -204,12 +227,14 @@ class OutputFolder:
         if resume and overwrite:
             raise OutputError("--resume and --overwrite exclude each other: resume continues the old run, "
                               "overwrite deletes it.")
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         self.resume = resume
         self.overwrite = overwrite
         self._fd: int | None = None
+        self._dir_fd: int | None = None  # OUT itself, opened when locked: every write walks from it
         self.had_files = False
         self._to_delete: list[str] | None = None
+        self._to_check: dict[str, Any] | None = None  # size and hash of each file run.json says a run wrote
         #: What ``overwrite`` deleted (names relative to the folder) and what it kept (top-level names).
         self.deleted: list[str] = []
         self.kept: list[str] = []
@@ -250,6 +275,8 @@ class OutputFolder:
                 except OSError as err:
                     raise OutputError(f"--out {self.path}: cannot create the folder ({err.strerror or err}).") \
                         from None
+            if not os.path.lexists(self.path / LOCK):
+                self._inspect()  # a folder that will be refused is refused before a lock file is made in it
             self._lock()
             try:
                 self._inspect()
@@ -271,9 +298,10 @@ class OutputFolder:
             raise OutputError(f"--out {out}: no permission to write in this folder.")
         lock = out / LOCK
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:
-            raise OutputError(f"--out {out}: cannot create the lock file {lock} ({err.strerror or err}).") from None
+            raise OutputError(f"--out {out}: cannot create the lock file {lock} ({err.strerror or err}; it must "
+                              "not be a symbolic link).") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -290,6 +318,11 @@ class OutputFolder:
                     "wait for it to finish or choose another --out."
                 ) from None
             raise OutputError(f"--out {out}: cannot lock {lock} ({err.strerror or err}).") from None
+        try:
+            self._dir_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            os.close(fd)
+            raise OutputError(f"--out {out}: cannot open the folder ({err.strerror or err}).") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -303,9 +336,11 @@ class OutputFolder:
         if not entries:
             return
         if self.overwrite:
-            self._to_delete = self._written_files()
+            self._to_delete, self._to_check = self._written_files()
             return
         if self.resume:
+            if not (out / MANIFEST).is_file():
+                self.check_resume({})  # refused now: there is no run to resume (nothing is read from `{}`)
             return
         raise OutputError(
             f"--out {out} is not empty ({_shown([p.name for p in entries])}); pass --resume to continue the run "
@@ -327,17 +362,21 @@ class OutputFolder:
             raise error(unreadable.format(reason="not a JSON object"))
         return data
 
-    def _written_files(self) -> list[str]:
-        r"""The names ``run.json`` lists as written by fbo-torch runs (checked to lie inside the folder)."""
+    def _written_files(self) -> tuple[list[str], dict[str, Any]]:
+        r"""The names ``run.json`` lists as written by fbo-torch runs (checked to lie inside the folder),
+        and the size and hash it recorded for each file."""
         out = self.path
         path = out / MANIFEST
-        files = self._read_manifest(
+        manifest = self._read_manifest(
             OutputError,
             f"--out {out} holds files but no fbo-torch run ({MANIFEST} is missing); --overwrite only clears "
             "folders an fbo-torch run wrote: nothing was deleted; choose an empty or new folder.",
             f"--overwrite: {path} is unreadable ({{reason}}), so the files the old run wrote cannot be told from "
             "others; nothing was deleted: delete the old run's files yourself or choose another --out.",
-        ).get("files")
+        )
+        files, written = manifest.get("files"), manifest.get("written")
+        if files is not None and not isinstance(written, dict):
+            files = None  # an older run.json: names without what the files held
         if files is None:
             raise OutputError(
                 f"--overwrite: {path} does not list the files its run wrote (it was written by an older "
@@ -353,33 +392,58 @@ class OutputFolder:
             if pure.is_absolute() or not pure.parts or ".." in pure.parts or name in (LOCK, "."):
                 raise OutputError(f"--overwrite: {path} lists {name!r}, which is not a file inside {out}; "
                                   "nothing was deleted: delete the old run's files yourself or choose another --out.")
-        return files
+        return files, written
 
     def _clear(self, files: list[str]) -> None:
-        r"""Delete the listed files (and the temporary files of their interrupted writes), then the listed
-        folders that are empty after that, then ``run.json`` (so the list outlives an interrupted
-        deletion); keep everything else."""
+        r"""Delete the listed files that still hold exactly what ``run.json`` recorded (size and SHA-256),
+        then the listed folders that are empty after that, then ``run.json`` (so the list outlives an
+        interrupted deletion); keep everything else. Nothing is followed through a symbolic link."""
         out = self.path
+        written = self._to_check or {}
         deleted = []
 
-        def inside(rel: PurePosixPath) -> bool:  # no folder on the way is a link out of the folder
-            p = out
-            for part in rel.parts[:-1]:
-                p = p / part
-                if p.is_symlink() or not p.is_dir():
+        def matches(fd: int, record: Any) -> bool:
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode) or not isinstance(record, dict) or st.st_size != record.get("size"):
                     return False
-            return True
+                digest = hashlib.sha256()
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+            return digest.hexdigest() == record.get("sha256")
 
-        def remove(name: str) -> None:
+        def remove(name: str, check: bool = True) -> None:
             rel = PurePosixPath(name)
-            if not inside(rel):
+            try:
+                parent = self._walk(rel.parts[:-1])
+            except OSError:  # a folder on the way is missing, linked elsewhere, or not a folder
                 return
-            target = out / rel
-            doomed = [target] if target.is_symlink() or target.is_file() else []
-            doomed += [p for p in target.parent.glob(f".{rel.name}.*.tmp") if p.is_file() and not p.is_symlink()]
-            for p in doomed:
-                p.unlink()
-                deleted.append(p.relative_to(out).as_posix())
+            try:
+                fd = os.open(rel.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
+            except OSError:
+                os.close(parent)
+                return
+            try:
+                if matches(fd, written.get(name)) or (not check and stat.S_ISREG(os.fstat(fd).st_mode)):
+                    os.unlink(rel.name, dir_fd=parent)
+                    deleted.append(name)
+            finally:
+                os.close(fd)
+                os.close(parent)
+
+        def remove_folder(name: str) -> None:
+            rel = PurePosixPath(name)
+            try:
+                parent = self._walk(rel.parts[:-1])
+            except OSError:
+                return
+            try:
+                os.rmdir(rel.name, dir_fd=parent)  # only an empty folder, never a link
+                deleted.append(name)
+            except OSError:
+                pass
+            finally:
+                os.close(parent)
 
         names = [f for f in files if not f.endswith("/")]
         folders = sorted((f for f in files if f.endswith("/")), key=lambda f: -f.count("/"))  # deepest first
@@ -387,19 +451,73 @@ class OutputFolder:
             for name in sorted(f for f in names if f != MANIFEST):
                 remove(name)
             for name in folders:
-                rel = PurePosixPath(name)
-                target = out / rel
-                if inside(rel) and target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
-                    target.rmdir()
-                    deleted.append(name)
+                remove_folder(name.rstrip("/"))
             if MANIFEST in names:
-                remove(MANIFEST)
+                remove(MANIFEST, check=False)  # the list itself, read and checked above
         except OSError as err:
             raise OutputError(f"--overwrite: cannot delete {err.filename or out} ({err.strerror or err}); "
                               "fix its permissions or choose another --out.") from None
-        self.deleted = deleted
+        self.deleted = [d + "/" if d + "/" in folders else d for d in deleted]
         self.kept = [p.name + ("/" if p.is_dir() else "") for p in _entries(out)]
         self.had_files = bool(self.kept)
+
+    def _walk(self, parts: tuple[str, ...], create: bool = False) -> int:
+        r"""A new descriptor of the folder ``OUT/parts``, reached one folder at a time without following
+        symbolic links (``create``: missing folders are made). Raises :class:`OSError` otherwise."""
+        if self._dir_fd is None:
+            raise OSError(errno.EBADF, "the output folder is not open", str(self.path))
+        fd = os.dup(self._dir_fd)
+        try:
+            for part in parts:
+                try:
+                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    os.mkdir(part, dir_fd=fd)
+                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError as err:
+                    if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise _Linked(err.errno, "a symbolic link or not a folder", part) from None
+                    raise
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _folder(self, parts: tuple[str, ...], path: Path, create: bool = False) -> int:
+        """:meth:`_walk` for writing ``path``: a linked folder is an :class:`OutputError`, a failure a :class:`WriteError`."""
+        try:
+            return self._walk(parts, create)
+        except _Linked as err:
+            raise OutputError(f"--out {self.path}: {PurePosixPath(*parts)} inside it is a symbolic link or not a "
+                              f"folder ({err.filename}); a run writes nothing outside --out: remove it, or choose "
+                              "another --out.") from None
+        except OSError as err:
+            raise WriteError(err.errno, err.strerror or str(err), str(path)) from err
+
+    def write(self, path: str | Path, data: bytes, mode: int | None = None) -> None:
+        r"""Write ``data`` atomically to ``path`` inside this folder (see :func:`atomic_write_bytes`),
+        recording its name, size and hash in ``run.json`` first.
+
+        Raises:
+            OutputError: A folder on the way is a symbolic link or not a folder (nothing is written
+                outside ``OUT``).
+            WriteError: The write failed.
+        """
+        path = Path(path)
+        rel = self._relative(path)
+        if rel is None:
+            raise ValueError(f"{path} is not inside the output folder {self.path}.")
+        parts = PurePosixPath(rel).parts
+        self.record(path, data=data)
+        folder = self._folder(parts[:-1], path)
+        try:
+            write_atomic_at(folder, parts[-1], data, mode, path)
+        finally:
+            os.close(folder)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -408,6 +526,9 @@ class OutputFolder:
                     _OPEN.remove(self)
             os.close(self._fd)  # releases the lock; the file stays (unlinking it would race a waiting run)
             self._fd = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     def __enter__(self) -> OutputFolder:
         return self.open()
@@ -423,12 +544,13 @@ class OutputFolder:
             return None
         return rel.as_posix() if rel.parts else None
 
-    def record(self, path: str | Path, folder: bool = False) -> None:
-        r"""Add ``path`` (a file, or with ``folder`` a folder, inside this folder) to ``run.json``'s ``files``.
+    def record(self, path: str | Path, folder: bool = False, data: bytes | None = None) -> None:
+        r"""Add ``path`` (a file, or with ``folder`` a folder, inside this folder) to ``run.json``'s ``files``;
+        with ``data``, record the size and SHA-256 of what the file is about to hold (``written``).
 
-        Does nothing outside the folder, for names already listed, and in a folder
-        whose ``run.json`` keeps no list (a folder of an older run, redrawn by
-        ``fbo-torch report``: what its run wrote cannot be listed after the fact).
+        Does nothing outside the folder, and in a folder whose ``run.json`` keeps no
+        list (a folder of an older run, redrawn by ``fbo-torch report``: what its run
+        wrote cannot be listed after the fact).
         """
         rel = self._relative(Path(path))
         if rel is None or self._fd is None or rel == LOCK:
@@ -442,20 +564,33 @@ class OutputFolder:
                     found = None
                 self._manifest = found if isinstance(found, dict) and isinstance(found.get("files"), list) else {}
             files = self._manifest.get("files")
-            if files is None or name in files:
+            if files is None:
                 return
-            files.append(name)
-            files.sort()
-            write_atomic(self.path / MANIFEST, json.dumps(self._manifest, indent=1).encode())
+            written = self._manifest.setdefault("written", {})
+            if not isinstance(written, dict):
+                written = self._manifest["written"] = {}
+            entry = None if data is None or name == MANIFEST else _digest(data)
+            if name in files and (entry is None or written.get(name) == entry):
+                return
+            if name not in files:
+                files.append(name)
+                files.sort()
+            if entry is not None:
+                written[name] = entry
+            self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        data = json.dumps(self._manifest, indent=1).encode()
+        if self._dir_fd is None:
+            write_atomic(self.path / MANIFEST, data)
+        else:
+            write_atomic_at(self._dir_fd, MANIFEST, data, None, self.path / MANIFEST)
 
     def make_dir(self, name: str) -> Path:
         """Create the folder ``OUT/name`` (listed in ``run.json`` first); returns its path."""
         path = self.path / name
         self.record(path, folder=True)
-        try:
-            path.mkdir(exist_ok=True)
-        except OSError as err:
-            raise WriteError(err.errno, err.strerror or str(err), str(path)) from err
+        os.close(self._folder(PurePosixPath(name).parts, path, create=True))
         return path
 
     # -- the manifest
@@ -504,6 +639,7 @@ class OutputFolder:
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "config": fingerprinted_config(resolved, ints=False),
             "files": [MANIFEST],
+            "written": {},
         }
         path = self.path / MANIFEST
         if self.resume and path.is_file():
@@ -515,9 +651,11 @@ class OutputFolder:
             manifest["created"] = old.get("created", manifest["created"])
             if isinstance(old.get("files"), list):
                 manifest["files"] = sorted(set(old["files"]) | {MANIFEST})
+            if isinstance(old.get("written"), dict):
+                manifest["written"] = old["written"]
         with self._record_lock:
             self._manifest = manifest
-            write_atomic(path, json.dumps(manifest, indent=1).encode())
+            self._write_manifest()
         return fp
 
 

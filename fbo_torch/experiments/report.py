@@ -284,23 +284,51 @@ def _final(m: dict[str, Any], band: bool) -> str:
     return f"{mu:>17.4f} ± {m['loss_stderr'][-1]:<6.4f}" if band else f"{mu:>17.4f}" + " " * 9
 
 
+def privacy_label(m: dict[str, Any]) -> str:
+    r"""A private method's guarantee in full, e.g. ``"eps=4.36 (delta=1e-05, rdp)"``; ``""`` for a
+    non-private one. ε means nothing without its δ and the accountant that computed it."""
+    if m.get("epsilon_final") is None:
+        return ""
+    delta = m.get("delta")
+    parts = [f"delta={delta:.3g}" if delta is not None else "delta=?", str(m.get("accountant") or "?")]
+    if m.get("epsilon_server_final") is not None:  # secure aggregation: ε against others, and the server
+        return (f"eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f} "
+                f"({', '.join(parts)})")
+    return f"eps={m['epsilon_final']:.2f} ({', '.join(parts)})"
+
+
 def summary_table(results: dict[str, Any]) -> str:
     r"""A plain-text table: final loss (± standard error when there are several runs), time and
-    message size per method."""
+    message size per method, and each private method's ε with its δ and accountant
+    (:func:`privacy_label`); then the run's notes (``results["notes"]``, e.g. a δ ≥ 1/N)."""
     lines = []
     for sc in results["scenarios"]:
         band = num_runs(sc) > 1
         lines.append(f"== {sc['name']}  (final value: {band_label(sc)})")
         lines.append(f"   {'method':<28} {'final ' + sc['methods'][0]['loss_name']:>26} {'time [s]':>9} {'params/agent':>13}")
         for m in sc["methods"]:
-            extra = ""
-            if m.get("epsilon_final") is not None:
-                extra = f"  eps={m['epsilon_final']:.2f}"
+            privacy = privacy_label(m)
             lines.append(
                 f"   {m['name']:<28} {_final(m, band)} {m.get('wall_time_s', float('nan')):>9.1f} "
-                f"{m.get('parameters_per_agent', 0):>13}{extra}"
+                f"{m.get('parameters_per_agent', 0):>13}{'  ' + privacy if privacy else ''}"
             )
+    lines.extend(f"note: {note}" for note in privacy_notes(results))
     return "\n".join(lines)
+
+
+def privacy_notes(results: dict[str, Any]) -> list[str]:
+    r"""What a reader of the ε values must know about their δ: a δ ≥ 1/N (a guarantee that allows
+    releasing one agent's data in full), and the papers' default ``δ = 1/N^1.1`` (for reproduction only)."""
+    private = [m for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is not None]
+    notes = []
+    weak = sorted({(int(m["num_agents"]), float(m["delta"])) for m in private
+                   if m.get("delta") is not None and m.get("num_agents") and m["delta"] * m["num_agents"] >= 1})
+    notes += [f"delta={d:.3g} >= 1/N = {1 / n:.3g} ({n} agents): such a guarantee allows releasing one agent's data "
+              "in full; set privacy.delta well below 1/N" for n, d in weak]
+    if private and ((results.get("config") or {}).get("privacy") or {}).get("delta", 0) is None:
+        notes.append("delta = 1/N^1.1 (privacy.delta: null) is the papers' choice, kept to reproduce their epsilons; "
+                     "for a guarantee, set privacy.delta to 1e-5 or less (docs/experiments.md, Privacy)")
+    return notes
 
 
 # ----------------------------------------------------------------- the tidy table
@@ -311,9 +339,10 @@ def summary_table(results: dict[str, Any]) -> str:
 #: follows (FTS: the target), ``init`` the initialization (DP-FTS-DE: the repetition),
 #: ``iteration`` 0 for the initial points, then each iteration (round); ``loss`` is the
 #: ``loss_name`` of the best value so far (``best_value``, empty where not recorded) and
-#: ``epsilon`` the privacy loss after that round under ``accountant`` (empty for non-private methods).
+#: ``epsilon`` the privacy loss after that round, an (ε, ``delta``)-DP guarantee under
+#: ``accountant`` (all three empty for non-private methods).
 TIDY_COLUMNS = ("scenario", "method", "run", "agent", "init", "iteration", "loss_name", "loss", "best_value",
-                "epsilon", "accountant")
+                "epsilon", "delta", "accountant")
 
 
 def _cell(value: Any) -> Any:
@@ -347,12 +376,14 @@ def tidy_rows(results: dict[str, Any]) -> Iterator[tuple]:
             eps = m.get("epsilon") or []
             private = m.get("epsilon_final") is not None
             accountant = m.get("accountant") if private else None
+            delta = m.get("delta") if private else None
             for b, curve in enumerate(curves):
                 row_best = best[b] if b < len(best) else []
                 for t, loss in enumerate(curve):
                     e = eps[t - 1] if private and 1 <= t <= len(eps) else None
                     yield (sc["name"], m["name"], runs[b], agents[b], inits[b], t, m["loss_name"], _cell(loss),
-                           _cell(row_best[t] if t < len(row_best) else None), _cell(e), accountant or "")
+                           _cell(row_best[t] if t < len(row_best) else None), _cell(e),
+                           _cell(delta if e is not None else None), accountant or "")
 
 
 def write_tidy_csv(results: dict[str, Any], path: str | Path) -> Path:

@@ -315,7 +315,8 @@ class Agents:
         (the coin of :func:`~fbo_torch.federation.schedules.draw_sources`)."""
         return draw_sources(p, None, keys=kr.fold(self.keys, round)) == OWN
 
-    def next_queries(self, round: int, p: float, X_broadcast: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def next_queries(self, round: int, p: float, X_broadcast: Tensor | None = None,
+                     received: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Each agent's query of round ``round`` (FTS / DP-FTS-DE Algorithm 1's choice).
 
         With probability ``p`` (always when ``X_broadcast`` is ``None``: nothing
@@ -326,13 +327,17 @@ class Agents:
             round: The round.
             p: ``p_t``, probability of the own GP.
             X_broadcast: ``B x d`` maximizers of the received functions, or ``None``.
+            received: Optional ``B`` booleans: the agents whose federation released
+                (the others take their own proposal, as if nothing was received).
 
         Returns:
             ``(X_next, used_broadcast)``: ``B x d`` queries and ``B`` booleans.
         """
         p_eff = p if X_broadcast is not None else 1.0
         own = draw_sources(p_eff, None, keys=kr.fold(self.keys, round)) == OWN
-        if p_eff <= 0:
+        if received is not None and X_broadcast is not None:
+            own = own | ~received
+        if p_eff <= 0 and received is None:
             X, used = X_broadcast, ~own
         else:
             X_own, _ = self.own_proposals(round)
@@ -443,8 +448,12 @@ def agent_round(
     p: float,
     X_broadcast: Tensor | None,
     faults: FaultInjector | None,
+    received: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""The agents' half of round ``round`` after the broadcast: choose, evaluate, observe.
+
+    ``received`` (optional ``B`` booleans) marks the agents whose federation released
+    (:meth:`Agents.next_queries`).
 
     Returns:
         ``(X_next, used_broadcast, ok, f)``: ``B x d`` queries, ``B`` booleans
@@ -452,7 +461,7 @@ def agent_round(
         succeeded) and ``B`` noiseless values of the queries (``-inf`` where
         the evaluation failed; for the records, never seen by the models).
     """
-    X_next, used = agents.next_queries(round, p, X_broadcast)
+    X_next, used = agents.next_queries(round, p, X_broadcast, received)
     _, f, ok = agents.evaluate(objective, agent_ids, X_next, round, faults)
     return X_next, used, ok, f
 

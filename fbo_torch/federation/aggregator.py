@@ -86,6 +86,10 @@ class AggregationRecord:
         valid: ``... x N`` booleans: agents whose vector arrived and was valid
             (finite); only these take part in the Poisson sample.
         num_invalid: ``...`` vectors that arrived but were invalid (dropped).
+        released: Secure aggregation: ``...`` booleans, the federation's sum had
+            ``min_survivors`` vectors and was released.
+        out_of_range: Secure aggregation: ``...`` coordinates of the sum outside the
+            honest range (only hostile agents put them there), clamped.
     """
 
     round: int
@@ -99,6 +103,8 @@ class AggregationRecord:
     num_reported: Tensor | None = None
     valid: Tensor | None = None
     num_invalid: Tensor | None = None
+    released: Tensor | None = None
+    out_of_range: Tensor | None = None
 
 
 def clip_vectors(omegas: Tensor, max_norm: float) -> tuple[Tensor, Tensor]:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.input_space import check_input_bounds
-from fbo_torch.utils.validation import check_finite, check_tensor
+from fbo_torch.utils.validation import check_finite, check_floating, check_tensor
 
 
 def _check_fingerprint(name: str, fingerprint: str) -> None:
@@ -54,6 +54,7 @@ class AgentMessage:
 
     def __post_init__(self) -> None:
         check_tensor("omega", self.omega)
+        check_floating("omega", self.omega)
         if self.omega.ndim != 1:
             raise ValueError(f"`omega` must be a vector of M weights, got shape {tuple(self.omega.shape)}.")
         check_finite("omega", self.omega)
@@ -121,7 +122,7 @@ class PosteriorMessage:
         return M + M * M + (0 if self.incumbent is None else 1)
 
 
-def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = None) -> Tensor:
+def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = None, dim: int | None = None) -> Tensor:
     r"""Stack the ``ω`` of several messages into ``N x M``, checking they agree.
 
     (Their input spaces are checked where they are evaluated:
@@ -130,15 +131,28 @@ def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = Non
     Args:
         messages: Non-empty sequence of :class:`AgentMessage`.
         fingerprint: If given, every message must carry this fingerprint.
+        dim: The receiver's input dimension ``d``: a message whose ``input_bounds`` has another
+            dimension is reported as such (before its fingerprint, which differs then too).
 
     Raises:
-        ValueError: Empty input, or messages built on different feature maps.
+        ValueError: Empty input, messages of another input dimension, or messages built on
+            different feature maps.
     """
     if len(messages) == 0:
         raise ValueError("`messages` is empty: at least one agent message is needed.")
     for i, m in enumerate(messages):
         if not isinstance(m, AgentMessage):
             raise TypeError(f"`messages[{i}]` must be an AgentMessage, got {type(m).__name__}.")
+    if dim is not None:
+        wrong = {m.agent_id: m.input_bounds.shape[-1] for m in messages
+                 if m.input_bounds is not None and m.input_bounds.shape[-1] != dim}
+        if wrong:
+            dims = sorted(set(wrong.values()))
+            raise ValueError(
+                f"Messages from agents {sorted(wrong)} are {'/'.join(map(str, dims))}-dimensional (their input "
+                f"bounds), but the receiver's feature map is {dim}-dimensional: every agent of a federation "
+                "searches the same parameters, with a map built from the same arguments (dim included)."
+            )
     expected = fingerprint if fingerprint is not None else messages[0].fingerprint
     bad = [m.agent_id for m in messages if m.fingerprint != expected]
     if bad:
@@ -149,4 +163,8 @@ def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = Non
     sizes = {m.omega.numel() for m in messages}
     if len(sizes) != 1:
         raise ValueError(f"Messages carry vectors of different lengths {sorted(sizes)}.")
+    dtypes = {str(m.omega.dtype) for m in messages}
+    if len(dtypes) != 1:
+        raise TypeError(f"`messages` carry vectors of different dtypes {sorted(dtypes)}; convert them to one "
+                        "(float64 for GP algebra) instead of mixing precisions.")
     return torch.stack([m.omega for m in messages])

@@ -21,6 +21,25 @@ streams in research, a secret cryptographic stream in deployment) and the
 record of every round: ε is kept in one place, the ledger, and each
 :class:`ServerRound` carries the ledger's ε after it.
 
+**Secure aggregation** (``settings.aggregation = "secure"``,
+:mod:`fbo_torch.federation.secure`). The server never sees an ``ω``: it draws
+the round's Poisson coins and weight ratios (:meth:`DPFTSDEServer.secure_cohort`:
+each agent is told its own coin), the agents add their own noise shares, and
+the server receives only the modular sum of the survivors' integer vectors.
+A secure round is three calls after :meth:`~DPFTSDEServer.plan`:
+:meth:`~DPFTSDEServer.secure_cohort`, :meth:`~DPFTSDEServer.commit_secure`
+(the survivors are known, the sum is not yet: a round with fewer than
+``min_survivors`` vectors is not released and costs nothing, since masked
+vectors reveal nothing; otherwise both ledgers are charged *here*, before the
+server can learn the sum) and :meth:`~DPFTSDEServer.reveal_secure` (decode,
+clamp what only a hostile agent can send, broadcast; an unmasking that fails
+after the charge releases nothing and keeps the charge: ε is never
+under-counted). Two ledgers: :attr:`~DPFTSDEServer.ledger`, ε against other
+agents and outsiders — the sum of ``k − 1`` shares (a curious agent knows its
+own), amplified by the Poisson sample they do not know, with the budget
+``max_epsilon`` — and :attr:`~DPFTSDEServer.server_ledger`, ε against the
+server, which knows the sample: ``k`` shares, no amplification.
+
 **A round without a valid message releases nothing and costs nothing.** When
 the caller knows on the host how many valid messages arrived (a deployment,
 ``num_valid``) and none did, the round records ``released = False`` and the
@@ -33,8 +52,10 @@ under-count.)
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,12 +64,17 @@ from torch import Tensor
 from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.randomness import KeyedServerRandomness, ServerRandomness
+from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.weights import ExplorationWeights
-from fbo_torch.privacy import DEFAULT_ACCOUNTANT, PrivacyLedger
-from fbo_torch.utils.validation import check_int
+from fbo_torch.privacy import DEFAULT_ACCOUNTANT, DistributedDiscreteGaussianAccountant, PrivacyLedger
+from fbo_torch.utils.validation import check_int, check_probability
 
 #: Why a round released nothing.
-NOT_RELEASED = ("schedule", "budget", "no valid message")
+NOT_RELEASED = ("schedule", "budget", "no valid message", "too few survivors", "unmask failed")
+#: Reasons of rounds that were charged although nothing was released (a secure round that failed after
+#: its commit), and of a committed round whose sum is not revealed yet.
+CHARGED_WITHOUT_RELEASE = ("unmask failed",)
+UNMASKING = "unmasking"
 
 
 @dataclass
@@ -63,6 +89,7 @@ class ServerRound:
             non-private server that has not released yet).
         reason: Why nothing was released (one of :data:`NOT_RELEASED`), ``""`` when released.
         record: The mechanism's statistics of a release (device tensors), else ``None``.
+        epsilon_server: Secure aggregation: ε against the server after the round (NaN otherwise).
     """
 
     round: int
@@ -70,15 +97,27 @@ class ServerRound:
     epsilon: float
     reason: str = ""
     record: AggregationRecord | None = None
+    epsilon_server: float = field(default=math.nan, kw_only=True)
+
+    @property
+    def charged(self) -> bool:
+        """Whether the round was charged to the ledger (released, or a secure round that failed after its commit)."""
+        return self.released or self.reason in CHARGED_WITHOUT_RELEASE + (UNMASKING,)
 
     def to_dict(self) -> dict[str, Any]:
         """The host part (no tensors), JSON-able."""
-        eps = self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon)
-        return {"round": self.round, "released": self.released, "epsilon": eps, "reason": self.reason}
+        def num(x: float) -> float | str:
+            return x if math.isfinite(x) else str(x)
+
+        out = {"round": self.round, "released": self.released, "epsilon": num(self.epsilon), "reason": self.reason}
+        if not math.isnan(self.epsilon_server):
+            out["epsilon_server"] = num(self.epsilon_server)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServerRound:
-        return cls(int(data["round"]), bool(data["released"]), float(data["epsilon"]), str(data.get("reason", "")))
+        return cls(int(data["round"]), bool(data["released"]), float(data["epsilon"]), str(data.get("reason", "")),
+                   epsilon_server=float(data.get("epsilon_server", math.nan)))
 
 
 class DPFTSDEServer:
@@ -96,7 +135,8 @@ class DPFTSDEServer:
         accountant / delta: The privacy ledger's accountant and δ (default ``1/N^1.1``);
             only used when ``noise_multiplier > 0``. ``accountant=None`` runs the
             mechanism without a ledger (benchmarks of the mechanism only: no
-            privacy claim is recorded).
+            privacy claim is recorded). Secure rounds are accounted by the
+            ``"ddg"`` accountant whatever ``accountant`` names.
     """
 
     def __init__(
@@ -127,11 +167,22 @@ class DPFTSDEServer:
         )
         clip = settings.clip_norm if settings.clip_norm is not None else math.inf
         self.aggregator = DPAggregator(settings.sample_rate, clip, settings.noise_multiplier, weights)
+        self.secure = getattr(settings, "aggregation", "central") == "secure"
+        self.mechanism = SecureMechanism.from_settings(settings, N) if self.secure else None
         self.ledger = None
+        self.server_ledger = None  # secure aggregation: ε against the server
         self.private = settings.noise_multiplier > 0
         if self.private and accountant is not None:
-            self.ledger = PrivacyLedger(accountant=accountant, delta=delta, num_agents=N,
-                                        max_epsilon=settings.max_epsilon)
+            if self.secure:
+                def ledger(budget: float | None) -> PrivacyLedger:
+                    return PrivacyLedger(DistributedDiscreteGaussianAccountant(self.mechanism.ddg_constants()),
+                                         delta=delta, num_agents=N, max_epsilon=budget)
+                self.ledger, self.server_ledger = ledger(settings.max_epsilon), ledger(None)
+            else:
+                self.ledger = PrivacyLedger(accountant=accountant, delta=delta, num_agents=N,
+                                            max_epsilon=settings.max_epsilon)
+        self._cohort: tuple[int, Tensor] | None = None  # (round, R x N sampled) of the planned secure round
+        self._committed: tuple[int, Tensor, Tensor, int] | None = None  # (round, released, survivors, shares)
         self.stop_reason = ""  # why the server stopped releasing for good ("" while it has not)
         self.rounds: list[ServerRound] = []
         self._planned: int | None = None  # the round plan() said releases, until release() takes it
@@ -165,6 +216,7 @@ class DPFTSDEServer:
         release is recorded here; one that will is recorded by :meth:`release`.
         """
         round = check_int("round", round, minimum=1)
+        p_t = check_probability("p_t", p_t)
         last = self.rounds[-1].round if self.rounds else 0
         if self._planned is not None or round != last + 1:
             expected = self._planned if self._planned is not None else last + 1
@@ -174,15 +226,22 @@ class DPFTSDEServer:
         if not reason:
             if 1.0 - p_t < self.settings.local_threshold:
                 reason = "schedule"
-            elif self.ledger is not None and not self.ledger.can_release(self.settings.noise_multiplier,
-                                                                         self.settings.sample_rate):
+            elif self.ledger is not None and not self.ledger.can_release(*self._release_parameters()):
                 reason = "budget"
         if reason:
             self.stop_reason = reason
-            self.rounds.append(ServerRound(round, False, self.epsilon, reason))
+            self.rounds.append(ServerRound(round, False, self.epsilon, reason, epsilon_server=self.epsilon_server))
             return False
         self._planned = round
         return True
+
+    def _release_parameters(self, num_shares: int | None = None) -> tuple[float, float]:
+        """``(z, q)`` the ledger records for a release (secure: of ``num_shares`` shares, ``k_min`` by default)."""
+        s = self.settings
+        if not self.secure:
+            return s.noise_multiplier, s.sample_rate
+        k = self.mechanism.min_survivors if num_shares is None else num_shares
+        return self.mechanism.noise_multiplier_of(max(k - 1, 1)), s.sample_rate
 
     def release(self, omegas: Tensor, reported: Tensor | None = None, num_valid: int | None = None) -> Tensor | None:
         r"""Release the planned round: validate, sample, clip, weight, noise, account, record.
@@ -201,6 +260,8 @@ class DPFTSDEServer:
         """
         if self._planned is None:
             raise RuntimeError("release() without a planned round: call plan(round, p_t) first.")
+        if self.secure:
+            raise RuntimeError("a secure server never receives ω: use secure_cohort, commit_secure and reveal_secure.")
         t, self._planned = self._planned, None
         if num_valid is not None and int(num_valid) <= 0:
             self.rounds.append(ServerRound(t, False, self.epsilon, "no valid message"))
@@ -213,6 +274,88 @@ class DPFTSDEServer:
         if s.noise_multiplier == 0:
             eps = math.inf
         self.rounds.append(ServerRound(t, True, eps, "", self.aggregator.history[-1]))
+        return out
+
+    # ------------------------------------------------------------------ a secure round
+    def secure_cohort(self, num_federations: int = 1, like: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        r"""The planned secure round's ``R x N`` Poisson coins (agent ``n`` is told only its own) and
+        ``P x N`` weight ratios ``w / w_max``, as float64 on ``like``'s device.
+
+        The coins are the central mechanism's (:meth:`~fbo_torch.federation.randomness.ServerRandomness.coins`
+        of the round), so both modes sample the same agents given the same randomness.
+        """
+        if not self.secure or self._planned is None:
+            raise RuntimeError("secure_cohort() needs a secure server with a planned round (plan(round, p_t) first).")
+        t = self._planned
+        like = torch.zeros((), dtype=torch.float64) if like is None else like.to(torch.float64)
+        R = check_int("num_federations", num_federations, minimum=1)
+        sampled = self.randomness.coins(t, torch.Size([R, self.num_agents]), like) < self.settings.sample_rate
+        W = self.aggregator.weights(t).to(like)
+        self._cohort = (t, sampled)
+        return sampled, W / W.max()
+
+    def commit_secure(self, survivors: Tensor) -> Tensor:
+        r"""Decide whether the planned secure round releases, and charge it, before the sum is revealed.
+
+        Args:
+            survivors: ``R x N`` booleans: the agents whose vector is in the sum.
+
+        Returns:
+            ``R`` booleans: the federations whose sum has at least ``min_survivors``
+            vectors (the others release nothing). When any does, the ledgers are
+            charged for the fewest shares among them (never an under-count).
+        """
+        if self._cohort is None or self._cohort[0] != self._planned:
+            raise RuntimeError("commit_secure() needs the planned round's secure_cohort() first.")
+        t, self._planned = self._planned, None
+        counts = survivors.to(torch.bool).sum(-1)
+        released = counts >= self.mechanism.min_survivors
+        if not bool(released.any()):
+            self.rounds.append(ServerRound(t, False, self.epsilon, "too few survivors",
+                                           epsilon_server=self.epsilon_server))
+            self._committed = None
+            return released
+        k = int(counts[released].min())
+        eps = eps_server = math.inf
+        if self.ledger is not None:
+            eps = self.ledger.record(*self._release_parameters(k))
+            eps_server = self.server_ledger.record(self.mechanism.noise_multiplier_of(k), 1.0)
+        self.rounds.append(ServerRound(t, False, eps, UNMASKING, epsilon_server=eps_server))
+        self._committed = (t, released, survivors.to(torch.bool), k)
+        return released
+
+    def reveal_secure(self, total: Tensor | None) -> Tensor | None:
+        r"""Release the committed round from the sum of its survivors' vectors.
+
+        Args:
+            total: ``R x d`` residues modulo ``m`` (what secure aggregation reveals), or
+                ``None`` when the unmasking failed (nothing is released; the charge stays).
+
+        Returns:
+            The ``R x P x M`` broadcast (rows of federations that do not release are
+            zero), or ``None``.
+        """
+        if self._committed is None:
+            raise RuntimeError("reveal_secure() without a committed round: call commit_secure(survivors) first.")
+        (t, released, survivors, k), self._committed = self._committed, None
+        rec = self.rounds[-1]
+        if total is None:
+            rec.reason = "unmask failed"
+            return None
+        vec, out_of_range = self.mechanism.decode(total)
+        W = self.aggregator.weights(t)
+        q = self.settings.sample_rate
+        out = torch.where(released.view(-1, 1, 1).to(vec.device), vec * (float(W.max()) / q), 0.0)
+        sampled = self._cohort[1].to(survivors.device) & survivors
+        num = sampled.sum(-1)
+        zero = torch.zeros_like(num, dtype=torch.float64)
+        std = float(W.max()) / q * (self.mechanism.clip_norm / self.mechanism.scale) * math.sqrt(
+            k * self.mechanism.local_variance)
+        rec.released, rec.reason = True, ""
+        rec.record = AggregationRecord(
+            t, sampled, num, torch.zeros_like(sampled), zero, std, num_reported=survivors.sum(-1), valid=survivors,
+            num_invalid=torch.zeros_like(num), released=released, out_of_range=out_of_range)
+        self.aggregator.history[:] = [rec.record]
         return out
 
     # ------------------------------------------------------------------ records
@@ -234,47 +377,112 @@ class DPFTSDEServer:
         return [r.epsilon for r in self.rounds]
 
     @property
+    def epsilon_server(self) -> float:
+        """Secure aggregation: ε against the server after the last round (NaN otherwise)."""
+        if not self.secure:
+            return math.nan
+        if self.rounds:
+            return self.rounds[-1].epsilon_server
+        return 0.0 if self.private else math.nan
+
+    @property
     def released(self) -> list[bool]:
         """Whether each round so far released."""
         return [r.released for r in self.rounds]
 
+    def privacy_parameters(self) -> dict[str, Any]:
+        r"""The parameters of the release a saved state must have been made with: ``N``, ``P``,
+        ``q``, ``S``, ``z``, the aggregation (secure: its lattice scale, share variance and
+        ``min_survivors``), the accountant and δ (``None`` without a ledger)."""
+        s, ledger, sec = self.settings, self.ledger, self.mechanism
+        return {"num_agents": self.num_agents, "num_regions": self.num_regions, "sample_rate": s.sample_rate,
+                "clip_norm": s.clip_norm, "noise_multiplier": s.noise_multiplier,
+                "aggregation": "secure" if self.secure else "central",
+                "secure": None if sec is None else {"scale": sec.scale, "local_variance": int(sec.local_variance),
+                                                    "min_survivors": sec.min_survivors},
+                "accountant": None if ledger is None else ledger.mechanism,
+                "delta": None if ledger is None else ledger.delta}
+
+    def _recordable_releases(self, server: bool = False) -> Callable[[float, float], bool]:
+        r"""Whether a ledger entry ``(z, q)`` is one this server's mechanism records: central ``(z, q)``
+        of the settings; secure, ``z`` of a sum of ``k`` shares (``k - 1`` against the other agents,
+        ``q``; ``k`` against the server, ``q = 1``) for a ``k`` from ``min_survivors`` to ``N``."""
+        s = self.settings
+        if not self.secure:
+            return lambda z, q: (z, q) == (s.noise_multiplier, s.sample_rate)
+        ks = range(self.mechanism.min_survivors, self.num_agents + 1)
+        zs = {self.mechanism.noise_multiplier_of(k if server else max(k - 1, 1)) for k in ks}
+        q_ok = 1.0 if server else s.sample_rate
+        return lambda z, q: q == q_ok and any(math.isclose(z, zk, rel_tol=1e-12) for zk in zs)
+
     def state_dict(self) -> dict[str, Any]:
-        """The rounds, why it stopped, the planned round and the ledger (host data only; not the randomness)."""
+        """The rounds, why it stopped, the planned round, the mechanism's parameters and the ledger
+        (host data only; not the randomness)."""
         return {
             "stop_reason": self.stop_reason, "rounds": [r.to_dict() for r in self.rounds],
-            "planned": self._planned,
+            "planned": self._planned, "mechanism": self.privacy_parameters(),
             "ledger": None if self.ledger is None else self.ledger.state_dict(),
+            "server_ledger": None if self.server_ledger is None else self.server_ledger.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        r"""Restore a saved server after checking it: the ledger's ε is recomputed from its
-        recorded releases (:meth:`~fbo_torch.privacy.PrivacyLedger.load_state_dict`) and must
-        match the rounds' records, release for release.
+        r"""Restore a saved server after checking it against this server: the mechanism's
+        parameters (``N``, ``P``, ``q``, ``S``, ``z``, the accountant, δ) must be this server's, every
+        recorded release must have used this server's ``(z, q)``, the ledger's ε is recomputed from its
+        recorded releases (:meth:`~fbo_torch.privacy.PrivacyLedger.load_state_dict`, strict: this
+        server's budget stays in force) and must match the rounds' records, release for release.
 
         Raises:
-            ValueError: The state is malformed or its records disagree with its ledger.
+            ValueError: The state is malformed, was made with other parameters, or its records
+                disagree with its ledger.
         """
         try:
             rounds = [ServerRound.from_dict(r) for r in state["rounds"]]
             stop_reason = str(state["stop_reason"])
             ledger = state["ledger"]
             planned = None if state.get("planned") is None else int(state["planned"])
+            mechanism = dict(state["mechanism"])
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"the saved server state is malformed ({type(err).__name__}: {err}).") from None
+        mine = self.privacy_parameters()
+        changed = [f"{k} {mechanism.get(k)!r} (this run: {v!r})" for k, v in mine.items() if mechanism.get(k) != v]
+        if changed:
+            raise ValueError(f"the saved server state was made with other privacy parameters: {', '.join(changed)}; "
+                             "refusing it.")
+        if stop_reason and stop_reason not in NOT_RELEASED:
+            raise ValueError(f"the saved server state's stop reason {stop_reason!r} is not one of {NOT_RELEASED}.")
         if [r.round for r in rounds] != list(range(1, len(rounds) + 1)):
             raise ValueError("the saved server state's rounds are not 1, 2, ... in order.")
         if planned is not None and planned != len(rounds) + 1:
             raise ValueError(f"the saved server state planned round {planned} after {len(rounds)} rounds.")
-        released = [r for r in rounds if r.released]
-        if self.ledger is not None:
-            if ledger is None:
+        for r in rounds:  # a commit whose reveal a crash interrupted: nothing was released, the charge stays
+            if r.reason == UNMASKING:
+                r.reason = "unmask failed"
+        charged = [r for r in rounds if r.charged]
+        restored: dict[str, PrivacyLedger] = {}  # this server's ledgers are replaced only once all checks pass
+        for name, saved, attr in (("ledger", ledger, "epsilon"), ("server_ledger", state.get("server_ledger"),
+                                                                  "epsilon_server")):
+            own = getattr(self, name)
+            if own is None:
+                continue
+            if saved is None:
                 raise ValueError("the saved server state has no privacy ledger, but this server is private.")
-            self.ledger.load_state_dict(ledger)
-            if self.ledger.rounds != len(released):
-                raise ValueError(f"the saved server state records {len(released)} releases but its ledger "
-                                 f"{self.ledger.rounds}: refusing a state that cannot account for its releases.")
-            for r, eps in zip(released, self.ledger.epsilons):
-                if not math.isclose(r.epsilon, eps, rel_tol=1e-9, abs_tol=1e-12):
-                    raise ValueError(f"the saved server state says ε = {r.epsilon} after round {r.round}, "
+            new = copy.deepcopy(own)
+            new.load_state_dict(saved)
+            allowed = self._recordable_releases(server=name == "server_ledger")
+            other = [(hz, hq) for hz, hq, _ in new.accountant.history if not allowed(hz, hq)]
+            if other:
+                raise ValueError(f"the saved server state's ledger records releases with (z, q) = {other[0]}, which "
+                                 f"this run's mechanism (z = {self.settings.noise_multiplier}, q = "
+                                 f"{self.settings.sample_rate}) cannot make: refusing it.")
+            if new.rounds != len(charged):
+                raise ValueError(f"the saved server state records {len(charged)} releases but its ledger "
+                                 f"{new.rounds}: refusing a state that cannot account for its releases.")
+            for r, eps in zip(charged, new.epsilons, strict=True):
+                if not math.isclose(getattr(r, attr), eps, rel_tol=1e-9, abs_tol=1e-12):
+                    raise ValueError(f"the saved server state says ε = {getattr(r, attr)} after round {r.round}, "
                                      f"its ledger {eps}: refusing it.")
+            restored[name] = new
+        for name, new in restored.items():
+            setattr(self, name, new)
         self.rounds, self.stop_reason, self._planned = rounds, stop_reason, planned

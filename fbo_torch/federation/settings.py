@@ -41,6 +41,7 @@ from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.faults import FaultInjector
 from fbo_torch.federation.fidelity import check_agent_weights
 from fbo_torch.federation.schedules import PtSchedule
+from fbo_torch.federation.secure import check_aggregation
 from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.batched_gp import GP_SPECS
 from fbo_torch.privacy import ACCOUNTANTS, DEFAULT_ACCOUNTANT
@@ -301,6 +302,15 @@ class DPFTSDESettings(MethodSettings):
             agent of a federation, so it is maximized once per federation) or
             ``"per_agent"`` (every agent maximizes it with its own random
             restarts, as the authors' code does).
+        aggregation: ``"central"`` (the papers' mechanism: the server sees every
+            ``ω`` and adds the noise; the default) or ``"secure"`` (secure
+            aggregation with distributed discrete Gaussian noise: the server sees
+            only the sum; :mod:`fbo_torch.federation.secure`).
+        dropout_tolerance: ``"secure"``: the fraction ``f`` of agents whose vectors
+            may be missing from a round's sum while it still releases
+            (``min_survivors = N − ⌊fN⌋``); the noise shares are sized for that many.
+        lattice_scale: ``"secure"``: integer lattice units per ``S`` (``None``: the
+            finest the exact noise sampler allows).
     """
 
     algorithm: str = "fts_de"
@@ -322,6 +332,9 @@ class DPFTSDESettings(MethodSettings):
     local_threshold: float = 0.0
     max_epsilon: float | None = None
     broadcast_maximization: str = "shared"
+    aggregation: str = "central"
+    dropout_tolerance: float = 0.0
+    lattice_scale: int | None = None
 
     def __post_init__(self) -> None:
         if self.algorithm not in DP_ALGORITHMS:
@@ -354,6 +367,12 @@ class DPFTSDESettings(MethodSettings):
                              f"got {self.weight_a!r}.")
         check_int("const_rounds", self.const_rounds, minimum=0)
         check_int("decay_rounds", self.decay_rounds, minimum=0)
+        check_aggregation(self.aggregation)
+        check_probability("dropout_tolerance", self.dropout_tolerance, open_right=True)
+        if self.lattice_scale is not None:
+            check_int("lattice_scale", self.lattice_scale, minimum=1)
+        if self.aggregation == "secure" and self.algorithm == "fts_de" and self.clip_norm is None:
+            raise ValueError("`aggregation: secure` needs `clip_norm` (the integer vectors are bounded by it).")
 
     @property
     def is_private(self) -> bool:

@@ -15,11 +15,17 @@ evaluating anything. A process that handles several messages (Flower may run
 a ClientApp in a fresh process per message, or keep one) keeps its nodes in
 :class:`LiveNodes`: a node starts (evaluates its initial points) once per run
 and is rebuilt only when the process holds no node equal to the stored state.
+The objective a node evaluates is agent ``n`` of the run config's objective,
+or, in a federation of node-local objectives, the node's own black box named
+in its node config (:meth:`~fbo_torch.flower.config.FlowerRunConfig.node_objective`):
+the node builds it and nothing about it leaves the node.
 Nothing here imports ``flwr``.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +34,16 @@ from torch import Tensor
 
 from fbo_torch.federation.agents import Agents, agent_messages, agent_round, broadcast_points, start_agents
 from fbo_torch.federation.partition import SubRegionPartition
-from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.config import FlowerRunConfig, ObjectiveMismatch, node_objective_spec
 
 
 class FeatureMapMismatch(ValueError):
     """The server's random-feature map is not this agent's: vectors would mean different functions."""
+
+
+#: Errors by which a node refuses the federation for good (the server then never contacts it again):
+#: a different feature map, or an objective that does not fit the federation's domain.
+REFUSALS = (FeatureMapMismatch.__name__, ObjectiveMismatch.__name__)
 
 
 @dataclass(frozen=True)
@@ -67,18 +78,25 @@ class AgentNode:
         state: The node's saved :meth:`state_dict`: the agent continues from it
             and nothing is evaluated. ``None``: a fresh agent, after its initial
             queries.
-        objective: The run's objective when the process already built it
-            (``None``: built from ``config``).
+        objective: The objective the node evaluates when the process already built it
+            (``None``: :meth:`~fbo_torch.flower.config.FlowerRunConfig.node_objective`
+            of ``node_config``).
+        node_config: The SuperNode's node config (its own ``objective``, if any).
+
+    Raises:
+        ObjectiveMismatch: The node's objective does not fit the federation (see
+            :meth:`~fbo_torch.flower.config.FlowerRunConfig.node_objective`).
     """
 
     def __init__(self, config: FlowerRunConfig, agent_id: int, state: dict[str, Tensor] | None = None,
-                 objective: Any | None = None) -> None:
+                 objective: Any | None = None, node_config: Mapping[str, Any] | None = None) -> None:
         n = int(agent_id)
         if not 0 <= n < config.num_agents:
             raise ValueError(f"agent id (partition-id) {n} is outside 0..{config.num_agents - 1}.")
         self.config, self.agent_id = config, n
+        self.objective_key = ""  # which node objective it holds (set by LiveNodes)
         self.settings = config.dp_settings()
-        self.objective = config.build_objective() if objective is None else objective
+        self.objective = config.node_objective(node_config or {}, n) if objective is None else objective
         self.domain = config.build_domain(self.objective)
         self.ids = torch.tensor([n])
         self.keys = config.agent_keys(self.ids)
@@ -191,26 +209,30 @@ class LiveNodes:
     state (e.g. in a fresh ClientApp process), or a fresh node after its
     initial queries when nothing is stored. Either way the node computes what
     the stored state would; the initial points are evaluated once per run.
-    Nodes of one run and run config share one objective; a new run drops the
-    nodes of the previous one.
+    Nodes of one run and run config share one objective (node-local objectives:
+    nodes of one node config); a new run drops the nodes of the previous one.
     """
 
     def __init__(self) -> None:
         self._run_id: int | None = None
         self._nodes: dict[int, AgentNode] = {}
-        self._objectives: list[tuple[FlowerRunConfig, Any]] = []
+        self._objectives: list[tuple[FlowerRunConfig, str, Any]] = []
 
     def get(self, run_id: int, node_id: int, config: FlowerRunConfig, agent_id: int,
-            state: dict[str, Tensor] | None) -> AgentNode:
-        r"""Node ``node_id`` of run ``run_id`` (agent ``agent_id`` of ``config``) as ``state`` saved it."""
+            state: dict[str, Tensor] | None, node_config: Mapping[str, Any] | None = None) -> AgentNode:
+        r"""Node ``node_id`` of run ``run_id`` (agent ``agent_id`` of ``config``, with ``node_config``)
+        as ``state`` saved it."""
         if self._run_id != int(run_id):
             self._run_id, self._nodes, self._objectives = int(run_id), {}, []
+        own = node_objective_spec(node_config or {}) if config.node_local else None
+        key = json.dumps([int(agent_id), own], sort_keys=True, default=str) if own is not None else ""
         node = self._nodes.pop(int(node_id), None)
-        if node is None or not node.holds(config, agent_id, state):
-            objective = next((obj for cfg, obj in self._objectives if cfg == config), None)
-            node = AgentNode(config, agent_id, state, objective=objective)
+        if node is None or not node.holds(config, agent_id, state) or node.objective_key != key:
+            objective = next((obj for cfg, k, obj in self._objectives if cfg == config and k == key), None)
+            node = AgentNode(config, agent_id, state, objective=objective, node_config=node_config)
+            node.objective_key = key
             if objective is None:
-                self._objectives.append((config, node.objective))
+                self._objectives.append((config, key, node.objective))
         self._nodes[int(node_id)] = node
         return node
 

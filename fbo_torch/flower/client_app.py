@@ -1,6 +1,12 @@
 r"""The ClientApp: one agent per SuperNode, kept in the node's state between messages.
 
-A SuperNode started with ``--node-config partition-id=n`` is agent ``n``. Its
+A SuperNode started with ``--node-config partition-id=n`` is agent ``n``. In a
+federation of node-local objectives (run config ``objective = '{"type": "node",
+...}'``) its node config also names its own black box, ``objective=
+"package.module:ClassName"`` (``objective.KEY=...``: keyword arguments), which
+it builds, checks against the federation's domain and evaluates; a node whose
+objective does not fit is refused by the server for good
+(:class:`~fbo_torch.flower.config.ObjectiveMismatch`). Its
 data (observations), objective and models never leave it: the agent's state is
 an ``ArrayRecord`` in ``context.state`` (local to the node; a process that
 handles several messages also keeps the node itself, see
@@ -10,19 +16,49 @@ a few metrics. A server whose feature map differs from the agent's is refused
 (:class:`~fbo_torch.flower.agent_node.FeatureMapMismatch`, which Flower returns
 to the server as an error reply).
 
+With ``aggregation = "secure"`` the reply carries no ``ω`` at all: the agent
+turns it into its integer vector with its own noise share
+(:meth:`~fbo_torch.federation.secure.SecureMechanism.contributions`, the
+simulator's function, from the agent's own secret, drawn from the OS at its
+first round and kept in the node's state) and sends it only masked, through
+the SecAgg+ stages (``train.share_keys``, ``train.masked_vector``,
+``train.unmask``; :class:`~fbo_torch.flower.secagg.SecAggClient`). The
+mechanism's constants (lattice, modulus, noise) come from the agent's own
+run config, never from the server, which sends only the agent's coin and
+weight ratios (clamped to ``[0, 1]``).
+
 Run it the Flower way: ``clientapp = "fbo_torch.flower.client_app:app"`` in the
 app's ``pyproject.toml``.
 """
 
 from __future__ import annotations
 
-from flwr.app import Context, Message
+from dataclasses import replace
+
+import torch
+from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.flower.agent_node import FeatureMapMismatch, LiveNodes
-from fbo_torch.flower.config import FlowerRunConfig
-from fbo_torch.flower.records import AGENT_STATE, record_to_state, records_to_plan, reply_to_records, state_to_record
+from fbo_torch.flower.config import FlowerRunConfig, allowed_objectives
+from fbo_torch.flower.records import (
+    AGENT_STATE,
+    SECAGG,
+    parse_secagg,
+    record_to_state,
+    records_to_plan,
+    records_to_secagg_cohort,
+    reply_to_records,
+    secagg_reply,
+    state_to_record,
+)
+from fbo_torch.flower.secagg import SecAggClient
+from fbo_torch.utils.secure_random import check_secret, new_secret
+
+#: Node-state records: the agent's own secret, and its side of the running SecAgg+ round.
+AGENT_SECRET, SECAGG_STATE = "fbo.agent-secret", "fbo.secagg-state"
 
 app = ClientApp()
 #: The agents this process plays, kept between messages (a node starts once per run).
@@ -39,6 +75,7 @@ def agent_id_of(context: Context) -> int:
 def handle_round(msg: Message, context: Context) -> Message:
     r"""Take the round the server's message opens and reply (``ω`` when asked)."""
     config = FlowerRunConfig.from_run_config(context.run_config)
+    config.check_objective(allowed_objectives(context.node_config))  # before any of its code is imported
     plan = records_to_plan(msg.content)
     if plan.features and RandomFourierFeatures.from_config(plan.features).fingerprint != plan.fingerprint:
         raise FeatureMapMismatch(
@@ -47,13 +84,75 @@ def handle_round(msg: Message, context: Context) -> Message:
     state = None
     if AGENT_STATE in context.state.array_records:
         state = record_to_state(context.state.array_records[AGENT_STATE])
-    node = live_nodes.get(context.run_id, context.node_id, config, agent_id_of(context), state)
+    node = live_nodes.get(context.run_id, context.node_id, config, agent_id_of(context), state, context.node_config)
     node.check_features(plan.fingerprint)
+    settings = config.dp_settings()
+    secure = settings.aggregation == "secure" and settings.algorithm == "fts_de" and plan.omega_round > 0
+    cohort = records_to_secagg_cohort(msg.content, settings.num_regions) if secure else None  # checked first
     reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)
     context.state[AGENT_STATE] = state_to_record(node.state_dict())
-    return Message(reply_to_records(reply, config.report_best), reply_to=msg)
+    if secure and cohort is None:  # not in this round's secure aggregation: nothing of ω is sent
+        return Message(reply_to_records(replace(reply, omega=None), config.report_best), reply_to=msg)
+    if not secure:
+        return Message(reply_to_records(reply, config.report_best), reply_to=msg)
+    sampled, ratios = cohort
+    mechanism = SecureMechanism.from_settings(settings, config.num_agents)
+    y, _ = mechanism.contributions(reply.omega.unsqueeze(0), torch.tensor([sampled]), ratios.unsqueeze(0),
+                                   [agent_secret_of(context)], plan.omega_round)
+    client = SecAggClient.setup(context.node_id, plan.omega_round, mechanism.modulus, y[0].numpy())
+    context.state[SECAGG_STATE] = ConfigRecord(client.to_state())
+    content = reply_to_records(replace(reply, omega=None), config.report_best)
+    content[SECAGG] = ConfigRecord({"pk1": client.pk1, "pk2": client.pk2})
+    return Message(content, reply_to=msg)
+
+
+def agent_secret_of(context: Context) -> bytes:
+    """The agent's own 32-byte secret (its rounding coins and noise shares): from the node's state, or
+    drawn from the OS and kept there at the first secure round."""
+    if AGENT_SECRET not in context.state.config_records:
+        context.state[AGENT_SECRET] = ConfigRecord({"secret": new_secret()})
+    return check_secret(context.state.config_records[AGENT_SECRET]["secret"], "agent secret")
+
+
+def _secagg_client(context: Context) -> SecAggClient:
+    if SECAGG_STATE not in context.state.config_records:
+        raise ValueError("a SecAgg+ stage arrived, but this node has no secure round in progress.")
+    return SecAggClient.from_state(dict(context.state.config_records[SECAGG_STATE]))
+
+
+def _secagg_stage(msg: Message, context: Context, stage: str) -> Message:
+    """One SecAgg+ stage on this node (checked; a malformed or out-of-order request raises: an error reply)."""
+    request = parse_secagg(stage, msg.content)
+    client = _secagg_client(context)
+    if stage == "share_keys":
+        keys = {int(i): (a, b) for i, a, b in zip(request["node-ids"], request["pk1"], request["pk2"], strict=True)}
+        dests, cts, commit = client.share_keys(request["round"], keys, request["threshold"])
+        reply = secagg_reply(destinations=dests, ciphertexts=cts, commitment=commit)
+    elif stage == "masked_vector":
+        masked = client.masked_vector(request["round"], request["sources"], request["ciphertexts"])
+        reply = secagg_reply(masked=masked.astype("<i8").tobytes())
+    else:
+        ids, shares = client.unmask(request["round"], request["active"], request["dead"])
+        reply = secagg_reply(**{"node-ids": ids, "shares": shares})
+    context.state[SECAGG_STATE] = ConfigRecord(client.to_state())
+    return Message(reply, reply_to=msg)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     return handle_round(msg, context)
+
+
+@app.train("share_keys")
+def share_keys(msg: Message, context: Context) -> Message:
+    return _secagg_stage(msg, context, "share_keys")
+
+
+@app.train("masked_vector")
+def masked_vector(msg: Message, context: Context) -> Message:
+    return _secagg_stage(msg, context, "masked_vector")
+
+
+@app.train("unmask")
+def unmask(msg: Message, context: Context) -> Message:
+    return _secagg_stage(msg, context, "unmask")

@@ -29,8 +29,15 @@ The keys of the deployment itself:
                               ``z = 0``) or ``"ts"`` (no communication)
 ``num-agents``                ``N``, agents of the federation (one per SuperNode)
 ``objective``                 JSON ``{"type": ..., **kwargs}`` for
-                              :func:`~fbo_torch.objectives.build_objective`;
-                              ``agents_per_group`` defaults to ``N``
+                              :func:`~fbo_torch.objectives.build_objective`
+                              (a simulated federation: every node builds it and
+                              evaluates the function of its ``partition-id``;
+                              ``agents_per_group`` defaults to ``N``), or
+                              ``{"type": "node", "bounds": [[...], [...]]}`` /
+                              ``{"type": "node", "parameters": {...}}``: each
+                              node evaluates its own black box, named in its
+                              *node* config (see below); the run config gives
+                              only the federation's domain
 ``seed``                      the agents' keyed streams and the shared broadcast
                               search (public: every node reads it); never the
                               server's coins or noise, which come from the server's
@@ -45,10 +52,44 @@ The keys of the deployment itself:
 ``report-best``               agents report their best value in clear (for the demo's
                               print-out); off by default
 ``summary-path``              the server writes its round log there as JSON ("": no file)
+``secagg-num-shares``         with ``aggregation = "secure"``: neighbours of each node in
+                              SecAgg+ (itself included); 0: every pair (SecAgg)
+``secagg-threshold``          Shamir threshold of SecAgg+; 0: ``min_survivors`` with every
+                              pair, a majority of the ring otherwise
 ============================  =======================================================
 
-A deployment without ``noise-multiplier`` is not private (``z = 0``, the
+Node-local objectives. With ``objective = '{"type": "node", ...}'`` the run
+config describes only the domain the federation searches: ``bounds``, a
+``2 x d`` list ``[[lower...], [upper...]]``, or ``parameters``, a search space
+in :meth:`~fbo_torch.objectives.search_space.SearchSpace.from_dict`'s form
+(the domain is then ``[0, 1]^d`` and each node's objective must have that
+``search_space``). Each SuperNode names its own black box in its node config
+(``--node-config``, never seen by the server): ``objective`` is
+``"package.module:ClassName"`` or a JSON ``{"type": ..., **kwargs}``, and
+``objective.KEY`` keys (a ``[objective]`` table of a node config file) are
+further keyword arguments (Flower's parser takes ``objective`` or ``objective.KEY``
+keys, not both: with arguments, name the class ``objective.type``). It is built and validated like a YAML custom
+objective (:func:`~fbo_torch.objectives.build_objective`) and must be one
+agent's function (``num_agents = 1``) on the federation's domain
+(:meth:`FlowerRunConfig.node_objective`).
+
+``aggregation = "secure"`` (with ``dropout-tolerance`` and ``lattice-scale``, settings
+fields like the others) runs every release through secure aggregation with
+distributed noise (:mod:`fbo_torch.flower.secagg`); ``lattice-scale = 0`` means the
+automatic scale. A deployment without ``noise-multiplier`` is not private (``z = 0``, the
 settings' default, as in FTS); the server says so when it starts.
+
+**The objective names code.** ``objective.type`` may be
+``"package.module:ClassName"``, and importing a module runs its top-level
+code. The run config comes from whoever starts the run and reaches every
+node, so a node (and the server) imports only the built-in objectives, names it
+registered itself (:func:`~fbo_torch.objectives.register`), and the
+``module:Class`` paths its *own* configuration allows
+(:func:`allowed_objectives`): the SuperNode's node config ``allow-objectives``
+(``flower-supernode --node-config "allow-objectives='mypkg.objectives:MyCNN'"``;
+several paths separated by commas) or the ``FBO_ALLOW_OBJECTIVES`` environment
+variable of the SuperNode or SuperLink. Anything else is refused before it is
+imported (:meth:`FlowerRunConfig.check_objective`).
 """
 
 from __future__ import annotations
@@ -56,9 +97,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -66,8 +109,11 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
-from fbo_torch.objectives import build_objective
+from fbo_torch.objectives import REGISTRY, build_objective
+from fbo_torch.objectives.base import Objective
+from fbo_torch.objectives.search_space import SearchSpace
 from fbo_torch.optim.domain import Domain, check_options
 from fbo_torch.privacy import deployment_delta
 
@@ -79,7 +125,148 @@ NOT_KEYS = ("algorithm",)
 #: :class:`PrivacySettings` fields a deployment takes (``max_epsilon`` is the method's, ``max-epsilon``).
 PRIVACY_KEYS = ("accountant", "delta")
 #: Keys whose ``0`` means ``None`` (TOML has no null).
-ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta")
+ZERO_IS_NONE = ("clip_norm", "max_epsilon", "delta", "lattice_scale")
+#: ``objective`` type of a federation whose nodes each evaluate their own objective.
+NODE_LOCAL = "node"
+#: The node config key that names a node's own objective (``objective.KEY``: its keyword arguments).
+NODE_OBJECTIVE_KEY = "objective"
+
+
+class ObjectiveMismatch(ValueError):
+    """A node's objective does not fit the federation (missing, unexpected, or on another domain)."""
+
+
+class FederationDomain(Objective):
+    r"""The domain of a federation of node-local objectives, as an objective that cannot be evaluated.
+
+    What the server and the run config know of such a federation: ``N`` agents
+    on ``bounds`` (``2 x d``), with ``search_space`` when the run config names
+    the parameters. Each agent's function lives on its node only.
+    """
+
+    def __init__(self, bounds: Tensor, num_agents: int, search_space: SearchSpace | None = None) -> None:
+        self._bounds, self.num_agents, self.search_space = bounds, int(num_agents), search_space
+
+    @property  # type: ignore[override]
+    def bounds(self) -> Tensor:
+        return self._bounds
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        raise RuntimeError("this federation's objectives are node-local: each SuperNode evaluates its own "
+                           "(node config `objective`), nobody evaluates the federation's.")
+
+
+def _node_local_domain(spec: Mapping[str, Any], num_agents: int) -> FederationDomain:
+    r"""The :class:`FederationDomain` of a run config ``objective = '{"type": "node", ...}'`` (checked)."""
+    where = 'run config `objective` ({"type": "node", ...})'
+    extra = sorted(set(spec) - {"type", "bounds", "parameters"})
+    if extra or ("bounds" in spec) == ("parameters" in spec):
+        raise ValueError(f"{where} takes exactly one of `bounds` (2 x d: [[lower...], [upper...]]) or `parameters` "
+                         f"(a search space {{name: {{low, high, log, type}}}}), got keys {sorted(spec)}.")
+    if "parameters" in spec:
+        try:
+            space = SearchSpace.from_dict(spec["parameters"])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: `parameters`: {err}") from None
+        return FederationDomain(space.bounds, num_agents, space)
+    try:
+        bounds = torch.tensor(spec["bounds"], dtype=torch.float64)
+        ok = bounds.ndim == 2 and bounds.shape[0] == 2 and bounds.shape[1] >= 1
+        ok = ok and bool(torch.isfinite(bounds).all() and (bounds[1] > bounds[0]).all())
+    except (TypeError, ValueError, RuntimeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{where}: `bounds` must be 2 x d finite numbers [[lower...], [upper...]] with every upper "
+                         f"bound above its lower bound, got {spec['bounds']!r}.")
+    return FederationDomain(bounds, num_agents)
+
+
+def node_objective_spec(node_config: Mapping[str, Any]) -> dict[str, Any] | None:
+    r"""The objective a node config names (``{"type": ..., **kwargs}``), or ``None`` when it names none.
+
+    ``objective`` is ``"package.module:ClassName"`` or a JSON object; ``objective.KEY``
+    entries (Flower flattens a node config file's ``[objective]`` table into them) add keyword
+    arguments, ``objective.type`` the class.
+    """
+    prefix = NODE_OBJECTIVE_KEY + "."
+    kwargs = {k[len(prefix):]: v for k, v in node_config.items() if str(k).startswith(prefix)}
+    if NODE_OBJECTIVE_KEY not in node_config and not kwargs:
+        return None
+    value = node_config.get(NODE_OBJECTIVE_KEY, "")
+    spec: dict[str, Any] = {}
+    if isinstance(value, str) and value.strip().startswith("{"):
+        spec = _json(f"node config `{NODE_OBJECTIVE_KEY}`", value)
+    elif value not in ("", None):
+        if not isinstance(value, str):
+            raise ValueError(f"node config `{NODE_OBJECTIVE_KEY}` must be 'package.module:ClassName' or a JSON "
+                             f"object, got {value!r}.")
+        spec = {"type": value.strip()}
+    spec.update(kwargs)
+    if "type" not in spec:
+        raise ValueError(f"node config `{NODE_OBJECTIVE_KEY}` names no class: give "
+                         f"{NODE_OBJECTIVE_KEY}=\"package.module:ClassName\" (or `{prefix}type`).")
+    return spec
+
+
+class NodeObjective(Objective):
+    r"""A node's own black box as agent ``agent_id`` of an ``N``-agent federation.
+
+    The federation's round code asks an objective for agent ``n``'s values
+    (``agents = [n]``); the node's objective is one agent's function (its agent
+    ``0``), so this view answers for agent ``agent_id`` only and passes every
+    other call through.
+
+    Args:
+        inner: The node's objective (``num_agents = 1``).
+        agent_id: The agent the node plays. num_agents: ``N``.
+    """
+
+    def __init__(self, inner: Objective, agent_id: int, num_agents: int) -> None:
+        self.inner, self.agent_id, self.num_agents = inner, int(agent_id), int(num_agents)
+        self.candidates = inner.candidates
+        self.value_name = inner.value_name
+
+    @property  # type: ignore[override]
+    def bounds(self) -> Tensor:
+        return self.inner.bounds
+
+    def _own(self, agents: Tensor | None, like: Tensor) -> Tensor:
+        agents = torch.full((like.shape[0],), self.agent_id) if agents is None else torch.as_tensor(agents)
+        if bool((agents.reshape(-1) != self.agent_id).any()):
+            raise ValueError(f"this node evaluates agent {self.agent_id} only, not agents {agents.tolist()}.")
+        return torch.zeros(agents.numel(), dtype=torch.long, device=like.device)
+
+    def observe(self, X: Tensor, keys: Tensor, agents: Tensor | None = None,
+                validate: bool = True) -> tuple[Tensor, Tensor]:
+        return self.inner.observe(X, keys, self._own(agents, X), validate)
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        return self.inner._evaluate(X, self._own(agents, X), noise)
+
+    def loss(self, best_values: Tensor, agents: Tensor | None = None) -> Tensor:
+        return self.inner.loss(best_values)
+
+    @property
+    def loss_name(self) -> str:
+        return self.inner.loss_name
+
+
+def _describe(bounds: Tensor) -> str:
+    return f"{bounds.shape[-1]}-dimensional, bounds {[[round(v, 6) for v in row] for row in bounds.tolist()]}"
+
+
+#: The node config key and the environment variable that list the ``module:Class`` objectives a node may import.
+ALLOW_OBJECTIVES_KEY = "allow-objectives"
+ALLOW_OBJECTIVES_ENV = "FBO_ALLOW_OBJECTIVES"
+
+
+def allowed_objectives(node_config: Mapping[str, Any] | None = None) -> frozenset[str]:
+    r"""The ``module:Class`` objectives this process may import for a run config: those in
+    ``$FBO_ALLOW_OBJECTIVES`` and in ``node_config["allow-objectives"]`` (comma-separated)."""
+    texts = [os.environ.get(ALLOW_OBJECTIVES_ENV, "")]
+    if node_config is not None:
+        texts.append(str(node_config.get(ALLOW_OBJECTIVES_KEY, "")))
+    return frozenset(part.strip() for text in texts for part in text.split(",") if part.strip())
 
 
 def _kebab(name: str) -> str:
@@ -169,12 +356,22 @@ class FlowerRunConfig:
     min_nodes_timeout: float = 120.0
     report_best: bool = False
     summary_path: str = ""
+    secagg_num_shares: int = 0
+    secagg_threshold: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"run config `method` must be one of {METHODS}, got {self.method!r}.")
         if int(self.num_agents) < 1:
             raise ValueError(f"run config `num-agents` must be >= 1, got {self.num_agents}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"run config `seed` must be an integer in [0, 2^63), got {self.seed!r}; larger seeds "
+                             "would repeat smaller ones' streams.")
+        for key, value, minimum in (("round-timeout", self.round_timeout, "> 0"),
+                                    ("min-nodes-timeout", self.min_nodes_timeout, ">= 0")):
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and (value > 0 if minimum == "> 0" else value >= 0)):
+                raise ValueError(f"run config `{key}` must be a finite number of seconds {minimum}, got {value!r}.")
         algorithm = "fts_de" if self.method == "dp-fts-de" else "ts"
         if self.settings.algorithm != algorithm:
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, algorithm=algorithm))
@@ -188,6 +385,19 @@ class FlowerRunConfig:
             check_options(self.domain)
         except ValueError as err:
             raise ValueError(f"run config `domain`: {err}") from None
+        if self.node_local:
+            _node_local_domain(self.objective, self.num_agents)
+        for key in ("secagg_num_shares", "secagg_threshold"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"run config `{key.replace('_', '-')}` must be >= 0, got {getattr(self, key)}.")
+        if self.settings.aggregation == "secure" and self.settings.algorithm == "fts_de":
+            try:
+                SecureMechanism.from_settings(self.settings, int(self.num_agents))
+            except ValueError as err:  # name the run config key, not the field
+                text = str(err)
+                for f in fields(DPFTSDESettings):
+                    text = text.replace(f"`{f.name}`", f"`{_kebab(f.name)}`")
+                raise ValueError(f"run config: {text}") from None
 
     @classmethod
     def keys(cls) -> dict[str, tuple[str, str]]:
@@ -246,14 +456,89 @@ class FlowerRunConfig:
         """The :class:`~fbo_torch.federation.settings.DPFTSDESettings` of the run."""
         return self.settings
 
+    @property
+    def node_local(self) -> bool:
+        """Whether each node evaluates its own objective (``objective = '{"type": "node", ...}'``)."""
+        return self.objective.get("type") == NODE_LOCAL
+
+    def check_objective(self, allowed: Collection[str] = frozenset()) -> None:
+        r"""Refuse an objective this process did not choose to run, before anything is imported.
+
+        Built-in objectives, names registered in this process and ``fbo_torch``'s own
+        modules pass; a ``"module:Class"`` path passes only if it is in ``allowed``
+        (:func:`allowed_objectives`: this node's or server's own configuration, never
+        the run config).
+
+        Raises:
+            ValueError: The run config names code this process does not allow.
+        """
+        kind = self.objective.get("type")
+        if not isinstance(kind, str) or kind in REGISTRY or kind == NODE_LOCAL:
+            return
+        if kind.partition(":")[0].split(".")[0] == "fbo_torch":
+            return
+        if kind not in allowed:
+            raise ValueError(
+                f"run config `objective` names {kind!r}: importing it would run that module's code here, and this "
+                f"process allows only built-in objectives and the ones its own configuration lists; add it to the "
+                f"node config `{ALLOW_OBJECTIVES_KEY}` (flower-supernode --node-config "
+                f"\"{ALLOW_OBJECTIVES_KEY}='{kind}'\") or to ${ALLOW_OBJECTIVES_ENV} on every node and the server.")
+
     def build_objective(self) -> Any:
-        """The federation's objective (every node builds it; node ``n`` evaluates agent ``n`` only)."""
+        r"""The federation's objective: the simulated one every node builds (node ``n`` evaluates agent
+        ``n`` only), or, for node-local objectives, a :class:`FederationDomain` (bounds only)."""
+        if self.node_local:
+            return _node_local_domain(self.objective, self.num_agents)
         spec = dict(self.objective)
         spec.setdefault("agents_per_group", int(self.num_agents))
         obj = build_objective(spec)
         if obj.num_agents != self.num_agents:
             raise ValueError(f"the objective has {obj.num_agents} agents but `num-agents` is {self.num_agents}.")
         return obj
+
+    def node_objective(self, node_config: Mapping[str, Any], agent_id: int) -> Objective:
+        r"""What node ``agent_id`` evaluates, given its node config: agent ``n`` of the run's objective, or,
+        in a federation of node-local objectives, the node's own (a :class:`NodeObjective`).
+
+        Raises:
+            ObjectiveMismatch: The node names no objective in a node-local federation, names one in a
+                federation whose run config defines the objective, or its objective is not one agent's
+                function on the federation's domain (its bounds, or the run config's ``parameters``).
+            ValueError: Its objective cannot be built (the message says why, in one line).
+        """
+        spec = node_objective_spec(node_config)
+        n = int(agent_id)
+        if not self.node_local:
+            if spec is not None:
+                raise ObjectiveMismatch(
+                    f"agent {n} names its own objective {spec['type']!r} in its node config, but this federation's "
+                    "objective is the run config's; run the federation with objective = "
+                    '\'{"type": "node", "bounds": ...}\' for node-local objectives, or drop the node\'s `objective`.')
+            return self.build_objective()
+        domain = _node_local_domain(self.objective, self.num_agents)
+        if spec is None:
+            raise ObjectiveMismatch(
+                f"agent {n} has no objective: this federation's objectives are node-local; start the SuperNode "
+                f'with --node-config "partition-id={n} objective=\'package.module:ClassName\'" (its own black box).')
+        try:
+            own = build_objective(spec)
+        except (TypeError, ValueError, OSError, ImportError, RuntimeError) as err:
+            text = " ".join(str(err).split())
+            raise ValueError(f"agent {n}: node config `objective` ({spec['type']}): {text}") from None
+        name = f"agent {n}'s objective {spec['type']!r}"
+        if own.num_agents != 1:
+            raise ObjectiveMismatch(f"{name} has {own.num_agents} agents; a node's objective is one agent's "
+                                    "function (num_agents = 1).")
+        bounds = own.bounds.detach().to("cpu", torch.float64)
+        theirs = domain.bounds
+        if bounds.shape != theirs.shape or not torch.allclose(bounds, theirs, rtol=1e-9, atol=1e-12):
+            raise ObjectiveMismatch(f"{name} is {_describe(bounds)}; the federation's domain is {_describe(theirs)}.")
+        if domain.search_space is not None and getattr(own, "search_space", None) != domain.search_space:
+            mine = getattr(own, "search_space", None)
+            raise ObjectiveMismatch(
+                f"{name} searches {mine.to_config() if mine is not None else 'no named search space'}; the "
+                f"federation's parameters are {domain.search_space.to_config()}.")
+        return NodeObjective(own, n, self.num_agents)
 
     def build_domain(self, objective: Any) -> Domain:
         return Domain(objective.bounds, objective.candidates, **self.domain).to("cpu")
@@ -264,8 +549,10 @@ class FlowerRunConfig:
         delta = self.privacy.delta
         return float(delta) if delta is not None else deployment_delta(int(self.num_agents))
 
-    #: Keys that do not change what the federation computes or releases (left out of its fingerprint).
-    TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path")
+    #: Keys that do not change what the federation computes or releases (left out of its fingerprint; SecAgg+'s
+    #: neighbourhoods and threshold change how the sum is computed, not the sum).
+    TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path", "secagg_num_shares",
+                      "secagg_threshold")
 
     def fingerprint(self) -> str:
         """SHA-256 of the keys that define the federation (all but :attr:`TRANSPORT_KEYS`)."""

@@ -38,12 +38,23 @@ it arrived valid, each vector that enters is clipped to the same bound, and a
 message left out contributes exactly what the null message of a zero-out
 neighbour does. A round in which no valid message arrived releases nothing and
 costs no ε. Nothing here imports ``flwr``.
+
+**Secure aggregation** (``aggregation = "secure"``). The exchange that asks for
+round ``t + 1``'s vectors carries each agent's own Poisson coin and its weight
+ratios (:meth:`RoundPlan.cohort_of`); agents reply without ``ω`` (one that
+sends it is refused) and the server runs SecAgg+ with them
+(:mod:`fbo_torch.flower.secagg`, driven by the ServerApp) before the next
+exchange: :meth:`Coordinator.commit_secure` charges both ledgers and writes
+them down *before* the unmasking can reveal the sum (so a crash never
+under-counts ε), :meth:`Coordinator.reveal_secure` keeps the decoded
+broadcast for exchange ``t + 1``. A round whose SecAgg+ keeps fewer than
+``min_survivors`` vectors releases nothing and costs nothing.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -73,6 +84,9 @@ class RoundPlan:
         omega_round: The round whose release the agents send ``ω`` for (0: none).
         fingerprint: The server's feature-map fingerprint (``""`` for TS).
         features: The feature map's constructor arguments (``{}`` for TS).
+        coins: Secure aggregation: ``N`` Poisson coins of round ``omega_round`` (each agent
+            is sent only its own), else ``None``.
+        ratios: Secure aggregation: ``P x N`` weight ratios ``w / w_max`` of that round.
     """
 
     round: int
@@ -82,21 +96,32 @@ class RoundPlan:
     omega_round: int
     fingerprint: str
     features: dict = field(default_factory=dict)
+    coins: Tensor | None = None
+    ratios: Tensor | None = None
+
+    def cohort_of(self, agent: int) -> tuple[bool, Tensor] | None:
+        """Agent ``agent``'s own coin and ``P`` ratios in a secure round (``None`` otherwise)."""
+        if self.coins is None:
+            return None
+        return bool(self.coins[agent]), self.ratios[:, agent]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (floats kept exactly)."""
         return {"round": self.round, "p": self.p, "omega_round": self.omega_round, "fingerprint": self.fingerprint,
                 "features": dict(self.features),
                 "broadcast": None if self.broadcast is None else self.broadcast.tolist(),
-                "region_bounds": None if self.region_bounds is None else self.region_bounds.tolist()}
+                "region_bounds": None if self.region_bounds is None else self.region_bounds.tolist(),
+                "coins": None if self.coins is None else self.coins.tolist(),
+                "ratios": None if self.ratios is None else self.ratios.tolist()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundPlan:
-        def tensor(v: Any) -> Tensor | None:
-            return None if v is None else torch.tensor(v, dtype=torch.float64)
+        def tensor(v: Any, dtype=torch.float64) -> Tensor | None:
+            return None if v is None else torch.tensor(v, dtype=dtype)
 
         return cls(int(data["round"]), float(data["p"]), tensor(data["broadcast"]), tensor(data["region_bounds"]),
-                   int(data["omega_round"]), str(data["fingerprint"]), dict(data["features"]))
+                   int(data["omega_round"]), str(data["fingerprint"]), dict(data["features"]),
+                   tensor(data.get("coins"), torch.bool), tensor(data.get("ratios")))
 
 
 @dataclass
@@ -109,6 +134,8 @@ class RoundLog(ServerRound):
         num_invalid: Replies left out as invalid (malformed, wrong shape or dtype, non-finite).
         num_replied: Replies from agents to the exchange that opened the round.
         best_values / num_observations: What agents reported after the round.
+        secagg: Secure aggregation: the round's SecAgg+ statistics (``seconds``,
+            ``bytes_sent``, ``bytes_received``, ``survivors``, ``out_of_range``).
     """
 
     num_reported: int = 0
@@ -116,12 +143,16 @@ class RoundLog(ServerRound):
     num_replied: int = 0
     best_values: dict[int, float] = field(default_factory=dict)
     num_observations: dict[int, int] = field(default_factory=dict)
+    secagg: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "num_reported": self.num_reported, "num_invalid": self.num_invalid,
-                "num_replied": self.num_replied,
-                "best_values": {str(k): v for k, v in sorted(self.best_values.items())},
-                "num_observations": {str(k): v for k, v in sorted(self.num_observations.items())}}
+        out = {**super().to_dict(), "num_reported": self.num_reported, "num_invalid": self.num_invalid,
+               "num_replied": self.num_replied,
+               "best_values": {str(k): v for k, v in sorted(self.best_values.items())},
+               "num_observations": {str(k): v for k, v in sorted(self.num_observations.items())}}
+        if self.secagg:
+            out["secagg"] = dict(self.secagg)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundLog:
@@ -129,7 +160,8 @@ class RoundLog(ServerRound):
         return cls(server.round, server.released, server.epsilon, server.reason, None, int(d["num_reported"]),
                    int(d["num_invalid"]), int(d["num_replied"]),
                    {int(k): float(v) for k, v in d["best_values"].items()},
-                   {int(k): int(v) for k, v in d["num_observations"].items()})
+                   {int(k): int(v) for k, v in d["num_observations"].items()}, dict(d.get("secagg", {})),
+                   epsilon_server=server.epsilon_server)
 
 
 def message_problem(omega: Any, num_features: int) -> str:
@@ -137,6 +169,8 @@ def message_problem(omega: Any, num_features: int) -> str:
     ``M``-vector of finite float64 numbers."""
     if not isinstance(omega, Tensor):
         return f"ω is {type(omega).__name__}, not a tensor"
+    if omega.device.type != "cpu":
+        return f"ω is on device {omega.device.type!r}, expected a CPU tensor"
     if omega.dtype != torch.float64:
         return f"ω has dtype {omega.dtype}, expected torch.float64"
     if tuple(omega.shape) != (num_features,):
@@ -186,6 +220,10 @@ class Coordinator:
             self.server = DPFTSDEServer(self.N, bounds.to(torch.float64), s,
                                         SecretServerRandomness(secret, secure_mode=config.secure_mode),
                                         config.privacy.accountant, config.ledger_delta)
+        self.secure = self.server is not None and self.server.secure
+        self._secure_broadcast: Tensor | None = None  # the revealed release of the next exchange
+        self._secagg_stats: dict[str, Any] = {}  # the SecAgg+ statistics of that round
+        self._last_plan: RoundPlan | None = None
         M = s.num_features
         self._omegas = torch.zeros(1, self.N, M, dtype=torch.float64)
         self._reported = torch.zeros(1, self.N, dtype=torch.bool)
@@ -246,18 +284,29 @@ class Coordinator:
         t = self.round + 1
         broadcast = None
         if t >= 1:
+            num_reported = int(self._reported.sum())
             if self._omega_round == t:
-                out = self.server.release(self._omegas, reported=self._reported.clone(),
-                                          num_valid=int(self._reported.sum()))
-                broadcast = None if out is None else out[0]
+                if self.secure:  # its SecAgg+ never got to a commit: too few nodes took part
+                    self.server.commit_secure(torch.zeros(1, self.N, dtype=torch.bool))
+                else:
+                    out = self.server.release(self._omegas, reported=self._reported.clone(), num_valid=num_reported)
+                    broadcast = None if out is None else out[0]
+            if self.secure:
+                broadcast, self._secure_broadcast = self._secure_broadcast, None
+                num_reported = int(self._secagg_stats.get("survivors", 0))
             rec = self.server.rounds[t - 1] if self.server is not None else None
             released = rec is not None and rec.released
             self.logs.append(RoundLog(
                 t, released, self.epsilon, "" if rec is None else rec.reason,
-                num_reported=int(self._reported.sum()) if released else 0, num_invalid=self._num_invalid,
+                num_reported=num_reported if released else 0, num_invalid=self._num_invalid,
+                secagg=self._secagg_stats, epsilon_server=math.nan if rec is None else rec.epsilon_server,
             ))
+            self._secagg_stats = {}
+        coins = ratios = None
         if t < s.num_iterations and self.server is not None:
-            self.server.plan(t + 1, self.schedule(t + 1))
+            if self.server.plan(t + 1, self.schedule(t + 1)) and self.secure:
+                sampled, ratios = self.server.secure_cohort(1)
+                coins = sampled[0]
         self._omegas.zero_()
         self._reported.zero_()
         self._num_invalid = 0
@@ -265,10 +314,45 @@ class Coordinator:
         plan = RoundPlan(
             t, float(self.schedule(t)) if t >= 1 else 0.0, broadcast,
             None if self.server is None else self.server.region_bounds, self._omega_round, self.fingerprint,
-            {} if self.features is None else self.features.config(),
+            {} if self.features is None else self.features.config(), coins, ratios,
         )
+        self._last_plan = plan
         self._save(plan)
         return plan
+
+    # ------------------------------------------------------------------ secure rounds
+    @property
+    def mechanism(self):
+        """The secure mechanism's constants (``None`` unless ``aggregation = "secure"``)."""
+        return self.server.mechanism if self.secure else None
+
+    def commit_secure(self, survivors: list[int]) -> bool:
+        r"""The SecAgg+ of the planned round kept ``survivors`` (agent ids): decide and charge it.
+
+        With at least ``min_survivors`` the ledgers are charged and written to the
+        state folder before this returns (the caller unmasks after); the written
+        exchange no longer asks for vectors, so a server restarted before the
+        reveal records the round as failed and moves on. Returns whether to unmask.
+        """
+        mask = torch.zeros(1, self.N, dtype=torch.bool)
+        mask[0, list(survivors)] = True
+        released = bool(self.server.commit_secure(mask)[0])
+        self._secagg_stats["survivors"] = len(survivors)
+        if released:
+            self._save(replace(self._last_plan, omega_round=0, coins=None, ratios=None))
+        return released
+
+    def reveal_secure(self, total: Tensor | None, stats: dict[str, Any] | None = None) -> None:
+        """The unmasked sum (``d`` residues, or ``None``: the unmasking failed) of the committed round."""
+        out = self.server.reveal_secure(None if total is None else total.view(1, -1))
+        self._secure_broadcast = None if out is None else out[0]
+        if out is not None:
+            self._secagg_stats["out_of_range"] = int(self.server.last_record.out_of_range[0])
+        self._secagg_stats.update(stats or {})
+
+    def note_secagg(self, stats: dict[str, Any]) -> None:
+        """SecAgg+ statistics of the planned round (time, bytes), logged with it."""
+        self._secagg_stats.update(stats)
 
     def receive(self, agent_id: Any, fingerprint: Any, omega: Any, best_value: Any = None,
                 num_observations: Any = None) -> None:
@@ -290,12 +374,17 @@ class Coordinator:
         if n in self.refused:
             return
         problems = []
-        if best_value is not None and not (isinstance(best_value, float) and not math.isnan(best_value)):
-            problems.append(f"best value {best_value!r} is not a number")
+        if best_value is not None and not (isinstance(best_value, float) and math.isfinite(best_value)):
+            problems.append(f"best value {best_value!r} is not a finite number")
+        most = self.settings.num_init + self.settings.num_iterations  # an agent evaluates no more than this
         if num_observations is not None and (isinstance(num_observations, bool) or not isinstance(num_observations, int)
-                                             or num_observations < 0):
-            problems.append(f"observation count {num_observations!r} is not an integer >= 0")
-        if self._omega_round:
+                                             or not 0 <= num_observations <= most):
+            problems.append(f"observation count {num_observations!r} is not an integer in 0..{most}")
+        if self._omega_round and self.secure:
+            if omega is not None:
+                problems.append(f"it sent ω in a secure round (ω must never leave an agent when "
+                                "aggregation is secure)")
+        elif self._omega_round:
             problem = (f"no ω for round {self._omega_round}" if omega is None
                        else message_problem(omega, self._omegas.shape[-1]))
             if problem:
@@ -309,8 +398,9 @@ class Coordinator:
                 self.logs[-1].num_observations[n] = num_observations
             if best_value is not None and self.config.report_best:
                 self.logs[-1].best_values[n] = best_value
-        if self._omega_round:
+        if self._omega_round and not self.secure:
             self._omegas[0, n] = omega
+        if self._omega_round:
             self._reported[0, n] = True
 
     def reject(self, agent_id: int | None = None) -> None:
@@ -353,8 +443,11 @@ class Coordinator:
         self.logs = [RoundLog.from_dict(d) for d in saved["logs"]]
         self.refused = {int(k): str(v) for k, v in saved["refused"].items()}
         self.invalid = {int(k): int(v) for k, v in saved["invalid"].items()}
+        if self.secure and self.server.planned is not None:
+            self.server.secure_cohort(1)  # the planned round's coins: the same secret redraws the same
         if saved["plan"] is not None:
             self._resend = RoundPlan.from_dict(saved["plan"])
+            self._last_plan = self._resend
             if self._resend.omega_round != self._omega_round:
                 raise ValueError(f"the saved exchange asks for ω of round {self._resend.omega_round}, the server "
                                  f"planned {self.server.planned if self.server is not None else None}")

@@ -15,13 +15,24 @@ Agent → server:
 * ``"fbo.metrics"`` (``MetricRecord``): ``num-observations``, ``used-broadcast``,
   ``failed``, and ``best-value`` with ``report-best``.
 
+With secure aggregation (:mod:`fbo_torch.flower.secagg`) no ``"fbo.omega"``
+is ever sent. The exchange that asks for round ``t``'s vectors carries, per
+agent, ``"fbo.secagg"`` (``ConfigRecord``: ``sampled``, that agent's own
+Poisson coin, and ``ratios``, its ``P`` weight ratios), and the reply carries
+``"fbo.secagg"`` with the node's two public keys (``pk1``, ``pk2``). Then three
+messages of types ``"train.share_keys"``, ``"train.masked_vector"`` and
+``"train.unmask"`` carry the SecAgg+ stages, each a ``"fbo.secagg"``
+``ConfigRecord`` (:func:`secagg_request`, :func:`secagg_reply` and their parsers).
+
 This module imports ``flwr``; the rest of :mod:`fbo_torch.flower` does not.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.common.serde import recorddict_to_proto
 from torch import Tensor
 
 from fbo_torch.flower.agent_node import AgentReply
@@ -29,6 +40,7 @@ from fbo_torch.flower.coordinator import InvalidReply, RoundPlan
 
 ROUND, FEATURES, BROADCAST = "fbo.round", "fbo.features", "fbo.broadcast"
 REPLY, OMEGA, METRICS = "fbo.reply", "fbo.omega", "fbo.metrics"
+SECAGG = "fbo.secagg"
 AGENT_STATE = "fbo.agent"
 
 
@@ -127,6 +139,91 @@ def records_to_reply(content: RecordDict) -> tuple[int, str, Tensor | None, floa
     if n_obs is not None and (isinstance(n_obs, bool) or not isinstance(n_obs, int)):
         raise InvalidReply(f"agent {agent_id}: num-observations {n_obs!r} is not an integer")
     return agent_id, fingerprint, omega, None if best is None else float(best), n_obs
+
+
+# --------------------------------------------------------------------------- secure aggregation
+def secagg_cohort_record(sampled: bool, ratios: Tensor) -> ConfigRecord:
+    """Agent ``n``'s part of a secure round's exchange: its own coin and its ``P`` weight ratios."""
+    return ConfigRecord({"sampled": bool(sampled), "ratios": [float(r) for r in ratios.tolist()]})
+
+
+def records_to_secagg_cohort(content: RecordDict, num_regions: int) -> tuple[bool, Tensor] | None:
+    """``(sampled, ratios)`` of a server message, ``None`` when it has none (the node is not in this
+    secure round: without a roster a node is bound to its agent only by its first reply); checked:
+    a malformed one raises ``ValueError``."""
+    if SECAGG not in content.config_records:
+        return None
+    try:
+        r = content.config_records[SECAGG]
+        sampled, ratios = r["sampled"], r["ratios"]
+    except Exception as err:  # noqa: BLE001 - whatever a malformed message raises
+        raise ValueError(f"malformed secure-round message from the server ({type(err).__name__}: {err}).") from None
+    if not isinstance(sampled, bool) or not isinstance(ratios, list) or len(ratios) != num_regions \
+            or not all(isinstance(v, float) for v in ratios):
+        raise ValueError(f"the server's secure-round record is not (bool, {num_regions} floats): {sampled!r}, {ratios!r}.")
+    return sampled, torch.tensor(ratios, dtype=torch.float64)
+
+
+def reply_public_keys(content: RecordDict, agent_id: int) -> tuple[bytes, bytes]:
+    """The two public keys a secure round's reply carries (:class:`~fbo_torch.flower.coordinator.InvalidReply` if not)."""
+    try:
+        r = content.config_records[SECAGG]
+        pk1, pk2 = r["pk1"], r["pk2"]
+    except Exception:  # noqa: BLE001
+        raise InvalidReply(f"agent {agent_id}: the reply has no {SECAGG!r} record with its public keys") from None
+    if not (isinstance(pk1, bytes) and isinstance(pk2, bytes) and 0 < len(pk1) <= 1024 and 0 < len(pk2) <= 1024):
+        raise InvalidReply(f"agent {agent_id}: the reply's public keys are not bytes")
+    return pk1, pk2
+
+
+def secagg_request(round: int, **payload) -> RecordDict:
+    """A SecAgg+ stage's message to one node: ``round`` and the stage's fields."""
+    return RecordDict({SECAGG: ConfigRecord({"round": int(round), **payload})})
+
+
+def secagg_reply(**payload) -> RecordDict:
+    """A node's reply to a SecAgg+ stage."""
+    return RecordDict({SECAGG: ConfigRecord(dict(payload))})
+
+
+_SECAGG_FIELDS = {
+    # stage: {field: (type, element type or None)}
+    "share_keys": {"round": (int, None), "node-ids": (list, int), "pk1": (list, bytes), "pk2": (list, bytes),
+                   "threshold": (int, None)},
+    "masked_vector": {"round": (int, None), "sources": (list, int), "ciphertexts": (list, bytes)},
+    "unmask": {"round": (int, None), "active": (list, int), "dead": (list, int)},
+    "share_keys-reply": {"destinations": (list, int), "ciphertexts": (list, bytes), "commitment": (bytes, None)},
+    "masked_vector-reply": {"masked": (bytes, None)},
+    "unmask-reply": {"node-ids": (list, int), "shares": (list, bytes)},
+}
+
+
+def parse_secagg(kind: str, content: RecordDict) -> dict:
+    """The fields of a SecAgg+ message of ``kind`` (a stage, or ``"<stage>-reply"``), type-checked;
+    anything else raises ``ValueError`` naming what is wrong."""
+    try:
+        r = content.config_records[SECAGG]
+        out = {k: r[k] for k in _SECAGG_FIELDS[kind]}
+    except Exception as err:  # noqa: BLE001
+        raise ValueError(f"malformed {kind} message ({type(err).__name__}: {err}).") from None
+    for key, (kind_, element) in _SECAGG_FIELDS[kind].items():
+        v = out[key]
+        if isinstance(v, bool) or not isinstance(v, kind_) or (
+                element is not None and not all(isinstance(e, element) and not isinstance(e, bool) for e in v)):
+            raise ValueError(f"{kind}: `{key}` is not a {kind_.__name__}{f' of {element.__name__}' if element else ''}.")
+    return out
+
+
+def masked_from_bytes(data: bytes, dim: int) -> np.ndarray:
+    """A masked vector sent as ``d`` little-endian int64 (``ValueError`` if the length is wrong)."""
+    if len(data) != 8 * dim:
+        raise ValueError(f"a masked vector of {len(data)} bytes, expected {8 * dim}.")
+    return np.frombuffer(data, dtype="<i8").astype(np.int64)
+
+
+def payload_bytes(content: RecordDict) -> int:
+    """The size of a message's content as Flower serializes it (protobuf bytes)."""
+    return int(recorddict_to_proto(content).ByteSize())
 
 
 def state_to_record(state: dict[str, Tensor]) -> ArrayRecord:

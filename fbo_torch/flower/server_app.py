@@ -13,6 +13,12 @@ configuration, read from the environment it inherits from the SuperLink:
 ``FBO_SERVER_STATE`` (:mod:`~fbo_torch.flower.server_state`), ``FBO_AGENT_ROSTER``
 and ``FBO_REQUIRE_ROSTER`` (:mod:`~fbo_torch.flower.roster`).
 
+With ``aggregation = "secure"`` each round's vectors go through SecAgg+
+(:func:`run_secure_round`, :mod:`fbo_torch.flower.secagg`): the ServerApp
+then receives public keys, encrypted shares it cannot read, masked vectors
+that are uniform whatever the agents' ``ω``, and the shares that remove the
+masks from the sum — never an ``ω``.
+
 Run it the Flower way: ``serverapp = "fbo_torch.flower.server_app:app"`` in the
 app's ``pyproject.toml``.
 """
@@ -26,14 +32,29 @@ import time
 from collections.abc import Callable
 from logging import INFO, WARNING
 
+import torch
+
 from flwr.app import Context, Message
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.agent_node import REFUSALS
+from fbo_torch.flower.config import FlowerRunConfig, allowed_objectives
 from fbo_torch.flower.coordinator import Coordinator
-from fbo_torch.flower.records import plan_to_records, records_to_reply, reply_agent_id
+from fbo_torch.flower.records import (
+    SECAGG,
+    masked_from_bytes,
+    parse_secagg,
+    payload_bytes,
+    plan_to_records,
+    records_to_reply,
+    reply_agent_id,
+    reply_public_keys,
+    secagg_cohort_record,
+    secagg_request,
+)
 from fbo_torch.flower.roster import REQUIRE_ROSTER_ENV, ROSTER_ENV, AgentRoster, NodeBinding
+from fbo_torch.flower.secagg import SecAggError, SecAggServer, default_threshold
 from fbo_torch.flower.server_state import STATE_ENV, ServerState
 from fbo_torch.utils.files import write_atomic
 
@@ -125,6 +146,7 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     (see :mod:`fbo_torch.flower.coordinator` for why the accounting stays
     valid); no reply can stop the server.
     """
+    config.check_objective(allowed_objectives())  # the server's own allow-list, before any of its code is imported
     objective = config.build_objective()  # only its domain (bounds, dimension) is used here
     coord = Coordinator(config, objective.bounds, objective.dim, secret=secret, state=state)
     try:
@@ -159,52 +181,166 @@ def _run(grid: Grid, config: FlowerRunConfig, coord: Coordinator, echo: Callable
         for nid in strangers:
             coord.refused_nodes[nid] = "its key is not on the agent roster"
             echo(f"round {plan.round}: node {nid}: its key is not on the agent roster; never contacted")
-        messages = [Message(plan_to_records(plan), dst_node_id=nid, message_type="train", group_id=str(plan.round))
+        messages = [Message(_plan_content(plan, binding.agent_of.get(nid)), dst_node_id=nid, message_type="train",
+                            group_id=str(plan.round))
                     for nid in targets
                     if nid not in coord.refused_nodes and binding.agent_of.get(nid) not in coord.refused]
+        # a secure round's cohort: the nodes already bound to an agent, sent that agent's own coin
+        cohort = {m.metadata.dst_node_id for m in messages if SECAGG in m.content.config_records}
         replies, unreadable = transport.exchange(messages, config.round_timeout)
+        keys: dict[int, tuple[bytes, bytes]] = {}  # node -> public keys, of the cohort's valid replies
         for nid, why in unreadable:
             coord.reject(binding.agent_of.get(nid))
             echo(f"round {plan.round}: node {nid} (agent {binding.agent_of.get(nid, '?')}): unreadable reply left "
                  f"out ({why})")
         for nid, rep in sorted(replies, key=lambda r: r[0]):  # an order independent of arrival
             try:
-                _take_reply(coord, rep, nid, plan, binding, echo)
+                agent = _take_reply(coord, rep, nid, plan, binding, echo)
+                if nid in cohort and agent is not None and agent not in coord.refused:  # sent a coin: keys due
+                    keys[nid] = reply_public_keys(rep.content, agent)
             except Exception as err:  # noqa: BLE001 - a reply harms only its sender, never the server
                 coord.reject(binding.agent_of.get(nid))
                 echo(f"round {plan.round}: node {nid} (agent {binding.agent_of.get(nid, '?')}): invalid reply "
                      f"left out ({type(err).__name__}: {str(err)[:300]})")
+        if coord.secure and plan.omega_round:
+            run_secure_round(transport, coord, plan, keys, binding, config, echo)
         if plan.round >= 1 and coord.logs and coord.logs[-1].round == plan.round:
             rec = coord.logs[-1]
             eps = "n/a" if math.isnan(rec.epsilon) else f"{rec.epsilon:.4f}"
             best = " ".join(f"{n}:{v:.4f}" for n, v in sorted(rec.best_values.items()))
             why = f" ({rec.reason})" if rec.reason and not rec.released else ""
+            if coord.secure:
+                eps += "" if math.isnan(rec.epsilon_server) else f" epsilon_server={rec.epsilon_server:.4f}"
             echo(f"round {rec.round}: released={rec.released}{why} reported={rec.num_reported}/{config.num_agents} "
                  f"invalid={rec.num_invalid} epsilon={eps} replies={len(replies)}/{len(messages)} best[{best}]")
     coord.finish()
 
 
+def _plan_content(plan, agent: int | None):
+    """The exchange's records for one node: the plan, and in a secure round that agent's own coin and ratios."""
+    content = plan_to_records(plan)
+    cohort = None if agent is None else plan.cohort_of(agent)
+    if cohort is not None:
+        content[SECAGG] = secagg_cohort_record(*cohort)
+    return content
+
+
+def run_secure_round(transport: Transport, coord: Coordinator, plan, keys: dict[int, tuple[bytes, bytes]],
+                     binding: NodeBinding, config: FlowerRunConfig, echo: Callable[[str], None]) -> None:
+    r"""SecAgg+ over the nodes that replied to the exchange with their public keys, for round
+    ``plan.omega_round``: share keys, masked vectors, commit (the ledgers are charged and written down
+    here), unmask; the decoded release is kept for the next exchange. A node whose message is
+    malformed, or that does not reply in time, is dropped from the round like a dropout (and counted
+    invalid when malformed); the round releases only with ``min_survivors`` vectors in the sum."""
+    mech = coord.mechanism
+    t, started = plan.omega_round, time.monotonic()
+    stats = {"bytes_sent": 0, "bytes_received": 0, "cohort": len(keys)}
+    agent_of = binding.agent_of
+
+    def stage(name: str, requests: dict[int, dict]) -> dict[int, dict]:
+        messages = [Message(secagg_request(t, **payload), dst_node_id=nid, message_type=f"train.{name}",
+                            group_id=str(plan.round)) for nid, payload in requests.items()]
+        stats["bytes_sent"] += sum(payload_bytes(m.content) for m in messages)
+        replies, unreadable = transport.exchange(messages, config.round_timeout)
+        out = {}
+        for nid, rep in replies:
+            if rep.has_error():
+                echo(f"round {t} secagg {name}: node {nid} (agent {agent_of.get(nid, '?')}) failed: "
+                     f"{(rep.error.reason or '').strip()[-200:]}")
+                continue
+            stats["bytes_received"] += payload_bytes(rep.content)
+            try:
+                out[nid] = parse_secagg(f"{name}-reply", rep.content)
+            except ValueError as err:
+                coord.reject(agent_of.get(nid))
+                echo(f"round {t} secagg {name}: node {nid} (agent {agent_of.get(nid, '?')}): {err}")
+        for nid, why in unreadable:
+            coord.reject(agent_of.get(nid))
+            echo(f"round {t} secagg {name}: node {nid}: unreadable reply ({why})")
+        return out
+
+    def dropped(why: dict[int, str], name: str) -> None:
+        for nid, reason in sorted(why.items()):
+            if not reason.startswith("no "):  # it replied, with what the protocol does not allow
+                coord.reject(agent_of.get(nid))
+            echo(f"round {t} secagg {name}: node {nid} (agent {agent_of.get(nid, '?')}) dropped: {reason}")
+
+    def enough(name: str) -> bool:
+        if len(server.alive) >= mech.min_survivors:
+            return True
+        echo(f"round {t} secagg {name}: {len(server.alive)} nodes left, fewer than min_survivors = "
+             f"{mech.min_survivors}: the round releases nothing and costs nothing")
+        return False
+
+    num_shares = config.secagg_num_shares or config.num_agents
+    threshold = config.secagg_threshold or default_threshold(num_shares, config.num_agents, mech.min_survivors)
+    try:
+        if len(keys) < mech.min_survivors:
+            echo(f"round {t} secagg: {len(keys)} nodes replied with keys, fewer than min_survivors = "
+                 f"{mech.min_survivors}: the round releases nothing and costs nothing")
+            return
+        server = SecAggServer(t, keys, mech.dim, mech.modulus, num_shares, threshold)
+        requests, why = server.share_keys_requests()
+        dropped(why, "share_keys")
+        replies = stage("share_keys", {nid: {"node-ids": list(ks), "pk1": [ks[j][0] for j in ks],
+                                             "pk2": [ks[j][1] for j in ks], "threshold": server.threshold}
+                                       for nid, ks in requests.items()})
+        dropped(server.receive_shares({nid: (r["destinations"], r["ciphertexts"], r["commitment"])
+                                       for nid, r in replies.items()}), "share_keys")
+        if not enough("share_keys"):
+            return
+        requests = server.masked_vector_requests()
+        replies = stage("masked_vector", {nid: {"sources": src, "ciphertexts": cts}
+                                          for nid, (src, cts) in requests.items()})
+        vectors = {}
+        for nid, r in replies.items():
+            try:
+                vectors[nid] = masked_from_bytes(r["masked"], mech.dim)
+            except ValueError as err:
+                coord.reject(agent_of.get(nid))
+                echo(f"round {t} secagg masked_vector: node {nid}: {err}")
+        dropped(server.receive_masked(vectors), "masked_vector")
+        if not coord.commit_secure([agent_of[nid] for nid in server.survivors]):
+            echo(f"round {t} secagg: {len(server.survivors)} vectors, fewer than min_survivors = "
+                 f"{mech.min_survivors}: the round releases nothing and costs nothing")
+            return
+        replies = stage("unmask", {nid: {"active": a, "dead": d} for nid, (a, d) in server.unmask_requests().items()})
+        total = None
+        try:
+            total = server.unmask({nid: (r["node-ids"], r["shares"]) for nid, r in replies.items()})
+        except SecAggError as err:
+            echo(f"round {t} secagg unmask failed ({err}): nothing is released; the round stays charged")
+        stats["seconds"] = time.monotonic() - started
+        coord.reveal_secure(None if total is None else torch.from_numpy(total), stats)
+    finally:
+        stats.setdefault("seconds", time.monotonic() - started)
+        coord.note_secagg(stats)
+
+
 def _take_reply(coord: Coordinator, rep: Message, nid: int, plan, binding: NodeBinding,
-                echo: Callable[[str], None]) -> None:
-    """Hand one reply to the coordinator; raises for a reply it cannot use."""
+                echo: Callable[[str], None]) -> int | None:
+    """Hand one reply to the coordinator (returns its agent, or ``None``); raises for a reply it cannot use."""
     if rep.has_error():
-        reason = rep.error.reason or ""
+        reason = (rep.error.reason or "").strip()
         agent = binding.agent_of.get(nid)
-        echo(f"round {plan.round}: node {nid} (agent {'?' if agent is None else agent}) failed: "
-             f"{reason.strip()[-300:]}")
-        if "FeatureMapMismatch" in reason:  # refused for good: its vectors mean other functions
-            coord.refused_nodes[nid] = reason.strip().splitlines()[-1]
+        who = f"round {plan.round}: node {nid} (agent {'?' if agent is None else agent})"
+        if any(name in reason for name in REFUSALS):  # refused for good: another feature map or domain
+            coord.refused_nodes[nid] = reason.splitlines()[-1][-500:]
+            echo(f"{who} failed and is refused for good: {coord.refused_nodes[nid]}")
             if agent is not None:
                 coord.refuse(agent, coord.refused_nodes[nid])
-        return
+            return None
+        echo(f"{who} failed: {reason[-300:]}")
+        return None
     claimed = reply_agent_id(rep.content)
     agent = binding.agent(nid, claimed)
     if agent is None:
         echo(f"round {plan.round}: node {nid} claims agent {claimed}, played by node {binding.node_of.get(claimed)}; "
              "ignored (each SuperNode needs its own partition-id)")
-        return
+        return None
     _, fingerprint, omega, best, n_obs = records_to_reply(rep.content)  # a bad reply counts against its agent
     coord.receive(agent, fingerprint, omega, best, n_obs)
+    return agent
 
 
 def summary(coord: Coordinator) -> dict:

@@ -17,10 +17,14 @@ An agent's message is an :class:`~fbo_torch.federation.AgentMessage`: one draw
 posterior on the data of its experiment, on the shared
 :class:`~fbo_torch.features.RandomFourierFeatures`:
 
-* inputs: the float range parameters mapped to the unit cube by the search
-  space's bounds (log-scaled parameters by their logarithm), so agents whose
-  search spaces have different bounds still share one map; the map's
-  lengthscale is a fraction of each parameter's range;
+* inputs: the search space mapped to a unit cube (:class:`UnitCube`), so agents
+  whose search spaces have different bounds still share one map and the map's
+  lengthscale is a fraction of each parameter's range: a float range parameter
+  by its bounds (log-scaled ones by their logarithm); an integer range
+  parameter and an ordered choice relaxed to a continuous coordinate, each
+  value owning an equal cell, and rounded back; an unordered choice one-hot
+  (one coordinate per value, the largest wins), as BoTorch's ``Round`` and
+  one-hot input transforms relax them;
 * outputs: the objective as Ax defines it, an expression to **maximize**:
   ``"-loss"`` gives ``y = -loss`` (a scalarized objective ``"2*a - b"`` gives
   ``2a - b``), standardized per agent. ``φ(x)ᵀω`` is therefore always a
@@ -35,8 +39,9 @@ trial is dropped, so it is used for at most one trial, and once an agent holds
 no message its trials come from its own GP. The user never reads the
 acquisition's ``source``.
 
-Only float range parameters (and fixed parameters, passed through) are
-supported; choice, integer and derived parameters, parameter constraints,
+Float and integer range parameters (linear or log scale), ordered and
+unordered choice parameters and fixed parameters (passed through) are
+supported; logit-scaled and derived parameters, parameter constraints,
 multi-objective and outcome-constrained optimization configs are refused with
 a ``ValueError``. Pending trials are not modelled: every trial is an
 independent Thompson draw, as in parallel Thompson sampling. A generation
@@ -46,19 +51,25 @@ SQL storage.
 Requires the ``ax`` extra (``pip install 'fbo_torch[ax]'``, Python >= 3.11).
 
 Example:
+    >>> import math
     >>> from ax.api.client import Client
-    >>> from ax.api.configs import RangeParameterConfig
+    >>> from ax.api.configs import ChoiceParameterConfig, RangeParameterConfig
     >>> from fbo_torch import RandomFourierFeatures
     >>> from fbo_torch.integrations.ax import AxFederation
-    >>> federation = AxFederation(RandomFourierFeatures(dim=2, num_features=200, lengthscale=0.2, seed=0))
+    >>> def branin(p):  # Branin at (x1, x2), plus a penalty for two of the three variants
+    ...     x1, x2 = p["x1"], p["x2"]
+    ...     b = (x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2 + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x1)
+    ...     return b + 10 + {"a": 0.0, "b": 1.0, "c": 3.0}[p["variant"]]
+    >>> federation = AxFederation(RandomFourierFeatures(dim=5, num_features=200, lengthscale=0.2, seed=0))
     >>> clients = []
     >>> for n in range(3):
     ...     client = Client(random_seed=n)
     ...     client.configure_experiment(parameters=[
     ...         RangeParameterConfig(name="x1", parameter_type="float", bounds=(-5.0, 10.0)),
-    ...         RangeParameterConfig(name="x2", parameter_type="float", bounds=(0.0, 15.0))])
+    ...         RangeParameterConfig(name="x2", parameter_type="int", bounds=(0, 15)),
+    ...         ChoiceParameterConfig(name="variant", parameter_type="str", values=["a", "b", "c"], is_ordered=False)])
     ...     client.configure_optimization(objective="-branin")   # minimize branin
-    ...     federation.add_agent(client, num_initial_trials=5)
+    ...     federation.add_agent(client, num_initial_trials=5)   # 5 coordinates: x1, x2, variant one-hot
     ...     clients.append(client)
     >>> for round in range(10):
     ...     federation.exchange()       # agents with data send fresh messages to the others
@@ -85,7 +96,7 @@ try:
     from ax.core.data import Data
     from ax.core.experiment import Experiment
     from ax.core.experiment_status import ExperimentStatus
-    from ax.core.parameter import FixedParameter, ParameterType, RangeParameter
+    from ax.core.parameter import ChoiceParameter, FixedParameter, ParameterType, RangeParameter
     from ax.core.search_space import SearchSpace
     from ax.core.trial_status import TrialStatus
     from ax.core.types import TParameterization
@@ -139,19 +150,33 @@ ModelFactory = Callable[[Tensor, Tensor], Model]
 class UnitCube:
     r"""The map between an Ax search space and ``[0, 1]^d``.
 
-    Coordinate ``i`` is float range parameter ``names[i]``:
-    ``u = (x - lower) / (upper - lower)``, or the same on ``log x`` for a
-    log-scaled parameter. Fixed parameters take no coordinate and are passed
-    through unchanged.
+    Each parameter takes coordinates, in the search space's order:
+
+    * a float range parameter, one: ``u = (x - lower) / (upper - lower)``, or
+      the same on ``log x`` for a log-scaled one;
+    * an integer range parameter, one: the integers ``lower..upper`` widened to
+      ``[lower - 0.5, upper + 0.5]`` (its logarithm for a log-scaled one), so
+      each value owns an equal cell; a point maps back to the nearest integer
+      (as :class:`~fbo_torch.objectives.search_space.Integer` does);
+    * an ordered choice of ``k`` values, one: the index ``0..k-1`` relaxed
+      the same way;
+    * an unordered choice of ``k`` values, ``k``: one-hot; a point maps back
+      to the value of its largest coordinate.
+
+    The models and messages see the relaxed continuous cube; a candidate is
+    rounded to a valid parameterization only when it becomes a trial, as
+    BoTorch's ``Round`` and one-hot input transforms relax mixed spaces. Fixed
+    parameters take no coordinate and are passed through unchanged.
 
     Attributes:
-        names: The ``d`` range parameters, in the search space's order.
-        parameters: Their Ax ``RangeParameter`` objects.
+        names: The ``d`` coordinates' names: a parameter's name, or
+            ``"name=value"`` for a one-hot coordinate.
+        parameters: The Ax parameters that take coordinates.
         fixed: Values of the fixed parameters.
     """
 
     names: tuple[str, ...]
-    parameters: tuple[RangeParameter, ...]
+    parameters: tuple[RangeParameter | ChoiceParameter, ...]
     fixed: Mapping[str, Any]
 
     @classmethod
@@ -159,15 +184,14 @@ class UnitCube:
         r"""Check that ``search_space`` is supported and build its map.
 
         Raises:
-            ValueError: A choice, integer, logit-scaled or derived parameter,
-                parameter constraints, a hierarchical search space, or no
-                float range parameter at all.
+            ValueError: A logit-scaled or derived parameter, parameter
+                constraints, a hierarchical search space, or nothing to optimize.
         """
         if search_space.parameter_constraints:
             raise ValueError(
                 "The search space has parameter constraints "
                 f"({', '.join(str(c) for c in search_space.parameter_constraints)}); "
-                "FTS on Ax supports box-bounded float parameters only."
+                "FTS on Ax supports box-bounded parameters only."
             )
         if search_space.is_hierarchical:
             raise ValueError("The search space is hierarchical; FTS on Ax supports flat search spaces only.")
@@ -175,55 +199,88 @@ class UnitCube:
         for name, p in search_space.parameters.items():
             if isinstance(p, FixedParameter):
                 fixed[name] = p.value
-            elif isinstance(p, RangeParameter) and p.parameter_type == ParameterType.FLOAT and not p.logit_scale:
+            elif isinstance(p, RangeParameter) and not p.logit_scale and p.parameter_type in (
+                    ParameterType.FLOAT, ParameterType.INT):
                 names.append(name)
+                params.append(p)
+            elif isinstance(p, ChoiceParameter):  # (hierarchical ones are refused above)
+                names.extend([name] if p.is_ordered else [f"{name}={v}" for v in p.values])
                 params.append(p)
             else:
                 kind = type(p).__name__
                 if isinstance(p, RangeParameter):
                     kind = "logit-scaled" if p.logit_scale else f"{p.parameter_type.name.lower()} range parameter"
                 raise ValueError(
-                    f"Parameter {name!r} ({kind}) is not supported: FTS on Ax supports float range parameters "
-                    "(RangeParameterConfig(parameter_type='float'), linear or log scaling) and fixed parameters."
+                    f"Parameter {name!r} ({kind}) is not supported: FTS on Ax supports float and integer range "
+                    "parameters (linear or log scaling), ordered and unordered choice parameters, and fixed parameters."
                 )
         if not names:
-            raise ValueError("The search space has no float range parameter to optimize.")
+            raise ValueError("The search space has no parameter to optimize.")
         return cls(tuple(names), tuple(params), dict(fixed))
 
     @property
     def dim(self) -> int:
-        """``d``, the number of float range parameters."""
+        """``d``, the number of coordinates (a one-hot choice of ``k`` values takes ``k``)."""
         return len(self.names)
 
-    def _ends(self) -> tuple[Tensor, Tensor]:
-        ends = [(math.log(p.lower), math.log(p.upper)) if p.log_scale else (p.lower, p.upper) for p in self.parameters]
-        lo, hi = torch.tensor(ends, dtype=torch.float64).unbind(-1)
-        return lo, hi
+    def _span(self, p: RangeParameter | ChoiceParameter) -> tuple[float, float]:
+        """The interval a relaxed parameter's coordinate maps onto (log scale for a log-scaled range)."""
+        if isinstance(p, ChoiceParameter):
+            return -0.5, len(p.values) - 0.5
+        lo, hi = float(p.lower), float(p.upper)
+        if p.parameter_type == ParameterType.INT:
+            lo, hi = lo - 0.5, hi + 0.5
+        return (math.log(lo), math.log(hi)) if p.log_scale else (lo, hi)
+
+    def _coordinates(self, p: RangeParameter | ChoiceParameter, value: Any) -> list[float]:
+        if isinstance(p, ChoiceParameter):
+            if value not in p.values:
+                raise ValueError(f"Parameter {p.name!r} has value {value!r}, not one of its choices {p.values}.")
+            index = p.values.index(value)
+            if not p.is_ordered:
+                return [1.0 if i == index else 0.0 for i in range(len(p.values))]
+            value = index
+        x = float(value)
+        if isinstance(p, RangeParameter) and p.log_scale:
+            x = math.log(max(x, torch.finfo(torch.float64).tiny))
+        a, b = self._span(p)
+        return [(x - a) / (b - a)]
 
     def to_unit(self, parameterizations: Sequence[Mapping[str, Any]]) -> Tensor:
         r"""``n x d`` float64 unit-cube coordinates of ``n`` parameterizations."""
         rows = []
         for params in parameterizations:
             try:
-                rows.append([float(params[name]) for name in self.names])
+                rows.append([u for p in self.parameters for u in self._coordinates(p, params[p.name])])
             except KeyError as err:
                 raise ValueError(f"A parameterization lacks parameter {err.args[0]!r}: {dict(params)}.") from None
-        X = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), self.dim)
-        log = torch.tensor([p.log_scale for p in self.parameters])
-        X = torch.where(log, X.clamp_min(torch.finfo(X.dtype).tiny).log(), X)
-        lo, hi = self._ends()
-        return (X - lo) / (hi - lo)
+        return torch.tensor(rows, dtype=torch.float64).reshape(len(rows), self.dim)
 
     def from_unit(self, u: Tensor) -> TParameterization:
-        r"""The parameterization at unit-cube point ``u`` (``d``), clamped into the bounds."""
+        r"""The parameterization at unit-cube point ``u`` (``d``): clamped into the bounds, integers and
+        ordered choices rounded to the nearest value, a one-hot choice the value of its largest coordinate."""
         if u.shape != (self.dim,):
             raise ValueError(f"`u` must be a point of the {self.dim}-dimensional unit cube, got shape {tuple(u.shape)}.")
-        lo, hi = self._ends()
-        x = lo + u.detach().to(dtype=torch.float64, device="cpu").clamp(0.0, 1.0) * (hi - lo)
+        coords = u.detach().to(dtype=torch.float64, device="cpu").clamp(0.0, 1.0).tolist()
         out: dict[str, Any] = {}
-        for name, p, v in zip(self.names, self.parameters, x.tolist()):
-            v = math.exp(v) if p.log_scale else v
-            out[name] = p.cast(min(max(v, p.lower), p.upper))
+        i = 0
+        for p in self.parameters:
+            if isinstance(p, ChoiceParameter) and not p.is_ordered:
+                k = len(p.values)
+                block = coords[i : i + k]
+                out[p.name] = p.values[max(range(k), key=block.__getitem__)]
+                i += k
+                continue
+            a, b = self._span(p)
+            z = a + coords[i] * (b - a)
+            i += 1
+            if isinstance(p, ChoiceParameter):
+                out[p.name] = p.values[min(max(math.floor(z + 0.5), 0), len(p.values) - 1)]
+                continue
+            v = math.exp(z) if p.log_scale else z
+            if p.parameter_type == ParameterType.INT:
+                v = math.floor(v + 0.5)
+            out[p.name] = p.cast(min(max(v, p.lower), p.upper))
         out.update(self.fixed)
         return out
 
@@ -233,8 +290,8 @@ def _check_features(features: object, cube: UnitCube | None = None) -> RandomFou
         raise TypeError(f"`features` must be a fbo_torch RandomFourierFeatures, got {type(features).__name__}.")
     if cube is not None and features.dim != cube.dim:
         raise ValueError(
-            f"`features` maps {features.dim}-dimensional inputs but the experiment has {cube.dim} float range "
-            f"parameters {list(cube.names)}; build the shared RandomFourierFeatures with dim={cube.dim}."
+            f"`features` maps {features.dim}-dimensional inputs but the experiment's search space has {cube.dim} "
+            f"coordinates {list(cube.names)}; build the shared RandomFourierFeatures with dim={cube.dim}."
         )
     return features
 
@@ -317,7 +374,7 @@ def agent_message(
 
     Args:
         experiment: The agent's Ax experiment (with at least one observation).
-        features: The shared map (``dim`` = number of float range parameters).
+        features: The shared map (``dim`` = the :class:`UnitCube`'s number of coordinates).
         agent_id: The sender's index, carried by the message.
         noise_variance: ``σ²`` on the standardized outputs.
         generator: Optional ``torch.Generator`` for the draw.
@@ -562,7 +619,7 @@ class AxFederation:
 
     Args:
         features: The shared :class:`~fbo_torch.features.RandomFourierFeatures`
-            (``dim`` = number of float range parameters of every agent).
+            (``dim`` = the number of coordinates of every agent's :class:`UnitCube`).
         p_t: Default ``p_t`` schedule of the agents (see :class:`FTSGenerationNode`).
         one_shot: Each received message is used for at most one trial (default).
         noise_variance: Default ``σ²`` of the agents' messages.

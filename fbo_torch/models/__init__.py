@@ -14,3 +14,6 @@ __all__ = [
     "RFFWeightPosterior",
     "cholesky_rank_one_update",
 ]
+
+# BoTorch's pathwise sampling learns RFFBayesianLinear's paths (and SharedRFFKernel's features) on import
+from fbo_torch.sampling import pathwise as _pathwise  # noqa: E402,F401

@@ -23,7 +23,7 @@ the whole federation costs about one training run, not ``K``.
 Two objectives:
 
 * :class:`EMNISTCNN` — torchvision's EMNIST "digits" split (28 x 28). It must be
-  downloaded beforehand on a machine with internet access.
+  downloaded beforehand (``fbo-torch data emnist --root DIR``, :func:`download_emnist`).
 * :class:`DigitsCNN` — scikit-learn's 1,797 real 8 x 8 digit images, shipped
   with scikit-learn: the offline image task for CPU runs and CI.
 """
@@ -58,6 +58,7 @@ __all__ = [
     "EMNISTCNN",
     "default_cnn_search_space",
     "dirichlet_label_partition",
+    "download_emnist",
 ]
 
 #: Names of the three tuned hyperparameters, in input-column order.
@@ -505,11 +506,10 @@ class DigitsCNN(AgentImageCNN):
 EMNIST_ROOT_ENV = "FBO_EMNIST_ROOT"
 
 _EMNIST_HOW_TO = (
-    "This machine cannot download it. On a machine with internet access run\n"
-    "    python -c \"import torchvision; torchvision.datasets.EMNIST('data', split='digits', download=True)\"\n"
-    "i.e. torchvision.datasets.EMNIST(root, split=\"digits\", download=True) (NIST's gzip.zip, about "
-    "540 MB), copy data/EMNIST/raw/emnist-digits-* to <folder>/EMNIST/raw/ on this machine and set "
-    "FBO_EMNIST_ROOT=<folder> (or pass root=<folder>)."
+    "Download it with `fbo-torch data emnist --root <folder>` (NIST's gzip.zip, about 540 MB, through "
+    "torchvision) and set FBO_EMNIST_ROOT=<folder> (or pass root=<folder>); on a machine without internet "
+    "access, run that command on one with it and copy <folder>/EMNIST/raw/emnist-digits-* to "
+    "<folder>/EMNIST/raw/ here."
 )
 _EMNIST_HELP = (
     "EMNIST 'digits' was not found under {root!r} (torchvision reads "
@@ -603,6 +603,31 @@ class EMNISTCNN(AgentImageCNN):
             raise ValueError(f"Unexpected EMNIST arrays: images {tuple(images.shape)}, labels {tuple(labels.shape)}.")
         super().__init__(**federation_arguments(locals()), num_classes=10, transform=_emnist_to_float)
         self.root = root
+
+
+def download_emnist(root: str | os.PathLike, url: str | None = None) -> tuple[int, int]:
+    r"""Download EMNIST into ``root/EMNIST/raw`` (torchvision's layout) and check its "digits" split.
+
+    Goes through :func:`~fbo_torch.utils.torchvision_compat.import_torchvision`, so it works
+    where a plain ``import torchvision`` fails (a CUDA torchvision beside a CPU torch). The
+    archive's MD5 is checked (torchvision's); files already there are not fetched again.
+
+    Args:
+        root: The folder (``FBO_EMNIST_ROOT`` / :class:`EMNISTCNN`'s ``root``).
+        url: A mirror of NIST's ``gzip.zip`` (default: torchvision's URL).
+
+    Returns:
+        The numbers of training and test images of the "digits" split.
+    """
+    from fbo_torch.utils.torchvision_compat import import_torchvision
+
+    emnist = import_torchvision().datasets.EMNIST
+    if url is not None:
+        emnist = type("EMNIST", (emnist,), {"url": str(url)})  # same files, same layout, another address
+    root = os.fspath(root)
+    train = emnist(root, split="digits", train=True, download=True)
+    test = emnist(root, split="digits", train=False, download=False)
+    return len(train), len(test)
 
 
 def _emnist_to_float(data: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from fbo_torch.optim.batched import REFINE, default_max_points, maximize_batched, maximize_discrete
 from fbo_torch.utils import keyed_random as kr
-from fbo_torch.utils.validation import check_bounds, check_int, check_last_dim, check_ndim
+from fbo_torch.utils.validation import check_bounds, check_finite, check_int, check_last_dim, check_ndim
 
 #: ``screen_dtype`` names accepted in place of a ``torch.dtype``.
 SCREEN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -107,6 +107,9 @@ class Domain:
         if self.candidates is not None:
             check_ndim("candidates", self.candidates, 2, "C x d")
             check_last_dim("candidates", self.candidates, self.dim)
+            if self.candidates.shape[0] == 0:
+                raise ValueError("`candidates` is empty (0 x d): give at least one point, or None for the box.")
+            check_finite("candidates", self.candidates)
         for name, value in check_options(options_of(self)).items():
             object.__setattr__(self, name, value)
 

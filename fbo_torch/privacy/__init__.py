@@ -17,6 +17,9 @@ with Opacus' accountants (``opacus.accountants.create_accountant(name)``):
   guards (:mod:`fbo_torch.privacy.accountants`).
 * :func:`compute_epsilon` / :func:`calibrate_noise` are the one-shot forms.
 * :class:`PrivacyLedger` is the per-run record a server keeps.
+* :class:`DistributedDiscreteGaussianAccountant` (``"ddg"``, registered with
+  Opacus on import) accounts the releases of secure aggregation with
+  distributed discrete Gaussian noise (:mod:`fbo_torch.privacy.ddg`).
 
 Example:
     >>> from fbo_torch.privacy import compute_epsilon
@@ -34,6 +37,7 @@ from fbo_torch.privacy.accountants import (
     num_releases,
 )
 from fbo_torch.privacy.calibration import calibrate_noise, compute_epsilon
+from fbo_torch.privacy.ddg import DDGConstants, DistributedDiscreteGaussianAccountant
 from fbo_torch.privacy.ledger import PrivacyLedger, default_delta, deployment_delta
 from fbo_torch.privacy.rdp_classic import ClassicRDPAccountant
 
@@ -41,6 +45,8 @@ __all__ = [
     "ACCOUNTANTS",
     "DEFAULT_ACCOUNTANT",
     "ClassicRDPAccountant",
+    "DDGConstants",
+    "DistributedDiscreteGaussianAccountant",
     "PrivacyLedger",
     "append_release",
     "calibrate_noise",

@@ -277,13 +277,18 @@ class PrivacyLedger:
             epsilons=list(self._epsilons),
         )
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         r"""Restore a ledger saved by :meth:`state_dict`; recording then continues exactly.
-
-        δ, ``num_agents`` and ``max_epsilon`` are restored from the state.
 
         Args:
             state_dict: Output of :meth:`state_dict`.
+            strict: The saved ledger must be *this* run's: its δ and ``num_agents``
+                must equal this ledger's, and this ledger's ``max_epsilon`` (the
+                run's configured budget) stays in force whatever the state says, so
+                an edited state can neither change the guarantee it reports nor lift
+                the budget. ``strict=False`` takes δ, ``num_agents`` and
+                ``max_epsilon`` from the state (to read a saved ledger of unknown
+                settings).
 
         The ledger is verified, not trusted: ε after every recorded release is
         recomputed from the accountant's history and must equal the recorded
@@ -293,7 +298,8 @@ class PrivacyLedger:
         Raises:
             ValueError: If keys are missing, the accountant mechanism differs,
                 the number of recorded ε does not match the accountant's steps,
-                or a recorded ε is not what the recorded steps give.
+                a recorded ε is not what the recorded steps give, or (``strict``)
+                δ or ``num_agents`` differ from this ledger's.
         """
         keys = ("accountant", "delta", "num_agents", "max_epsilon", "epsilons")
         missing = [k for k in keys if k not in (state_dict or {})]
@@ -307,6 +313,14 @@ class PrivacyLedger:
         if max_epsilon is not None:
             check_positive("max_epsilon", max_epsilon)
             max_epsilon = float(max_epsilon)
+        if strict:
+            if delta != self._delta:
+                raise ValueError(f"`state_dict` has delta = {delta!r}, this run's is {self._delta!r}: refusing a "
+                                 "ledger of another guarantee.")
+            if num_agents != self._num_agents:
+                raise ValueError(f"`state_dict` has num_agents = {num_agents!r}, this run's is "
+                                 f"{self._num_agents!r}: refusing a ledger of another federation.")
+            max_epsilon = self._max_epsilon  # the run's budget, never the state's
         try:
             epsilons = [float(e) for e in state_dict["epsilons"]]
         except (TypeError, ValueError):

@@ -1,7 +1,8 @@
 r"""BoTorch pathwise sampling for fbo_torch's models and kernel.
 
 BoTorch draws posterior sample paths through dispatchers
-(``botorch.sampling.pathwise``); importing :mod:`fbo_torch` registers:
+(``botorch.sampling.pathwise``); importing :mod:`fbo_torch.models` or
+:mod:`fbo_torch.kernels` (as every use of these classes does) registers:
 
 * :class:`RFFFeatureMap` as the kernel features of
   :class:`~fbo_torch.kernels.SharedRFFKernel` (``gen_kernel_features``).

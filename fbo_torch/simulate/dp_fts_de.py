@@ -27,6 +27,15 @@ Agents stop using the server (pure local TS, no further privacy loss) once
 ``1 - p_t < local_threshold`` (footnote 13) or when one more release would
 exceed ``max_epsilon``. With ``algorithm="ts"`` nobody communicates.
 
+With ``aggregation = "secure"`` the same round runs the secure mechanism of
+a deployment (:mod:`fbo_torch.federation.secure`): the server draws the
+coins, every agent turns its ``ω`` into its integer vector with its own
+noise share (all agents at once, from their own secrets), the survivors'
+vectors are added modulo ``m`` — exactly the sum secure aggregation reveals —
+and the server commits and decodes it. A federation whose sum has fewer than
+``min_survivors`` vectors releases nothing that round, and its agents take
+their own proposals.
+
 Faults (``settings.faults``): an agent whose evaluation fails (NaN, an
 exception, or injected) records the failure and its models skip the point;
 an agent whose message is lost is left out of that round's aggregate (the
@@ -46,9 +55,11 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import agent_messages, agent_round, broadcast_points, start_agents
+from fbo_torch.federation.aggregator import clip_vectors
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.randomness import ServerRandomness
 from fbo_torch.federation.schedules import PtSchedule
+from fbo_torch.federation.secure import agent_secret, research_master
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives.base import Objective
@@ -67,7 +78,10 @@ class DPFTSDEResult:
         used_server: ``B x T`` booleans, the query came from the broadcast.
         failed: ``B x T`` booleans, the evaluation failed (NaN, exception or injected).
         epsilon: ``T`` ε after each round (primary accountant; NaN if not private,
-            ``inf`` for non-private releases).
+            ``inf`` for non-private releases). With secure aggregation: ε against
+            other agents and outsiders.
+        epsilon_server: ``T`` ε against the server after each round (secure
+            aggregation; ``None`` otherwise).
         released: ``T`` booleans, the server released in that round.
         fraction_clipped / num_sampled / fraction_reported: ``T`` means over repetitions.
         signal_norm / noise_norm: ``T x P`` means over repetitions of the norms of each
@@ -97,6 +111,7 @@ class DPFTSDEResult:
     settings: dict[str, Any]
     accountant: str | None
     delta: float | None
+    epsilon_server: list[float] | None = None
 
 
 class DPFTSDERunner:
@@ -120,6 +135,10 @@ class DPFTSDERunner:
             who knows the seed can recompute the noise). Pass a
             :class:`~fbo_torch.federation.randomness.SecretServerRandomness` for
             noise that only its secret reproduces (what a deployment uses).
+        agent_master: With secure aggregation, the 32-byte secret every agent's own
+            secret is derived from (:func:`~fbo_torch.federation.secure.agent_secret`;
+            deployed agents draw theirs from the OS). Default: derived from ``seed``
+            (reproducible, research only).
     """
 
     def __init__(
@@ -134,6 +153,7 @@ class DPFTSDERunner:
         accountant: str = DEFAULT_ACCOUNTANT,
         delta: float | None = None,
         server_randomness: ServerRandomness | None = None,
+        agent_master: bytes | None = None,
     ) -> None:
         self.objective, self.settings = objective, settings
         self.device = torch.device(device)
@@ -163,7 +183,11 @@ class DPFTSDERunner:
             randomness = server_randomness if server_randomness is not None else self.federation_keys
             self.server = DPFTSDEServer(N, self.domain.bounds, settings, randomness, accountant, delta)
             if self.server.private:
-                self.accountant_name, self.delta = accountant, self.server.ledger.delta
+                self.accountant_name, self.delta = self.server.ledger.mechanism, self.server.ledger.delta
+            if self.server.secure:
+                master = research_master(self.seed) if agent_master is None else agent_master
+                self.agent_secrets = [agent_secret(master, r, n) for r, n in
+                                      zip(self.run_of.tolist(), self.agent_of.tolist())]
         self.agents, best0 = start_agents(
             objective, settings, self.domain, self.agent_keys, self.agent_of, self.features,
             self.server.partition if self.server is not None else None,
@@ -219,28 +243,72 @@ class DPFTSDERunner:
         self.t += 1
         t = self.t
         p = self.schedule(t)
-        X_srv = None
+        X_srv = received = None
         if self.server is not None and self.server.plan(t, p):
             omegas = agent_messages(self.agents, t, self.faults).view(self.R, self.N, -1)
             dropped = self.faults.dropped(self.agent_keys, t).view(self.R, self.N)
-            broadcast = self.server.release(omegas, reported=None if self.faults.dropout_rate == 0 else ~dropped)
+            if self.server.secure:
+                broadcast, received = self._secure_round(omegas, ~dropped, t)
+            else:
+                broadcast = self.server.release(omegas, reported=None if self.faults.dropout_rate == 0 else ~dropped)
             rec = self.server.last_record
-            if self.faults.affects_messages:  # hostile rows may be non-finite: the diagnostic sees what was used
-                omegas = torch.where(rec.valid.unsqueeze(-1), omegas, 0.0)
-            data_norm, sample_norm = self._signal_parts(omegas, rec, t)
-            self._pending.append((t - 1, torch.cat([
-                rec.fraction_clipped.unsqueeze(-1), rec.num_sampled.to(rec.fraction_clipped).unsqueeze(-1),
-                (rec.num_reported.to(rec.fraction_clipped) / self.N).unsqueeze(-1), rec.signal_norm, rec.noise_norm,
-                data_norm, sample_norm,
-            ], -1).mean(0)))
-            X_srv = self._maximize_broadcast(broadcast, t)  # B x d
+            if broadcast is not None:
+                if self.faults.affects_messages:  # hostile rows may be non-finite: the diagnostic sees what was used
+                    omegas = torch.where(rec.valid.unsqueeze(-1) & torch.isfinite(omegas).all(-1, keepdim=True),
+                                         omegas, 0.0)
+                data_norm, sample_norm = self._signal_parts(omegas, rec, t)
+                if self.server.secure:
+                    rec.signal_norm, rec.noise_norm = self._secure_norms(omegas, rec, broadcast, t)
+                self._pending.append((t - 1, torch.cat([
+                    rec.fraction_clipped.unsqueeze(-1), rec.num_sampled.to(rec.fraction_clipped).unsqueeze(-1),
+                    (rec.num_reported.to(rec.fraction_clipped) / self.N).unsqueeze(-1), rec.signal_norm,
+                    rec.noise_norm, data_norm, sample_norm,
+                ], -1).mean(0)))
+                X_srv = self._maximize_broadcast(broadcast, t)  # B x d
         self._stats.append([])
 
-        _, used, ok, f = agent_round(self.agents, self.objective, self.agent_of, t, p, X_srv, self.faults)
+        _, used, ok, f = agent_round(self.agents, self.objective, self.agent_of, t, p, X_srv, self.faults, received)
         self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f.unsqueeze(-1))], dim=1)
         self.used_server = torch.cat([self.used_server, used.unsqueeze(-1)], dim=1)
         self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
         self.wall_time += time.perf_counter() - t0
+
+    def _secure_round(self, omegas: Tensor, survivors: Tensor, t: int) -> tuple[Tensor | None, Tensor | None]:
+        r"""A secure round for every federation: the server's coins, the agents' integer vectors (one
+        batched call), the survivors' modular sum, the server's commit and decoding. Returns the
+        ``R x P x M`` broadcast (or ``None``) and ``B`` booleans: the agent's federation released (``None``
+        when all did)."""
+        server, mech = self.server, self.server.mechanism
+        sampled, ratios = server.secure_cohort(self.R, like=omegas)
+        y, clipped = mech.contributions(omegas.reshape(self.B, -1), sampled.reshape(self.B),
+                                        ratios.T[self.agent_of], self.agent_secrets, t)
+        survivors = survivors.cpu()
+        total = mech.modular_sum(y.view(self.R, self.N, -1), survivors)
+        released = server.commit_secure(survivors)
+        broadcast = server.reveal_secure(total) if bool(released.any()) else None
+        if broadcast is None:
+            return None, None
+        rec = server.last_record
+        took = clipped.view(self.R, self.N) & survivors
+        n = rec.num_sampled.to(torch.float64)
+        rec.clipped = took
+        rec.fraction_clipped = torch.where(n > 0, took.sum(-1) / n.clamp_min(1), 0.0)
+        dev = self.device
+        for name in ("sampled", "num_sampled", "clipped", "fraction_clipped", "num_reported", "valid", "num_invalid"):
+            setattr(rec, name, getattr(rec, name).to(dev))
+        # every federation released: nothing to mask (its agents then skip their own proposal when p_t = 0,
+        # as a deployed agent that received a broadcast does)
+        return broadcast.to(dev), None if bool(released.all()) else released.to(dev)[self.run_of]
+
+    def _secure_norms(self, omegas: Tensor, rec, broadcast: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """``R x P`` norms of a secure release's data part ``Σ w clip(ω)/q`` (what the central release would
+        hold) and of the rest (rounding and the summed noise shares): a diagnostic of the simulator only."""
+        agg = self.server.aggregator
+        W = agg.weights(t).to(omegas)
+        P = W.shape[0]
+        clipped, _ = clip_vectors(omegas, agg.clip_norm / math.sqrt(P))
+        signal = W @ (clipped * rec.sampled.unsqueeze(-1).to(omegas)) / agg.sample_rate
+        return signal.norm(dim=-1), (broadcast - signal).norm(dim=-1)
 
     def _signal_parts(self, omegas: Tensor, rec, t: int) -> tuple[Tensor, Tensor]:
         r"""Norms (``R x P``) of the two parts of each region's aggregate ``Σ w c ω / q``
@@ -312,6 +380,8 @@ class DPFTSDERunner:
             settings=asdict(self.settings),
             accountant=self.accountant_name,
             delta=self.delta,
+            epsilon_server=None if self.server is None or not self.server.secure
+            else [r.epsilon_server for r in self.server.rounds],
         )
 
     # ----------------------------------------------------------- checkpoints

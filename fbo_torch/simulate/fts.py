@@ -44,7 +44,7 @@ from torch import Tensor
 from fbo_torch.acquisition.rgpe import RGPE
 from fbo_torch.acquisition.taf import TransferAcquisitionFunction
 from fbo_torch.federation.agents import Agents, observe_initial
-from fbo_torch.federation.fidelity import fidelity_scores, learn_peer_choice, peer_predictions
+from fbo_torch.federation.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
 from fbo_torch.federation.message_average import MessageAverage
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
 from fbo_torch.federation.search import maximize_rff_samples
@@ -422,7 +422,11 @@ class FTSRunner:
         preds = peer_predictions(self.features, omegas, self.X)  # R x K x n
         peer_scores = fidelity_scores(preds, self.Y.squeeze(-1), self.agents.mask)
         scores = torch.zeros_like(self.dist.base).scatter_(1, self.peer_index, peer_scores.to(self.dist.base.dtype))
-        return learn_peer_choice(self.dist, scores, self.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust)
+        padding = torch.cat([torch.zeros_like(self.peer_index[:, :1], dtype=torch.bool),
+                             self.peer_index[:, 1:] == self.peer_index[:, :1]], dim=1)
+        copies = torch.ones_like(self.dist.base).scatter_(1, self.peer_index, redundancy(omegas, ~padding))
+        return learn_peer_choice(self.dist, scores, self.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust,
+                                 copies)
 
     def _observe(self, X_next: Tensor, sources: Tensor, t: int, t0: float) -> None:
         _, f, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)

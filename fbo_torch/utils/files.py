@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-import tempfile
+import secrets
 import threading
 from pathlib import Path
 
@@ -53,25 +53,59 @@ def current_umask() -> int:
     return old
 
 
-def _write_replace(path: Path, data: bytes, mode: int | None) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _temporary(folder_fd: int, name: str, mode: int) -> tuple[int, str]:
+    """A new file ``.name.<random>.tmp`` in the folder, created exclusively and without following links."""
+    for _ in range(100):
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=folder_fd), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", name)
+
+
+def write_atomic_at(folder_fd: int, name: str, data: bytes, mode: int | None = None,
+                    shown: str | os.PathLike | None = None) -> None:
+    r"""Write ``data`` atomically to the file ``name`` of the folder open as ``folder_fd``.
+
+    The temporary file is created in that folder exclusively and without following
+    symbolic links, and renamed over ``name`` (a symbolic link there is replaced, not
+    followed), so nothing outside the folder is written, whatever the folder holds.
+
+    Args:
+        mode: Permission bits (``None``: ``0o666`` less the umask).
+        shown: The file's path for error messages (default ``name``).
+
+    Raises:
+        WriteError: The write failed; ``name`` keeps its old contents and no
+            temporary file is left behind.
+    """
+    bits = (0o666 & ~current_umask()) if mode is None else mode
+    tmp = None
     try:
+        fd, tmp = _temporary(folder_fd, name, 0o600)
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), (0o666 & ~current_umask()) if mode is None else mode)
+            os.fchmod(f.fileno(), bits)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _sync_folder(path.parent)
-    except BaseException:
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        tmp = None
         try:
-            os.unlink(tmp)
+            os.fsync(folder_fd)  # the rename survives a crash
         except OSError:
             pass
-        raise
+    except OSError as err:
+        raise WriteError(err.errno, err.strerror or str(err), str(shown or name)) from err
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp, dir_fd=folder_fd)
+            except OSError:
+                pass
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
     """Flush a folder's entries (a rename survives a crash); a no-op where folders cannot be opened."""
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -86,7 +120,7 @@ def _sync_folder(folder: Path) -> None:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes, mode: int | None = None) -> None:
-    r"""Write ``data`` to ``path`` atomically (see the module docstring).
+    r"""Write ``data`` to ``path`` atomically (see the module docstring and :func:`write_atomic_at`).
 
     Args:
         mode: Permission bits: ``None`` gives ``0o666`` less the umask; an explicit
@@ -98,11 +132,13 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int | None = None) 
     """
     path = Path(path)
     try:
-        _write_replace(path, data, mode)
-    except WriteError:
-        raise
+        folder_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as err:
         raise WriteError(err.errno, err.strerror or str(err), str(path)) from err
+    try:
+        write_atomic_at(folder_fd, path.name, data, mode, path)
+    finally:
+        os.close(folder_fd)
 
 
-__all__ = ["WriteError", "current_umask", "write_atomic"]
+__all__ = ["WriteError", "current_umask", "sync_folder", "write_atomic", "write_atomic_at"]

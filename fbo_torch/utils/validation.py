@@ -52,10 +52,7 @@ def check_positive(name: str, value: float | Tensor, allow_zero: bool = False) -
         ok = bool(ok and finite)
         shown = value.tolist() if value.numel() <= 8 else f"tensor of shape {tuple(value.shape)}"
     else:
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.") from None
+        v = _number(name, value)
         ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
         shown = value
     if not ok:
@@ -63,11 +60,18 @@ def check_positive(name: str, value: float | Tensor, allow_zero: bool = False) -
         raise ValueError(f"`{name}` must be finite and {rel}, got {shown}.")
 
 
-def check_probability(name: str, value: float, open_left: bool = False, open_right: bool = False) -> float:
+def _number(name: str, value: object) -> float:
+    """``value`` as a float: a real number or a one-element tensor, never text or a bool (``TypeError``)."""
+    if isinstance(value, (str, bytes, bool)) or (isinstance(value, Tensor) and value.is_complex()):
+        raise TypeError(f"`{name}` must be a number, got {type(value).__name__} {value!r}.")
     try:
-        v = float(value)
-    except (TypeError, ValueError):
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.") from None
+
+
+def check_probability(name: str, value: float, open_left: bool = False, open_right: bool = False) -> float:
+    v = _number(name, value)
     lo_ok = v > 0 if open_left else v >= 0
     hi_ok = v < 1 if open_right else v <= 1
     if not (math.isfinite(v) and lo_ok and hi_ok):

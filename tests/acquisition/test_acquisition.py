@@ -8,6 +8,7 @@ from botorch.optim import optimize_acqf
 from fbo_torch.acquisition import FederatedThompsonSampling, PiecewiseRFFThompsonSample, RFFThompsonSample
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation import AgentMessage, SubRegionPartition
+from fbo_torch.federation.messages import stack_omegas
 
 f64 = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
@@ -90,6 +91,14 @@ def test_rff_thompson_sample_message_and_errors(rff):
     other = RandomFourierFeatures(2, 60, lengthscale=0.2, seed=1)
     with pytest.raises(ValueError, match="different random-feature map"):
         RFFThompsonSample(other, msg)
+    # a message over 3 parameters sent to a 2-dimensional map: said as a dimension mismatch, not a fingerprint one
+    msg3 = AgentMessage(torch.randn(60, dtype=f64), agent_id=3, num_observations=10,
+                        fingerprint=RandomFourierFeatures(3, 60, lengthscale=0.2, seed=0).fingerprint,
+                        input_bounds=torch.tensor([[0.0] * 3, [1.0] * 3], dtype=f64))
+    for make in (lambda: RFFThompsonSample(rff, msg3), lambda: stack_omegas([msg, msg3], rff.fingerprint, rff.dim)):
+        with pytest.raises(ValueError, match=r"agents \[3\] are 3-dimensional .* receiver's feature map is "
+                                             r"2-dimensional"):
+            make()
     with pytest.raises(ValueError, match="M = 60"):
         RFFThompsonSample(rff, torch.randn(59, dtype=f64))
     with pytest.raises(TypeError, match="features"):
@@ -255,3 +264,21 @@ def test_partition_region_of_rejects_nan_and_outside_points():
     x = part.bounds[0] + u * (part.bounds[1] - part.bounds[0])
     past = torch.nextafter(part.bounds[1], torch.full((2,), math.inf, dtype=f64))
     assert part.region_of(torch.stack([x, past])).tolist() == [3, 3]
+
+
+def test_messages_of_another_precision_or_kind_are_refused_naming_them():
+    """Before: float32 messages for a float64 map were used in float32, mixed-dtype message lists were
+    promoted silently, and integer messages failed on an argument `X` the caller never passed."""
+    rff = RandomFourierFeatures(1, 20, lengthscale=0.2, seed=0)
+    X = torch.rand(5, 1, dtype=f64)
+    gp = SingleTaskGP(X, X.sin())
+    with pytest.raises(TypeError, match="`messages` has dtype torch.float32, the feature map torch.float64"):
+        FederatedThompsonSampling(gp, torch.randn(3, 20), rff, p_t=0.0)
+    with pytest.raises(TypeError, match="`messages` must be a floating-point tensor, got dtype torch.int64"):
+        FederatedThompsonSampling(gp, torch.ones(3, 20, dtype=torch.long), rff, p_t=0.0)
+    mixed = [AgentMessage(torch.randn(20, dtype=f64), 0, 5, rff.fingerprint),
+             AgentMessage(torch.randn(20), 1, 5, rff.fingerprint)]
+    with pytest.raises(TypeError, match="different dtypes"):
+        FederatedThompsonSampling(gp, mixed, rff, p_t=0.0)
+    with pytest.raises(TypeError, match="`omega` must be a floating-point tensor"):
+        AgentMessage(torch.ones(20, dtype=torch.long), 0, 5, rff.fingerprint)

@@ -50,3 +50,20 @@ def test_paired_differences_and_t_test(tmp_path):
     assert {r["target"] for r in by_target} == {0, 1}
     assert report["scenarios"][0]["mean_rank"] == {"FTS": 2.0, "FTS learned": 1.0}
     assert "| a | FTS learned |" in learned_weights.markdown(report)
+
+
+def test_a_dp_fts_de_study_is_paired_by_repetition_of_agent_averaged_curves(tmp_path):
+    """Rows r·N + n of a DP-FTS-DE record are agent n of repetition r: the agents of a repetition share
+    every broadcast, so the pairs are the repetitions' agent-averaged curves, not the agents."""
+    ts = {"name": "TS", "runs": [[1.0, 0.6], [1.0, 0.4], [1.0, 0.7], [1.0, 0.5]], "repetitions": [0, 0, 1, 1]}
+    fts = {"name": "FTS", "runs": [[1.0, 0.5], [1.0, 0.3], [1.0, 0.4], [1.0, 0.4]], "repetitions": [0, 0, 1, 1]}
+    result = {"experiment": "dp_fts_de", "config": {"scenarios": [{"name": "s", "objective": {"type": "digits_cnn"}}]},
+              "scenarios": [{"name": "s", "methods": [ts, fts]}]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(result))
+    report = learned_weights.analyze(path, ["TS"], -1)
+    row = next(r for r in report["scenarios"][0]["rows"] if r["method"] == "FTS")
+    assert row["vs"]["TS"]["runs"] == 2  # two repetitions, not four agents
+    assert row["vs"]["TS"]["diff"] == pytest.approx(((0.4 - 0.5) + (0.4 - 0.6)) / 2)
+    with pytest.raises(SystemExit, match="no --by-target"):
+        learned_weights.analyze(path, ["TS"], -1, by_target=True)

@@ -1,5 +1,6 @@
 """`make flower-demo` end to end: a secured SuperLink and 4 SuperNodes on 127.0.0.1, 3 rounds, an intruder
-refused, nothing left behind."""
+refused, nothing left behind; and two SuperNodes that each evaluate their own objective, named only in their
+node configs (`OWN_OBJECTIVES=1`)."""
 
 import os
 import re
@@ -66,3 +67,30 @@ def test_flower_demo_runs_three_secured_rounds_refuses_an_intruder_and_stops_eve
                      proc.stdout, re.M), proc.stdout
     assert _processes_of(str(tmp_path)) == []  # no SuperLink, SuperNode, SuperExec or app process left
     assert _processes_of(f"127.0.0.1:{port}") == []
+
+
+@pytest.mark.slow  # a SuperLink, 2 SuperNodes training their own CNNs, a 2-round run
+@pytest.mark.skipif(shutil.which("ps") is None or not sys.platform.startswith("linux"), reason="needs Linux ps")
+def test_two_nodes_each_evaluate_the_objective_named_only_in_their_own_node_config(tmp_path):
+    """Each SuperNode's node config names `digits_on_device:DigitsOnDevice` and its own data file; the run
+    config holds only the federation's parameters. Both agents report validation accuracies of their own
+    CNNs, and neither the run config nor the server's log names the class."""
+    port = _free_ports(4)
+    env = dict(os.environ, VENV=str(Path(sys.executable).parent.parent), PORT=str(port), TMPDIR=str(tmp_path),
+               OWN_OBJECTIVES="1", NUM_NODES="2", ROUNDS="2", KEEP="1")
+    for key in ("INSECURE", "ROGUE"):
+        env.pop(key, None)
+    proc = subprocess.run([str(ROOT / "examples/flower_app/run_demo.sh")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rounds = re.findall(r"^round (\d): epsilon = ([0-9.]+) .*reported (\d)/2 .*$", proc.stdout, re.M)
+    assert [(r[0], r[2]) for r in rounds] == [("1", "2"), ("2", "2")]
+    assert 0 < float(rounds[0][1]) < float(rounds[1][1])
+    for line in (ln for ln in proc.stdout.splitlines() if ln.startswith("round ")):
+        best = [float(v) for v in re.findall(r"agent \d: ([-0-9.]+) \(\d+ obs\)", line)]
+        assert len(best) == 2 and all(0.0 < v <= 1.0 for v in best), line  # validation accuracies
+    assert "each node's own objective (node config)" in proc.stdout
+    work = next(tmp_path.glob("fbo-flower-demo.*"))
+    server_log = (work / "run.log").read_text()
+    assert "digits_on_device" not in server_log and "DigitsOnDevice" not in server_log
+    assert _processes_of(str(tmp_path)) == [] and _processes_of(f"127.0.0.1:{port}") == []

@@ -34,6 +34,10 @@ def parse(**changes):
         ({"scenarios": [{"name": "s", "methods": [{"name": "a"}], "histroy": {}}]},
          r"exp.yaml: scenarios\[0\]: unknown key 'histroy'.*allowed: \[.*'history'"),
         ({"privacy": {"acountant": "rdp"}}, r"exp.yaml: privacy: unknown key 'acountant'.*allowed"),
+        # a typo in `defaults` is named where it is, not under the first method that inherits it
+        ({"defaults": {"num_initt": 2}}, r"^exp.yaml: defaults: unknown key 'num_initt' \(did you mean 'num_init'\?\)"),
+        ({"scenarios": [{"name": "s", "methods": [{"name": "a"}], "defaults": {"p_tt": 1}}]},
+         r"^exp.yaml: scenarios\[0\]: defaults: unknown key 'p_tt' \(did you mean 'p_t'\?\)"),
         # method setting types, every field type-checked
         ({"methods": [{"name": "a", "gp_warm_start": "yes"}]}, r"methods\[0\]: `gp_warm_start` must be true or false, got 'yes'"),
         ({"methods": [{"name": "a", "num_iterations": "5"}]}, r"`num_iterations` must be an integer, got '5'"),
@@ -59,7 +63,8 @@ def parse(**changes):
         ({"runs": {"num_inits": "3"}}, r"runs: `num_inits` must be an integer"),
         ({"domain": {"lr": "fast"}}, r"domain: `lr` must be a number"),
         ({"optimizer": {"lr": 0.1}}, r"`optimizer` is now called `domain`"),
-        ({"seed": True}, r"`seed` must be a non-negative integer"),
+        ({"seed": True}, r"`seed` must be an integer in \[0, 2\^63\)"),
+        ({"seed": 2**64}, r"`seed` must be an integer in \[0, 2\^63\), got 18446744073709551616"),  # was accepted
         ({"runs": [1]}, r"`runs` must be a mapping"),
     ],
 )
@@ -204,9 +209,16 @@ methods:
         (TINY_FTS.replace("agents_per_group: 3", "agents_per_group: 1"),
          "methods[1] ('FTS', algorithm fts): target agent(s) [0] have no other agent of its group"),
         (TINY_FTS.replace("history:", "runs: {targets: [5]}\nhistory:"), "runs.targets [5] exceed the objective's 3"),
+        # before: the process grew to 22.7 GB until the kernel killed it
+        (TINY.replace("num_iterations: 2", "num_iterations: 1000000000"),
+         "methods[0] ('DP'): `num_iterations: 1000000000`: 20 agent(s) at once (5 init(s)), 1000000000 iterations"),
+        (TINY_FTS.replace("num_features: 10", "num_features: 10000000"),
+         "methods[1] ('FTS'): `num_features: 10000000`: "),
+        (TINY.replace("clip_norm: 1.0}", "clip_norm: 1.0, aggregation: secure, dropout_tolerance: 0.9}"),
+         "methods[0] ('DP'): `dropout_tolerance` leaves min_survivors = 1; secure aggregation needs 2 <= "),
     ],
     ids=["infinite-S", "one-agent-private", "too-many-regions", "landmine-file", "har-files", "objective-argument",
-         "fts-without-peers", "targets"],
+         "fts-without-peers", "targets", "memory-iterations", "memory-features", "secure-survivors"],
 )
 def test_what_needs_the_objective_is_refused_before_out_exists(tmp_path, capsys, text, says):
     cfg = tmp_path / "c.yaml"
@@ -223,7 +235,7 @@ def test_a_refused_config_deletes_nothing_with_overwrite(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text("{}")
-    (out / "run.json").write_text('{"files": ["results.json", "run.json"]}')
+    (out / "run.json").write_text('{"files": ["results.json", "run.json"], "written": {}}')
     cfg = tmp_path / "c.yaml"
     cfg.write_text(TINY.replace("num_regions: 2", "num_regions: 100"))
     assert main(["run", str(cfg), "--out", str(out), "--overwrite", "--no-progress"]) == 2

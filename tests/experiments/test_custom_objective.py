@@ -161,3 +161,26 @@ def test_the_cli_finds_a_module_in_the_current_folder(tmp_path, monkeypatch, cap
     cfg = _write(tmp_path, FTS.replace("user_objectives:Bowl", "my_objective_mod:MyBowl"))
     assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 0, capsys.readouterr().err
     assert sys.path[-1] == str(tmp_path)  # appended: never shadows an installed package
+
+
+def test_a_box_other_than_the_unit_cube_is_said_once_in_yaml_words_and_quiet_is_silent(tmp_path, capsys):
+    """On [0, 4] the shared map's lengthscale is in the objective's units. The run says so in one line naming
+    the YAML key (not BoTorch's InputDataWarning, whose advice, Normalize and fit_shared_features, is for Python);
+    with --quiet it prints nothing at all."""
+    import warnings
+
+    from botorch.exceptions.warnings import InputDataWarning
+
+    cfg = _write(tmp_path, DP.replace("num_agents: 4}", "num_agents: 4, width: 4.0}"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["run", str(cfg), "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    assert not [w for w in caught if issubclass(w.category, InputDataWarning)]
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if "not the unit cube" in line]
+    assert len(notes) == 1 and "span [0, 4]" in notes[0] and "`rff_lengthscale` (0.03)" in notes[0]
+    assert "Normalize" not in out and "fit_shared_features" not in out
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # what the quiet run silences, even where warnings would show
+        assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "--no-progress", "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")

@@ -62,7 +62,7 @@ def test_the_tidy_csv_has_one_named_row_per_run_agent_and_iteration(tmp_path):
     write_tidy_csv(res, tmp_path / "results.csv")
     rows = list(csv.DictReader(io.StringIO((tmp_path / "results.csv").read_text())))
     assert tuple(rows[0]) == TIDY_COLUMNS == ("scenario", "method", "run", "agent", "init", "iteration", "loss_name",
-                                              "loss", "best_value", "epsilon", "accountant")
+                                              "loss", "best_value", "epsilon", "delta", "accountant")
     assert len(rows) == 2 * 4  # runs x (iterations + 1)
     r = rows[5]  # run 1, iteration 1
     assert (r["scenario"], r["method"], r["run"], r["agent"], r["init"], r["iteration"]) == \
@@ -81,8 +81,31 @@ def test_dp_rows_name_agent_and_repetition_and_carry_epsilon_after_each_round():
     assert [(r[col["run"]], r[col["agent"]]) for r in q25[::4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     eps = res["scenarios"][0]["methods"][1]["epsilon"]
     assert [r[col["epsilon"]] for r in q25[:4]] == ["", repr(eps[0]), repr(eps[1]), repr(eps[2])]
-    assert q25[1][col["accountant"]] == "rdp-classic"
-    assert all(r[col["epsilon"]] == "" and r[col["accountant"]] == "" for r in rows if r[col["method"]] == "TS")
+    assert q25[1][col["accountant"]] == "rdp-classic" and q25[1][col["delta"]] == repr(0.1)
+    assert q25[0][col["delta"]] == ""  # no ε before the first round, so no δ either
+    assert all(r[col["epsilon"]] == r[col["delta"]] == r[col["accountant"]] == ""
+               for r in rows if r[col["method"]] == "TS")
+
+
+def test_every_epsilon_is_printed_with_its_delta_and_accountant(tmp_path, figures):
+    res = _dp(R=2)
+    text = summary_table(res)
+    private = [line for line in text.splitlines() if "eps=" in line]
+    assert len(private) == 4 and all("(delta=0.1, rdp-classic)" in line for line in private)
+    assert not any("eps=" in line for line in text.splitlines() if line.strip().startswith("TS"))
+    # N = 2 agents with delta = 0.1: fine; with delta = 0.5 = 1/N a note says what such a guarantee allows
+    assert "note:" not in text
+    for sc in res["scenarios"]:
+        for m in sc["methods"]:
+            m["delta"] = 0.5
+    assert "note: delta=0.5 >= 1/N = 0.5 (2 agents): such a guarantee allows releasing one agent's data in full" \
+        in summary_table(res)
+    # the papers' default delta = 1/N^1.1 is named as such
+    res["config"] = {"privacy": {"delta": None}}
+    assert "delta = 1/N^1.1 (privacy.delta: null) is the papers' choice" in summary_table(res)
+    plot_privacy(_dp(), tmp_path)
+    assert "δ = 0.1" in figures[0].axes[0].get_xlabel()
+    assert all("rdp-classic, δ = 0.1" in ax.get_ylabel() for ax in figures[1].axes if ax.lines)
 
 
 @pytest.mark.parametrize("loss_name, stem", [

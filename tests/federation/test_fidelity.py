@@ -18,6 +18,7 @@ from fbo_torch.federation.fidelity import (
     null_std,
     peer_predictions,
     peer_trust,
+    redundancy,
     trusted_p_t,
 )
 from fbo_torch.federation.settings import FTSSettings
@@ -250,3 +251,48 @@ def test_simulator_learned_weights_avoid_adversarial_peers():
     # 100 draws: uniform's share has s.e. 0.05 around 0.5
     assert 0.3 < share["uniform"] < 0.7
     assert share["learned"] < 0.2, share  # at most 20 of 100 draws: six s.e. below uniform
+
+
+# ------------------------------------------------------------------ sybils
+def _spiked_copy(rff, omega, X):
+    """``omega`` plus the smallest change that makes the grid point farthest from ``X`` its function's maximum."""
+    grid = torch.linspace(0, 1, 501, dtype=torch.float64).unsqueeze(-1)
+    x_s = grid[(grid - X.T).abs().amin(-1).argmax()]
+    values = rff(grid) @ omega
+    phi = rff(x_s.unsqueeze(0))[0]
+    c = values.max() - phi @ omega + 0.25 * (values.max() - values.min())
+    spiked = omega + c * phi / phi.square().sum()
+    assert torch.allclose(grid[(rff(grid) @ spiked).argmax()], x_s, atol=0.05)  # following it queries x_s
+    return spiked
+
+
+def test_copies_of_a_helpful_message_count_as_one_peer():
+    """Before: sybils that copy a helpful message and add a spike where the target has not looked scored what
+    the copied peer scores and took k/(k+1) of its mass (3 of them: the other helpful peer fell from 0.40 to
+    0.23 of P_N). A cluster of copies, rescaled or not, now weighs what one peer weighs."""
+    rff = RandomFourierFeatures(1, 100, lengthscale=0.08, seed=3)
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(2, 40, 1, generator=g, dtype=torch.float64)  # two honest helpful peers' own data
+    honest = RFFBayesianLinear(rff, X, f(X).unsqueeze(-1), noise_variance=1e-2).sample_weights(generator=g)
+    unrelated = torch.randn(3, 100, generator=g, dtype=torch.float64)
+    messages = torch.cat([honest, unrelated])  # N = 5: peers 0, 1 helpful
+    Xt, yt = target_data(5, seed=7)
+    sybils = torch.stack([a * _spiked_copy(rff, honest[0], Xt) for a in (0.5, 1.0, 3.0)])
+    gp = SingleTaskGP(Xt, yt.unsqueeze(-1))
+    alone = FederatedThompsonSampling(gp, messages, rff, p_t=0.0, agent_weights="learned").agent_probs
+    attacked = FederatedThompsonSampling(gp, torch.cat([messages, sybils]), rff, p_t=0.0,
+                                         agent_weights="learned").agent_probs
+    assert alone[:2].min() > 0.2
+    assert attacked[1] > 0.85 * alone[1]  # the other helpful peer keeps its weight
+    assert attacked[[0, 5, 6, 7]].sum() < 1.15 * alone[0]  # the copied peer and its copies: about one peer
+    # honest posterior draws are not copies of one another; exact and rescaled copies are
+    assert torch.allclose(redundancy(messages), torch.ones(5, dtype=torch.float64))
+    counts = redundancy(torch.stack([honest[0], 2 * honest[0], honest[1]]))
+    assert torch.allclose(counts, torch.tensor([2.0, 2.0, 1.0], dtype=torch.float64))
+
+
+def test_non_finite_scores_are_refused_not_turned_into_zero_weights():
+    """Before: a NaN score gave a row of zeros and P_N silently kept its old preferences."""
+    with pytest.raises(ValueError, match="`scores` holds 1 NaN"):
+        fidelity_weights(torch.tensor([0.3, math.nan, 1.0], dtype=torch.float64))
+    assert fidelity_weights(torch.tensor([0.0, -math.inf], dtype=torch.float64)).tolist() == [1.0, 0.0]

@@ -175,3 +175,14 @@ def test_a_federation_with_hostile_agents_runs_to_the_end_with_finite_broadcasts
     # regret close to the honest run's: within 3 standard errors of the difference of the means
     se = math.sqrt(h.var().item() / h.numel() + b.var().item() / b.numel())
     assert b.mean().item() <= h.mean().item() + 3 * se, (b.mean().item(), h.mean().item(), se)
+
+
+def test_a_non_probability_p_t_or_sample_rate_is_refused():
+    """Before: plan(p_t=NaN) was accepted (NaN < threshold is False: it released), and a DPAggregator
+    sample rate given as the text "0.5" was read as 0.5."""
+    from fbo_torch.federation import DPAggregator
+
+    with pytest.raises(ValueError, match="`p_t` must lie in"):
+        _server().plan(1, math.nan)
+    with pytest.raises(TypeError, match="`sample_rate` must be a number, got str '0.5'"):
+        DPAggregator("0.5", 1.0, 1.0, torch.ones(1, N, dtype=f64))

@@ -256,6 +256,38 @@ def test_run_config_values_are_what_they_say_or_refused():
         FlowerRunConfig.from_run_config({"noise-multiplier": 1.0})
 
 
+@pytest.mark.parametrize("key, value, says", [
+    ("round-timeout", -1.0, "`round-timeout` must be a finite number of seconds > 0"),
+    ("round-timeout", math.nan, "`round-timeout` must be a finite number of seconds > 0"),
+    ("min-nodes-timeout", -1.0, "`min-nodes-timeout` must be a finite number of seconds >= 0"),
+    ("seed", 2**64, r"`seed` must be an integer in \[0, 2\^63\)"),
+])
+def test_run_config_timeouts_and_seeds_out_of_range_are_refused(key, value, says):
+    """Before: negative or NaN timeouts were accepted, and a seed >= 2^64 ran with the streams of seed mod 2^64."""
+    with pytest.raises(ValueError, match=says):
+        FlowerRunConfig.from_run_config(dict(RUN_CONFIG, **{key: value}))
+
+
+def test_impossible_metrics_and_a_device_omega_are_invalid_replies():
+    """Before: the server took best-value = inf and num-observations = 2**80, and an ω on the meta device
+    raised RuntimeError (out of the reply's check) instead of InvalidReply."""
+    from fbo_torch.flower.coordinator import InvalidReply
+
+    obj = CFG.build_objective()
+    coord = Coordinator(CFG, obj.bounds, obj.dim)
+    coord.plan()
+    M = CFG.settings.num_features
+    omega = torch.zeros(M, dtype=torch.float64)
+    most = CFG.settings.num_init + CFG.num_rounds
+    for kwargs, says in ((dict(best_value=math.inf), "best value inf is not a finite number"),
+                         (dict(num_observations=2**80), f"observation count {2**80} is not an integer in 0..{most}"),
+                         (dict(num_observations=most + 1), "is not an integer in"),
+                         (dict(omega=torch.zeros(M, dtype=torch.float64, device="meta")), "on device 'meta'")):
+        with pytest.raises(InvalidReply, match=says):
+            coord.receive(0, coord.fingerprint, **{"omega": omega, **kwargs})
+    coord.receive(0, coord.fingerprint, omega, best_value=0.5, num_observations=most)
+
+
 def test_no_connected_node_means_no_release_and_no_epsilon():
     """Before: with zero nodes the server released pure noise every round and charged ε for it."""
     coord, releases, lines, _ = _run(num_nodes=0)
@@ -269,9 +301,9 @@ class Crash(Exception):
     pass
 
 
-def _crash_at(t):
+def _crash_at(t, run_config=RUN_CONFIG):
     """A grid whose network dies when the server sends exchange ``t``."""
-    grid = InProcessGrid(client_app.app, RUN_CONFIG, N)
+    grid = InProcessGrid(client_app.app, run_config, N)
     push = grid.push_messages
 
     def pushing(messages):
@@ -315,19 +347,175 @@ def test_a_state_folder_that_does_not_verify_or_belongs_elsewhere_is_refused(tmp
                                   state=ServerState(folder))
     path = folder / "server.json"
     good = path.read_text()
-    saved = json.loads(good)
-    ledger = saved["state"]["server"]["ledger"]
-    ledger["epsilons"] = [e / 10 for e in ledger["epsilons"]]
-    path.write_text(json.dumps(saved))
+    journal = _journal(folder).read_text() if _journal(folder).exists() else None
+
+    def lower(saved):
+        ledger = saved["state"]["server"]["ledger"]
+        ledger["epsilons"] = [e / 10 for e in ledger["epsilons"]]
+
+    _rewrite(folder, lower)  # the journal rewritten to match, as the server's own user could
     with pytest.raises(ServerStateError, match="does not verify"):
         _run(state=ServerState(folder))
     path.write_text(good)
+    if journal is not None:
+        _journal(folder).write_text(journal)
     other = dict(RUN_CONFIG, **{"num-rounds": 5})
     with pytest.raises(ServerStateError, match="another federation"):
         _run(run_config=other, state=ServerState(folder))
     path.write_text("{not json")
     with pytest.raises(ServerStateError, match="unreadable"):
         _run(state=ServerState(folder))
+
+
+def _journal(folder):
+    return folder.parent / f"{folder.name}.journal"
+
+
+def _rewrite(folder, edit):
+    """Edit ``server.json`` with ``edit(data)``, and its release journal's last entry to match (where there is
+    one), as someone who can write both could."""
+    path = folder / "server.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    journal = _journal(folder)
+    if journal.exists() and data.get("journal") is not None:
+        from fbo_torch.flower.server_state import ReleaseJournal
+
+        entries = ReleaseJournal(journal).entries()
+        data["journal"] = ReleaseJournal.next_entry(entries[-2] if len(entries) > 1 else None, data["federation"],
+                                                    data["state"], data["finished"], data["epsilon"])
+        lines = journal.read_text().splitlines()[:-1]
+        journal.write_text("\n".join(lines + [json.dumps(data["journal"], sort_keys=True, separators=(",", ":"))])
+                           + "\n")
+    path.write_text(json.dumps(data))
+
+
+def _crashed(t, folder, run_config=RUN_CONFIG):
+    """A federation whose server died sending exchange ``t``, its state in ``folder``."""
+    with pytest.raises(Crash):
+        server_app.run_federation(_crash_at(t, run_config), FlowerRunConfig.from_run_config(run_config), echo=lambda _: None,
+                                  poll_interval=0.0, state=ServerState(folder))
+
+
+def _resume(folder, run_config=RUN_CONFIG):
+    return _run(run_config=run_config, state=ServerState(folder))[0]
+
+
+@pytest.mark.parametrize("edit", ["delta", "noise-multiplier"])
+def test_a_state_edited_to_other_privacy_parameters_is_refused(tmp_path, edit):
+    """Before: a server.json edited consistently (δ 1e-5 -> 0.2, or z 1.0 -> 5.0, the ε list recomputed) was
+    accepted on restart and reported ε 2.23 or 1.12 instead of 7.92."""
+    from fbo_torch.privacy import PrivacyLedger
+
+    folder = tmp_path / "server"
+    _crashed(3, folder)
+    z, q = CFG.settings.noise_multiplier, CFG.settings.sample_rate
+    delta, z_new = (0.2, z) if edit == "delta" else (CFG.ledger_delta, 5.0)
+
+    def forge(saved):
+        server = saved["state"]["server"]
+        ledger = PrivacyLedger(CFG.privacy.accountant, delta=delta)
+        eps = [ledger.record(z_new, q) for _ in server["ledger"]["epsilons"]]
+        assert eps[-1] < saved["epsilon"]
+        server["ledger"] = dict(ledger.state_dict(), num_agents=N)
+        server.get("mechanism", {}).update(delta=delta, noise_multiplier=z_new)
+        for r, e in zip(server["rounds"], eps):
+            r["epsilon"] = e
+        saved["epsilon"] = eps[-1]
+
+    _rewrite(folder, forge)
+    with pytest.raises(ServerStateError, match="does not verify.*(delta|noise_multiplier)"):
+        _resume(folder)
+
+
+@pytest.mark.parametrize("budget", [1e9, None])
+def test_the_run_configs_budget_bounds_a_resumed_run_whatever_the_state_says(tmp_path, budget):
+    """Before: the ledger's `max_epsilon` in server.json (raised to 1e9 or None) replaced the run config's."""
+    runner, _ = simulate(RUN_CONFIG)
+    eps1, eps2, eps3 = runner.epsilons
+    capped = dict(RUN_CONFIG, **{"max-epsilon": (eps2 + eps3) / 2})
+    folder = tmp_path / "server"
+    _crashed(1, folder, capped)
+    _rewrite(folder, lambda saved: saved["state"]["server"]["ledger"].update(max_epsilon=budget))
+    coord = _resume(folder, capped)
+    assert coord.ledger.max_epsilon == (eps2 + eps3) / 2 and coord.epsilon == pytest.approx(eps2)
+    assert [(r.released, r.reason) for r in coord.logs][-1] == (False, "budget")
+
+
+def test_a_rolled_back_state_is_refused(tmp_path):
+    """Before: a server.json copied back from an earlier exchange was accepted (ε 4.38 instead of 7.92)."""
+    import shutil
+
+    folder = tmp_path / "server"
+    _crashed(1, folder)
+    early = (folder / "server.json").read_text()
+    backup = tmp_path / "backup"
+    shutil.copytree(folder, backup)
+    with pytest.raises(Crash):  # the restarted server gets to exchange 3 before it dies again
+        server_app.run_federation(_crash_at(3), CFG, echo=lambda _: None, poll_interval=0.0,
+                                  state=ServerState(folder))
+    late = (folder / "server.json").read_text()
+    (folder / "server.json").write_text(early)
+    (folder / "server.json").chmod(0o600)
+    with pytest.raises(ServerStateError, match="not the last state this server wrote.*exchange 3"):
+        _resume(folder)
+    shutil.rmtree(folder)
+    shutil.copytree(backup, folder)  # a restored backup of the whole folder
+    with pytest.raises(ServerStateError, match="rolled back, restored from a backup"):
+        _resume(folder)
+    (folder / "server.json").write_text(late)  # the latest state resumes
+    assert _resume(folder).ledger.rounds == CFG.num_rounds
+
+
+def test_a_state_without_rounds_never_brings_back_its_secret(tmp_path):
+    """Before: a server.json whose "state" was null was a new federation with the old secret: round 1 was
+    released again with the same noise and coins (two broadcasts 1.196 apart, against ~9.4 for fresh noise)."""
+    folder = tmp_path / "server"
+    _crashed(2, folder)
+    old = json.loads((folder / "server.json").read_text())["secret"]
+
+    saved = json.loads((folder / "server.json").read_text())
+    (folder / "server.json").write_text(json.dumps(dict(saved, state=None, journal=None)))
+    with pytest.raises(ServerStateError, match="empty, but the release journal .* records exchange 2"):
+        _resume(folder)
+    (folder / "server.json").unlink()  # a lost file: the same
+    with pytest.raises(ServerStateError, match="missing, but the release journal"):
+        _resume(folder)
+    _journal(folder).unlink(missing_ok=True)  # nothing says anything was sent: a new federation, a new secret
+    coord = _resume(folder)
+    assert coord.ledger.rounds == CFG.num_rounds
+    assert json.loads((folder / "server.json").read_text())["secret"] != old
+
+
+# ------------------------------------------------------------------ code named in a run config
+def test_a_run_config_cannot_make_nodes_or_the_server_import_code_they_did_not_allow(tmp_path, monkeypatch):
+    """Before: `objective: {"type": "module:Class"}` in the run config, which the server sends to every node, was
+    imported by every node and the server: the module's top-level code ran (it wrote a file)."""
+    import sys
+
+    from flwr.app import RecordDict
+
+    marker = tmp_path / "ran"
+    (tmp_path / "fbo_test_planted.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from fbo_torch.objectives.synthetic import GPSampleGridFederation as Planted\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("FBO_ALLOW_OBJECTIVES", raising=False)
+    name = "fbo_test_planted:Planted"
+    planted = dict(RUN_CONFIG, objective=json.dumps(dict(json.loads(RUN_CONFIG["objective"]), type=name)))
+    cfg = FlowerRunConfig.from_run_config(planted)
+    grid = InProcessGrid(client_app.app, planted, N)
+    with pytest.raises(ValueError, match="allow-objectives"):
+        server_app.run_federation(grid, cfg, echo=lambda _: None, poll_interval=0.0)
+    with pytest.raises(ValueError, match="names 'fbo_test_planted:Planted'.*allow-objectives"):
+        client_app.handle_round(grid.create_message(RecordDict(), "train", 100, "0"), grid.contexts[100])
+    assert not marker.exists() and "fbo_test_planted" not in sys.modules
+    # what a node's own configuration allows, it runs (here: the server's environment and every node's config)
+    monkeypatch.setenv("FBO_ALLOW_OBJECTIVES", f"other.module:Thing, {name}")
+    for ctx in grid.contexts.values():
+        ctx.node_config["allow-objectives"] = name
+    coord = server_app.run_federation(grid, cfg, echo=lambda _: None, poll_interval=0.0)
+    assert coord.done and [r.num_reported for r in coord.logs] == [N] * CFG.num_rounds and marker.exists()
 
 
 # ------------------------------------------------------------------ who plays which agent
@@ -434,10 +622,14 @@ def test_the_server_state_folder_is_server_side_per_federation_and_held_by_one_s
     a.release()
     b = ServerState(a.folder)
     again, _ = b.open(CFG.fingerprint())
-    assert again == secret
+    assert again != secret  # nothing was sent with it, but a secret is never taken back from a state without rounds
+    b.save(CFG.fingerprint(), again, {"round": 0})  # a state with rounds keeps its secret
     b.release()
     with pytest.raises(ServerStateError, match="another secret"):
         ServerState(a.folder).open(CFG.fingerprint(), bytes(32))
+    c = ServerState(a.folder)
+    assert c.open(CFG.fingerprint()) == (again, {"round": 0})
+    c.release()
 
 
 def test_a_second_server_on_a_folder_in_use_is_refused_and_the_first_runs_on(tmp_path):

@@ -111,8 +111,51 @@ def test_emnist_objective_on_generated_idx_files(tmp_path):
     assert g.images.shape[0] <= 40
 
 
+def _serve_emnist_zip(folder, raw):
+    """NIST's gzip.zip layout (gzip/emnist-*.gz) of the idx files in ``raw``, served on 127.0.0.1; returns
+    (url, md5 of the archive, server)."""
+    import gzip
+    import hashlib
+    import http.server
+    import threading
+    import zipfile
+
+    archive = folder / "gzip.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in sorted(raw.iterdir()):
+            z.writestr(f"gzip/{f.name}.gz", gzip.compress(f.read_bytes()))
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(folder), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/gzip.zip"
+    return url, hashlib.md5(archive.read_bytes()).hexdigest(), server
+
+
+def test_the_emnist_download_command_fetches_checks_and_lays_out_the_files(tmp_path, monkeypatch, capsys):
+    """`fbo-torch data emnist --root DIR` downloads NIST's archive through torchvision (via the compatibility
+    layer), checks its MD5, unpacks it where EMNISTCNN reads, and says how to use it. Offline: a generated
+    archive in NIST's layout, served on 127.0.0.1 (--url), its MD5 given to torchvision's check."""
+    from fbo_torch.cli import main
+
+    raw = _write_fake_emnist(tmp_path / "made")
+    url, md5, server = _serve_emnist_zip(tmp_path, raw)
+    tv = import_torchvision()
+    try:
+        monkeypatch.setattr(tv.datasets.EMNIST, "md5", "0" * 32)
+        assert main(["data", "emnist", "--root", str(tmp_path / "data"), "--url", url]) == 1  # wrong checksum
+        assert "error: downloading EMNIST into" in capsys.readouterr().err
+        monkeypatch.setattr(tv.datasets.EMNIST, "md5", md5)
+        assert main(["data", "emnist", "--root", str(tmp_path / "data"), "--url", url]) == 0
+    finally:
+        server.shutdown()
+    out = capsys.readouterr().out
+    assert "200 training and 40 test images" in out and f"FBO_EMNIST_ROOT={tmp_path / 'data'}" in out
+    f = EMNISTCNN(tmp_path / "data", num_agents=2, samples_per_agent=30, min_samples_per_agent=20, steps=2)
+    assert f.images.shape[1:] == (1, 28, 28)
+
+
 def test_emnist_missing_data_raises_clear_error(tmp_path, monkeypatch):
-    how = r'torchvision\.datasets\.EMNIST\(root, split="digits", download=True\)(.|\n)*FBO_EMNIST_ROOT'
+    how = r"fbo-torch data emnist --root <folder>(.|\n)*FBO_EMNIST_ROOT"
     with pytest.raises(FileNotFoundError, match="nowhere(.|\n)*" + how):
         EMNISTCNN(tmp_path / "nowhere", num_agents=2)
     monkeypatch.delenv("FBO_EMNIST_ROOT", raising=False)

@@ -218,3 +218,12 @@ def test_rff_paths_report_the_feature_maps_lengthscales():
     torch.testing.assert_close(again.lengthscales(), want, atol=0, rtol=0)
     X = torch.rand(2, 5, 3, dtype=f64)
     torch.testing.assert_close(again(X), paths(X), atol=0, rtol=0)
+
+
+def test_a_domain_of_no_or_non_finite_candidates_is_refused():
+    """Before: Domain accepted NaN candidates (every score NaN) and an empty candidate set."""
+    bounds = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="`candidates` must be finite; it holds 1 NaN"):
+        Domain(bounds, torch.tensor([[0.2], [float("nan")]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="`candidates` is empty"):
+        Domain(bounds, torch.empty(0, 1, dtype=torch.float64))

@@ -345,8 +345,8 @@ def test_ledger_state_dict_round_trip():
     first = PrivacyLedger("rdp-classic", num_agents=N, max_epsilon=50.0)
     for z, q in schedule[:10]:
         first.record(z, q)
-    resumed = PrivacyLedger("rdp-classic", delta=0.5)  # delta and budget come from the state
-    resumed.load_state_dict(first.state_dict())
+    resumed = PrivacyLedger("rdp-classic", delta=0.5)  # non-strict: delta and budget come from the state
+    resumed.load_state_dict(first.state_dict(), strict=False)
     assert resumed.delta == first.delta and resumed.max_epsilon == 50.0 and resumed.num_agents == N
     for z, q in schedule[10:]:
         resumed.record(z, q)
@@ -381,6 +381,29 @@ def test_a_forged_ledger_is_refused(accountant):
     resumed = PrivacyLedger(accountant, num_agents=N)
     resumed.load_state_dict(fewer)  # ...is a valid ledger of 2 releases: the server checks its own round count
     assert resumed.rounds == 2
+
+
+def test_a_saved_ledger_cannot_change_the_runs_guarantee_or_lift_its_budget():
+    """Before: a state with δ 1e-5 -> 0.2 (epsilons recomputed) reported a smaller ε, and a saved
+    `max_epsilon` of 1e9 or None replaced the run's budget."""
+    run = dict(accountant="rdp", delta=1e-5, num_agents=N, max_epsilon=3.0)
+    saved = PrivacyLedger(**{**run, "max_epsilon": None})
+    for _ in range(5):
+        saved.record(1.0, 0.35)
+    honest = saved.state_dict()
+    loose = PrivacyLedger("rdp", delta=0.2)
+    for _ in range(5):
+        loose.record(1.0, 0.35)
+    forged = dict(loose.state_dict(), num_agents=N)  # consistent: epsilons follow from δ = 0.2
+    assert forged["epsilons"][-1] < honest["epsilons"][-1]
+    with pytest.raises(ValueError, match="delta = 0.2, this run's is 1e-05"):
+        PrivacyLedger(**run).load_state_dict(forged)
+    with pytest.raises(ValueError, match="num_agents = 7, this run's is"):
+        PrivacyLedger(**run).load_state_dict(dict(honest, num_agents=7))
+    for budget in (1e9, None):
+        resumed = PrivacyLedger(**run)
+        resumed.load_state_dict(dict(honest, max_epsilon=budget))
+        assert resumed.max_epsilon == 3.0 and resumed.epsilons == honest["epsilons"]
 
 
 def test_delta_at_or_above_one_over_n_warns_and_the_deployment_default_is_small():

@@ -20,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import sys
@@ -42,11 +43,34 @@ CONFIGS: dict[str, dict] = {
     "local TS (old engine)": dict(algorithm="ts"),
     "local LogEI (old engine)": dict(algorithm="ts", own_acquisition="logei"),
     "local": dict(algorithm="ts", **ENGINE),
+    "local UCB": dict(algorithm="ts", gp_kernel="fbo", gp_warp="auto", own_acquisition="ucb", ucb_beta=2.0),
     "FTS": dict(algorithm="fts", **ENGINE, **MESSAGES),
     "FTS learned + trust": dict(algorithm="fts", agent_weights="learned", peer_trust=True, **ENGINE, **MESSAGES),
     "peer prior": dict(algorithm="peer_prior", **ENGINE, **MESSAGES),
     "peer prior learned": dict(algorithm="peer_prior", agent_weights="learned", **ENGINE, **MESSAGES),
 }
+
+#: ``--ablation``: the local engine's ingredients one at a time (``docs/design.md``, "The local
+#: engine"). Two GP specs exist only here: the ``fbo`` spec's noise floor alone and its
+#: lengthscale prior alone.
+ABLATION: dict[str, dict] = {
+    "BoTorch GP + TS (old default)": dict(algorithm="ts"),
+    "BoTorch GP + LogEI": dict(algorithm="ts", own_acquisition="logei"),
+    "+ noise floor 1e-6": dict(algorithm="ts", own_acquisition="logei", gp_kernel="ablation_floor"),
+    "+ short-lengthscale prior": dict(algorithm="ts", own_acquisition="logei", gp_kernel="ablation_prior"),
+    "+ both (fbo GP)": dict(algorithm="ts", own_acquisition="logei", gp_kernel="fbo"),
+    "+ both + warp (engine)": dict(algorithm="ts", **ENGINE),
+    "engine with TS": dict(algorithm="ts", gp_kernel="fbo", gp_warp="auto", own_acquisition="ts"),
+    "BoTorch GP + warp + LogEI": dict(algorithm="ts", own_acquisition="logei", gp_warp="auto"),
+}
+
+
+def register_ablation_specs() -> None:
+    from fbo_torch.models.batched_gp import GP_SPECS
+
+    fbo = GP_SPECS["fbo"]
+    GP_SPECS["ablation_floor"] = dataclasses.replace(fbo, ls_prior_median=None, ls_prior_scale=None)
+    GP_SPECS["ablation_prior"] = dataclasses.replace(fbo, noise_lower=GP_SPECS["botorch"].noise_lower)
 
 
 def build_objective(meta: dict):
@@ -154,13 +178,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default=None, help="e.g. 0-9 (default: every seed pyfmto's file has)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ablation", action="store_true", help=f"run the engine's ablation {list(ABLATION)} instead")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    configs = CONFIGS
+    if args.ablation:
+        register_ablation_specs()
+        configs = ABLATION
+        if args.configs == ",".join(CONFIGS):
+            args.configs = ",".join(ABLATION)
     meta = json.loads(args.pyfmto.read_text())
     labels = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in labels if c not in CONFIGS]
+    unknown = [c for c in labels if c not in configs]
     if unknown:
-        ap.error(f"--configs: unknown {unknown}; expected some of {list(CONFIGS)}")
+        ap.error(f"--configs: unknown {unknown}; expected some of {list(configs)}")
     all_seeds = sorted({int(r["seed"]) for runs in meta["runs"].values() for r in runs})
     seeds = parse_seeds(args.seeds) if args.seeds else all_seeds
     design = designs(meta, seeds)
@@ -170,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         "tasks": meta["tasks"], "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), "
         f"torch {torch.__version__}, {args.device}", "command": " ".join(sys.argv), "configs": {}, "runs": {}}
     for label in labels:
-        result["runs"][label] = run_config(label, CONFIGS[label], objective, meta, seeds, design, args.device)
-        result["configs"][label] = CONFIGS[label]
+        result["runs"][label] = run_config(label, configs[label], objective, meta, seeds, design, args.device)
+        result["configs"][label] = configs[label]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result))
     return 0

@@ -126,8 +126,14 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
 
 
-def markdown(meta: dict, summary: dict) -> str:
+def task_names(meta: dict) -> list[str]:
+    """The tasks' names, or "field" where they are all alike (svm_landmine's tasks are one class)."""
     names = [t["name"] for t in meta["tasks"]]
+    return names if len(set(names)) == len(names) or len(set(names)) > 1 else ["field"] * len(names)
+
+
+def markdown(meta: dict, summary: dict) -> str:
+    names = task_names(meta)
     labels = sorted(summary["labels"], key=lambda lab: summary["mean_rank"][lab])
     head = f"{meta['problem']}, d = {meta['dim']}, {meta['fe_init']} + {meta['fe_max'] - meta['fe_init']} evaluations, "
     head += f"seeds {summary['seeds'][0]}–{summary['seeds'][-1]} ({len(summary['seeds'])}, paired)"
@@ -157,7 +163,7 @@ def plot(meta: dict, curves: dict, summary: dict, path: Path, labels: list[str] 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [t["name"] for t in meta["tasks"]]
+    names = task_names(meta)
     A = len(names)
     labels = labels or sorted(summary["labels"], key=lambda lab: summary["mean_rank"][lab])
     seeds = summary["seeds"]

@@ -109,3 +109,58 @@ def test_check_results_names_what_is_wrong(edit, message):
     edit(data)
     with pytest.raises(ValueError, match=message):
         check_results(data)
+
+
+OURS = sorted((ROOT / "benchmarks" / "results" / "peers" / "ours").glob("*.json"))
+
+
+def _pyfmto_of(ours: dict) -> dict:
+    name = f"{ours['problem']}_d{ours['dim']}.json"
+    return _load(ROOT / "benchmarks" / "results" / "peers" / "pyfmto" / name)
+
+
+def _check_ours(data: dict) -> None:
+    """pyfmto's schema, where ours has ``configs`` (the settings of each label) instead of pyfmto's versions."""
+    assert set(data["configs"]) == set(data["runs"])
+    check_results({**{k: v for k, v in data.items() if k != "configs"}, "pyfmto_version": "", "fmto_commit": ""})
+
+
+def _designs(data: dict) -> dict[int, torch.Tensor]:
+    n0 = data["fe_init"]
+    return {run["seed"]: torch.tensor([t["X"][:n0] for t in run["tasks"]], dtype=torch.float64)
+            for runs in data["runs"].values() for run in runs}
+
+
+@pytest.mark.parametrize("path", OURS, ids=[p.name for p in OURS])
+def test_our_runs_start_from_pyfmtos_designs(path):
+    # run `seed` of ours starts where pyfmto's run `seed` started: the comparisons are paired. The design
+    # goes to the unit cube and back (x = lb + (ub - lb) u): a few ulps of the box's width.
+    data = _load(path)
+    _check_ours(data)
+    theirs = _designs(_pyfmto_of(data))
+    width = torch.tensor([[t["ub"][0] - t["lb"][0]] for t in data["tasks"]], dtype=torch.float64).unsqueeze(-1)
+    for seed, X0 in _designs(data).items():
+        assert torch.allclose(X0, theirs[seed], rtol=0, atol=0) or ((X0 - theirs[seed]).abs() <= 8e-16 * width).all()
+    if data["problem"] == "tetci2019":  # and every value is the port's at the recorded point
+        obj = Tetci2019(dim=data["dim"])
+        for runs in data["runs"].values():
+            for run in runs:
+                X = torch.tensor([t["X"] for t in run["tasks"]], dtype=torch.float64)  # N x n x d
+                y = torch.tensor([t["y"] for t in run["tasks"]], dtype=torch.float64)
+                assert torch.allclose(obj.evaluate_original(X), y, rtol=1e-12, atol=1e-12)
+
+
+def test_run_ours_writes_a_paired_results_file(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
+    import run_ours
+
+    src = ROOT / "benchmarks" / "results" / "peers" / "pyfmto" / "tetci2019_d3.json"
+    out = tmp_path / "ours.json"
+    assert run_ours.main([str(src), "--seeds", "0", "--configs", "local", "--out", str(out)]) == 0
+    data = _load(out)
+    _check_ours(data)
+    assert list(data["runs"]) == ["local"] and [r["seed"] for r in data["runs"]["local"]] == [0]
+    run = data["runs"]["local"][0]
+    assert all(len(t["y"]) == data["fe_max"] for t in run["tasks"])
+    mine, theirs = _designs(data)[0], _designs(_load(src))[0]
+    assert ((mine - theirs).abs() <= 1e-12 * theirs.abs().clamp_min(1.0)).all()

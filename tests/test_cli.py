@@ -153,7 +153,7 @@ def test_cli_errors_and_help(tmp_path, capsys):
 
 def test_repo_configs_validate(monkeypatch, tmp_path):
     root = Path(__file__).resolve().parents[1]
-    configs = sorted((root / "configs").glob("*.yaml"))
+    configs = sorted((root / "configs").rglob("*.yaml"))  # configs/learned_weights, configs/peers too
     assert configs, "configs/ is empty"
     monkeypatch.setenv("FBO_HAR_PATH", str(tmp_path))
     monkeypatch.setenv("FBO_EMNIST_ROOT", str(tmp_path))

@@ -33,6 +33,8 @@ def targets(objective: Objective, sc: Scenario) -> torch.Tensor:
             raise ConfigError(f"{sc.where}: runs.targets {runs.targets} exceed the objective's "
                               f"{objective.num_agents} agents.")
         return t
+    if sc.history.mode == "together" and runs.num_targets is None:  # every agent, each other's peers
+        return torch.arange(objective.num_agents)
     builtin = getattr(objective, "targets", None)
     if builtin is not None and runs.num_targets is None:
         return torch.as_tensor(builtin, dtype=torch.long)
@@ -47,6 +49,18 @@ def check_scenario(ctx: ScenarioContext) -> None:
     objective has groups, as :class:`~fbo_torch.simulate.fts.FTSRunner` picks them)."""
     sc, objective = ctx.scenario, ctx.objective
     tg = targets(objective, sc)
+    if sc.history.mode == "together":
+        if not torch.equal(tg.cpu(), torch.arange(objective.num_agents)):
+            raise ConfigError(f"{sc.where}: history.mode together makes every agent a target (the agents of one "
+                              f"initialization are each other's peers); runs.targets must be all "
+                              f"{objective.num_agents} agents (leave it out), got {tg.tolist()}.")
+        for j, (label, settings) in enumerate(sc.methods):
+            if settings.algorithm in ("rgpe", "taf"):
+                raise ConfigError(f"{sc.where}: methods[{j}] ({label!r}): history.mode together supports "
+                                  "algorithms fts, peer_prior and ts, not " + settings.algorithm + ".")
+            if settings.algorithm in ("fts", "peer_prior") and settings.communication != "every-round":
+                raise ConfigError(f"{sc.where}: methods[{j}] ({label!r}): agents that optimize together send a "
+                                  "fresh message every round; set communication: every-round.")
     groups = getattr(objective, "group_of_agent", None)
     groups = torch.zeros(objective.num_agents, dtype=torch.long) if groups is None else groups.cpu()
     peers = (groups.unsqueeze(0) == groups[tg.cpu()].unsqueeze(-1)).sum(-1) - 1
@@ -70,7 +84,8 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
     num_inits = ctx.num_inits
     tg = targets(objective, sc)
     history = None
-    if any(m.algorithm in FEDERATED for _, m in sc.methods):
+    together = sc.history.mode == "together"
+    if any(m.algorithm in FEDERATED for _, m in sc.methods) and not together:
         h = sc.history
         t0 = time.perf_counter()
         history = FederationHistory(
@@ -82,7 +97,7 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
     def make_runner(label: str, settings: Any) -> FTSRunner:
         return FTSRunner(
             objective, settings, tg, num_inits, history=history, domain=domain, seed=seed,
-            device=device, name=label,
+            device=device, name=label, together=together,
         )
 
     def make_record(label: str, settings: Any, runner: FTSRunner) -> dict[str, Any]:

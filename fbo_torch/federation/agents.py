@@ -41,6 +41,7 @@ from fbo_torch.acquisition.batched import (
     BatchedLogExpectedImprovement,
     BatchedUpperConfidenceBound,
 )
+from fbo_torch.acquisition.peer_prior import BatchedPriorGuided
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.partition import SubRegionPartition
@@ -48,6 +49,7 @@ from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.federation.search import broadcast_queries
 from fbo_torch.federation.settings import MethodSettings
 from fbo_torch.models.batched_gp import BatchedExactGP, get_spec
+from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain
 from fbo_torch.utils import keyed_random as kr
@@ -100,6 +102,8 @@ class Agents:
         self.n = n0
         self.gp_params: Tensor | None = None
         self.gp_updates = 0
+        #: ``B`` indices of each agent's output warp at its last GP (``gp_warp="auto"``; 0 is the identity).
+        self.warp_choice: Tensor | None = None
         self.rff = None
         if features is not None:
             self.rff = RFFBayesianLinear(
@@ -165,8 +169,31 @@ class Agents:
         if self.rff is None:
             raise RuntimeError("These agents have no shared feature map (`features=None`): they send no messages.")
         M = self.features.num_features
-        base = kr.normal(self.round_keys(round, "omega"), M + self.rff._n, dtype=self.rff.weight_mean.dtype)
-        return self.rff.sample_weights(base_samples=base)
+        rff = self.rff if self.settings.message_outputs == "raw" else self.message_model()
+        base = kr.normal(self.round_keys(round, "omega"), M + rff._n, dtype=rff.weight_mean.dtype)
+        return rff.sample_weights(base_samples=base)
+
+    def message_model(self) -> RFFBayesianLinear:
+        r"""The RFF posterior messages are drawn from, on the outputs ``settings.message_outputs``
+        names: ``"raw"`` (the observations, the papers' choice), ``"standardized"`` (each agent's
+        observations standardized: the prior mean 0 of ``ω`` is then the agent's average value,
+        not a value far above every observation of a function whose values are all large and
+        negative) or ``"warped"`` (standardized after the agent's GP output warp, see
+        :mod:`~fbo_torch.models.outcome_warp`; standardized until its GP has chosen one)."""
+        mode = self.settings.message_outputs
+        y, mask = self.train_Y.squeeze(-1), self.mask
+        if mode == "raw":
+            return self.rff
+        if mode == "warped" and self.warp_choice is not None:
+            Z, _ = log_gap_warps(y, mask)
+            y = Z.gather(0, self.warp_choice.view(1, -1, 1).expand(1, *y.shape)).squeeze(0)
+        count = mask.sum(-1, keepdim=True).clamp_min(1)
+        mean = torch.where(mask, y, 0.0).sum(-1, keepdim=True) / count
+        var = torch.where(mask, (y - mean) ** 2, 0.0).sum(-1, keepdim=True) / (count - 1).clamp_min(1)
+        std = torch.where(var > 0, var.sqrt(), torch.ones_like(var))
+        z = torch.where(mask, (y - mean) / std, 0.0)
+        return RFFBayesianLinear(self.features, self.train_X, z.unsqueeze(-1), self.settings.rff_noise_variance,
+                                 mask=mask.clone())
 
     # ---------------------------------------------------------------- own GP
     def gp(self, refit: bool | None = None) -> BatchedExactGP:
@@ -175,11 +202,23 @@ class Agents:
         Hyperparameters are fitted on the first call and then every
         ``gp_refit_every`` calls (from the default initialization, or warm-started
         with ``gp_warm_start``); in between the previous ones are kept.
+
+        With ``gp_warp="auto"`` the GPs of every candidate warp of every agent
+        (:func:`~fbo_torch.models.outcome_warp.log_gap_warps`, ``K x B``) are fitted as
+        one batch and each agent keeps the warp whose evidence for its original
+        observations is highest (:attr:`warp_choice`); the returned model is on the
+        warped outcomes.
         """
         s = self.settings
         if refit is None:
             refit = self.gp_params is None or (s.gp_refit_every > 0 and self.gp_updates % s.gp_refit_every == 0)
         X, Y, mask = self._gp_data()
+        B = X.shape[0]
+        K = 1
+        if s.gp_warp != "none":
+            Z, log_jac = log_gap_warps(Y.squeeze(-1), mask)
+            K = Z.shape[0]
+            X, Y, mask = X.repeat(K, 1, 1), Z.reshape(K * B, -1, 1), mask.repeat(K, 1)
         model = BatchedExactGP(
             X, Y, self.domain.bounds, spec=self.gp_spec, mask=mask, params=self.gp_params, validate=False,
         )
@@ -188,10 +227,23 @@ class Agents:
                 model.params = model.initial_params(model.params.shape[0], model.params.dtype, model.params.device)
             restarts = None
             if s.gp_restarts > 0:
-                restarts = model.random_params(kr.fold(kr.fold(self.keys, self.gp_updates), "gp-restarts"), s.gp_restarts)
+                keys = self.keys.repeat(K)
+                restarts = model.random_params(kr.fold(kr.fold(keys, self.gp_updates), "gp-restarts"), s.gp_restarts)
             model.fit(maxiter=s.gp_fit_maxiter, restarts=restarts)
         self.gp_params = model.params
         self.gp_updates += 1
+        if K > 1:
+            # log p(y) = log p_GP(standardized w(y)) + Σ log w'(y_i) − n log s (the standardization's scale)
+            n = model.num_valid.view(K, B)
+            evidence = model.mll().view(K, B) * n - n * model.y_std.view(K, B).log() + log_jac
+            evidence = torch.where(torch.isfinite(evidence), evidence, -torch.inf)
+            best = evidence.argmax(0)  # B; the identity (0) where every candidate failed
+            rows = best * B + torch.arange(B, device=best.device)
+            self.warp_choice = best
+            model = BatchedExactGP(
+                X[rows], Y[rows], self.domain.bounds, spec=self.gp_spec, mask=mask[rows], params=model.params[rows],
+                validate=False,
+            )
         return model
 
     def _gp_data(self) -> tuple[Tensor, Tensor, Tensor]:
@@ -218,6 +270,22 @@ class Agents:
             return self.domain.maximize(paths, self.num_agents, keys=keys)
         return self.domain.maximize(self.own_acquisition(model), self.num_agents, keys=keys)
 
+    def prior_guided_proposals(self, round: int, centers: Tensor, log_weights: Tensor, exponent: float | Tensor,
+                               width: float, floor: float) -> tuple[Tensor, Tensor]:
+        r"""Each agent's maximizer of its own analytic acquisition plus ``exponent`` times the log
+        of its peers' prior over the optimizer (πBO, :mod:`~fbo_torch.acquisition.peer_prior`):
+        ``(B x d, B)`` points and values.
+
+        Args:
+            round: The round (the maximizer's keys). centers: ``B x K x d`` peers' believed
+                optimizers (domain coordinates). log_weights: ``B x K`` log ``P_N`` (``-inf``:
+                not a peer). exponent: ``β/t`` (a number or ``B`` values). width, floor: the
+                bumps' width (unit-cube units) and the prior's floor ``λ``.
+        """
+        model = self.gp()
+        acq = BatchedPriorGuided(self.own_acquisition(model), centers, log_weights, exponent, width, floor)
+        return self.domain.maximize(acq, self.num_agents, keys=self.round_keys(round, "own-maximize"))
+
     def own_acquisition(self, model: BatchedExactGP) -> BatchedAnalyticAcquisition:
         r"""The agents' analytic acquisition on ``model`` (their GPs) for ``own_acquisition``
         ``"logei"`` or ``"ucb"``: a ``B x C x d -> B x C`` function (:mod:`fbo_torch.acquisition.batched`)."""
@@ -234,6 +302,10 @@ class Agents:
         r"""``B``: each agent's best valid observation so far (LogEI's ``best_f``). An agent
         without any valid observation gets its GP's standardization mean (``model``'s, else 0),
         where its posterior is the prior: expected improvement is then the same everywhere."""
+        if model is not None and self.settings.gp_warp != "none":  # the model's (warped) outcome units
+            y = model.y_mean.unsqueeze(-1) + model.y_std.unsqueeze(-1) * model.y
+            best = torch.where(model.mask, y, -torch.inf).amax(-1)
+            return torch.where(torch.isfinite(best), best, model.y_mean)
         best = torch.where(self._valid, self._Y, -torch.inf).amax(-1)
         fallback = torch.zeros_like(best) if model is None else model.y_mean
         return torch.where(torch.isfinite(best), best, fallback)
@@ -309,7 +381,7 @@ class Agents:
         """Everything needed to continue exactly (the RFF factors are saved, not refactorized)."""
         state = {
             "keys": self.keys, "X": self._X, "Y": self._Y, "valid": self._valid, "n": self.n,
-            "gp_params": self.gp_params, "gp_updates": self.gp_updates,
+            "gp_params": self.gp_params, "gp_updates": self.gp_updates, "warp_choice": self.warp_choice,
         }
         if self.rff is not None:
             state["rff_buffers"] = {k: v for k, v in self.rff.named_buffers(recurse=False)}
@@ -324,6 +396,8 @@ class Agents:
         self.n = int(state["n"])
         self.gp_params = None if state["gp_params"] is None else state["gp_params"].to(dev)
         self.gp_updates = int(state["gp_updates"])
+        choice = state.get("warp_choice")
+        self.warp_choice = None if choice is None else choice.to(dev)
         if self.rff is not None:
             for name, buf in state["rff_buffers"].items():
                 setattr(self.rff, name, buf.to(dev))

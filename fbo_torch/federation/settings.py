@@ -56,6 +56,10 @@ def check_finite_positive(name: str, value: Any, what: str = "a finite number > 
 
 #: Values of ``own_acquisition``: what an agent maximizes on its own GP.
 OWN_ACQUISITIONS = ("ts", "logei", "ucb")
+#: Values of ``gp_warp``.
+GP_WARPS = ("none", "auto")
+#: Values of ``message_outputs``.
+MESSAGE_OUTPUTS = ("raw", "standardized", "warped")
 
 
 @dataclass
@@ -84,11 +88,22 @@ class MethodSettings:
         repeated_query: ``"keep"``, or ``"random"``: a query that repeats one of
             the agent's earlier queries is replaced by a uniform random point
             (the authors' code does this).
+        gp_warp: ``"none"``, or ``"auto"``: each agent's GP models an increasing warp of
+            its observations, chosen per agent and refit among the identity and the
+            log-gap warps by the marginal likelihood of the original observations
+            (:mod:`~fbo_torch.models.outcome_warp`; for heavy-tailed values such as a
+            shifted Sphere's or Rosenbrock's). Thompson samples, LogEI and UCB then act
+            on the warped values (argmaxes are unchanged by an increasing warp).
+        message_outputs: What an agent's RFF posterior (its messages) is fitted to:
+            ``"raw"`` observations (the papers), ``"standardized"`` ones, or
+            ``"warped"`` (standardized after the agent's ``gp_warp``); see
+            :meth:`~fbo_torch.federation.agents.Agents.message_model`.
         gp_sample_features: Random features of the pathwise prior in each GP
             Thompson sample (256; None: BoTorch's default, 1024, about 4x slower;
             the reference implementation used 100 features for its own samples).
         own_acquisition: What an agent maximizes on its own GP's branch (probability
-            ``p_t``): ``"ts"``, a Thompson sample (the papers' choice); ``"logei"``,
+            ``p_t``; ``None``: the algorithm's default, ``"logei"`` for ``peer_prior``,
+            else ``"ts"``): ``"ts"``, a Thompson sample (the papers' choice); ``"logei"``,
             BoTorch's analytic ``LogExpectedImprovement`` with ``best_f`` the agent's
             best valid observation so far; ``"ucb"``, ``UpperConfidenceBound`` with
             ``β = ucb_beta`` (:mod:`fbo_torch.acquisition.batched`, all agents in one
@@ -119,8 +134,10 @@ class MethodSettings:
     gp_fit_maxiter: int = 60
     gp_restarts: int = 0
     gp_warm_start: bool = False
+    gp_warp: str = "none"
+    message_outputs: str = "raw"
     repeated_query: str = "keep"
-    own_acquisition: str = "ts"
+    own_acquisition: str | None = None
     ucb_beta: float = 2.0
     faults: dict | None = None
 
@@ -139,6 +156,12 @@ class MethodSettings:
             raise ValueError(f"`gp_warm_start` must be true or false, got {self.gp_warm_start!r}.")
         if self.repeated_query not in ("keep", "random"):
             raise ValueError(f"`repeated_query` must be 'keep' or 'random', got {self.repeated_query!r}.")
+        if self.gp_warp not in GP_WARPS:
+            raise ValueError(f"`gp_warp` must be one of {GP_WARPS}, got {self.gp_warp!r}.")
+        if self.message_outputs not in MESSAGE_OUTPUTS:
+            raise ValueError(f"`message_outputs` must be one of {MESSAGE_OUTPUTS}, got {self.message_outputs!r}.")
+        if self.own_acquisition is None:
+            self.own_acquisition = self.default_own_acquisition
         if self.own_acquisition not in OWN_ACQUISITIONS:
             raise ValueError(f"`own_acquisition` must be one of {OWN_ACQUISITIONS}, got {self.own_acquisition!r}.")
         b = self.ucb_beta
@@ -153,6 +176,11 @@ class MethodSettings:
         self.fault_injector()  # validates
         PtSchedule(self.p_t, self.p1_equals_p2)  # validates
 
+    @property
+    def default_own_acquisition(self) -> str:
+        """``own_acquisition`` when none is given: a Thompson sample (the papers' agents)."""
+        return "ts"
+
     def fault_injector(self) -> FaultInjector:
         """The :class:`~fbo_torch.federation.faults.FaultInjector` :attr:`faults` describes (validated)."""
         return FaultInjector.from_config(self.faults)
@@ -165,9 +193,9 @@ class MethodSettings:
         )
 
 
-FTS_ALGORITHMS = ("ts", "fts", "rgpe", "taf")
+FTS_ALGORITHMS = ("ts", "fts", "rgpe", "taf", "peer_prior")
 COMMUNICATION = ("one-shot", "every-round")
-HISTORIES = ("random", "ts")
+HISTORIES = ("random", "ts", "together")
 
 
 @dataclass
@@ -191,6 +219,14 @@ class FTSSettings(MethodSettings):
             peers disagree with its observations falls back to its own GP (FTS only).
         rgpe_samples: Posterior samples for RGPE's ranking weights.
         taf_bandwidth: TAF's kernel bandwidth ``ρ``.
+        prior_strength / prior_width / prior_floor: ``peer_prior``'s ``β``, ``s`` and
+            ``λ``: the own acquisition (``logei`` or ``ucb``) plus ``β/t`` times the log of
+            a prior over the optimizer's location with a bump of width ``s`` (unit-cube
+            units) at each peer's believed optimum, weighted by ``P_N``, floored at ``λ``
+            (:mod:`~fbo_torch.acquisition.peer_prior`).
+        message_memory: ``peer_prior``: each peer's messages are averaged over this many
+            rounds before its believed optimum is taken
+            (:class:`~fbo_torch.federation.message_average.MessageAverage`).
     """
 
     algorithm: str = "fts"
@@ -199,6 +235,10 @@ class FTSSettings(MethodSettings):
     peer_trust: bool = False
     rgpe_samples: int = 256
     taf_bandwidth: float = 0.5
+    prior_strength: float = 2.0
+    prior_width: float = 0.1
+    prior_floor: float = 0.05
+    message_memory: int = 10
 
     def __post_init__(self) -> None:
         if self.algorithm not in FTS_ALGORITHMS:
@@ -211,6 +251,13 @@ class FTSSettings(MethodSettings):
             raise ValueError(f"`peer_trust` must be true or false, got {self.peer_trust!r}.")
         check_int("rgpe_samples", self.rgpe_samples, minimum=1)
         check_finite_positive("taf_bandwidth", self.taf_bandwidth)
+        check_finite_positive("prior_strength", self.prior_strength)
+        check_finite_positive("prior_width", self.prior_width)
+        check_probability("prior_floor", self.prior_floor, open_left=True, open_right=True)
+        check_int("message_memory", self.message_memory, minimum=1)
+        if self.algorithm == "peer_prior" and self.own_acquisition == "ts":
+            raise ValueError("`own_acquisition`: peer_prior weights an analytic acquisition by its prior; "
+                             "use 'logei' (its default) or 'ucb', not 'ts'.")
         faults = self.fault_injector()
         if faults.affects_messages:
             key = "faults.dropout_rate" if faults.dropout_rate > 0 else "faults.byzantine_rate"
@@ -222,7 +269,12 @@ class FTSSettings(MethodSettings):
     def parameters_per_agent(self) -> int:
         """Numbers each other agent sends per message."""
         M = self.num_features
-        return {"ts": 0, "fts": M, "rgpe": M + M * M, "taf": M + M * M + 1}[self.algorithm]
+        return {"ts": 0, "fts": M, "peer_prior": M, "rgpe": M + M * M, "taf": M + M * M + 1}[self.algorithm]
+
+    @property
+    def default_own_acquisition(self) -> str:
+        """``"logei"`` for ``peer_prior`` (πBO weights a log acquisition), else ``"ts"``."""
+        return "logei" if self.algorithm == "peer_prior" else "ts"
 
 
 DP_ALGORITHMS = ("ts", "fts_de")
@@ -332,8 +384,12 @@ class HistorySettings:
     r"""How the other agents got their observations before FTS (an FTS experiment's ``history:``).
 
     Attributes:
-        mode: ``"random"`` (``t_n`` random noisy observations per agent) or ``"ts"``
-            (``t_n`` iterations of standard TS from ``num_init`` random points).
+        mode: ``"random"`` (``t_n`` random noisy observations per agent), ``"ts"``
+            (``t_n`` iterations of standard TS from ``num_init`` random points), or
+            ``"together"``: no history — every agent is a target, the agents of one
+            initialization optimize at the same time and are each other's peers, each
+            sending a fresh message every round (``t_n``, ``num_init`` and ``gp_kernel``
+            are not used; :class:`~fbo_torch.simulate.fts.FTSRunner`'s ``together``).
         t_n: Observations per agent.
         num_init: Random points before TS (``"ts"`` mode).
         gp_kernel: The other agents' GP in ``"ts"`` mode.

@@ -20,6 +20,13 @@ Communication is ``"one-shot"`` (messages drawn once before FTS starts; a used
 message is removed from ``P_N``; Sec. 3.1) or ``"every-round"`` (the other
 agents keep running TS and send a fresh draw before every iteration; App. D.2.1).
 When every message of a run is used up, that run continues with its own GP.
+
+With ``together=True`` there is no separate history: every agent of the
+federation is a target, the agents of one initialization optimize at the same
+time and are each other's peers (a federation of tuning agents, as in the
+many-task benchmarks of federated optimization), and before every iteration
+each agent sends one fresh message, drawn from its RFF posterior on its own
+observations so far.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from fbo_torch.acquisition.rgpe import RGPE
 from fbo_torch.acquisition.taf import TransferAcquisitionFunction
 from fbo_torch.federation.agents import Agents, observe_initial
 from fbo_torch.federation.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
+from fbo_torch.federation.message_average import MessageAverage
 from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
 from fbo_torch.federation.search import maximize_rff_samples
 from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySettings, MethodSettings
@@ -45,12 +53,15 @@ from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.common import cpu_state, maximize_acquisition
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.simulate.presets import apply_setup
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
 
 #: Methods whose other agents send messages.
-FEDERATED = ("fts", "rgpe", "taf")
+FEDERATED = ("fts", "rgpe", "taf", "peer_prior")
+#: Methods whose messages are ``ω`` draws.
+DRAWS = ("fts", "peer_prior")
 
 
 class FederationHistory:
@@ -164,6 +175,12 @@ class FTSRunner:
             points depend only on ``seed`` and the run, so every method starts alike.
         device: ``"cpu"`` or ``"cuda"``.
         name: Label for results.
+        together: The targets are each other's peers (module docstring): ``targets``
+            must be every agent of the objective, ``history`` is not used, and FTS
+            communicates ``"every-round"``.
+        initial_points: Optional ``R x n0 x d`` initial points of the runs (in run order:
+            target-major, ``num_inits`` per target), e.g. another library's designs for a
+            paired comparison; default: ``settings.num_init`` uniform points from each run's key.
     """
 
     def __init__(
@@ -178,6 +195,8 @@ class FTSRunner:
         seed: int = 0,
         device: torch.device | str = "cpu",
         name: str | None = None,
+        together: bool = False,
+        initial_points: Tensor | None = None,
     ) -> None:
         self.objective, self.settings = objective, settings
         self.device = dev = torch.device(device)
@@ -198,20 +217,30 @@ class FTSRunner:
         self.faults = settings.fault_injector()
         # one stream per run, from (target, initialization): the same for every method
         self.keys = kr.fold(kr.fold(kr.root_key(self.seed, "fts-runs"), self.targets), self.inits)
-        X0 = self.domain.random(R, settings.num_init, keys=kr.fold(self.keys, "initial-points"))
+        if initial_points is None:
+            X0 = self.domain.random(R, settings.num_init, keys=kr.fold(self.keys, "initial-points"))
+        else:
+            X0 = self._check_initial_points(initial_points, R)
         y0, f0 = observe_initial(objective, X0, self.targets, self.keys)
         self.best = f0.max(-1).values.unsqueeze(-1)
         self.sources = torch.empty(R, 0, dtype=torch.long, device=dev)
         self.failed = torch.zeros(R, 0, dtype=torch.bool, device=dev)
-        self.agents = Agents(self.keys, X0, y0.unsqueeze(-1), self.domain, settings, capacity=settings.num_iterations)
+        self.together = bool(together) and settings.algorithm in FEDERATED
+        if together:
+            self._check_together(targets, A)
+        self.features = None
+        if self.together:
+            self.features = settings.features(objective.dim, device=dev)
+        self.agents = Agents(self.keys, X0, y0.unsqueeze(-1), self.domain, settings, self.features,
+                             capacity=settings.num_iterations)
         self.wall_time = 0.0
         self.elapsed: list[float] = []
 
-        self.features = None
         self.dist = None
         if settings.algorithm in FEDERATED:
-            if history is None:
-                raise ValueError("FTS needs a FederationHistory with the other agents' observations.")
+            if history is None and not self.together:
+                raise ValueError("FTS needs a FederationHistory with the other agents' observations "
+                                 "(or `together=True`: the targets are each other's peers).")
             if others is None:
                 others = self._default_others(targets)
             others = torch.as_tensor(others, dtype=torch.bool).to(dev)
@@ -230,19 +259,59 @@ class FTSRunner:
             order = torch.sort(mask.to(torch.int8), dim=-1, descending=True, stable=True).indices[:, :K]
             first = order[:, :1].expand(-1, K)
             self.peer_index = torch.where(mask.gather(1, order), order, first)
-            self.features = settings.features(objective.dim, device=dev)
-            extra = settings.num_iterations if settings.communication == "every-round" else 0
-            self.others = Agents(history.keys.to(dev), history.train_X.to(dev), history.train_Y.to(dev), self.domain,
-                                 dataclasses.replace(settings, gp_refit_every=1, own_acquisition="ts"),
-                                 self.features, capacity=extra)  # the other agents run standard TS
-            self.others.gp_updates = history.agents.gp_updates
-            self.others.gp_params = history.agents.gp_params
-            self.history_rounds = history.rounds
+            if settings.algorithm == "peer_prior":
+                if settings.peer_trust:
+                    raise ValueError("`peer_trust` scales FTS's probability of following a peer; peer_prior "
+                                     "follows none (its prior's floor and decay bound the peers' influence).")
+                self.message_average = MessageAverage(settings.message_memory)
+            if self.together:
+                # run of (agent b, initialization i): targets are 0..A-1 in order, num_inits runs each
+                run_of = torch.arange(R, device=dev).view(A, num_inits)
+                self.peer_runs = run_of[:, self.inits].T.contiguous()  # R x A: run r's peer b is run peer_runs[r, b]
+                self.others = self.agents
+                self.history_rounds = 0
+            else:
+                self.features = settings.features(objective.dim, device=dev)
+                extra = settings.num_iterations if settings.communication == "every-round" else 0
+                self.others = Agents(history.keys.to(dev), history.train_X.to(dev), history.train_Y.to(dev),
+                                     self.domain, dataclasses.replace(settings, gp_refit_every=1, own_acquisition="ts"),
+                                     self.features, capacity=extra)  # the other agents run standard TS
+                self.others.gp_updates = history.agents.gp_updates
+                self.others.gp_params = history.agents.gp_params
+                self.history_rounds = history.rounds
             self._receive_messages(0)
+
+    def _check_initial_points(self, X0: Tensor, R: int) -> Tensor:
+        X0 = torch.as_tensor(X0)
+        if X0.ndim != 3 or X0.shape[0] != R or X0.shape[1] < 1 or X0.shape[2] != self.objective.dim:
+            raise ValueError(f"`initial_points` must be {R} x n0 x {self.objective.dim} (one design per run), "
+                             f"got {tuple(X0.shape)}.")
+        X0 = X0.to(device=self.device, dtype=self.domain.bounds.dtype)
+        lo, hi = self.domain.bounds
+        if not bool(torch.isfinite(X0).all()) or bool(((X0 < lo) | (X0 > hi)).any()):
+            raise ValueError("`initial_points` must be finite and inside the domain's bounds.")
+        return X0
+
+    def _check_together(self, targets: Tensor, A: int) -> None:
+        if not torch.equal(targets.cpu(), torch.arange(A)):
+            raise ValueError(f"`together=True` needs every agent as a target, in order (0..{A - 1}), "
+                             f"got targets {targets.tolist()}.")
+        if self.settings.algorithm in ("rgpe", "taf"):
+            raise ValueError(f"`together=True` supports algorithms 'fts', 'peer_prior' (and 'ts'), not "
+                             f"{self.settings.algorithm!r}.")
+        if self.settings.algorithm in DRAWS and self.settings.communication != "every-round":
+            raise ValueError("`together=True`: agents that optimize together send a fresh message every round; "
+                             "set `communication: every-round`.")
 
     def _receive_messages(self, round: int) -> None:
         """Messages from the other agents' current posteriors: ω draws (FTS) or whole posteriors."""
-        if self.settings.algorithm == "fts":
+        if self.settings.algorithm in DRAWS and self.together:
+            # every agent sends one draw (from its key and the round); its peers all receive it
+            sent = self.agents.message(round)  # R x M
+            self.omegas = sent[self.peer_runs]  # R x A x M
+            if self.settings.algorithm == "peer_prior":
+                self._peer_optima(sent, round, self.agents.round_keys(round, "peer-optima"), self.peer_runs)
+        elif self.settings.algorithm in DRAWS:
             # every run receives its own draw from every agent: base samples keyed by (run, round)
             rff = self.others.rff
             n = rff._n
@@ -251,8 +320,25 @@ class FTSRunner:
             k = kr.fold(kr.fold(kr.fold(self.keys, "message"), round).unsqueeze(-1), torch.arange(A, device=self.device))
             base = kr.normal(k, M + n)  # R x A x (M + n)
             self.omegas = rff.sample_weights(torch.Size([self.num_runs]), base_samples=base)  # R x A x M
+            if self.settings.algorithm == "peer_prior":
+                keys = kr.fold(kr.fold(self.keys, "peer-optima").unsqueeze(-1), torch.arange(A, device=self.device))
+                self._peer_optima(self.omegas.reshape(-1, M), round, kr.fold(keys.reshape(-1), round), None)
         else:
             self.posteriors = AgentRFFPosteriors.from_model(self.others.rff)
+
+    def _peer_optima(self, messages: Tensor, round: int, keys: Tensor, gather: Tensor | None) -> None:
+        r"""``peer_prior``: add this round's messages to each sender's running average and take
+        its maximizer (every sender once: ``messages`` is ``S x M``, one row per sending slot);
+        :attr:`peer_centers` becomes ``R x A x d`` (``gather``: ``R x A`` slots of the senders,
+        else the slots are already ``R·A`` in order)."""
+        avg = self.message_average.update(messages)
+        # a bump's center needs no more precision than the bump's width: a lighter search than a query's
+        d = self.domain
+        centers, _ = d.maximize(RFFSamplePaths(self.features, avg), avg.shape[0], keys=keys, raw_samples=d.raw_samples,
+                                num_restarts=4, maxiter=10)
+        R, A = self.num_runs, self.objective.num_agents
+        self.peer_centers = centers.view(R, A, -1) if gather is None else centers[gather]
+        self._averaged_slots = avg.view(R, A, -1) if gather is None else avg[gather]
 
     def _default_others(self, targets: Tensor) -> Tensor:
         A = self.objective.num_agents
@@ -291,6 +377,9 @@ class FTSRunner:
             self._transfer_step(t, t0)
             return
         R = self.num_runs
+        if self.settings.algorithm == "peer_prior":
+            self._prior_step(t, t0)
+            return
         if self.settings.algorithm == "ts":
             sources = torch.full((R,), OWN, dtype=torch.long, device=self.device)
         else:
@@ -305,16 +394,31 @@ class FTSRunner:
                 self.dist.remove(sources)
         self._observe(X_next, sources, t, t0)
 
+    def _prior_step(self, t: int, t0: float) -> None:
+        r"""``peer_prior``: every run maximizes its own acquisition weighted by its peers' prior
+        (bumps at the maximizers of their averaged messages, weighted by ``P_N``, exponent ``β/t``)."""
+        s = self.settings
+        if s.agent_weights == "learned":
+            self._p_t(t)  # re-weights P_N from the (averaged) messages' ranking of each run's data
+        probs = self.dist.probs  # R x A, 0 for the run's own agent and non-peers
+        log_w = torch.where(probs > 0, probs.clamp_min(1e-300).log(), -torch.inf)
+        X_next, _ = self.agents.prior_guided_proposals(t, self.peer_centers, log_w, s.prior_strength / t,
+                                                       s.prior_width, s.prior_floor)
+        sources = torch.full((self.num_runs,), OWN, dtype=torch.long, device=self.device)
+        self._observe(X_next, sources, t, t0)
+
     def _p_t(self, t: int) -> float | Tensor:
         r"""``p_t`` of iteration ``t``; with learned ``P_N`` or peer trust, first score every
         peer's message on each target's observations (one batched ``R x A x n x n`` comparison)
         and update ``P_N`` (and ``p_t`` per run)."""
         p = self.schedule(t)
         s = self.settings
-        if s.algorithm != "fts" or (s.agent_weights == "uniform" and not s.peer_trust):
+        if s.algorithm not in DRAWS or (s.agent_weights == "uniform" and not s.peer_trust):
             return p
-        # score only each run's possible peers (R x K, K = the most any run has), not all A agents
-        omegas = self.omegas.gather(1, self.peer_index.unsqueeze(-1).expand(-1, -1, self.omegas.shape[-1]))
+        # score only each run's possible peers (R x K, K = the most any run has), not all A agents;
+        # peer_prior scores the averaged messages whose maximizers it uses
+        slots = self._averaged_slots if s.algorithm == "peer_prior" else self.omegas
+        omegas = slots.gather(1, self.peer_index.unsqueeze(-1).expand(-1, -1, slots.shape[-1]))
         preds = peer_predictions(self.features, omegas, self.X)  # R x K x n
         peer_scores = fidelity_scores(preds, self.Y.squeeze(-1), self.agents.mask)
         scores = torch.zeros_like(self.dist.base).scatter_(1, self.peer_index, peer_scores.to(self.dist.base.dtype))
@@ -356,7 +460,11 @@ class FTSRunner:
         self._observe(X_next, sources, t, t0)
 
     def _others_step(self, t: int) -> None:
-        """The other agents run one TS iteration each and send fresh draws."""
+        """The other agents run one TS iteration each and send fresh draws (together: the
+        targets, which have just observed, send theirs)."""
+        if self.together:
+            self._receive_messages(t)
+            return
         round = self.history_rounds + t  # the other agents' rounds continue their history's
         X_next, _ = self.others.own_proposals(round)
         agents = torch.arange(self.others.num_agents, device=self.device)
@@ -397,8 +505,12 @@ class FTSRunner:
             "wall_time": self.wall_time, "elapsed": self.elapsed,
         }
         if self.settings.algorithm in FEDERATED:
-            state.update(dist=self.dist.state_dict(), others=cpu_state(self.others.state_dict()),
-                         omegas=getattr(self, "omegas", None))
+            state.update(dist=self.dist.state_dict(), omegas=getattr(self, "omegas", None))
+            if self.settings.algorithm == "peer_prior":
+                state.update(message_average=self.message_average.state_dict(), peer_centers=self.peer_centers,
+                             averaged_slots=self._averaged_slots)
+            if not self.together:
+                state["others"] = cpu_state(self.others.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -412,8 +524,13 @@ class FTSRunner:
         self.elapsed = list(state["elapsed"])
         if self.settings.algorithm in FEDERATED:
             self.dist.load_state_dict(state["dist"])
-            self.others.load_state_dict(state["others"])
-            if self.settings.algorithm == "fts":
+            if not self.together:
+                self.others.load_state_dict(state["others"])
+            if self.settings.algorithm == "peer_prior":
+                self.message_average.load_state_dict(state["message_average"])
+                self.peer_centers = state["peer_centers"].to(dev)
+                self._averaged_slots = state["averaged_slots"].to(dev)
+            if self.settings.algorithm in DRAWS:
                 self.omegas = state["omegas"].to(dev)
             else:
                 self._receive_messages(self.t)

@@ -30,7 +30,7 @@ def _gpytorch_mll(model):
         return mll(model(*model.train_inputs), model.train_targets)
 
 
-@pytest.mark.parametrize("spec", ["botorch", "rbf"])
+@pytest.mark.parametrize("spec", ["botorch", "rbf", "fbo"])
 def test_mll_equals_gpytorch(spec):
     X, Y, bounds = _data()
     gp = BatchedExactGP(X, Y, bounds, spec=spec)
@@ -160,7 +160,7 @@ def test_closed_form_gradient_equals_autograd():
     torch.testing.assert_close(f, paths(Xq.detach()))
 
 
-@pytest.mark.parametrize("spec", ["botorch", "rbf", "authors"])
+@pytest.mark.parametrize("spec", ["botorch", "rbf", "authors", "fbo"])
 def test_mll_closed_form_gradient_equals_autograd(spec):
     # every spec's parametrization (ARD or shared lengthscale, signal variance, mean, priors), with
     # masked observations; float64 roundoff of a 12 x 12 Cholesky with condition < 1e6 is far below 1e-8
@@ -280,7 +280,7 @@ def _masked_gp(spec, B=4, n=12, d=3, seed=11):
     return BatchedExactGP(X, Y, bounds, spec=spec, mask=mask).fit(maxiter=30), X, bounds
 
 
-@pytest.mark.parametrize("spec", ["botorch", "rbf", "authors"])
+@pytest.mark.parametrize("spec", ["botorch", "rbf", "authors", "fbo"])
 def test_posterior_equals_botorch_posterior(spec):
     # each agent's mean and variance (original units, no observation noise) are those of its
     # SingleTaskGP; the masked agent's GP is the one on its valid observations. Both are float64

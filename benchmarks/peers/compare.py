@@ -1,0 +1,221 @@
+r"""Rank fbo_torch's and pyfmto's configurations on one problem, paired by seed.
+
+Reads any number of results files in ``run_pyfmto.py``'s schema (pyfmto's and
+``run_ours.py``'s), keeps the seeds every configuration has (run ``seed`` of
+every configuration started from the same initial design), and reports per
+task the final simple regret ``min(y) − y_global`` (``min(y)`` where the
+optimum is unknown, e.g. ``1 − AUC``):
+
+* **mean rank**: per task, configurations ranked by their mean final regret over
+  the seeds (1 = best, ties averaged), then averaged over the tasks — the
+  issue's and pyfmto's own measure;
+* **paired differences** of every configuration against each ``--reference``
+  (per task: mean difference, its standard error, a two-sided paired t-test at
+  95 %; ``**`` marks a distinguishable difference; "better/worse" counts tasks
+  where it is distinguishable).
+
+``svm_landmine``: pyfmto's recorded values are random (Platt scaling's internal
+cross-validation is seeded from NumPy's global state; README), so its runs'
+points are re-evaluated with our deterministic ``LandmineSVM`` first (``--reevaluate``).
+
+Usage::
+
+    python benchmarks/peers/compare.py benchmarks/results/peers/pyfmto/tetci2019_d3.json \
+        benchmarks/results/peers/ours/tetci2019_d3.json --reference local --reference FMTBO_gamma0 \
+        --md benchmarks/results/peers/tetci2019_d3.md --plot benchmarks/results/peers/tetci2019_d3.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from paired_stats import paired_difference  # noqa: E402
+
+
+def load(paths: list[Path]) -> tuple[dict, dict[str, dict[int, np.ndarray]], dict[str, dict[int, np.ndarray]]]:
+    """``(meta, finals, curves)``: per configuration and seed, ``A`` final regrets and ``A x fe_max`` best-so-far."""
+    meta, finals, curves = None, {}, {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if meta is None:
+            meta = data
+        elif (data["problem"], data["dim"], data["fe_max"]) != (meta["problem"], meta["dim"], meta["fe_max"]):
+            raise SystemExit(f"{path}: another problem or budget than {paths[0]}")
+        y_global = np.array([t["y_global"] if t.get("y_global") is not None else 0.0 for t in data["tasks"]])
+        for label, runs in data["runs"].items():
+            if label in finals:
+                raise SystemExit(f"configuration {label!r} appears twice")
+            finals[label], curves[label] = {}, {}
+            for run in runs:
+                y = np.array([task["y"] for task in run["tasks"]], dtype=float)  # A x fe_max
+                best = np.minimum.accumulate(y, axis=1) - y_global[:, None]
+                finals[label][int(run["seed"])] = best[:, -1]
+                curves[label][int(run["seed"])] = best
+    return meta, finals, curves
+
+
+def reevaluate_landmine(paths: list[Path]) -> list[Path]:
+    """pyfmto's landmine runs with every recorded point re-scored by the deterministic ``LandmineSVM``."""
+    import tempfile
+
+    import torch
+
+    from fbo_torch.objectives.landmine import LandmineSVM
+    from fbo_torch.objectives.search_space import Real, SearchSpace
+
+    obj = LandmineSVM(search_space=SearchSpace([Real("C", 1e-4, 10.0), Real("gamma", 1e-2, 10.0)]), scoring="platt")
+    lo = torch.tensor([1e-4, 1e-2], dtype=torch.float64)
+    hi = torch.tensor([10.0, 10.0], dtype=torch.float64)
+    out = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if data["problem"] != "svm_landmine" or data.get("reevaluated"):
+            out.append(path)
+            continue
+        for runs in data["runs"].values():
+            for run in runs:
+                X = torch.tensor([t["X"] for t in run["tasks"]], dtype=torch.float64)  # A x n x 2
+                U = ((X - lo) / (hi - lo)).clamp(0, 1)
+                auc = obj.evaluate_true(U, agents=torch.arange(X.shape[0]))
+                for t, row in zip(run["tasks"], (1.0 - auc).tolist(), strict=True):
+                    t["y"] = row
+        data["reevaluated"] = True
+        tmp = Path(tempfile.mkstemp(suffix=".json")[1])
+        tmp.write_text(json.dumps(data))
+        out.append(tmp)
+    return out
+
+
+def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str]) -> dict:
+    labels = list(finals)
+    seeds = sorted(set.intersection(*(set(v) for v in finals.values())))
+    if not seeds:
+        raise SystemExit("no seed is shared by every configuration")
+    F = {lab: np.stack([finals[lab][s] for s in seeds]) for lab in labels}  # S x A
+    A = next(iter(F.values())).shape[1]
+    means = np.stack([F[lab].mean(0) for lab in labels])  # C x A
+    ranks = stats.rankdata(means, axis=0)  # C x A
+    out = {"seeds": seeds, "labels": labels, "mean_final": {lab: means[i].tolist() for i, lab in enumerate(labels)},
+           "mean_rank": {lab: float(ranks[i].mean()) for i, lab in enumerate(labels)},
+           "ranks": {lab: ranks[i].tolist() for i, lab in enumerate(labels)}, "paired": {}}
+    for ref in references:
+        if ref not in F:
+            raise SystemExit(f"--reference {ref!r} is not a configuration ({labels})")
+        out["paired"][ref] = {}
+        for lab in labels:
+            if lab == ref:
+                continue
+            cells = []
+            for a in range(A):
+                cells.append(paired_difference((F[lab][:, a] - F[ref][:, a]).tolist()))
+            better = sum(1 for c in cells if c["distinguishable"] and c["diff"] < 0)
+            worse = sum(1 for c in cells if c["distinguishable"] and c["diff"] > 0)
+            out["paired"][ref][lab] = {"per_task": cells, "better": better, "worse": worse}
+    return out
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
+
+
+def task_names(meta: dict) -> list[str]:
+    """The tasks' names, or "field" where they are all alike (svm_landmine's tasks are one class)."""
+    names = [t["name"] for t in meta["tasks"]]
+    return names if len(set(names)) == len(names) or len(set(names)) > 1 else ["field"] * len(names)
+
+
+def markdown(meta: dict, summary: dict) -> str:
+    names = task_names(meta)
+    labels = sorted(summary["labels"], key=lambda lab: summary["mean_rank"][lab])
+    head = f"{meta['problem']}, d = {meta['dim']}, {meta['fe_init']} + {meta['fe_max'] - meta['fe_init']} evaluations, "
+    head += f"seeds {summary['seeds'][0]}–{summary['seeds'][-1]} ({len(summary['seeds'])}, paired)"
+    lines = [f"**{head}**", "", "Mean final simple regret per task (lower is better) and mean rank over the tasks:", "",
+             "| configuration | mean rank | " + " | ".join(f"{i + 1} {n}" for i, n in enumerate(names)) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for lab in labels:
+        cells = " | ".join(_fmt(v) for v in summary["mean_final"][lab])
+        lines.append(f"| {lab} | {summary['mean_rank'][lab]:.2f} | {cells} |")
+    for ref, rows in summary["paired"].items():
+        lines += ["", f"Paired difference to **{ref}** (configuration − {ref}; negative = better; ** distinguishable, "
+                  "two-sided paired t-test 95 %):", "",
+                  "| configuration | better | worse | " + " | ".join(str(i + 1) for i in range(len(names))) + " |",
+                  "|---|---|---|" + "---|" * len(names)]
+        for lab in labels:
+            if lab not in rows:
+                continue
+            r = rows[lab]
+            cells = " | ".join(_fmt(c["diff"]) + ("**" if c["distinguishable"] else "") for c in r["per_task"])
+            lines.append(f"| {lab} | {r['better']} | {r['worse']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(meta: dict, curves: dict, summary: dict, path: Path, labels: list[str] | None = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = task_names(meta)
+    A = len(names)
+    labels = labels or sorted(summary["labels"], key=lambda lab: summary["mean_rank"][lab])
+    seeds = summary["seeds"]
+    cols = 5
+    rows = math.ceil(A / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    fe_init = int(meta["fe_init"])
+    for a in range(A):
+        ax = axes[a // cols][a % cols]
+        for lab in labels:
+            c = np.stack([curves[lab][s][a] for s in seeds])[:, fe_init - 1:]
+            ax.plot(np.arange(fe_init, fe_init + c.shape[1]), np.maximum(c.mean(0), 1e-12), label=lab)
+        ax.set_yscale("log")
+        ax.set_title(f"{a + 1} {names[a]}", fontsize=9)
+        ax.grid(alpha=0.3)
+    for a in range(A, rows * cols):
+        axes[a // cols][a % cols].axis("off")
+    axes[0][0].set_ylabel("mean simple regret")
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=min(len(labels), 5), fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--reference", action="append", default=[])
+    ap.add_argument("--only", default=None, help="comma-separated configurations to keep (default: all)")
+    ap.add_argument("--md", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--plot-configs", default=None, help="comma-separated configurations to draw")
+    args = ap.parse_args(argv)
+    files = reevaluate_landmine(args.files)
+    meta, finals, curves = load(files)
+    if args.only:
+        keep = [c.strip() for c in args.only.split(",")]
+        finals = {k: finals[k] for k in keep}
+    summary = summarize(finals, args.reference)
+    text = markdown(meta, summary)
+    print(text)
+    if args.md:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1))
+    if args.plot:
+        chosen = [c.strip() for c in args.plot_configs.split(",")] if args.plot_configs else None
+        plot(meta, curves, summary, args.plot, chosen)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -35,10 +35,20 @@ import torch
 
 N, M = 4, 20
 RUN_CONFIG = {
-    "method": "dp-fts-de", "num-agents": N, "num-rounds": 3, "sample-rate": 0.75, "noise-multiplier": 1.0,
-    "clip-norm": 1.0, "num-regions": 2, "seed": 3, "num-init": 3, "num-features": M, "rff-lengthscale": 0.05,
+    "method": "dp-fts-de",
+    "num-agents": N,
+    "num-rounds": 3,
+    "sample-rate": 0.75,
+    "noise-multiplier": 1.0,
+    "clip-norm": 1.0,
+    "num-regions": 2,
+    "seed": 3,
+    "num-init": 3,
+    "num-features": M,
+    "rff-lengthscale": 0.05,
     "objective": json.dumps({"type": "gp_grid", "grid_size": 200, "perturbation": 0.05, "perturb_first": True}),
-    "gp-sample-features": 32, "gp-fit-maxiter": 15,
+    "gp-sample-features": 32,
+    "gp-fit-maxiter": 15,
 }
 
 
@@ -89,7 +99,10 @@ def noise() -> dict:
     guess = std * kr.normal(kr.fold(kr.fold(key, "noise"), 1), P * M).view(P, M)
     coins = kr.uniform(kr.fold(kr.fold(kr.fold(key.unsqueeze(-1), "poisson"), 1), torch.arange(N)), 1).squeeze(-1)
     err = (plan.broadcast - guess - signal).pow(2).mean().sqrt().item()
-    return {"error_over_noise_std": err / std, "sample_guessed": bool(torch.equal((coins < q).view(-1), rec.sampled[0]))}
+    return {
+        "error_over_noise_std": err / std,
+        "sample_guessed": bool(torch.equal((coins < q).view(-1), rec.sampled[0])),
+    }
 
 
 def same_config() -> dict:
@@ -104,8 +117,11 @@ def nan() -> dict:
     omegas[1, 2] = math.nan
     _release.refused = []
     plan = _release(coord, omegas)
-    return {"non_finite_broadcast_entries": int((~torch.isfinite(plan.broadcast)).sum()),
-            "broadcast_entries": plan.broadcast.numel(), "refused": _release.refused[:1]}
+    return {
+        "non_finite_broadcast_entries": int((~torch.isfinite(plan.broadcast)).sum()),
+        "broadcast_entries": plan.broadcast.numel(),
+        "refused": _release.refused[:1],
+    }
 
 
 def malformed() -> dict:
@@ -115,7 +131,7 @@ def malformed() -> dict:
 
     try:
         records.records_to_reply(RecordDict())
-    except Exception as err:  # noqa: BLE001 - KeyError was raised outside the ServerApp's loop's try
+    except Exception as err:
         return {"raises": type(err).__name__}
     return {"raises": None}
 
@@ -160,8 +176,16 @@ def report_best() -> dict:
     return {"sent_by_default": bool(FlowerRunConfig().report_best)}
 
 
-ATTACKS = {"noise": noise, "same-config": same_config, "nan": nan, "malformed": malformed, "no-node": no_node,
-           "forged-ledger": forged_ledger, "large-delta": large_delta, "report-best": report_best}
+ATTACKS = {
+    "noise": noise,
+    "same-config": same_config,
+    "nan": nan,
+    "malformed": malformed,
+    "no-node": no_node,
+    "forged-ledger": forged_ledger,
+    "large-delta": large_delta,
+    "report-best": report_best,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

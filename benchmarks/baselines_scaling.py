@@ -64,8 +64,16 @@ TOTALS = {
 
 # ---------------------------------------------------------------------- cell
 def run_cell(
-    N: int, M: int, d: int, n_target: int, n_agent: int, device: str, repeats: int,
-    rgpe_samples: int, taf_bandwidth: float, quick: bool,
+    N: int,
+    M: int,
+    d: int,
+    n_target: int,
+    n_agent: int,
+    device: str,
+    repeats: int,
+    rgpe_samples: int,
+    taf_bandwidth: float,
+    quick: bool,
 ) -> dict:
     """Time one target iteration of RGPE and TAF against ``N`` agents, in this process."""
     import torch
@@ -73,12 +81,12 @@ def run_cell(
 
     from fbo_torch.acquisition.rgpe import RGPE
     from fbo_torch.acquisition.taf import TransferAcquisitionFunction
+    from fbo_torch.federation.settings import FTSSettings
     from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
-    from fbo_torch.models.rff_blr import RFFBayesianLinear
     from fbo_torch.models.batched_gp import BatchedExactGP
+    from fbo_torch.models.rff_blr import RFFBayesianLinear
     from fbo_torch.optim.domain import Domain
     from fbo_torch.simulate.common import maximize_acquisition
-    from fbo_torch.federation.settings import FTSSettings
 
     dev = torch.device(device)
     f64 = torch.float64
@@ -136,9 +144,17 @@ def run_cell(
     runs = [one_iteration() for _ in range(repeats)]
     phases = {k: statistics.median(r[k] for r in runs) for k in PHASES}
     out = {
-        "N": N, "M": M, "d": d, "n_target": n_target, "n_agent": n_agent, "device": device, "repeats": repeats,
-        "rgpe_samples": s.rgpe_samples, "taf_bandwidth": s.taf_bandwidth,
-        "raw_samples": domain.raw_samples, "num_restarts": domain.num_restarts,
+        "N": N,
+        "M": M,
+        "d": d,
+        "n_target": n_target,
+        "n_agent": n_agent,
+        "device": device,
+        "repeats": repeats,
+        "rgpe_samples": s.rgpe_samples,
+        "taf_bandwidth": s.taf_bandwidth,
+        "raw_samples": domain.raw_samples,
+        "num_restarts": domain.num_restarts,
         "phases_s": phases,
         **{k: sum(phases[p] for p in ps) for k, ps in TOTALS.items()},
         "parameters_per_agent": params,
@@ -213,8 +229,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"N={N:>6}  skipped (predicted {predicted:.0f} s > {args.cell_budget:.0f} s)", flush=True)
                 continue
         t0 = time.perf_counter()
-        res = run_cell(N, args.M, args.D, args.n_target, args.n_agent, args.device, args.repeats,
-                       args.rgpe_samples, args.taf_bandwidth, args.quick)
+        res = run_cell(
+            N,
+            args.M,
+            args.D,
+            args.n_target,
+            args.n_agent,
+            args.device,
+            args.repeats,
+            args.rgpe_samples,
+            args.taf_bandwidth,
+            args.quick,
+        )
         res["cell_wall_s"] = time.perf_counter() - t0
         cells.append(res)
         last = (N, res["cell_wall_s"])
@@ -226,7 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     slopes = scaling(cells)
-    for key, name in (("rgpe_s", "RGPE"), ("taf_s", "TAF"), ("rgpe_acq_s", "RGPE w/o peers"), ("taf_acq_s", "TAF w/o peers")):
+    for key, name in (
+        ("rgpe_s", "RGPE"),
+        ("taf_s", "TAF"),
+        ("rgpe_acq_s", "RGPE w/o peers"),
+        ("taf_acq_s", "TAF w/o peers"),
+    ):
         sl = slopes[key]["slope"]
         if sl is None:
             print(f"{name:>15}: log-log slope n/a (fewer than two measured cells)")
@@ -261,8 +292,12 @@ def plot(result: dict, path: Path) -> None:
     s, sc = result["settings"], result["scaling"]
     Ns = [c["N"] for c in ok]
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for key, label, style in (("rgpe_s", "RGPE", "o-"), ("taf_s", "TAF", "s-"),
-                              ("rgpe_acq_s", "RGPE w/o peers", "o:"), ("taf_acq_s", "TAF w/o peers", "s:")):
+    for key, label, style in (
+        ("rgpe_s", "RGPE", "o-"),
+        ("taf_s", "TAF", "s-"),
+        ("rgpe_acq_s", "RGPE w/o peers", "o:"),
+        ("taf_acq_s", "TAF w/o peers", "s:"),
+    ):
         sl = sc[key]["slope"]
         ax.loglog(Ns, [c[key] for c in ok], style, label=label + ("" if sl is None else f" (slope {sl:.2f})"))
     t0 = ok[0]["rgpe_s"]

@@ -67,8 +67,7 @@ def acquisition(name: str, model, best_f):
     return PosteriorMean(model)
 
 
-def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_restarts: int,
-        repeats: int) -> list[dict]:
+def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_restarts: int, repeats: int) -> list[dict]:
     from botorch.optim import optimize_acqf
 
     from fbo_torch.optim import optimize_acqf_batched
@@ -83,8 +82,9 @@ def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_rest
         for _ in range(repeats):  # the same seeds every time: the same candidates, the median time
             sync()
             t0, c0 = time.perf_counter(), time.process_time()
-            Xb, vb = optimize_acqf_batched(acqf, bounds, num_restarts=num_restarts, raw_samples=raw_samples,
-                                           options={"seed": 0})
+            Xb, vb = optimize_acqf_batched(
+                acqf, bounds, num_restarts=num_restarts, raw_samples=raw_samples, options={"seed": 0}
+            )
             sync()
             times_b.append(time.perf_counter() - t0)
             cpu_b.append(time.process_time() - c0)
@@ -101,24 +101,42 @@ def run(B: int, device: torch.device, d: int, n: int, raw_samples: int, num_rest
         c_batched, c_single = statistics.median(cpu_b), statistics.median(cpu_s)
         with torch.no_grad():  # both methods' candidates, scored by each problem's own acquisition
             v_batched = torch.cat([a(Xb[b : b + 1]) for b, a in enumerate(single_acqfs)])
-            v_single = torch.cat([a(x.unsqueeze(0)) for a, x in zip(single_acqfs, Xs)])
+            v_single = torch.cat([a(x.unsqueeze(0)) for a, x in zip(single_acqfs, Xs, strict=False)])
         diff = (v_batched - v_single).cpu()
         scale = v_single.abs().cpu().clamp_min(1.0)
-        rows.append({
-            "B": B, "acquisition": name, "d": d, "n": n, "raw_samples": raw_samples, "num_restarts": num_restarts,
-            "seconds_batched": t_batched, "seconds_optimize_acqf": t_single, "speedup": t_single / t_batched,
-            "cpu_seconds_batched": c_batched, "cpu_seconds_optimize_acqf": c_single,
-            "cpu_speedup": c_single / c_batched,
-            "repeats_seconds_batched": times_b, "repeats_seconds_optimize_acqf": times_s,
-            "diff_mean": diff.mean().item(), "diff_min": diff.min().item(), "diff_max": diff.max().item(),
-            "batched_worse": int((diff < -1e-6 * scale).sum()), "batched_better": int((diff > 1e-6 * scale).sum()),
-            "values_consistent": bool(torch.allclose(vb.cpu(), v_batched.cpu(), atol=1e-9, rtol=1e-9)),
-            "diffs": diff.tolist(),
-        })
+        rows.append(
+            {
+                "B": B,
+                "acquisition": name,
+                "d": d,
+                "n": n,
+                "raw_samples": raw_samples,
+                "num_restarts": num_restarts,
+                "seconds_batched": t_batched,
+                "seconds_optimize_acqf": t_single,
+                "speedup": t_single / t_batched,
+                "cpu_seconds_batched": c_batched,
+                "cpu_seconds_optimize_acqf": c_single,
+                "cpu_speedup": c_single / c_batched,
+                "repeats_seconds_batched": times_b,
+                "repeats_seconds_optimize_acqf": times_s,
+                "diff_mean": diff.mean().item(),
+                "diff_min": diff.min().item(),
+                "diff_max": diff.max().item(),
+                "batched_worse": int((diff < -1e-6 * scale).sum()),
+                "batched_better": int((diff > 1e-6 * scale).sum()),
+                "values_consistent": bool(torch.allclose(vb.cpu(), v_batched.cpu(), atol=1e-9, rtol=1e-9)),
+                "diffs": diff.tolist(),
+            }
+        )
         r = rows[-1]
-        print(f"B={B:<3} {name:<23} batched {t_batched:6.2f} s  optimize_acqf {t_single:6.2f} s  "
-              f"x{r['speedup']:.1f} (CPU time x{r['cpu_speedup']:.1f})   value diff mean {r['diff_mean']:+.2e} min {r['diff_min']:+.2e}  "
-              f"worse/better {r['batched_worse']}/{r['batched_better']}", flush=True)
+        print(
+            f"B={B:<3} {name:<23} batched {t_batched:6.2f} s  optimize_acqf {t_single:6.2f} s  "
+            f"x{r['speedup']:.1f} (CPU time x{r['cpu_speedup']:.1f})   "
+            f"value diff mean {r['diff_mean']:+.2e} min {r['diff_min']:+.2e}  "
+            f"worse/better {r['batched_worse']}/{r['batched_better']}",
+            flush=True,
+        )
     return rows
 
 
@@ -138,8 +156,9 @@ def plot(result: dict, path: Path) -> None:
         axes[0].plot(Bs, [r["cpu_seconds_optimize_acqf"] for r in rs], "s--", color=c, label=f"{name} optimize_acqf")
         for r in rs:
             x = r["B"] * (1 + 0.12 * (j - 1))
-            axes[1].scatter([x] * len(r["diffs"]), r["diffs"], s=8, color=c, alpha=0.6,
-                            label=name if r is rs[0] else None)
+            axes[1].scatter(
+                [x] * len(r["diffs"]), r["diffs"], s=8, color=c, alpha=0.6, label=name if r is rs[0] else None
+            )
     axes[0].set_xscale("log")
     axes[0].set_yscale("log")
     axes[0].set_xlabel("problems B")
@@ -182,12 +201,26 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*optimization failed.*")  # BoTorch's restart notices
     device = torch.device(args.device)
     t0 = time.perf_counter()
-    rows = [row for B in args.problems for row in run(B, device, args.dim, args.n, args.raw_samples,
-                                                       args.num_restarts, args.repeats)]
-    result = {"benchmark": "batched_acqf", "machine": machine_info(args.device), "settings": {
-        "problems": args.problems, "dim": args.dim, "n": args.n, "raw_samples": args.raw_samples,
-        "num_restarts": args.num_restarts, "repeats": args.repeats, "quick": args.quick}, "total_seconds": time.perf_counter() - t0,
-        "rows": rows}
+    rows = [
+        row
+        for B in args.problems
+        for row in run(B, device, args.dim, args.n, args.raw_samples, args.num_restarts, args.repeats)
+    ]
+    result = {
+        "benchmark": "batched_acqf",
+        "machine": machine_info(args.device),
+        "settings": {
+            "problems": args.problems,
+            "dim": args.dim,
+            "n": args.n,
+            "raw_samples": args.raw_samples,
+            "num_restarts": args.num_restarts,
+            "repeats": args.repeats,
+            "quick": args.quick,
+        },
+        "total_seconds": time.perf_counter() - t0,
+        "rows": rows,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     tag = "quick" if args.quick else args.device
     path = args.out / f"batched_acqf_{tag}.json"

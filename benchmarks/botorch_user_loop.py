@@ -49,7 +49,7 @@ from fbo_torch.fit import fit_shared_features
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from paired_stats import paired_difference  # noqa: E402
+from paired_stats import paired_difference
 
 PROBLEMS = {"branin": (Branin, 5, 20), "hartmann6": (lambda: Hartmann(dim=6), 8, 25)}  # (fn, n_init, iterations)
 METHODS = ("TS", "FTS", "FTS learned")
@@ -73,8 +73,14 @@ def run(problem: str, seed: int, methods=METHODS) -> dict:
     pY = torch.stack([f(pX[n], shifts[n]) for n in range(5)])
     fit = fit_shared_features([(pX[n], pY[n]) for n in range(5)], bounds=bounds, seed=seed)
     rff = fit.features
-    peers = RFFBayesianLinear(rff, pX, pY, noise_variance=1e-2, input_transform=Normalize(d, bounds=bounds),
-                              outcome_transform=Standardize(m=1, batch_shape=torch.Size([5])))
+    peers = RFFBayesianLinear(
+        rff,
+        pX,
+        pY,
+        noise_variance=1e-2,
+        input_transform=Normalize(d, bounds=bounds),
+        outcome_transform=Standardize(m=1, batch_shape=torch.Size([5])),
+    )
     messages = peers.messages(generator=g)
     X0 = bounds[0] + torch.rand(n_init, d, generator=g, dtype=torch.float64) * width
     optimum = -fn.optimal_value
@@ -92,7 +98,10 @@ def run(problem: str, seed: int, methods=METHODS) -> dict:
             else:
                 p_t = 1 - 1 / math.sqrt(t) if unused else 1.0
                 acqf = FederatedThompsonSampling(
-                    gp, [messages[i] for i in unused], rff, p_t=p_t,
+                    gp,
+                    [messages[i] for i in unused],
+                    rff,
+                    p_t=p_t,
                     agent_weights="learned" if name == "FTS learned" else "uniform",
                     train_X=X if name == "FTS learned" else None,
                 )
@@ -100,8 +109,11 @@ def run(problem: str, seed: int, methods=METHODS) -> dict:
             if name != "TS" and acqf.source != "own":
                 unused.pop(acqf.source)
             X, Y = torch.cat([X, x.detach()]), torch.cat([Y, f(x.detach())])
-        out[name] = {"regret": float(optimum - Y.max()), "seconds": time.perf_counter() - t0,
-                     "messages_used": len(messages) - len(unused) if name != "TS" else 0}
+        out[name] = {
+            "regret": float(optimum - Y.max()),
+            "seconds": time.perf_counter() - t0,
+            "messages_used": len(messages) - len(unused) if name != "TS" else 0,
+        }
     return out
 
 
@@ -111,25 +123,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/botorch_user_loop.json")
     args = ap.parse_args(argv)
-    report = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
-              "machine": {"platform": platform.platform(), "torch": torch.__version__,
-                          "threads": torch.get_num_threads()}, "problems": {}}
+    report = {
+        "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+        "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+        "problems": {},
+    }
     for problem in args.problems:
         runs = [run(problem, seed) for seed in range(args.seeds)]
         summary = {}
         for name in METHODS:
             r = [x[name]["regret"] for x in runs]
             mean = sum(r) / len(r)
-            summary[name] = {"regret_mean": mean,
-                             "regret_se": math.sqrt(sum((v - mean) ** 2 for v in r) / (len(r) - 1) / len(r)),
-                             "seconds_mean": sum(x[name]["seconds"] for x in runs) / len(runs)}
+            summary[name] = {
+                "regret_mean": mean,
+                "regret_se": math.sqrt(sum((v - mean) ** 2 for v in r) / (len(r) - 1) / len(r)),
+                "seconds_mean": sum(x[name]["seconds"] for x in runs) / len(runs),
+            }
             if name != "TS":
-                summary[name]["vs_TS"] = paired_difference([a - b for a, b in zip(r, [x["TS"]["regret"] for x in runs])])
+                summary[name]["vs_TS"] = paired_difference(
+                    [a - b for a, b in zip(r, [x["TS"]["regret"] for x in runs], strict=False)]
+                )
         report["problems"][problem] = {"summary": summary, "runs": runs}
         for name, s in summary.items():
             vs = s.get("vs_TS")
-            print(f"{problem:<10} {name:<12} regret {s['regret_mean']:.4f} ± {s['regret_se']:.4f}"
-                  + ("" if vs is None else f"   vs TS {vs['diff']:+.4f} ± {vs['se']:.4f} ({vs['better']}/{vs['worse']})"))
+            print(
+                f"{problem:<10} {name:<12} regret {s['regret_mean']:.4f} ± {s['regret_se']:.4f}"
+                + ("" if vs is None else f"   vs TS {vs['diff']:+.4f} ± {vs['se']:.4f} ({vs['better']}/{vs['worse']})")
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     return 0

@@ -61,13 +61,25 @@ def objective_defaults() -> dict:
     from fbo_torch.objectives.vision import EMNISTCNN
 
     params = inspect.signature(EMNISTCNN.__init__).parameters
-    return {"steps": params["steps"].default, "batch_size": params["batch_size"].default,
-            "channels": list(params["channels"].default)}
+    return {
+        "steps": params["steps"].default,
+        "batch_size": params["batch_size"].default,
+        "channels": list(params["channels"].default),
+    }
 
 
 # ---------------------------------------------------------------------- cell
-def run_cell(K: int, device: str, steps: int, batch_size: int, channels: list[int], repeats: int,
-             plain_max: int, modes: list[str], threads: int) -> list[dict]:
+def run_cell(
+    K: int,
+    device: str,
+    steps: int,
+    batch_size: int,
+    channels: list[int],
+    repeats: int,
+    plain_max: int,
+    modes: list[str],
+    threads: int,
+) -> list[dict]:
     """Time one round of ``K`` trainings in each mode, in this process."""
     import torch
 
@@ -96,12 +108,35 @@ def run_cell(K: int, device: str, steps: int, batch_size: int, channels: list[in
     def plain(n: int):
         with cuda_backend_flags(dev, base):  # same TF32/cuDNN policy as the batched default
             for k in range(n):
-                train_cnn_single(net, images, labels, tr[k], va[k], lr[k], decay[k], l2[k], seed=k,
-                                 steps=steps, batch_size=batch_size)
+                train_cnn_single(
+                    net,
+                    images,
+                    labels,
+                    tr[k],
+                    va[k],
+                    lr[k],
+                    decay[k],
+                    l2[k],
+                    seed=k,
+                    steps=steps,
+                    batch_size=batch_size,
+                )
 
     def batched(options):
-        acc = train_cnn_batched(net, images, labels, tr, va, lr, decay, l2, list(range(K)), steps=steps,
-                                batch_size=batch_size, options=options)
+        acc = train_cnn_batched(
+            net,
+            images,
+            labels,
+            tr,
+            va,
+            lr,
+            decay,
+            l2,
+            list(range(K)),
+            steps=steps,
+            batch_size=batch_size,
+            options=options,
+        )
         acc.sum().item()  # wait for the result, as a caller would
 
     runners = {
@@ -124,17 +159,30 @@ def run_cell(K: int, device: str, steps: int, batch_size: int, channels: list[in
         wall = statistics.median(times)
         timed = min(K, plain_max) if mode == "plain" else K
         round_s = wall * K / timed
-        peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
-                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-        rows.append({
-            "K": K, "mode": mode, "device": device, "round_s": round_s, "configs_per_s": K / round_s,
-            "timed_configs": timed, "extrapolated": timed < K, "repeats_s": times,
-            "peak_memory_bytes": int(peak),
-            "peak_memory_kind": "cuda_max_memory_allocated" if dev.type == "cuda" else "process_max_rss",
-        })
-        print(f"  K={K:4d} {mode:13s} round {round_s:9.3f} s  {K / round_s:8.2f} configs/s"
-              f"{'  (extrapolated from %d)' % timed if timed < K else ''}  peak {peak / 2**20:8.1f} MiB",
-              flush=True)
+        peak = (
+            torch.cuda.max_memory_allocated(dev)
+            if dev.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        )
+        rows.append(
+            {
+                "K": K,
+                "mode": mode,
+                "device": device,
+                "round_s": round_s,
+                "configs_per_s": K / round_s,
+                "timed_configs": timed,
+                "extrapolated": timed < K,
+                "repeats_s": times,
+                "peak_memory_bytes": int(peak),
+                "peak_memory_kind": "cuda_max_memory_allocated" if dev.type == "cuda" else "process_max_rss",
+            }
+        )
+        print(
+            f"  K={K:4d} {mode:13s} round {round_s:9.3f} s  {K / round_s:8.2f} configs/s"
+            f"{f'  (extrapolated from {timed})' if timed < K else ''}  peak {peak / 2**20:8.1f} MiB",
+            flush=True,
+        )
     return rows
 
 
@@ -142,13 +190,21 @@ def run_cell(K: int, device: str, steps: int, batch_size: int, channels: list[in
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    p.add_argument("--K", type=int, nargs="+", help="configurations per round (default: 1 10 50 250 on "
-                   "CUDA, 1 10 on CPU, 1 2 with --quick)")
+    p.add_argument(
+        "--K",
+        type=int,
+        nargs="+",
+        help="configurations per round (default: 1 10 50 250 on CUDA, 1 10 on CPU, 1 2 with --quick)",
+    )
     p.add_argument("--steps", type=int, help="SGD steps per training (default: EMNISTCNN's)")
     p.add_argument("--batch-size", type=int, help="minibatch size (default: EMNISTCNN's)")
     p.add_argument("--repeats", type=int, help="timed runs per cell after a warm-up (default 3 CUDA, 1 CPU)")
-    p.add_argument("--plain-max", type=int, default=3,
-                   help="plain loop: time this many configurations and extrapolate to K (default 3)")
+    p.add_argument(
+        "--plain-max",
+        type=int,
+        default=3,
+        help="plain loop: time this many configurations and extrapolate to K (default 3)",
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     p.add_argument("--quick", action="store_true", help="tiny run (K 1 2, 4 steps) to check the script")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output folder")
@@ -172,18 +228,37 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or torch.get_num_threads()
 
     if args.cell is not None:
-        rows = run_cell(args.cell, args.device, steps, batch, defaults["channels"], repeats, args.plain_max,
-                        modes, threads)
+        rows = run_cell(
+            args.cell, args.device, steps, batch, defaults["channels"], repeats, args.plain_max, modes, threads
+        )
         print("CELL " + json.dumps(rows))
         return 0
 
-    print(f"CNN training round on {args.device}: 28x28x1 random images, SmallCNN{tuple(defaults['channels'])}, "
-          f"{steps} steps, batch {batch}, K = {Ks}", flush=True)
+    print(
+        f"CNN training round on {args.device}: 28x28x1 random images, SmallCNN{tuple(defaults['channels'])}, "
+        f"{steps} steps, batch {batch}, K = {Ks}",
+        flush=True,
+    )
     cells = []
     for K in Ks:  # one process per K: its own peak memory
-        cmd = [sys.executable, str(SCRIPT), "--cell", str(K), "--device", args.device, "--steps", str(steps),
-               "--batch-size", str(batch), "--repeats", str(repeats), "--plain-max", str(args.plain_max),
-               "--threads", str(threads)]
+        cmd = [
+            sys.executable,
+            str(SCRIPT),
+            "--cell",
+            str(K),
+            "--device",
+            args.device,
+            "--steps",
+            str(steps),
+            "--batch-size",
+            str(batch),
+            "--repeats",
+            str(repeats),
+            "--plain-max",
+            str(args.plain_max),
+            "--threads",
+            str(threads),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         out = [line for line in proc.stdout.splitlines() if not line.startswith("CELL ")]
         print("\n".join(out), flush=True)
@@ -203,11 +278,23 @@ def main(argv: list[str] | None = None) -> int:
         if 1 in by_k:
             summary[f"{mode}_K1_over_plain"] = by_k[1]["plain_trainings_per_round"]
     result = {
-        "settings": {"device": args.device, "K": Ks, "steps": steps, "batch_size": batch, "repeats": repeats,
-                     "plain_max": args.plain_max, "image": [1, 28, 28], "num_classes": 10,
-                     "channels": defaults["channels"], "train_per_config": N_TRAIN, "val_per_config": N_VAL,
-                     "pool": POOL, "data": "random tensors (uniform pixels, random labels)", "quick": args.quick,
-                     "threads": threads},
+        "settings": {
+            "device": args.device,
+            "K": Ks,
+            "steps": steps,
+            "batch_size": batch,
+            "repeats": repeats,
+            "plain_max": args.plain_max,
+            "image": [1, 28, 28],
+            "num_classes": 10,
+            "channels": defaults["channels"],
+            "train_per_config": N_TRAIN,
+            "val_per_config": N_VAL,
+            "pool": POOL,
+            "data": "random tensors (uniform pixels, random labels)",
+            "quick": args.quick,
+            "threads": threads,
+        },
         "machine": machine_info(args.device),
         "goals": {"K250_round_at_most_plain_trainings": 2.0, "K1_batched_over_plain_at_most": 1.0},
         "summary": summary,
@@ -231,27 +318,38 @@ def plot(result: dict, path: Path) -> None:
 
     s = result["settings"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    styles = {"plain": ("tab:gray", "o", "--"), "batched": ("tab:blue", "s", "-"),
-              "batched_bf16": ("tab:orange", "^", "-")}
+    styles = {
+        "plain": ("tab:gray", "o", "--"),
+        "batched": ("tab:blue", "s", "-"),
+        "batched_bf16": ("tab:orange", "^", "-"),
+    }
     for mode, (color, marker, ls) in styles.items():
         cells = sorted((c for c in result["cells"] if c["mode"] == mode), key=lambda c: c["K"])
         if not cells:
             continue
         K = [c["K"] for c in cells]
         axes[0].plot(K, [c["configs_per_s"] for c in cells], color=color, marker=marker, ls=ls, label=mode)
-        axes[1].plot(K, [c["plain_trainings_per_round"] for c in cells], color=color, marker=marker, ls=ls,
-                     label=mode)
+        axes[1].plot(K, [c["plain_trainings_per_round"] for c in cells], color=color, marker=marker, ls=ls, label=mode)
     axes[1].axhline(2.0, color="k", lw=0.8, ls=":", label="goal at K = 250 (2 plain trainings)")
-    axes[0].set(xscale="log", yscale="log", xlabel="configurations per round K", ylabel="configurations / s",
-                title="throughput")
-    axes[1].set(xscale="log", yscale="log", xlabel="configurations per round K",
-                ylabel="round time / one plain training", title="round cost")
+    axes[0].set(
+        xscale="log", yscale="log", xlabel="configurations per round K", ylabel="configurations / s", title="throughput"
+    )
+    axes[1].set(
+        xscale="log",
+        yscale="log",
+        xlabel="configurations per round K",
+        ylabel="round time / one plain training",
+        title="round cost",
+    )
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"SmallCNN on 28x28x1 random tensors, {s['steps']} SGD steps, batch {s['batch_size']}, "
-                 f"{result['machine'].get('gpu', result['machine']['cpu'])} "
-                 f"(median of {s['repeats']} after a warm-up)", fontsize=9)
+    fig.suptitle(
+        f"SmallCNN on 28x28x1 random tensors, {s['steps']} SGD steps, batch {s['batch_size']}, "
+        f"{result['machine'].get('gpu', result['machine']['cpu'])} "
+        f"(median of {s['repeats']} after a warm-up)",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -27,7 +27,9 @@ def compact(results: dict) -> dict:
             if "repetition_mean" in m:  # DP: agents x repetitions curves -> repetition curves
                 for key in ("runs", "agents", "repetitions"):  # the curves and the labels of their rows
                     m.pop(key, None)
-    out["note"] = f"compacted by benchmarks/collect_results.py (dropped: {', '.join(DROP)}, per-agent curves of DP runs)"
+    out["note"] = (
+        f"compacted by benchmarks/collect_results.py (dropped: {', '.join(DROP)}, per-agent curves of DP runs)"
+    )
     return out
 
 

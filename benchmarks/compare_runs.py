@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learned_weights import summary  # noqa: E402
-from paired_stats import paired_difference  # noqa: E402
+from learned_weights import summary
+from paired_stats import paired_difference
 
 
 def runs_by_key(method: dict, field: str = "runs") -> dict[tuple[int, int], list]:
@@ -44,27 +44,39 @@ def compare(before: dict, after: dict) -> list[dict]:
             a, b = runs_by_key(m), runs_by_key(ref)
             keys = [k for k in a if k in b]
             sa, sb = runs_by_key(m, "sources"), runs_by_key(ref, "sources")
-            row = {"scenario": sc["name"], "method": m["name"], "runs": len(keys),
-                   "same_sources": sum(sa[k] == sb[k] for k in keys),
-                   "max_abs_difference": max(abs(x - y) for k in keys for x, y in zip(a[k], b[k], strict=True)),
-                   "before_mean_regret": sum(summary(b[k], "mean") for k in keys) / len(keys),
-                   "after_mean_regret": sum(summary(a[k], "mean") for k in keys) / len(keys)}
+            row = {
+                "scenario": sc["name"],
+                "method": m["name"],
+                "runs": len(keys),
+                "same_sources": sum(sa[k] == sb[k] for k in keys),
+                "max_abs_difference": max(abs(x - y) for k in keys for x, y in zip(a[k], b[k], strict=True)),
+                "before_mean_regret": sum(summary(b[k], "mean") for k in keys) / len(keys),
+                "after_mean_regret": sum(summary(a[k], "mean") for k in keys) / len(keys),
+            }
             for at in (-1, "mean"):
                 row["final" if at == -1 else "mean"] = paired_difference(
-                    [summary(a[k], at) - summary(b[k], at) for k in keys])
+                    [summary(a[k], at) - summary(b[k], at) for k in keys]
+                )
             rows.append(row)
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| scenario | method | runs | same sources | max abs. difference | averaged regret before → after "
-           "| after − before (averaged) | after − before (final) |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| scenario | method | runs | same sources | max abs. difference | averaged regret before → after "
+        "| after − before (averaged) | after − before (final) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        cell = {k: f"{r[k]['diff']:+.1e} ± {r[k]['se']:.1e}{' **' if r[k]['distinguishable'] else ''}"
-                for k in ("mean", "final")}
-        out.append(f"| {r['scenario']} | {r['method']} | {r['runs']} | {r['same_sources']} | "
-                   f"{r['max_abs_difference']:.1e} | "
-                   f"{r['before_mean_regret']:.4f} → {r['after_mean_regret']:.4f} | {cell['mean']} | {cell['final']} |")
+        cell = {
+            k: f"{r[k]['diff']:+.1e} ± {r[k]['se']:.1e}{' **' if r[k]['distinguishable'] else ''}"
+            for k in ("mean", "final")
+        }
+        out.append(
+            f"| {r['scenario']} | {r['method']} | {r['runs']} | {r['same_sources']} | "
+            f"{r['max_abs_difference']:.1e} | "
+            f"{r['before_mean_regret']:.4f} → {r['after_mean_regret']:.4f} | {cell['mean']} | {cell['final']} |"
+        )
     return "\n".join(out)
 
 
@@ -77,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = compare(json.loads(args.before.read_text()), json.loads(args.after.read_text()))
     print(table(rows))
     if args.out is not None:
-        args.out.write_text(json.dumps({"before": str(args.before), "after": str(args.after), "rows": rows},
-                                       indent=1) + "\n")
+        args.out.write_text(
+            json.dumps({"before": str(args.before), "after": str(args.after), "rows": rows}, indent=1) + "\n"
+        )
     return 0
 
 

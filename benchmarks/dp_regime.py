@@ -41,37 +41,74 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 BASE = dict(h=0.02, N=200, z=1.0, M=50)
 #: (cell name, factor values); TS does not depend on z or M, so those cells share the base cell's TS
-CELLS = [("base", {})] + [(f"h={h}", {"h": h}) for h in (0.1, 0.3)] + [(f"N={n}", {"N": n}) for n in (50, 100)] \
-    + [(f"z={z}", {"z": z}) for z in (0.5, 2.0, 4.0)] + [(f"M={m}", {"M": m}) for m in (25, 100)]
-SETTINGS = dict(num_init=10, rff_lengthscale=0.03, rff_noise_variance=0.01, p_t="1-1/sqrt(t)", p1_equals_p2=False,
-                weights="adaptive", weight_a=16.0, weight_b=1.0, const_rounds=5, decay_rounds=5, gp_refit_every=5,
-                gp_sample_features=256)
+CELLS = (
+    [("base", {})]
+    + [(f"h={h}", {"h": h}) for h in (0.1, 0.3)]
+    + [(f"N={n}", {"N": n}) for n in (50, 100)]
+    + [(f"z={z}", {"z": z}) for z in (0.5, 2.0, 4.0)]
+    + [(f"M={m}", {"M": m}) for m in (25, 100)]
+)
+SETTINGS = dict(
+    num_init=10,
+    rff_lengthscale=0.03,
+    rff_noise_variance=0.01,
+    p_t="1-1/sqrt(t)",
+    p1_equals_p2=False,
+    weights="adaptive",
+    weight_a=16.0,
+    weight_b=1.0,
+    const_rounds=5,
+    decay_rounds=5,
+    gp_refit_every=5,
+    gp_sample_features=256,
+)
 DP = dict(algorithm="fts_de", num_regions=2, sample_rate=0.25, clip_norm=11.0)
 
 
 def run_one(method: str, cell: dict, rounds: int, reps: int, grid: int, seed: int) -> dict:
+    from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.objectives.synthetic import GPSampleGridFederation
     from fbo_torch.optim.domain import Domain
-    from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
-    objective = GPSampleGridFederation(num_groups=1, agents_per_group=cell["N"], perturbation=cell["h"],
-                                       perturb_first=True, grid_size=grid, lengthscale=0.03, noise_variance=0.01,
-                                       seed=seed)
-    kind = {"TS": dict(algorithm="ts"), "FTS-DE": {**DP, "noise_multiplier": 0.0, "clip_norm": None},
-            "DP-FTS-DE": {**DP, "noise_multiplier": cell["z"]}}[method]
+    objective = GPSampleGridFederation(
+        num_groups=1,
+        agents_per_group=cell["N"],
+        perturbation=cell["h"],
+        perturb_first=True,
+        grid_size=grid,
+        lengthscale=0.03,
+        noise_variance=0.01,
+        seed=seed,
+    )
+    kind = {
+        "TS": dict(algorithm="ts"),
+        "FTS-DE": {**DP, "noise_multiplier": 0.0, "clip_norm": None},
+        "DP-FTS-DE": {**DP, "noise_multiplier": cell["z"]},
+    }[method]
     settings = DPFTSDESettings(num_iterations=rounds, num_features=cell["M"], **SETTINGS, **kind)
-    runner = DPFTSDERunner(objective, settings, reps, domain=Domain(objective.bounds, objective.candidates),
-                           seed=seed, name=method, accountant="rdp-classic")
+    runner = DPFTSDERunner(
+        objective,
+        settings,
+        reps,
+        domain=Domain(objective.bounds, objective.candidates),
+        seed=seed,
+        name=method,
+        accountant="rdp-classic",
+    )
     t0 = time.perf_counter()
     res = runner.run()
     N = objective.num_agents
-    rec = {"method": method, "cell": cell, "reps": reps, "wall_time_s": time.perf_counter() - t0,
-           "per_rep_curves": res.loss.view(reps, N, -1).mean(1).tolist()}
+    rec = {
+        "method": method,
+        "cell": cell,
+        "reps": reps,
+        "wall_time_s": time.perf_counter() - t0,
+        "per_rep_curves": res.loss.view(reps, N, -1).mean(1).tolist(),
+    }
     if res.accountant is not None and any(res.released):
         eps = [e for e in res.epsilon if math.isfinite(e)]
-        rec.update(epsilon_final=eps[-1] if eps else None, delta=res.delta,
-                   fraction_clipped=res.fraction_clipped)
+        rec.update(epsilon_final=eps[-1] if eps else None, delta=res.delta, fraction_clipped=res.fraction_clipped)
     return rec
 
 
@@ -113,7 +150,7 @@ def plot(result: dict, path: Path) -> None:
     cell_of = {r["cell_name"]: r["cell"] for r in result["records"] if r["method"] == "DP-FTS-DE"}
     base = result["base"]
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2), sharey=True)
-    for ax, factor in zip(axes, ("h", "N", "z", "M")):
+    for ax, factor in zip(axes, ("h", "N", "z", "M"), strict=False):
         names = ["base"] + [n for n, ch in CELLS if factor in ch]
         xs = sorted({base[factor], *[ch[factor] for n, ch in CELLS if factor in ch]})
         for method, marker in (("DP-FTS-DE", "o"), ("FTS-DE", "s")):
@@ -121,8 +158,14 @@ def plot(result: dict, path: Path) -> None:
             if not pts:
                 continue
             pts.sort(key=lambda p: p[0])
-            ax.errorbar([p[0] for p in pts], [p[1]["diff_to_ts"] for p in pts],
-                        yerr=[p[1]["diff_se"] for p in pts], marker=marker, capsize=3, label=method)
+            ax.errorbar(
+                [p[0] for p in pts],
+                [p[1]["diff_to_ts"] for p in pts],
+                yerr=[p[1]["diff_se"] for p in pts],
+                marker=marker,
+                capsize=3,
+                label=method,
+            )
         ax.axhline(0.0, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(plt.NullFormatter())
@@ -172,9 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     command = "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
 
     def save() -> dict:  # after every run: a killed study keeps what finished
-        out = {"benchmark": "dp_regime", "command": command, "machine": machine_info("cpu"), "reps": args.reps,
-               "rounds": args.rounds, "grid": args.grid, "base": base, "dp": DP, "settings": SETTINGS,
-               "records": records, "paired_final": analyse(records)}
+        out = {
+            "benchmark": "dp_regime",
+            "command": command,
+            "machine": machine_info("cpu"),
+            "reps": args.reps,
+            "rounds": args.rounds,
+            "grid": args.grid,
+            "base": base,
+            "dp": DP,
+            "settings": SETTINGS,
+            "records": records,
+            "paired_final": analyse(records),
+        }
         atomic_write_text(path, json.dumps(out, indent=1))
         return out
 
@@ -197,8 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in result.get("paired_final", []):
         if row["method"] != "TS":
             eps = f"  ε {row['epsilon_final']:.2f}" if row.get("epsilon_final") else ""
-            print(f"{row['setup']:<8} {row['method']:<10} final regret {row['loss_mean']:.4f}  diff to TS "
-                  f"{row['diff_to_ts']:+.4f} ± {row['diff_se']:.4f}{'  *' if row['distinguishable'] else ''}{eps}")
+            print(
+                f"{row['setup']:<8} {row['method']:<10} final regret {row['loss_mean']:.4f}  diff to TS "
+                f"{row['diff_to_ts']:+.4f} ± {row['diff_se']:.4f}{'  *' if row['distinguishable'] else ''}{eps}"
+            )
     if result:
         plot(result, args.out / "dp_regime.png")
     return 0

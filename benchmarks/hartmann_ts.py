@@ -68,8 +68,8 @@ def hartmann_objective(num_agents: int, noise_std: float):
 
 def run_batched(objective, X0, Y0, T: int, seed: int, device, **settings) -> tuple[torch.Tensor, float]:
     from fbo_torch.federation.agents import Agents
-    from fbo_torch.optim.domain import Domain
     from fbo_torch.federation.settings import MethodSettings
+    from fbo_torch.optim.domain import Domain
     from fbo_torch.utils import keyed_random as kr
 
     A = X0.shape[0]
@@ -116,9 +116,17 @@ def run_botorch(objective, X0, Y0, T: int, seed: int) -> tuple[torch.Tensor, flo
 
 def summary(r: torch.Tensor) -> dict:
     q = torch.quantile(r, torch.tensor([0.25, 0.5, 0.75, 0.9], dtype=r.dtype))
-    return {"mean": r.mean().item(), "stderr": (r.std() / r.numel() ** 0.5).item(), "q25": q[0].item(),
-            "median": q[1].item(), "q75": q[2].item(), "q90": q[3].item(), "worst": r.max().item(),
-            "agents": r.numel(), "values": r.tolist()}
+    return {
+        "mean": r.mean().item(),
+        "stderr": (r.std() / r.numel() ** 0.5).item(),
+        "q25": q[0].item(),
+        "median": q[1].item(),
+        "q75": q[2].item(),
+        "q90": q[3].item(),
+        "worst": r.max().item(),
+        "agents": r.numel(),
+        "values": r.tolist(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         obj = hartmann_objective(args.agents, args.noise_std)
         g = torch.Generator().manual_seed(seed)
         X0 = torch.rand(args.agents, args.n0, 3, generator=g, dtype=f64)
-        Y0 = (obj.evaluate_true(X0) + args.noise_std * torch.randn(args.agents, args.n0, generator=g, dtype=f64))
+        Y0 = obj.evaluate_true(X0) + args.noise_std * torch.randn(args.agents, args.n0, generator=g, dtype=f64)
         r, s = run_batched(obj, X0, Y0.unsqueeze(-1), args.iterations, seed, device)
         ours.append(r)
         t_ours += s
@@ -158,14 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     ours, ref = torch.cat(ours), torch.cat(ref)
     test = mannwhitneyu(ours.numpy(), ref.numpy(), alternative="greater")
     result = {
-        "benchmark": "hartmann_ts", "machine": machine_info(args.device), "settings": vars(args) | {"out": str(args.out)},
-        "batched": summary(ours) | {"seconds": t_ours}, "botorch": summary(ref) | {"seconds": t_ref},
+        "benchmark": "hartmann_ts",
+        "machine": machine_info(args.device),
+        "settings": vars(args) | {"out": str(args.out)},
+        "batched": summary(ours) | {"seconds": t_ours},
+        "botorch": summary(ref) | {"seconds": t_ref},
         "mann_whitney_batched_greater_p": float(test.pvalue),
     }
     for name in ("batched", "botorch"):
         s = result[name]
-        print(f"{name:<8} regret mean {s['mean']:.4f} ± {s['stderr']:.4f}  median {s['median']:.4f}  "
-              f"q90 {s['q90']:.4f}  worst {s['worst']:.4f}  ({s['seconds']:.1f} s)")
+        print(
+            f"{name:<8} regret mean {s['mean']:.4f} ± {s['stderr']:.4f}  median {s['median']:.4f}  "
+            f"q90 {s['q90']:.4f}  worst {s['worst']:.4f}  ({s['seconds']:.1f} s)"
+        )
     print(f"one-sided Mann-Whitney p (batched regrets larger): {test.pvalue:.3f}")
     args.out.mkdir(parents=True, exist_ok=True)
     tag = "quick" if args.quick else args.device
@@ -189,8 +202,11 @@ def _plot(result: dict, path: Path) -> None:
     ax.set_yscale("symlog", linthresh=1e-3)
     ax.set_ylabel("final simple regret")
     s = result["settings"]
-    ax.set_title(f"Hartmann-3, {result['batched']['agents']} agents, {s['iterations']} iterations "
-                 f"(box: quartiles, triangle: mean)", fontsize=9)
+    ax.set_title(
+        f"Hartmann-3, {result['batched']['agents']} agents, {s['iterations']} iterations "
+        f"(box: quartiles, triangle: mean)",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -38,7 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from paired_stats import paired_difference  # noqa: E402
+from paired_stats import paired_difference
 
 
 def summary(curve: list[float], at: int | str) -> float:
@@ -47,7 +47,8 @@ def summary(curve: list[float], at: int | str) -> float:
 
 
 def paired(curves: list[list[float]], reference: list[list[float]], at: int | str = -1) -> dict:
-    r"""The paired comparison (:func:`paired_stats.paired_difference`) of ``summary(curves[r]) - summary(reference[r])``."""
+    r"""The paired comparison (:func:`paired_stats.paired_difference`) of
+    ``summary(curves[r]) - summary(reference[r])``."""
     return paired_difference([summary(c, at) - summary(b, at) for c, b in zip(curves, reference, strict=True)])
 
 
@@ -82,8 +83,8 @@ def per_repetition(method: dict) -> dict:
     reps = sorted(set(method["repetitions"]))
     curves = []
     for r in reps:
-        rows = [c for c, rep in zip(method["runs"], method["repetitions"]) if rep == r]
-        curves.append([sum(col) / len(rows) for col in zip(*rows)])
+        rows = [c for c, rep in zip(method["runs"], method["repetitions"], strict=False) if rep == r]
+        curves.append([sum(col) / len(rows) for col in zip(*rows, strict=False)])
     return {**method, "runs": curves, "inits": reps, "targets": None}
 
 
@@ -91,8 +92,9 @@ def analyze(path: Path, references: list[str], at: int | str, by_target: bool = 
     result = json.loads(path.read_text())
     kind = result.get("experiment")
     if kind not in ("fts", "dp_fts_de") or (kind == "dp_fts_de" and by_target):
-        raise SystemExit(f"error: {path}: expected an FTS or DP-FTS-DE experiment's results.json (no --by-target "
-                         "for DP-FTS-DE)")
+        raise SystemExit(
+            f"error: {path}: expected an FTS or DP-FTS-DE experiment's results.json (no --by-target for DP-FTS-DE)"
+        )
     scenarios = []
     resolved = {sc["name"]: sc for sc in result["config"]["scenarios"]}
     for sc in result["scenarios"]:
@@ -101,9 +103,13 @@ def analyze(path: Path, references: list[str], at: int | str, by_target: bool = 
         rows = []
         for name, m in methods.items():
             vals = [summary(c, at) for c in m["runs"]]
-            row = {"method": name, "final_loss": sum(vals) / len(vals),
-                   "final_loss_se": statistics.stdev(vals) / math.sqrt(len(vals)),
-                   "followed": kinds_followed(m, kinds), "vs": {}}
+            row = {
+                "method": name,
+                "final_loss": sum(vals) / len(vals),
+                "final_loss_se": statistics.stdev(vals) / math.sqrt(len(vals)),
+                "followed": kinds_followed(m, kinds),
+                "vs": {},
+            }
             for ref in references:
                 if ref in methods and ref != name:
                     if (m.get("targets"), m.get("inits")) != (methods[ref].get("targets"), methods[ref].get("inits")):
@@ -121,9 +127,12 @@ def analyze(path: Path, references: list[str], at: int | str, by_target: bool = 
         for name in names:
             row = {"method": name, "vs": {}}
             for ref in references:
-                pairs = [(m["runs"], {x["name"]: x for x in sc["methods"]}[ref]["runs"])
-                         for sc in result["scenarios"] for m in sc["methods"]
-                         if m["name"] == name and ref != name and ref in {x["name"] for x in sc["methods"]}]
+                pairs = [
+                    (m["runs"], {x["name"]: x for x in sc["methods"]}[ref]["runs"])
+                    for sc in result["scenarios"]
+                    for m in sc["methods"]
+                    if m["name"] == name and ref != name and ref in {x["name"] for x in sc["methods"]}
+                ]
                 if pairs:
                     row["vs"][ref] = paired([c for a, _ in pairs for c in a], [c for _, b in pairs for c in b], at)
             pooled.append(row)
@@ -164,21 +173,31 @@ def _cells(row: dict, refs: list[str]) -> list[str]:
     cells = []
     for r in refs:
         v = row["vs"].get(r)
-        cells.append("" if v is None else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''}"
-                     f" ({v['better']}/{v['worse']})")
+        cells.append(
+            ""
+            if v is None
+            else f"{v['diff']:+.4g} ± {v['se']:.2g}{' **' if v['distinguishable'] else ''} ({v['better']}/{v['worse']})"
+        )
     return cells
 
 
 def markdown(report: dict) -> str:
     refs = report["references"]
-    lines = ["| scenario | method | loss | " + " | ".join(f"vs {r} (mean ± s.e., better/worse)" for r in refs)
-             + " | peers followed per run |", "|" + "---|" * (4 + len(refs))]
+    lines = [
+        "| scenario | method | loss | "
+        + " | ".join(f"vs {r} (mean ± s.e., better/worse)" for r in refs)
+        + " | peers followed per run |",
+        "|" + "---|" * (4 + len(refs)),
+    ]
     for sc in report["scenarios"]:
         for row in sc["rows"]:
             followed = row["followed"]
             fol = "" if not followed else ", ".join(f"{k} {v:.1f}" for k, v in followed.items())
-            lines.append(f"| {sc['scenario']} | {row['method']} | {row['final_loss']:.4g} ± {row['final_loss_se']:.2g} | "
-                         + " | ".join(_cells(row, refs)) + f" | {fol} |")
+            lines.append(
+                f"| {sc['scenario']} | {row['method']} | {row['final_loss']:.4g} ± {row['final_loss_se']:.2g} | "
+                + " | ".join(_cells(row, refs))
+                + f" | {fol} |"
+            )
     for row in report.get("pooled", []):  # still the main table
         lines.append(f"| all scenarios pooled | {row['method']} | | " + " | ".join(_cells(row, refs)) + " | |")
     for sc in report["scenarios"]:
@@ -187,7 +206,9 @@ def markdown(report: dict) -> str:
             if len(report["scenarios"]) > 1:
                 lines.append(f"**{sc['scenario']}**")
                 lines.append("")
-            lines.append("Mean rank per run (1 = best): " + ", ".join(f"{k} {v:.2f}" for k, v in sc["mean_rank"].items()))
+            lines.append(
+                "Mean rank per run (1 = best): " + ", ".join(f"{k} {v:.2f}" for k, v in sc["mean_rank"].items())
+            )
             lines.append("")
             lines.append("| target | method | " + " | ".join(f"vs {r}" for r in refs) + " |")
             lines.append("|" + "---|" * (2 + len(refs)))
@@ -235,18 +256,36 @@ def cost(out: Path, rounds: int, repeats: int) -> dict:
     obj = GPSampleGridFederation(num_groups=5, agents_per_group=51, perturbation=0.02, seed=0)
     dom = Domain(obj.bounds, obj.candidates)
     hist = FederationHistory(obj, dom, t_n=40, seed=0)
-    variants = {"uniform": {}, "learned": {"agent_weights": "learned"},
-                "learned + trust": {"agent_weights": "learned", "peer_trust": True}}
-    runners = {k: FTSRunner(obj, FTSSettings(num_iterations=rounds * repeats, p_t="1-1/sqrt(t)", **v),
-                            obj.targets, 5, history=hist, seed=0) for k, v in variants.items()}
+    variants = {
+        "uniform": {},
+        "learned": {"agent_weights": "learned"},
+        "learned + trust": {"agent_weights": "learned", "peer_trust": True},
+    }
+    runners = {
+        k: FTSRunner(
+            obj,
+            FTSSettings(num_iterations=rounds * repeats, p_t="1-1/sqrt(t)", **v),
+            obj.targets,
+            5,
+            history=hist,
+            seed=0,
+        )
+        for k, v in variants.items()
+    }
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(rounds * repeats):  # interleaved: one round of each variant in turn
         for k, r in runners.items():
             t0 = time.perf_counter()
             r.step()
             times[k].append(time.perf_counter() - t0)
-    summary = {k: {"median_s": statistics.median(v), "mean_s": statistics.fmean(v),
-                   "se_s": statistics.stdev(v) / math.sqrt(len(v))} for k, v in times.items()}
+    summary = {
+        k: {
+            "median_s": statistics.median(v),
+            "mean_s": statistics.fmean(v),
+            "se_s": statistics.stdev(v) / math.sqrt(len(v)),
+        }
+        for k, v in times.items()
+    }
     # the scoring and re-weighting alone, at the last round's size (R x K x n x n comparisons)
     r = runners["learned"]
     t0 = time.perf_counter()
@@ -255,11 +294,19 @@ def cost(out: Path, rounds: int, repeats: int) -> dict:
     scoring = (time.perf_counter() - t0) / 20
     report = {
         "command": "python " + " ".join(sys.argv),
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "threads": torch.get_num_threads(), "torch": torch.__version__},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
         "federation": "gp_grid: 5 groups x 51 agents, grid 1000, t_n = 40; 25 runs (5 targets x 5 inits), M = 100",
-        "rounds": rounds * repeats, "per_round": summary,
-        "scoring_alone_s": scoring, "runs": r.num_runs, "peers_per_run": r.peer_index.shape[1], "observations_at_end": r.X.shape[1],
+        "rounds": rounds * repeats,
+        "per_round": summary,
+        "scoring_alone_s": scoring,
+        "runs": r.num_runs,
+        "peers_per_run": r.peer_index.shape[1],
+        "observations_at_end": r.X.shape[1],
         "overhead_learned": summary["learned"]["median_s"] / summary["uniform"]["median_s"] - 1,
         "overhead_learned_trust": summary["learned + trust"]["median_s"] / summary["uniform"]["median_s"] - 1,
     }
@@ -273,10 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("analyze", help="paired differences in a results.json")
     a.add_argument("results", type=Path)
-    a.add_argument("--reference", action="append", default=None,
-                   help="method(s) to pair against (default: FTS and TS); repeatable")
-    a.add_argument("--at", default="-1", help="iteration index to compare (default: the last), or 'mean': "
-                   "the loss averaged over iterations 1..T (the area under the curve)")
+    a.add_argument(
+        "--reference", action="append", default=None, help="method(s) to pair against (default: FTS and TS); repeatable"
+    )
+    a.add_argument(
+        "--at",
+        default="-1",
+        help="iteration index to compare (default: the last), or 'mean': "
+        "the loss averaged over iterations 1..T (the area under the curve)",
+    )
     a.add_argument("--by-target", action="store_true", help="also pair per target agent and rank the methods")
     c = sub.add_parser("cost", help="per-round time of uniform vs learned P_N")
     c.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/learned_weights/cost_cpu.json")
@@ -298,8 +350,12 @@ def main(argv: list[str] | None = None) -> int:
         print(table)
     else:
         report = cost(args.out, args.rounds, args.repeats)
-        print(json.dumps({k: report[k] for k in ("per_round", "scoring_alone_s", "overhead_learned",
-                                                  "overhead_learned_trust")}, indent=1))
+        print(
+            json.dumps(
+                {k: report[k] for k in ("per_round", "scoring_alone_s", "overhead_learned", "overhead_learned_trust")},
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -60,7 +60,7 @@ def families(d: int, K: int, device: torch.device, M: int = 100):
     bounds = torch.tensor([[0.0] * d, [1.0] * d], dtype=f64, device=device)
     n = 10 * d
     X = torch.rand(K, n, d, generator=g, dtype=f64).to(device)
-    Y = (torch.sin(6 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(K, n, 1, generator=g, dtype=f64).to(device))
+    Y = torch.sin(6 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(K, n, 1, generator=g, dtype=f64).to(device)
     gp = BatchedExactGP(X, Y, bounds).fit(maxiter=60)
     paths = gp.draw_paths(kr.fold(kr.root_key(d, "quality"), torch.arange(K, device=device)), num_features=256)
     out.append(("gp_path", paths, "own"))
@@ -98,8 +98,16 @@ def dense_max(fn, K: int, d: int, device, f64=torch.float64) -> torch.Tensor:
         grid = score_chunked(fn, G.expand(K, -1, -1), 2**22).max(-1).values
     else:
         grid = torch.full((K,), -torch.inf, dtype=f64, device=device)
-    _, v = maximize_batched(fn, bounds, K, raw_samples=2**14 if d == 2 else 2**18, num_restarts=64, maxiter=200,
-                            keys=torch.arange(K, device=device) + 10**6, max_points=2**22)
+    _, v = maximize_batched(
+        fn,
+        bounds,
+        K,
+        raw_samples=2**14 if d == 2 else 2**18,
+        num_restarts=64,
+        maxiter=200,
+        keys=torch.arange(K, device=device) + 10**6,
+        max_points=2**22,
+    )
     return torch.maximum(grid, v)
 
 
@@ -114,8 +122,11 @@ def run(d: int, K: int, device: torch.device, quick: bool) -> list[dict]:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     rows = []
     for name, fn, kind in families(d, K, device):
-        raw, k, it = (dom.raw_samples_rff, dom.num_restarts_rff, dom.maxiter_rff) if kind == "rff" else (
-            dom.raw_samples, dom.num_restarts, dom.maxiter)
+        raw, k, it = (
+            (dom.raw_samples_rff, dom.num_restarts_rff, dom.maxiter_rff)
+            if kind == "rff"
+            else (dom.raw_samples, dom.num_restarts, dom.maxiter)
+        )
         res = {}
         seeds = 1 if quick else 3  # every method is run with 3 seeds: gaps are averaged over them
         for label, dom_ in (("batched", dom), ("batched_f64_screen", dataclasses.replace(dom, screen_dtype=None))):
@@ -123,13 +134,21 @@ def run(d: int, K: int, device: torch.device, quick: bool) -> list[dict]:
             for seed in range(seeds):
                 sync()
                 t0 = time.perf_counter()
-                _, v = dom_.maximize(fn, K, keys=torch.arange(K, device=device) + 7919 * seed, raw_samples=raw,
-                                     num_restarts=k, maxiter=it)
+                _, v = dom_.maximize(
+                    fn,
+                    K,
+                    keys=torch.arange(K, device=device) + 7919 * seed,
+                    raw_samples=raw,
+                    num_restarts=k,
+                    maxiter=it,
+                )
                 sync()
                 secs += time.perf_counter() - t0
                 runs.append(v)
             res[label] = (torch.stack(runs), secs / seeds)
-        budgets = {"optimize_acqf": (raw, k)} if quick else {"optimize_acqf": (raw, k), "optimize_acqf_1024x10": (1024, 10)}
+        budgets = (
+            {"optimize_acqf": (raw, k)} if quick else {"optimize_acqf": (raw, k), "optimize_acqf_1024x10": (1024, 10)}
+        )
         for label, (r_, k_) in budgets.items():
             runs, secs = [], 0.0
             for seed in range(seeds):
@@ -151,16 +170,34 @@ def run(d: int, K: int, device: torch.device, quick: bool) -> list[dict]:
         for label, (v, secs) in res.items():
             gap = (ref - v).clamp_min(0)  # seeds x K
             mean_gap, worst_gap = gap.mean().item(), gap.max(-1).values.mean().item()
-            rows.append({
-                "family": name, "d": d, "functions": K, "seeds": gap.shape[0], "method": label, "mean_gap": mean_gap,
-                "worst_gap": worst_gap, "mean_gap_relative": mean_gap / scale, "seconds": secs,
-                "raw_samples": {"batched": raw, "batched_f64_screen": raw, "optimize_acqf": raw,
-                                "optimize_acqf_1024x10": 1024}.get(label),
-                "num_restarts": {"batched": k, "batched_f64_screen": k, "optimize_acqf": k,
-                                 "optimize_acqf_1024x10": 10}.get(label),
-            })
-            print(f"d={d} {name:<9} {label:<22} mean gap {mean_gap:.2e}  worst {worst_gap:.2e}  {secs:7.2f} s",
-                  flush=True)
+            rows.append(
+                {
+                    "family": name,
+                    "d": d,
+                    "functions": K,
+                    "seeds": gap.shape[0],
+                    "method": label,
+                    "mean_gap": mean_gap,
+                    "worst_gap": worst_gap,
+                    "mean_gap_relative": mean_gap / scale,
+                    "seconds": secs,
+                    "raw_samples": {
+                        "batched": raw,
+                        "batched_f64_screen": raw,
+                        "optimize_acqf": raw,
+                        "optimize_acqf_1024x10": 1024,
+                    }.get(label),
+                    "num_restarts": {
+                        "batched": k,
+                        "batched_f64_screen": k,
+                        "optimize_acqf": k,
+                        "optimize_acqf_1024x10": 10,
+                    }.get(label),
+                }
+            )
+            print(
+                f"d={d} {name:<9} {label:<22} mean gap {mean_gap:.2e}  worst {worst_gap:.2e}  {secs:7.2f} s", flush=True
+            )
     return rows
 
 
@@ -172,14 +209,20 @@ def plot(result: dict, path: Path) -> None:
 
     rows = result["rows"]
     groups = sorted({(r["d"], r["family"]) for r in rows})
-    methods = [m for m in ("batched", "batched_f64_screen", "optimize_acqf", "optimize_acqf_1024x10", "dense") if any(r["method"] == m for r in rows)]
+    methods = [
+        m
+        for m in ("batched", "batched_f64_screen", "optimize_acqf", "optimize_acqf_1024x10", "dense")
+        if any(r["method"] == m for r in rows)
+    ]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / len(methods)
     for j, m in enumerate(methods):
-        for ax, key in zip(axes, ("mean_gap", "worst_gap")):
-            vals = [next((r[key] for r in rows if (r["d"], r["family"]) == g and r["method"] == m), 0.0) for g in groups]
+        for ax, key in zip(axes, ("mean_gap", "worst_gap"), strict=False):
+            vals = [
+                next((r[key] for r in rows if (r["d"], r["family"]) == g and r["method"] == m), 0.0) for g in groups
+            ]
             ax.bar([i + j * width for i in range(len(groups))], [max(v, 1e-12) for v in vals], width, label=m)
-    for ax, key in zip(axes, ("mean gap to the best found", "worst gap to the best found")):
+    for ax, key in zip(axes, ("mean gap to the best found", "worst gap to the best found"), strict=False):
         ax.set_yscale("log")
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))])
         ax.set_xticklabels([f"d={d}\n{f}" for d, f in groups], fontsize=8)
@@ -210,13 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for d in args.dims:
         rows += run(d, args.functions, device, args.quick)
-    result = {"benchmark": "maximizer_quality", "machine": machine_info(args.device), "functions": args.functions,
-              "rows": rows}
+    result = {
+        "benchmark": "maximizer_quality",
+        "machine": machine_info(args.device),
+        "functions": args.functions,
+        "rows": rows,
+    }
     batched = [r for r in rows if r["method"] == "batched"]
     acqf = {(r["family"], r["d"]): r for r in rows if r["method"] == "optimize_acqf"}
     result["default_at_least_as_good_as_optimize_acqf"] = all(
         r["mean_gap"] <= acqf[(r["family"], r["d"])]["mean_gap"] + 1e-12
-        and r["worst_gap"] <= acqf[(r["family"], r["d"])]["worst_gap"] + 1e-12 for r in batched)
+        and r["worst_gap"] <= acqf[(r["family"], r["d"])]["worst_gap"] + 1e-12
+        for r in batched
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     tag = "quick" if args.quick else args.device
     path = args.out / f"maximizer_quality_{tag}.json"

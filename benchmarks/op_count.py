@@ -20,18 +20,66 @@ import os
 from collections.abc import Callable
 
 #: Operators that never launch a kernel (views, allocations, metadata).
-NO_KERNEL = frozenset({
-    "aten::view", "aten::empty", "aten::empty_strided", "aten::as_strided", "aten::reshape", "aten::expand",
-    "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice", "aten::t", "aten::transpose",
-    "aten::permute", "aten::detach", "aten::alias", "aten::resize_", "aten::empty_like", "aten::lift_fresh",
-    "aten::_unsafe_view", "aten::numpy_T", "aten::mT", "aten::matrix_H", "aten::unbind", "aten::split",
-    "aten::chunk", "aten::diagonal", "aten::narrow", "aten::expand_as", "aten::view_as", "aten::squeeze_",
-    "aten::unsqueeze_", "aten::result_type", "aten::_reshape_alias", "aten::is_nonzero_dummy", "aten::size",
-    "aten::stride", "aten::dim", "aten::is_floating_point", "aten::_has_compatible_shallow_copy_type",
-    "aten::_to_copy_dummy", "aten::to", "aten::contiguous", "aten::broadcast_tensors", "aten::flatten",
-    "aten::movedim", "aten::type_as", "aten::real", "aten::conj", "aten::resolve_conj", "aten::resolve_neg",
-    "aten::as_strided_", "aten::t_", "aten::transpose_", "aten::swapaxes", "aten::swapdims", "aten::unflatten",
-})
+NO_KERNEL = frozenset(
+    {
+        "aten::view",
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::as_strided",
+        "aten::reshape",
+        "aten::expand",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::select",
+        "aten::slice",
+        "aten::t",
+        "aten::transpose",
+        "aten::permute",
+        "aten::detach",
+        "aten::alias",
+        "aten::resize_",
+        "aten::empty_like",
+        "aten::lift_fresh",
+        "aten::_unsafe_view",
+        "aten::numpy_T",
+        "aten::mT",
+        "aten::matrix_H",
+        "aten::unbind",
+        "aten::split",
+        "aten::chunk",
+        "aten::diagonal",
+        "aten::narrow",
+        "aten::expand_as",
+        "aten::view_as",
+        "aten::squeeze_",
+        "aten::unsqueeze_",
+        "aten::result_type",
+        "aten::_reshape_alias",
+        "aten::is_nonzero_dummy",
+        "aten::size",
+        "aten::stride",
+        "aten::dim",
+        "aten::is_floating_point",
+        "aten::_has_compatible_shallow_copy_type",
+        "aten::_to_copy_dummy",
+        "aten::to",
+        "aten::contiguous",
+        "aten::broadcast_tensors",
+        "aten::flatten",
+        "aten::movedim",
+        "aten::type_as",
+        "aten::real",
+        "aten::conj",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+        "aten::as_strided_",
+        "aten::t_",
+        "aten::transpose_",
+        "aten::swapaxes",
+        "aten::swapdims",
+        "aten::unflatten",
+    }
+)
 #: Matrix products that copy their input term into the output (a child ``copy_``) and then
 #: launch their own product kernel with ``beta = 1``: two launches.
 ACCUMULATING = frozenset({"aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv", "aten::addr"})
@@ -58,8 +106,11 @@ def count_ops(fn: Callable[[], object]) -> dict[str, int]:
         else:
             os.environ["FBO_SYNC_FREE"] = before
     events = prof.events()
-    leaf = [e for e in events if e.name.startswith("aten::") and not any(
-        c.name.startswith("aten::") for c in e.cpu_children)]
+    leaf = [
+        e
+        for e in events
+        if e.name.startswith("aten::") and not any(c.name.startswith("aten::") for c in e.cpu_children)
+    ]
     kernels = [e for e in events if _launches(e)]
 
     def in_graph(e) -> bool:

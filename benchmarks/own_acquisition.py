@@ -71,7 +71,7 @@ def one_dim(d: int, K: int, seeds: int, device: torch.device, freq: float = 6.0)
         best = Y.squeeze(-1).amax(-1)
         ref_acq = [LogExpectedImprovement(gp.to_botorch(b), best_f=best[b]) for b in range(K)]
 
-        def score(points: torch.Tensor) -> torch.Tensor:  # K x d -> K, BoTorch's LogEI of each agent
+        def score(points: torch.Tensor, ref_acq=ref_acq) -> torch.Tensor:  # K x d -> K, BoTorch's LogEI of each agent
             with torch.no_grad():
                 return torch.stack([ref_acq[b](points[b].view(1, 1, d)).reshape(()) for b in range(K)])
 
@@ -99,23 +99,42 @@ def one_dim(d: int, K: int, seeds: int, device: torch.device, freq: float = 6.0)
     rows = []
     for label in vals:
         v = torch.cat(vals[label])
-        row = {"d": d, "frequency": freq, "agents": K, "data_sets": seeds, "method": label,
-               "seconds_per_round": secs[label] / seeds, "mean_logei": v.mean().item()}
+        row = {
+            "d": d,
+            "frequency": freq,
+            "agents": K,
+            "data_sets": seeds,
+            "method": label,
+            "seconds_per_round": secs[label] / seeds,
+            "mean_logei": v.mean().item(),
+        }
         if label in refs:
             row["raw_samples"], row["num_restarts"] = refs[label]
             for mine in ours:
                 diff = torch.cat(vals[mine]) - v
-                row[mine] = {"at_least_ref": (diff >= -TOL).float().mean().item(), "mean_minus_ref": diff.mean().item(),
-                             "worst_minus_ref": diff.min().item()}
+                row[mine] = {
+                    "at_least_ref": (diff >= -TOL).float().mean().item(),
+                    "mean_minus_ref": diff.mean().item(),
+                    "worst_minus_ref": diff.min().item(),
+                }
         else:
-            row["raw_samples"], row["num_restarts"], row["maxiter"] = ours[label].raw_samples, ours[label].num_restarts, \
-                ours[label].maxiter
+            row["raw_samples"], row["num_restarts"], row["maxiter"] = (
+                ours[label].raw_samples,
+                ours[label].num_restarts,
+                ours[label].maxiter,
+            )
         rows.append(row)
         extra = "".join(
             f"  {mine}: {100 * row[mine]['at_least_ref']:5.1f}% >= it, mean {row[mine]['mean_minus_ref']:+.1e}, "
-            f"worst {row[mine]['worst_minus_ref']:+.1e}" for mine in ours if mine in row)
-        print(f"d={d} sin({freq:g}x) {label:<21} {row['seconds_per_round']:6.3f} s/round  mean logEI "
-              f"{row['mean_logei']:8.4f}{extra}", flush=True)
+            f"worst {row[mine]['worst_minus_ref']:+.1e}"
+            for mine in ours
+            if mine in row
+        )
+        print(
+            f"d={d} sin({freq:g}x) {label:<21} {row['seconds_per_round']:6.3f} s/round  mean logEI "
+            f"{row['mean_logei']:8.4f}{extra}",
+            flush=True,
+        )
     return rows
 
 

@@ -25,6 +25,12 @@ def paired_difference(diffs: Sequence[float]) -> dict:
     mean = sum(diffs) / n
     se = (sum((x - mean) ** 2 for x in diffs) / (n - 1) / n) ** 0.5 if n > 1 else float("nan")
     crit = float(stats.t.ppf(0.975, n - 1)) if n > 1 else float("nan")
-    return {"runs": n, "diff": mean, "se": se, "t_critical": crit,
-            "distinguishable": bool(se > 0 and abs(mean) > crit * se),
-            "better": sum(d < 0 for d in diffs), "worse": sum(d > 0 for d in diffs)}
+    return {
+        "runs": n,
+        "diff": mean,
+        "se": se,
+        "t_critical": crit,
+        "distinguishable": bool(se > 0 and abs(mean) > crit * se),
+        "better": sum(d < 0 for d in diffs),
+        "worse": sum(d > 0 for d in diffs),
+    }

@@ -33,8 +33,10 @@ def records_of(result: dict) -> list[dict]:
             if "runs" not in m:
                 raise SystemExit(f"error: scenario {sc['name']!r}, method {m['name']!r} has no per-run curves")
             if (m.get("targets"), m.get("inits")) != (ts.get("targets"), ts.get("inits")):
-                raise SystemExit(f"error: scenario {sc['name']!r}: {m['name']!r} and TS ran different (target, init)"
-                                 " pairs; they cannot be paired")
+                raise SystemExit(
+                    f"error: scenario {sc['name']!r}: {m['name']!r} and TS ran different (target, init)"
+                    " pairs; they cannot be paired"
+                )
             records.append({"setup": sc["name"], "method": m["name"], "per_rep_curves": m["runs"]})
     return records
 
@@ -56,12 +58,22 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("results: no scenario has a method named TS")
     rows = paired(records, args.at)
     for row in rows:
-        print(f"{row['setup']:<10} {row['method']:<14} runs {row['reps']:>3}  final {row['loss_mean']:.4f} "
-              f"± {row['loss_se']:.4f}  diff to TS {row['diff_to_ts']:+.4f} ± {row['diff_se']:.4f}"
-              f"{'  *' if row['distinguishable'] else ''}")
+        print(
+            f"{row['setup']:<10} {row['method']:<14} runs {row['reps']:>3}  final {row['loss_mean']:.4f} "
+            f"± {row['loss_se']:.4f}  diff to TS {row['diff_to_ts']:+.4f} ± {row['diff_se']:.4f}"
+            f"{'  *' if row['distinguishable'] else ''}"
+        )
     out = args.results.with_name("paired.json")
-    out.write_text(json.dumps({"source": str(args.results), "command": "python " + " ".join(
-        [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]), "paired": rows}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "source": str(args.results),
+                "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+                "paired": rows,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -286,10 +286,12 @@ class OurSide:
         for a in range(0, stop, chunk):
             b = min(a + chunk, stop)
             Xf, Yf, Xn, Yn = self.Xfit[a:b], self.Yfit[a:b], self.Xnew[a:b], self.Ynew[a:b]
-            model, w, c = _timed(lambda: RFFBayesianLinear(self.feats, Xf, Yf, self.noise, **self.kwargs), self.sync)
+            model, w, c = _timed(
+                lambda Xf=Xf, Yf=Yf: RFFBayesianLinear(self.feats, Xf, Yf, self.noise, **self.kwargs), self.sync
+            )
             out["fit_wall_s"] += w
             out["fit_cpu_s"] += c
-            omega, w, c = _timed(lambda: model.sample_weights(generator=self.gen), self.sync)
+            omega, w, c = _timed(lambda model=model: model.sample_weights(generator=self.gen), self.sync)
             out["sample_wall_s"] += w
             out["sample_cpu_s"] += c
             ok = omega.shape == (b - a, self.feats.num_features) and bool(torch.isfinite(omega).all())
@@ -299,7 +301,7 @@ class OurSide:
             if hasattr(model, "reserve"):  # steady state: runners reserve their T rounds up front
                 model.reserve(Xn.shape[1])
 
-            def update() -> None:  # returns nothing, so no reference to the model outlives the chunk
+            def update(model=model, Xn=Xn, Yn=Yn) -> None:  # returns nothing: no reference outlives the chunk
                 model.update(Xn, Yn)
 
             _, w, c = _timed(update, self.sync)
@@ -342,13 +344,19 @@ def time_ours(
         "memory_estimate_calibrated": False,
     }
     if per_agent > budget:
-        rec.update(feasible=False, infeasible_reason=(
-            f"one agent alone needs ~{_fmt_bytes(per_agent)} > budget {args.budget_gb:g} GB"))
+        rec.update(
+            feasible=False,
+            infeasible_reason=(f"one agent alone needs ~{_fmt_bytes(per_agent)} > budget {args.budget_gb:g} GB"),
+        )
         return rec
     chunk = N if per_agent * N <= budget else max(1, budget // per_agent)
     if chunk < N and args.no_chunk:
-        rec.update(feasible=False, infeasible_reason=(
-            f"needs ~{_fmt_bytes(per_agent * N)} > budget {args.budget_gb:g} GB and --no-chunk was given"))
+        rec.update(
+            feasible=False,
+            infeasible_reason=(
+                f"needs ~{_fmt_bytes(per_agent * N)} > budget {args.budget_gb:g} GB and --no-chunk was given"
+            ),
+        )
         return rec
     chunk_reason = "memory budget" if chunk < N else None
     if args.chunk_agents and args.chunk_agents < chunk:
@@ -357,7 +365,7 @@ def time_ours(
     side = OurSide(feats, X, y, n, noise, representation, device, args.seed + 1)
     mem = PeakMemory(device)
 
-    def warm_up() -> tuple[float, int]:
+    def warm_up(side: OurSide = side) -> tuple[float, int]:
         """Run the first chunk (all agents when unchunked): peak memory, then a steadier time."""
         mem.start()
         t0 = time.perf_counter()
@@ -375,13 +383,20 @@ def time_ours(
         rec["warmup_peak_delta_bytes"] = measured
         if measured >= 64 * 1024**2 and measured / chunk > per_agent:  # the estimate was low: calibrate
             per_agent = int(1.1 * measured / chunk)
-            rec.update(estimated_bytes_per_agent=per_agent, estimated_peak_bytes_unchunked=per_agent * N,
-                       memory_estimate_calibrated=True)
+            rec.update(
+                estimated_bytes_per_agent=per_agent,
+                estimated_peak_bytes_unchunked=per_agent * N,
+                memory_estimate_calibrated=True,
+            )
             new_chunk = N if per_agent * N <= budget else max(1, budget // per_agent)
             if new_chunk < chunk:
                 if args.no_chunk:
-                    rec.update(feasible=False, infeasible_reason=(
-                        f"measured ~{_fmt_bytes(per_agent * N)} > budget {args.budget_gb:g} GB and --no-chunk"))
+                    rec.update(
+                        feasible=False,
+                        infeasible_reason=(
+                            f"measured ~{_fmt_bytes(per_agent * N)} > budget {args.budget_gb:g} GB and --no-chunk"
+                        ),
+                    )
                     return rec
                 chunk, chunk_reason = new_chunk, "memory budget (estimate calibrated at warm-up)"
                 warm, measured = warm_up()
@@ -390,8 +405,11 @@ def time_ours(
         est_pass = warm * n_chunks
         repeats = int(max(1, min(args.repeats, args.cell_seconds // max(est_pass, 1e-9))))
         if n_chunks > 1 or est_pass > 5:
-            print(f"    [{representation}] N={N} M={M}: {n_chunks} chunk(s) of {chunk}, "
-                  f"~{est_pass:.1f} s per pass, {repeats} repeat(s)", flush=True)
+            print(
+                f"    [{representation}] N={N} M={M}: {n_chunks} chunk(s) of {chunk}, "
+                f"~{est_pass:.1f} s per pass, {repeats} repeat(s)",
+                flush=True,
+            )
         mem.start()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         runs = [side.run(N, chunk) for _ in range(repeats)]
@@ -446,13 +464,17 @@ def time_reference(
     min_agents = min(N, 3)
 
     def one(i: int) -> tuple[float, ...]:
-        t0 = time.perf_counter(); c0 = time.process_time()  # noqa: E702
+        t0 = time.perf_counter()
+        c0 = time.process_time()
         nu, cov = R.reference_blr_posterior(feats.phi_batch(X[i, :n]), y[i, :n], noise)
-        t1 = time.perf_counter(); c1 = time.process_time()  # noqa: E702
+        t1 = time.perf_counter()
+        c1 = time.process_time()
         omega = R.reference_sample_omega(nu, cov, rng)
-        t2 = time.perf_counter(); c2 = time.process_time()  # noqa: E702
+        t2 = time.perf_counter()
+        c2 = time.process_time()
         R.reference_blr_posterior(feats.phi_batch(X[i, : n + 1]), y[i, : n + 1], noise)  # refit on n+1
-        t3 = time.perf_counter(); c3 = time.process_time()  # noqa: E702
+        t3 = time.perf_counter()
+        c3 = time.process_time()
         assert omega.shape == (feats.M,)
         return t1 - t0, t3 - t2, t2 - t1, c1 - c0, c3 - c2, c2 - c1
 
@@ -469,7 +491,7 @@ def time_reference(
     k = len(rows)
     rec: dict[str, Any] = {
         "method": "per-agent loop: phi_batch + np.linalg.inv(PhiᵀPhi + σ²I) + rng.multivariate_normal; "
-                  "update = the same fit on n+1 points (no incremental form)",
+        "update = the same fit on n+1 points (no incremental form)",
         "agents_timed": k,
         "measured": k == N,
         "extrapolated": k < N,
@@ -546,8 +568,16 @@ def machine_info(devices: list[torch.device]) -> dict[str, Any]:
 
 
 def thread_info() -> dict[str, Any]:
-    env = {k: os.environ.get(k) for k in (
-        "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS")}
+    env = {
+        k: os.environ.get(k)
+        for k in (
+            "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "OPENBLAS_NUM_THREADS",
+            "BLIS_NUM_THREADS",
+            "NUMEXPR_NUM_THREADS",
+        )
+    }
     out: dict[str, Any] = {
         "torch_num_threads": torch.get_num_threads(),
         "torch_num_interop_threads": torch.get_num_interop_threads(),
@@ -585,9 +615,11 @@ def _fmt_x(r: float | None) -> str:
 
 
 def print_table(cells: list[dict[str, Any]]) -> None:
-    head = (f"{'dev':<4} {'M':>5} {'N':>6} {'repr':<7} {'chunks':>6} | {'fit':>8} {'update':>8} {'sample':>8}"
-            f" | {'ref fit':>8} {'ref upd':>8} {'ref smp':>8} {'timed':>11} | {'x fit+smp':>9} {'x upd+smp':>9}"
-            f" | {'peak MB':>8}")
+    head = (
+        f"{'dev':<4} {'M':>5} {'N':>6} {'repr':<7} {'chunks':>6} | {'fit':>8} {'update':>8} {'sample':>8}"
+        f" | {'ref fit':>8} {'ref upd':>8} {'ref smp':>8} {'timed':>11} | {'x fit+smp':>9} {'x upd+smp':>9}"
+        f" | {'peak MB':>8}"
+    )
     print(head)
     print("-" * len(head))
     for c in cells:
@@ -604,12 +636,16 @@ def print_table(cells: list[dict[str, Any]]) -> None:
             ours = f"{_fmt_t(o['fit_wall_s']):>8} {_fmt_t(o['update_wall_s']):>8} {_fmt_t(o['sample_wall_s']):>8}"
             chunks = str(o["n_chunks"])
             peak = f"{o['peak_memory_delta_bytes'] / 2**20:.0f}"
-        print(f"{c['device']:<4} {c['M']:>5} {c['N']:>6} {rep:<7} {chunks:>6} | {ours}"
-              f" | {_fmt_t(r['fit_wall_s']):>8} {_fmt_t(r['update_wall_s']):>8} {_fmt_t(r['sample_wall_s']):>8}"
-              f" {timed:>11} | {_fmt_x(x['fit_sample']):>9} {_fmt_x(x['update_sample']):>9} | {peak:>8}")
-    print("times: wall seconds for all N agents (median of repeats); ref = per-agent NumPy loop;"
-          " '*' = reference extrapolated from the timed agents; x = reference time / ours;"
-          " peak MB = peak memory above the cell's baseline")
+        print(
+            f"{c['device']:<4} {c['M']:>5} {c['N']:>6} {rep:<7} {chunks:>6} | {ours}"
+            f" | {_fmt_t(r['fit_wall_s']):>8} {_fmt_t(r['update_wall_s']):>8} {_fmt_t(r['sample_wall_s']):>8}"
+            f" {timed:>11} | {_fmt_x(x['fit_sample']):>9} {_fmt_x(x['update_sample']):>9} | {peak:>8}"
+        )
+    print(
+        "times: wall seconds for all N agents (median of repeats); ref = per-agent NumPy loop;"
+        " '*' = reference extrapolated from the timed agents; x = reference time / ours;"
+        " peak MB = peak memory above the cell's baseline"
+    )
 
 
 def plot(cells: list[dict[str, Any]], path: Path) -> None:
@@ -626,9 +662,17 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         ax_t, ax_r = axes[0, j], axes[1, j]
         ref_cells = {}
         for k, (dev, rep) in enumerate(series):
-            cs = sorted((c for c in cells if c["M"] == M and c["device"] == dev
-                         and c["ours"]["representation_requested"] == rep and c["ours"]["feasible"]),
-                        key=lambda c: c["N"])
+            cs = sorted(
+                (
+                    c
+                    for c in cells
+                    if c["M"] == M
+                    and c["device"] == dev
+                    and c["ours"]["representation_requested"] == rep
+                    and c["ours"]["feasible"]
+                ),
+                key=lambda c: c["N"],
+            )
             for c in cs:
                 ref_cells[c["N"]] = c
             if not cs:
@@ -638,21 +682,32 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
             lab = f"ours {rep} ({dev})"
             for op, ls in (("update_sample", "-"), ("fit_sample", "--")):
                 a, b = op.split("_")
-                ax_t.plot(Ns, [c["ours"][f"{a}_wall_s"] + c["ours"][f"{b}_wall_s"] for c in cs], ls, color=col,
-                          marker="o", label=f"{lab}: {a}+{b}")
+                ax_t.plot(
+                    Ns,
+                    [c["ours"][f"{a}_wall_s"] + c["ours"][f"{b}_wall_s"] for c in cs],
+                    ls,
+                    color=col,
+                    marker="o",
+                    label=f"{lab}: {a}+{b}",
+                )
                 ax_r.plot(Ns, [c["ratio"][op] for c in cs], ls, color=col, marker="o", label=f"{lab}: {a}+{b}")
                 chunked = [c for c in cs if c["ours"]["chunked"]]
                 if chunked:
-                    ax_t.plot([c["N"] for c in chunked],
-                              [c["ours"][f"{a}_wall_s"] + c["ours"][f"{b}_wall_s"] for c in chunked],
-                              "s", mfc="none", color=col, ms=11)
+                    ax_t.plot(
+                        [c["N"] for c in chunked],
+                        [c["ours"][f"{a}_wall_s"] + c["ours"][f"{b}_wall_s"] for c in chunked],
+                        "s",
+                        mfc="none",
+                        color=col,
+                        ms=11,
+                    )
         if ref_cells:
             Ns = sorted(ref_cells)
             for op, ls in (("update_sample", "-"), ("fit_sample", "--")):
                 a, b = op.split("_")
                 ys = [ref_cells[N]["reference"][f"{a}_wall_s"] + ref_cells[N]["reference"][f"{b}_wall_s"] for N in Ns]
                 ax_t.plot(Ns, ys, ls, color="k", label=f"reference loop: {'refit' if a == 'update' else a}+{b}")
-                for N, yv in zip(Ns, ys):
+                for N, yv in zip(Ns, ys, strict=False):
                     ext = ref_cells[N]["reference"]["extrapolated"]
                     ax_t.plot([N], [yv], "^", color="k", mfc="none" if ext else "k")
         ax_r.axhline(GOAL_RATIO, color="gray", ls=":", label=f"goal {GOAL_RATIO:.0f}x")
@@ -667,8 +722,11 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         ax_r.set_ylabel("speed-up (reference / ours)")
         ax_t.legend(fontsize=7)
         ax_r.legend(fontsize=7)
-    fig.suptitle("Posterior update + one ω per agent:\nbatched fbo_torch vs per-agent NumPy reference loop\n"
-                 "(hollow triangles: reference extrapolated from a subset; squares: ours run in chunks)", fontsize=9)
+    fig.suptitle(
+        "Posterior update + one ω per agent:\nbatched fbo_torch vs per-agent NumPy reference loop\n"
+        "(hollow triangles: reference extrapolated from a subset; squares: ours run in chunks)",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -683,35 +741,66 @@ def _ratio(ref: dict[str, Any], ours: dict[str, Any], *phases: str) -> float | N
 
 # ----------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (for the test suite)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output directory")
-    p.add_argument("--device", nargs="+", default=["cpu"], choices=["cpu", "cuda", "all"],
-                   help="devices for our side ('all' = cpu plus cuda when available); the reference runs on CPU")
+    p.add_argument(
+        "--device",
+        nargs="+",
+        default=["cpu"],
+        choices=["cpu", "cuda", "all"],
+        help="devices for our side ('all' = cpu plus cuda when available); the reference runs on CPU",
+    )
     p.add_argument("--N", type=int, nargs="+", default=None, help="numbers of agents (default 10 100 1000 10000)")
     p.add_argument("--M", type=int, nargs="+", default=None, help="numbers of features (default 100 1000)")
     p.add_argument("--n", type=int, default=None, help="observations per agent (default 50)")
     p.add_argument("--d", type=int, default=2, help="input dimension (default 2)")
-    p.add_argument("--representations", nargs="+", default=None,
-                   help="representations to time (default: weight dual when the constructor has representation=, "
-                        "else the default)")
+    p.add_argument(
+        "--representations",
+        nargs="+",
+        default=None,
+        help="representations to time (default: weight dual when the constructor has representation=, "
+        "else the default)",
+    )
     p.add_argument("--noise", type=float, default=1e-6, help="BLR noise variance σ² (papers: 1e-6)")
     p.add_argument("--obs-noise", type=float, default=0.01, help="std of the noise added to the observations")
     p.add_argument("--lengthscale", type=float, default=0.2, help="RFF lengthscale")
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64", help="our dtype (reference: float64)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch.set_num_threads for our side; NumPy's BLAS is pinned to the same (default: torch's)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads for our side; NumPy's BLAS is pinned to the same (default: torch's)",
+    )
     p.add_argument("--budget-gb", type=float, default=None, help="memory budget for our side per cell (default 8)")
     p.add_argument("--no-chunk", action="store_true", help="mark over-budget cells infeasible instead of chunking")
-    p.add_argument("--chunk-agents", type=int, default=None,
-                   help="also cap our chunk size at this many agents (to study chunking; default: budget only)")
-    p.add_argument("--reference-seconds", type=float, default=None,
-                   help="time budget of the reference loop per cell before extrapolating (default 20)")
-    p.add_argument("--reference-agents", type=int, default=None,
-                   help="at most this many agents timed in the reference loop per cell (default 200)")
+    p.add_argument(
+        "--chunk-agents",
+        type=int,
+        default=None,
+        help="also cap our chunk size at this many agents (to study chunking; default: budget only)",
+    )
+    p.add_argument(
+        "--reference-seconds",
+        type=float,
+        default=None,
+        help="time budget of the reference loop per cell before extrapolating (default 20)",
+    )
+    p.add_argument(
+        "--reference-agents",
+        type=int,
+        default=None,
+        help="at most this many agents timed in the reference loop per cell (default 200)",
+    )
     p.add_argument("--repeats", type=int, default=None, help="max timed repeats of our side per cell (default 5)")
-    p.add_argument("--cell-seconds", type=float, default=None,
-                   help="target time of our repeats per cell; fewer repeats for big cells (default 30)")
+    p.add_argument(
+        "--cell-seconds",
+        type=float,
+        default=None,
+        help="target time of our repeats per cell; fewer repeats for big cells (default 30)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     q = args.quick
@@ -762,16 +851,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from threadpoolctl import threadpool_limits
 
         limiter: Any = threadpool_limits(limits=nthreads, user_api="blas")
-        blas_note = (f"NumPy/SciPy BLAS pinned to {nthreads} thread(s) with threadpoolctl "
-                     f"(= torch.get_num_threads()) for the whole run")
+        blas_note = (
+            f"NumPy/SciPy BLAS pinned to {nthreads} thread(s) with threadpoolctl "
+            f"(= torch.get_num_threads()) for the whole run"
+        )
     except ImportError:
         limiter = None
         blas_note = "threadpoolctl not installed: NumPy's BLAS threads NOT pinned (library default)"
     print(f"threads: torch {nthreads}; {blas_note}", flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if nthreads > 1 and load > 0.5 * (os.cpu_count() or 1):
-        print(f"warning: load average {load:.2f} on {os.cpu_count()} cores; multi-threaded BLAS on a busy machine "
-              "can be many times slower for small matrices (try --threads 1, or a quiet machine)", flush=True)
+        print(
+            f"warning: load average {load:.2f} on {os.cpu_count()} cores; multi-threaded BLAS on a busy machine "
+            "can be many times slower for small matrices (try --threads 1, or a quiet machine)",
+            flush=True,
+        )
 
     cells: list[dict[str, Any]] = []
     t_start = time.perf_counter()
@@ -784,12 +878,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 feats_cpu = RandomFourierFeatures(args.d, M, args.lengthscale, seed=args.seed + M)
                 print(f"M={M} N={N}: reference loop ...", flush=True)
                 ref = time_reference(
-                    R, feats_cpu.spectral.numpy(), feats_cpu.phase.numpy(), float(feats_cpu.outputscale),
-                    Xn, yn, args.n, args.noise, args, cell_seed + 1,
+                    R,
+                    feats_cpu.spectral.numpy(),
+                    feats_cpu.phase.numpy(),
+                    float(feats_cpu.outputscale),
+                    Xn,
+                    yn,
+                    args.n,
+                    args.noise,
+                    args,
+                    cell_seed + 1,
                 )
                 for dev in devices:
-                    feats = RandomFourierFeatures(args.d, M, args.lengthscale, seed=args.seed + M, dtype=dtype,
-                                                  device=dev)
+                    feats = RandomFourierFeatures(
+                        args.d, M, args.lengthscale, seed=args.seed + M, dtype=dtype, device=dev
+                    )
                     X = torch.as_tensor(Xn, dtype=dtype, device=dev)
                     y = torch.as_tensor(yn, dtype=dtype, device=dev)
                     for rep in args.representations:
@@ -802,15 +905,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             "fit_sample": _ratio(ref, ours, "fit", "sample"),
                             "update_sample": _ratio(ref, ours, "update", "sample"),
                         }
-                        cells.append({
-                            "device": dev.type, "N": N, "M": M, "n": args.n, "d": args.d,
-                            "representation": rep, "dtype": args.dtype,
-                            "ours": ours, "reference": ref, "ratio": ratio,
-                            "ours_measured_all_agents": bool(ours["feasible"]),
-                            "reference_measured": ref["measured"],
-                            "reference_extrapolated": ref["extrapolated"],
-                            "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                        })
+                        cells.append(
+                            {
+                                "device": dev.type,
+                                "N": N,
+                                "M": M,
+                                "n": args.n,
+                                "d": args.d,
+                                "representation": rep,
+                                "dtype": args.dtype,
+                                "ours": ours,
+                                "reference": ref,
+                                "ratio": ratio,
+                                "ours_measured_all_agents": bool(ours["feasible"]),
+                                "reference_measured": ref["measured"],
+                                "reference_extrapolated": ref["extrapolated"],
+                                "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                            }
+                        )
                     del X, y, feats
     finally:
         if limiter is not None:
@@ -819,13 +931,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     goal = []
     for c in cells:
         if c["N"] == GOAL_N:
-            goal.append({
-                "device": c["device"], "M": c["M"], "representation": c["representation"],
-                "ratio_update_sample": c["ratio"]["update_sample"], "ratio_fit_sample": c["ratio"]["fit_sample"],
-                "met_update_sample": (c["ratio"]["update_sample"] or 0) >= GOAL_RATIO,
-                "met_fit_sample": (c["ratio"]["fit_sample"] or 0) >= GOAL_RATIO,
-                "reference_extrapolated": c["reference_extrapolated"],
-            })
+            goal.append(
+                {
+                    "device": c["device"],
+                    "M": c["M"],
+                    "representation": c["representation"],
+                    "ratio_update_sample": c["ratio"]["update_sample"],
+                    "ratio_fit_sample": c["ratio"]["fit_sample"],
+                    "met_update_sample": (c["ratio"]["update_sample"] or 0) >= GOAL_RATIO,
+                    "met_fit_sample": (c["ratio"]["fit_sample"] or 0) >= GOAL_RATIO,
+                    "reference_extrapolated": c["reference_extrapolated"],
+                }
+            )
     info = machine_info(devices)
     info["loadavg_start"] = loadavg_start
     info["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
@@ -842,21 +959,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "same thread count. Ratios are reference / ours; 'update_sample' is the per-round cost."
         ),
         "settings": {
-            "quick": args.quick, "N": args.N, "M": args.M, "n": args.n, "d": args.d,
+            "quick": args.quick,
+            "N": args.N,
+            "M": args.M,
+            "n": args.n,
+            "d": args.d,
             "representations": args.representations,
             "constructor_has_representation": constructor_representations() is not None,
-            "devices": [d.type for d in devices], "dtype_ours": args.dtype, "dtype_reference": "float64",
-            "noise_variance": args.noise, "obs_noise_std": args.obs_noise, "lengthscale": args.lengthscale,
-            "budget_gb": args.budget_gb, "no_chunk": args.no_chunk, "chunk_agents": args.chunk_agents,
+            "devices": [d.type for d in devices],
+            "dtype_ours": args.dtype,
+            "dtype_reference": "float64",
+            "noise_variance": args.noise,
+            "obs_noise_std": args.obs_noise,
+            "lengthscale": args.lengthscale,
+            "budget_gb": args.budget_gb,
+            "no_chunk": args.no_chunk,
+            "chunk_agents": args.chunk_agents,
             "reference_seconds": args.reference_seconds,
-            "reference_agents": args.reference_agents, "repeats_max": args.repeats,
-            "cell_seconds": args.cell_seconds, "seed": args.seed,
+            "reference_agents": args.reference_agents,
+            "repeats_max": args.repeats,
+            "cell_seconds": args.cell_seconds,
+            "seed": args.seed,
             "timing": "warm-up once, then the median over repeats (fewer repeats for big cells); CUDA is synchronized "
-                      "around every timed call; ours runs in the process's main thread, single process",
+            "around every timed call; ours runs in the process's main thread, single process",
         },
         "threads": {
-            "torch_num_threads": nthreads, "blas_pinning": blas_note,
-            "before_pinning": threads_before, "during_run": threads_during,
+            "torch_num_threads": nthreads,
+            "blas_pinning": blas_note,
+            "before_pinning": threads_before,
+            "during_run": threads_during,
         },
         "machine": info,
         "goal": {"target_ratio": GOAL_RATIO, "at_N": GOAL_N, "metric": "reference / ours wall time", "results": goal},
@@ -878,13 +1009,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     png_path = args.out / "posterior_sampling.png"
     plot(cells, png_path)
     print()
-    print(f"{info['cpu_model']}, {info['cores_available']} cores, torch {torch.__version__}, numpy {np.__version__}, "
-          f"{nthreads} thread(s) both sides; n={args.n}, d={args.d}, σ²={args.noise:g}, budget {args.budget_gb:g} GB")
+    print(
+        f"{info['cpu_model']}, {info['cores_available']} cores, torch {torch.__version__}, numpy {np.__version__}, "
+        f"{nthreads} thread(s) both sides; n={args.n}, d={args.d}, σ²={args.noise:g}, budget {args.budget_gb:g} GB"
+    )
     print_table(cells)
     for g in goal:
-        print(f"goal (>= {GOAL_RATIO:.0f}x at N={GOAL_N}) {g['device']} M={g['M']} {g['representation']}: "
-              f"update+sample {_fmt_x(g['ratio_update_sample'])} ({'met' if g['met_update_sample'] else 'NOT met'}), "
-              f"fit+sample {_fmt_x(g['ratio_fit_sample'])} ({'met' if g['met_fit_sample'] else 'NOT met'})")
+        print(
+            f"goal (>= {GOAL_RATIO:.0f}x at N={GOAL_N}) {g['device']} M={g['M']} {g['representation']}: "
+            f"update+sample {_fmt_x(g['ratio_update_sample'])} ({'met' if g['met_update_sample'] else 'NOT met'}), "
+            f"fit+sample {_fmt_x(g['ratio_fit_sample'])} ({'met' if g['met_fit_sample'] else 'NOT met'})"
+        )
     print(f"wrote {json_path} and {png_path}")
     return result
 

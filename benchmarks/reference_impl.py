@@ -726,7 +726,7 @@ def reference_round(
     t_start = time.perf_counter()
 
     omegas = []
-    for a, tm in zip(agents, per_agent):
+    for a, tm in zip(agents, per_agent, strict=False):
         t0 = time.perf_counter()
         omegas.append(a.send_omega(features, noise, rng))
         tm["posterior_sampling"] += time.perf_counter() - t0
@@ -736,7 +736,7 @@ def reference_round(
     t_server = time.perf_counter() - t0
 
     res = RoundResult(server_vectors=vectors, timings={}, per_agent=per_agent)
-    for n, (a, tm) in enumerate(zip(agents, per_agent)):
+    for n, (a, tm) in enumerate(zip(agents, per_agent, strict=False)):
         f = _objective_for(objective_fn, n)
         if rng.uniform() <= p_t:
             x, y = a.step_own_ts(f, rng, refit=refit, timings=tm)
@@ -804,14 +804,19 @@ def _time_it(reps: int = 7, seed: int = 0) -> None:  # pragma: no cover - manual
                 a = ReferenceAgent(X=X.copy(), y=y.copy(), bounds=bounds, gp_params=gp0)
                 sa = ServerArgs(q=0.35, S=22.0, z=1.0, weights=de_weights([0], 4, 16.0))
                 wt, ct, r = clock(
-                    lambda: reference_round([a], feats, [_demo_objective], 2, branch_p, sa, rng, part, refit=refit)
+                    lambda a=a, branch_p=branch_p, sa=sa, refit=refit: reference_round(
+                        [a], feats, [_demo_objective], 2, branch_p, sa, rng, part, refit=refit
+                    )
                 )
                 walls.append(wt)
                 cpus.append(ct)
                 phases.append(r.timings)
             branch = "own-GP TS branch" if branch_p == 1.0 else "server (piecewise) branch"
             ph = {k: round(statistics.median(p[k] for p in phases), 4) for k in PHASES}
-            print(f"agent-round, {branch}, refit={refit}: wall {fmt(walls)}; cpu {fmt(cpus)}\n    median phases (wall): {ph}")
+            print(
+                f"agent-round, {branch}, refit={refit}: wall {fmt(walls)}; cpu {fmt(cpus)}\n"
+                f"    median phases (wall): {ph}"
+            )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -49,13 +49,25 @@ def _load(name: str):
 
 def ours_round(N: int, M: int, D: int, n: int, threads: int) -> dict:
     """Our round in a fresh process (clean threads setting), via round_time's cell runner."""
-    cmd = [sys.executable, str(HERE / "round_time.py"), "--cell", str(N), str(M), str(D), "--n", str(n),
-           "--repeats", "3", "--threads", str(threads)]
+    cmd = [
+        sys.executable,
+        str(HERE / "round_time.py"),
+        "--cell",
+        str(N),
+        str(M),
+        str(D),
+        "--n",
+        str(n),
+        "--repeats",
+        "3",
+        "--threads",
+        str(threads),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("CELL_RESULT ")]
     if not line:
         raise RuntimeError(f"our round failed: {proc.stderr[-2000:]}")
-    return json.loads(line[0][len("CELL_RESULT "):])
+    return json.loads(line[0][len("CELL_RESULT ") :])
 
 
 def reference_round_time(N: int, M: int, D: int, n: int, k: int, seed: int = 0) -> dict:
@@ -89,8 +101,14 @@ def reference_round_time(N: int, M: int, D: int, n: int, k: int, seed: int = 0) 
         return float(np.sin(5 * x).sum())
 
     res = ref.reference_round(
-        agents, feats, objective, t=2, p_t=1.0,
-        server_args=ref.ServerArgs(q=0.35, S=22.0, z=1.0, weights=weights), rng=rng, partition=part,
+        agents,
+        feats,
+        objective,
+        t=2,
+        p_t=1.0,
+        server_args=ref.ServerArgs(q=0.35, S=22.0, z=1.0, weights=weights),
+        rng=rng,
+        partition=part,
     )
     tm = dict(res.timings)
     total = tm["total"] - tm.get("objective", 0.0)
@@ -102,8 +120,8 @@ def quality(M: int, D: int, K: int, lengthscale: float, seed: int = 0) -> dict:
     import torch
 
     from fbo_torch import RandomFourierFeatures
-    from fbo_torch.optim.domain import Domain
     from fbo_torch.federation.search import maximize_rff_samples
+    from fbo_torch.optim.domain import Domain
 
     ref = _load("reference_impl")
     rff = RandomFourierFeatures(D, M, lengthscale=lengthscale, seed=seed)
@@ -125,12 +143,15 @@ def quality(M: int, D: int, K: int, lengthscale: float, seed: int = 0) -> dict:
     vals = np.asarray(vals)
     scale = np.maximum(np.abs(vals), 1e-12)
     return {
-        "lengthscale": lengthscale, "functions": K,
-        "ours_mean": float(ours.mean()), "reference_mean": float(vals.mean()),
+        "lengthscale": lengthscale,
+        "functions": K,
+        "ours_mean": float(ours.mean()),
+        "reference_mean": float(vals.mean()),
         "fraction_ours_at_least_as_good": float(np.mean(ours >= vals - 1e-9 * scale)),
         "median_relative_gain": float(np.median((ours - vals) / scale)),
         "worst_relative_gap": float(np.min((ours - vals) / scale)),
-        "ours_seconds_all": t_ours, "reference_seconds_all": t_ref,
+        "ours_seconds_all": t_ours,
+        "reference_seconds_all": t_ref,
     }
 
 
@@ -152,29 +173,48 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     rt = _load("round_time")
-    result = {"benchmark": "reference_loop", "machine": rt.machine_info("cpu"), "settings": vars(args) | {"out": str(args.out)}}
+    result = {
+        "benchmark": "reference_loop",
+        "machine": rt.machine_info("cpu"),
+        "settings": vars(args) | {"out": str(args.out)},
+    }
     print(f"N={args.N} M={args.M} D={args.D} n={args.n}", flush=True)
     ours = {}
     for threads in (1, 2):
         ours[threads] = ours_round(args.N, args.M, args.D, args.n, threads)
-        print(f"ours ({threads} thread{'s' if threads > 1 else ''}): round {ours[threads]['round_s']:.3f} s, "
-              f"{ours[threads]['per_agent_ms']:.3f} ms per agent-round", flush=True)
+        print(
+            f"ours ({threads} thread{'s' if threads > 1 else ''}): round {ours[threads]['round_s']:.3f} s, "
+            f"{ours[threads]['per_agent_ms']:.3f} ms per agent-round",
+            flush=True,
+        )
     with threadpool_limits(limits=1):  # the reference's fastest setting (small matrices, no BLAS spinning)
         refr = reference_round_time(args.N, args.M, args.D, args.n, min(args.ref_agents, args.N))
-    print(f"reference (1 BLAS thread, {refr['agents_timed']} agents timed): {refr['per_agent_ms']:.1f} ms per agent-round", flush=True)
+    print(
+        f"reference (1 BLAS thread, {refr['agents_timed']} agents timed): "
+        f"{refr['per_agent_ms']:.1f} ms per agent-round",
+        flush=True,
+    )
     speedups = {t: refr["per_agent_ms"] / ours[t]["per_agent_ms"] for t in ours}
     for t, s in speedups.items():
         print(f"speed-up per agent-round, ours with {t} thread(s): {s:.1f}x")
-    result.update(ours={str(k): v for k, v in ours.items()}, reference=refr, speedup_per_agent_round={str(k): v for k, v in speedups.items()})
+    result.update(
+        ours={str(k): v for k, v in ours.items()},
+        reference=refr,
+        speedup_per_agent_round={str(k): v for k, v in speedups.items()},
+    )
 
     q = []
     with threadpool_limits(limits=1):
         for ls in (0.1, 0.01):
             r = quality(args.M, args.D, args.quality_functions, ls)
             q.append(r)
-            print(f"acquisition values, lengthscale {ls}: ours mean {r['ours_mean']:.4f} vs reference {r['reference_mean']:.4f}; "
-                  f"ours >= reference on {100 * r['fraction_ours_at_least_as_good']:.0f}% "
-                  f"(median gain {100 * r['median_relative_gain']:.2f}%, worst {100 * r['worst_relative_gap']:.2f}%)", flush=True)
+            print(
+                f"acquisition values, lengthscale {ls}: ours mean {r['ours_mean']:.4f} "
+                f"vs reference {r['reference_mean']:.4f}; "
+                f"ours >= reference on {100 * r['fraction_ours_at_least_as_good']:.0f}% "
+                f"(median gain {100 * r['median_relative_gain']:.2f}%, worst {100 * r['worst_relative_gap']:.2f}%)",
+                flush=True,
+            )
     result["quality"] = q
     tag = "quick" if args.quick else f"N{args.N}_M{args.M}_D{args.D}"
     path = args.out / f"reference_loop_{tag}.json"
@@ -202,8 +242,11 @@ def _plot(result: dict, path: Path) -> None:
     for i, v in enumerate(vals):
         axes[0].text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
     q = result["quality"]
-    axes[1].bar([f"ℓ={r['lengthscale']}\nreference" for r in q] + [f"ℓ={r['lengthscale']}\nfbo_torch" for r in q],
-                [r["reference_mean"] for r in q] + [r["ours_mean"] for r in q], color=["tab:gray"] * len(q) + ["tab:blue"] * len(q))
+    axes[1].bar(
+        [f"ℓ={r['lengthscale']}\nreference" for r in q] + [f"ℓ={r['lengthscale']}\nfbo_torch" for r in q],
+        [r["reference_mean"] for r in q] + [r["ours_mean"] for r in q],
+        color=["tab:gray"] * len(q) + ["tab:blue"] * len(q),
+    )
     axes[1].set_ylabel("mean max of φ(x)ᵀω found")
     axes[1].set_title("acquisition values on the same functions", fontsize=9)
     fig.tight_layout()

@@ -93,31 +93,50 @@ def profile_cuda(fn) -> dict:
         fn()
         torch.cuda.synchronize()
     ev = prof.key_averages()
-    launches = sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"))
+    launches = sum(
+        e.count
+        for e in ev
+        if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+    )
     syncs = sum(e.count for e in ev if "Synchronize" in e.key)
     copies = sum(e.count for e in ev if e.key in ("cudaMemcpyAsync", "cudaMemcpy"))
     dev_time = lambda e: getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0))  # noqa: E731
     kernels = sorted((e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA), key=dev_time, reverse=True)
     busy = sum(dev_time(e) for e in kernels)
     top = [{"kernel": e.key[:90], "ms": dev_time(e) / 1e3, "count": e.count} for e in kernels[:6]]
-    return {"kernel_launches": launches, "syncs": syncs, "memcpys": copies, "gpu_busy_ms": busy / 1e3,
-            "top_kernels": top}
+    return {
+        "kernel_launches": launches,
+        "syncs": syncs,
+        "memcpys": copies,
+        "gpu_busy_ms": busy / 1e3,
+        "top_kernels": top,
+    }
 
 
-def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_every: int,
-             ops: bool = False, profile: bool = False, max_points: int | None = None) -> dict:
+def run_cell(
+    N: int,
+    M: int,
+    d: int,
+    n: int,
+    device: str,
+    repeats: int,
+    refit_every: int,
+    ops: bool = False,
+    profile: bool = False,
+    max_points: int | None = None,
+) -> dict:
     """Time one round for one (N, M, d) cell in this process."""
     import torch
+    from op_count import count_ops  # benchmarks/op_count.py, next to this script
 
     from fbo_torch.federation.agents import Agents
+    from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+    from fbo_torch.federation.search import maximize_broadcast
     from fbo_torch.federation.server import DPFTSDEServer
+    from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.models.batched_gp import BatchedExactGP
     from fbo_torch.optim.domain import Domain
-    from fbo_torch.federation.search import maximize_broadcast
-    from fbo_torch.federation.keys import federation_agent_keys, federation_keys
-    from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.utils import keyed_random as kr
-    from op_count import count_ops  # benchmarks/op_count.py, next to this script
 
     dev = torch.device(device)
     f64 = torch.float64
@@ -130,9 +149,18 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
     bounds = torch.tensor([[0.0] * d, [1.0] * d], dtype=f64, device=dev)
     domain = Domain(bounds, max_points=max_points)
     P = 4 if d >= 2 else 2
-    s = DPFTSDESettings(num_regions=P, sample_rate=0.35, clip_norm=22.0, noise_multiplier=1.0, num_features=M,
-                        rff_lengthscale=0.1, gp_refit_every=refit_every, num_iterations=rounds, const_rounds=10,
-                        decay_rounds=30)
+    s = DPFTSDESettings(
+        num_regions=P,
+        sample_rate=0.35,
+        clip_norm=22.0,
+        noise_multiplier=1.0,
+        num_features=M,
+        rff_lengthscale=0.1,
+        gp_refit_every=refit_every,
+        num_iterations=rounds,
+        const_rounds=10,
+        decay_rounds=30,
+    )
     try:
         import opacus  # noqa: F401
 
@@ -169,13 +197,19 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
             "posterior_update": lambda: agents.observe(X[:, n + t - 1], Y[:, n + t - 1, 0]),
             "sampling": sample,
             "server": server_round,
-            "acq_server": lambda: maximize_broadcast(features, state["bc"], server.region_bounds, domain,
-                                                     keys=kr.fold(server.keys, t)),
+            "acq_server": lambda: maximize_broadcast(
+                features, state["bc"], server.region_bounds, domain, keys=kr.fold(server.keys, t)
+            ),
             "gp_update": gp_update,
             "acq_own": own,
-            "gp_refit": lambda: BatchedExactGP(*agents._gp_data()[:2], bounds, spec=agents.gp_spec,
-                                               mask=agents._gp_data()[2], params=agents.gp_params,
-                                               validate=False).fit(s.gp_fit_maxiter),
+            "gp_refit": lambda: BatchedExactGP(
+                *agents._gp_data()[:2],
+                bounds,
+                spec=agents.gp_spec,
+                mask=agents._gp_data()[2],
+                params=agents.gp_params,
+                validate=False,
+            ).fit(s.gp_fit_maxiter),
         }
 
     def one_round(t: int, measure: str = "time") -> dict:
@@ -200,11 +234,21 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
     phases = {k: statistics.median(r[k] for r in runs) for k in PHASES}
     total = sum(v for k, v in phases.items() if k != "gp_refit") + phases["gp_refit"] / refit_every
     out = {
-        "N": N, "M": M, "d": d, "n": n, "P": P, "repeats": repeats, "refit_every": refit_every,
-        "representation": agents.rff.representation, "max_points": domain.max_points,
-        "phases_s": phases, "round_s": total, "round_without_refit_s": total - phases["gp_refit"] / refit_every,
+        "N": N,
+        "M": M,
+        "d": d,
+        "n": n,
+        "P": P,
+        "repeats": repeats,
+        "refit_every": refit_every,
+        "representation": agents.rff.representation,
+        "max_points": domain.max_points,
+        "phases_s": phases,
+        "round_s": total,
+        "round_without_refit_s": total - phases["gp_refit"] / refit_every,
         "per_agent_ms": 1000 * total / N,
-        "torch_threads": torch.get_num_threads(), "accounted": accountant is not None,
+        "torch_threads": torch.get_num_threads(),
+        "accounted": accountant is not None,
     }
     if dev.type == "cuda":
         out["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
@@ -213,17 +257,24 @@ def run_cell(N: int, M: int, d: int, n: int, device: str, repeats: int, refit_ev
     if ops:
         counts = one_round(2 + repeats, measure="ops")
         out["ops"] = counts
-        out["round_kernel_ops"] = sum(c["kernel_ops"] for k, c in counts.items() if k != "gp_refit") + \
-            counts["gp_refit"]["kernel_ops"] / refit_every
-        out["round_syncs"] = sum(c["syncs"] for k, c in counts.items() if k != "gp_refit") + \
-            counts["gp_refit"]["syncs"] / refit_every
-        out["round_kernel_ops_with_graphs"] = sum(
-            c["kernel_ops_with_graphs"] for k, c in counts.items() if k != "gp_refit") + \
-            counts["gp_refit"]["kernel_ops_with_graphs"] / refit_every
+        out["round_kernel_ops"] = (
+            sum(c["kernel_ops"] for k, c in counts.items() if k != "gp_refit")
+            + counts["gp_refit"]["kernel_ops"] / refit_every
+        )
+        out["round_syncs"] = (
+            sum(c["syncs"] for k, c in counts.items() if k != "gp_refit") + counts["gp_refit"]["syncs"] / refit_every
+        )
+        out["round_kernel_ops_with_graphs"] = (
+            sum(c["kernel_ops_with_graphs"] for k, c in counts.items() if k != "gp_refit")
+            + counts["gp_refit"]["kernel_ops_with_graphs"] / refit_every
+        )
     if profile and dev.type == "cuda":
         prof = one_round(3 + repeats, measure="cuda")
         out["cuda_profile"] = prof
-        busy = sum(v["gpu_busy_ms"] for k, v in prof.items() if k != "gp_refit") + prof["gp_refit"]["gpu_busy_ms"] / refit_every
+        busy = (
+            sum(v["gpu_busy_ms"] for k, v in prof.items() if k != "gp_refit")
+            + prof["gp_refit"]["gpu_busy_ms"] / refit_every
+        )
         out["gpu_busy_fraction"] = busy / 1e3 / total
     return out
 
@@ -245,10 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--ops", action="store_true", help="also count operators and host syncs per phase (torch.profiler)")
-    ap.add_argument("--profile", action="store_true", help="on CUDA: kernel launches, syncs and GPU busy time per phase")
-    ap.add_argument("--max-points", default=None,
-                    help="scoring chunk cap: an integer, 'cuda' (the GPU default, for CPU op-count proxies) or "
-                         "default by device")
+    ap.add_argument(
+        "--profile", action="store_true", help="on CUDA: kernel launches, syncs and GPU busy time per phase"
+    )
+    ap.add_argument(
+        "--max-points",
+        default=None,
+        help="scoring chunk cap: an integer, 'cuda' (the GPU default, for CPU op-count proxies) or default by device",
+    )
     args = ap.parse_args(argv)
     if args.max_points == "cuda":
         from fbo_torch.optim.batched import DEFAULT_MAX_POINTS_CUDA
@@ -263,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cell:
         N, M, D = args.cell
-        res = run_cell(N, M, D, args.n, args.device, args.repeats or 1, args.refit_every, args.ops, args.profile,
-                       args.max_points)
+        res = run_cell(
+            N, M, D, args.n, args.device, args.repeats or 1, args.refit_every, args.ops, args.profile, args.max_points
+        )
         print("CELL_RESULT " + json.dumps(res))
         return 0
 
@@ -287,20 +343,42 @@ def main(argv: list[str] | None = None) -> int:
                     prevN, prevT = last[key]
                     predicted = prevT * N / prevN * (4 if N <= 1000 else 2) + 15
                     if predicted > args.cell_budget:
-                        cells.append({"N": N, "M": M, "d": D, "skipped": f"predicted {predicted:.0f} s > budget {args.cell_budget:.0f} s"})
+                        cells.append(
+                            {
+                                "N": N,
+                                "M": M,
+                                "d": D,
+                                "skipped": f"predicted {predicted:.0f} s > budget {args.cell_budget:.0f} s",
+                            }
+                        )
                         print(f"N={N:>6} M={M:>5} D={D:>2}  skipped (predicted {predicted:.0f} s)", flush=True)
                         continue
                 repeats = 3 if N <= 1000 else 1
                 if args.quick:
                     t0 = time.perf_counter()
-                    res = run_cell(N, M, D, args.n, args.device, 1, args.refit_every, args.ops, args.profile,
-                                   args.max_points)
+                    res = run_cell(
+                        N, M, D, args.n, args.device, 1, args.refit_every, args.ops, args.profile, args.max_points
+                    )
                     res["cell_wall_s"] = time.perf_counter() - t0
                     cells.append(res)
                     print(f"N={N:>6} M={M:>5} D={D:>2}  round {res['round_s']:8.3f} s", flush=True)
                     continue
-                cmd = [sys.executable, __file__, "--cell", str(N), str(M), str(D), "--n", str(args.n),
-                       "--device", args.device, "--repeats", str(repeats), "--refit-every", str(args.refit_every)]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--cell",
+                    str(N),
+                    str(M),
+                    str(D),
+                    "--n",
+                    str(args.n),
+                    "--device",
+                    args.device,
+                    "--repeats",
+                    str(repeats),
+                    "--refit-every",
+                    str(args.refit_every),
+                ]
                 if args.threads:
                     cmd += ["--threads", str(args.threads)]
                 if args.ops:
@@ -319,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"N={N:>6} M={M:>5} D={D:>2}  failed: {err}", flush=True)
                     last[key] = (N, math.inf)
                     continue
-                res = json.loads(line[0][len("CELL_RESULT "):])
+                res = json.loads(line[0][len("CELL_RESULT ") :])
                 res["cell_wall_s"] = wall
                 cells.append(res)
                 last[key] = (N, sum(res["phases_s"].values()))
@@ -328,12 +406,22 @@ def main(argv: list[str] | None = None) -> int:
                     f"N={N:>6} M={M:>5} D={D:>2}  round {res['round_s']:8.3f} s  ({res['per_agent_ms']:.3f} ms/agent)  "
                     + "  ".join(f"{k}={ph[k]:.3f}" for k in PHASES)
                     + f"  peak {res['peak_memory_mb']:.0f} MB  [{res['representation']}]"
-                    + (f"  ops/round {res['round_kernel_ops']:.0f} (with graphs {res['round_kernel_ops_with_graphs']:.0f})"
-                       f" syncs {res['round_syncs']:.1f}" if "ops" in res else "")
+                    + (
+                        f"  ops/round {res['round_kernel_ops']:.0f} "
+                        f"(with graphs {res['round_kernel_ops_with_graphs']:.0f})"
+                        f" syncs {res['round_syncs']:.1f}"
+                        if "ops" in res
+                        else ""
+                    )
                     + (f"  GPU busy {100 * res['gpu_busy_fraction']:.0f}%" if "gpu_busy_fraction" in res else ""),
                     flush=True,
                 )
-    result = {"benchmark": "round_time", "machine": machine_info(args.device), "settings": vars(args) | {"out": str(args.out)}, "cells": cells}
+    result = {
+        "benchmark": "round_time",
+        "machine": machine_info(args.device),
+        "settings": vars(args) | {"out": str(args.out)},
+        "cells": cells,
+    }
     json_path = args.out / f"round_time_{tag}.json"
     json_path.write_text(json.dumps(result, indent=1, default=str))
     plot(result, args.out / f"round_time_{tag}.png")
@@ -352,10 +440,10 @@ def plot(result: dict, path: Path) -> None:
         return
     Ms = sorted({c["M"] for c in ok})
     fig, axes = plt.subplots(1, len(Ms) + 1, figsize=(5 * (len(Ms) + 1), 3.8), squeeze=False)
-    for ax, M in zip(axes[0], Ms):
+    for ax, M in zip(axes[0], Ms, strict=False):
         for D in sorted({c["d"] for c in ok if c["M"] == M}):
             pts = sorted((c["N"], c["round_s"]) for c in ok if c["M"] == M and c["d"] == D)
-            ax.loglog(*zip(*pts), "o-", label=f"D={D}")
+            ax.loglog(*zip(*pts, strict=False), "o-", label=f"D={D}")
         ax.set_title(f"one DP-FTS-DE round, M={M} ({result['machine']['device']})", fontsize=9)
         ax.set_xlabel("agents N")
         ax.set_ylabel("seconds")

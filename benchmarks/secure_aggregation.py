@@ -54,20 +54,63 @@ DELTA = 1e-5
 
 OBJECTIVES = {
     "synthetic": dict(
-        objective=dict(type="gp_grid", num_groups=1, agents_per_group=50, perturbation=0.02, perturb_first=True,
-                       grid_size=500, lengthscale=0.03, noise_variance=0.01),
-        settings=dict(num_iterations=20, num_init=10, num_features=50, rff_lengthscale=0.03, rff_noise_variance=0.01,
-                      p_t="1-1/sqrt(t)", num_regions=2, sample_rate=0.25, clip_norm=11.0, noise_multiplier=1.0)),
+        objective=dict(
+            type="gp_grid",
+            num_groups=1,
+            agents_per_group=50,
+            perturbation=0.02,
+            perturb_first=True,
+            grid_size=500,
+            lengthscale=0.03,
+            noise_variance=0.01,
+        ),
+        settings=dict(
+            num_iterations=20,
+            num_init=10,
+            num_features=50,
+            rff_lengthscale=0.03,
+            rff_noise_variance=0.01,
+            p_t="1-1/sqrt(t)",
+            num_regions=2,
+            sample_rate=0.25,
+            clip_norm=11.0,
+            noise_multiplier=1.0,
+        ),
+    ),
     "landmine": dict(
         objective=dict(type="landmine"),
-        settings=dict(num_iterations=30, num_init=10, num_features=100, rff_lengthscale=0.01, rff_noise_variance=1e-6,
-                      p_t="1-1/t", const_rounds=10, decay_rounds=30, num_regions=4, sample_rate=0.35, clip_norm=22.0,
-                      noise_multiplier=2.0)),
+        settings=dict(
+            num_iterations=30,
+            num_init=10,
+            num_features=100,
+            rff_lengthscale=0.01,
+            rff_noise_variance=1e-6,
+            p_t="1-1/t",
+            const_rounds=10,
+            decay_rounds=30,
+            num_regions=4,
+            sample_rate=0.35,
+            clip_norm=22.0,
+            noise_multiplier=2.0,
+        ),
+    ),
 }
-QUICK = dict(objective=dict(type="gp_grid", num_groups=1, agents_per_group=6, grid_size=100, perturbation=0.05,
-                            perturb_first=True),
-             settings=dict(num_iterations=3, num_init=2, num_features=10, num_regions=2, sample_rate=0.5,
-                           clip_norm=1.0, noise_multiplier=1.0, gp_sample_features=16, gp_fit_maxiter=5))
+QUICK = dict(
+    objective=dict(
+        type="gp_grid", num_groups=1, agents_per_group=6, grid_size=100, perturbation=0.05, perturb_first=True
+    ),
+    settings=dict(
+        num_iterations=3,
+        num_init=2,
+        num_features=10,
+        num_regions=2,
+        sample_rate=0.5,
+        clip_norm=1.0,
+        noise_multiplier=1.0,
+        gp_sample_features=16,
+        gp_fit_maxiter=5,
+    ),
+)
 
 
 def meta() -> dict:
@@ -78,12 +121,27 @@ def meta() -> dict:
     import opacus
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"machine": f"{cpu}, {os.cpu_count()} cores", "python": platform.python_version(),
-            "torch": torch.__version__, "flwr": flwr.__version__, "opacus": opacus.__version__,
-            "command": "python benchmarks/secure_aggregation.py " + " ".join(sys.argv[1:]),
-            "date": time.strftime("%Y-%m-%d")}
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "flwr": flwr.__version__,
+        "opacus": opacus.__version__,
+        "command": "python benchmarks/secure_aggregation.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 # --------------------------------------------------------------------------- ε of a configuration
@@ -101,8 +159,9 @@ def secure_epsilons(settings: dict, num_agents: int, rounds: int) -> tuple[float
 
     mech = SecureMechanism.from_settings(DPFTSDESettings(aggregation="secure", **settings), num_agents)
     acc = DistributedDiscreteGaussianAccountant(mech.ddg_constants())
-    others = get_epsilon(acc, DELTA, history=[(mech.noise_multiplier_of(num_agents - 1), settings["sample_rate"],
-                                               rounds)])
+    others = get_epsilon(
+        acc, DELTA, history=[(mech.noise_multiplier_of(num_agents - 1), settings["sample_rate"], rounds)]
+    )
     server = get_epsilon(acc, DELTA, history=[(mech.noise_multiplier_of(num_agents), 1.0, rounds)])
     return others, server
 
@@ -112,8 +171,9 @@ def matched_noise(settings: dict, num_agents: int, rounds: int, target: float) -
     from scipy.optimize import brentq
 
     def gap(log_z: float) -> float:
-        return math.log(secure_epsilons({**settings, "noise_multiplier": math.exp(log_z)}, num_agents, rounds)[0]
-                        / target)
+        return math.log(
+            secure_epsilons({**settings, "noise_multiplier": math.exp(log_z)}, num_agents, rounds)[0] / target
+        )
 
     z = settings["noise_multiplier"]
     lo, hi = math.log(z / 4), math.log(z * 4)
@@ -137,15 +197,28 @@ def run_arm(spec: dict, aggregation: str, z: float, reps: int, seed: int) -> dic
     N = objective.num_agents
     per_rep = res.loss.view(reps, N, -1).mean(1)
     noise = [sum(r) / len(r) for r in res.noise_norm]
-    out = {"aggregation": aggregation, "noise_multiplier": z, "reps": reps, "num_agents": N,
-           "per_rep_curves": per_rep.tolist(), "epsilon": res.epsilon[-1], "accountant": res.accountant,
-           "epsilon_server": None if res.epsilon_server is None else res.epsilon_server[-1],
-           "noise_norm_mean": sum(noise) / len(noise), "wall_time_s": time.perf_counter() - t0}
+    out = {
+        "aggregation": aggregation,
+        "noise_multiplier": z,
+        "reps": reps,
+        "num_agents": N,
+        "per_rep_curves": per_rep.tolist(),
+        "epsilon": res.epsilon[-1],
+        "accountant": res.accountant,
+        "epsilon_server": None if res.epsilon_server is None else res.epsilon_server[-1],
+        "noise_norm_mean": sum(noise) / len(noise),
+        "wall_time_s": time.perf_counter() - t0,
+    }
     if runner.server.secure:
         m = runner.server.mechanism
-        out["mechanism"] = {"scale": m.scale, "local_variance": m.local_variance, "modulus_bits": m.bits,
-                            "l2_sensitivity": m.l2_sensitivity, "dim": m.dim,
-                            "rounding_inflation": m.l2_sensitivity / m.scale - 1}
+        out["mechanism"] = {
+            "scale": m.scale,
+            "local_variance": m.local_variance,
+            "modulus_bits": m.bits,
+            "l2_sensitivity": m.l2_sensitivity,
+            "dim": m.dim,
+            "rounding_inflation": m.l2_sensitivity / m.scale - 1,
+        }
     return out
 
 
@@ -163,11 +236,20 @@ def utility(args) -> dict:
         s, T = spec["settings"], spec["settings"]["num_iterations"]
         eps_c = central_epsilon(s, T)
         z_match = matched_noise(s, N, T, eps_c)
-        entry.update(settings=s, objective=spec["objective"], delta=DELTA, central_epsilon=eps_c,
-                     matched_noise_multiplier=z_match, secure_epsilons_same_z=secure_epsilons(s, N, T),
-                     secure_epsilons_matched=secure_epsilons({**s, "noise_multiplier": z_match}, N, T))
-        arms = {"central": ("central", s["noise_multiplier"]), "secure, same z": ("secure", s["noise_multiplier"]),
-                "secure, matched ε": ("secure", z_match)}
+        entry.update(
+            settings=s,
+            objective=spec["objective"],
+            delta=DELTA,
+            central_epsilon=eps_c,
+            matched_noise_multiplier=z_match,
+            secure_epsilons_same_z=secure_epsilons(s, N, T),
+            secure_epsilons_matched=secure_epsilons({**s, "noise_multiplier": z_match}, N, T),
+        )
+        arms = {
+            "central": ("central", s["noise_multiplier"]),
+            "secure, same z": ("secure", s["noise_multiplier"]),
+            "secure, matched ε": ("secure", z_match),
+        }
         for label, (agg, z) in arms.items():
             if label in entry["arms"]:
                 continue
@@ -183,9 +265,12 @@ def utility(args) -> dict:
             mean = sum(final) / n
             se = (sum((x - mean) ** 2 for x in final) / (n - 1) / n) ** 0.5
             entry["summary"][label] = {
-                "final_loss_mean": mean, "final_loss_se": se, "epsilon": arm["epsilon"],
-                "epsilon_server": arm["epsilon_server"], "noise_norm_mean": arm["noise_norm_mean"],
-                "paired_vs_central": paired_difference([a - b for a, b in zip(final, base)]),
+                "final_loss_mean": mean,
+                "final_loss_se": se,
+                "epsilon": arm["epsilon"],
+                "epsilon_server": arm["epsilon_server"],
+                "noise_norm_mean": arm["noise_norm_mean"],
+                "paired_vs_central": paired_difference([a - b for a, b in zip(final, base, strict=False)]),
             }
         path.write_text(json.dumps(done, indent=1))
     print(table(done))
@@ -199,17 +284,24 @@ def _num_agents(spec: dict) -> int:
 
 
 def table(done: dict) -> str:
-    lines = ["| objective | arm | z | final loss (mean ± s.e.) | vs central (paired) | ε others / server | "
-             "noise norm |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| objective | arm | z | final loss (mean ± s.e.) | vs central (paired) | ε others / server | noise norm |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, entry in done["objectives"].items():
         for label, row in entry.get("summary", {}).items():
             arm = entry["arms"][label]
             d = row["paired_vs_central"]
             eps = f"{row['epsilon']:.2f}" + ("" if row["epsilon_server"] is None else f" / {row['epsilon_server']:.2f}")
-            diff = "—" if label == "central" else f"{d['diff']:+.4f} ± {d['se']:.4f}" + (
-                " (distinguishable)" if d["distinguishable"] else "")
-            lines.append(f"| {name} | {label} | {arm['noise_multiplier']:.3f} | {row['final_loss_mean']:.4f} ± "
-                         f"{row['final_loss_se']:.4f} | {diff} | {eps} | {row['noise_norm_mean']:.3f} |")
+            diff = (
+                "—"
+                if label == "central"
+                else f"{d['diff']:+.4f} ± {d['se']:.4f}" + (" (distinguishable)" if d["distinguishable"] else "")
+            )
+            lines.append(
+                f"| {name} | {label} | {arm['noise_multiplier']:.3f} | {row['final_loss_mean']:.4f} ± "
+                f"{row['final_loss_se']:.4f} | {diff} | {eps} | {row['noise_norm_mean']:.3f} |"
+            )
     return "\n".join(lines)
 
 
@@ -236,21 +328,39 @@ def in_process_round(N: int, num_shares: int, dim: int, modulus: int) -> dict:
     for nid, v in vecs.items():
         clients[nid], dt = timed(SecAggClient.setup, nid, 1, modulus, v)
         t_node += dt
-    received += sum(payload_bytes(RecordDict({"fbo.secagg": ConfigRecord({"pk1": c.pk1, "pk2": c.pk2})}))
-                    for c in clients.values())
-    (server, dt) = timed(SecAggServer, 1, {i: (c.pk1, c.pk2) for i, c in clients.items()}, dim, modulus, num_shares,
-                         default_threshold(num_shares, N, N))
+    received += sum(
+        payload_bytes(RecordDict({"fbo.secagg": ConfigRecord({"pk1": c.pk1, "pk2": c.pk2})})) for c in clients.values()
+    )
+    (server, dt) = timed(
+        SecAggServer,
+        1,
+        {i: (c.pk1, c.pk2) for i, c in clients.items()},
+        dim,
+        modulus,
+        num_shares,
+        default_threshold(num_shares, N, N),
+    )
     t_server += dt
     (req, _), dt = timed(server.share_keys_requests)
     t_server += dt
     replies = {}
     for nid, keys in req.items():
-        sent += payload_bytes(secagg_request(1, **{"node-ids": list(keys), "pk1": [keys[j][0] for j in keys],
-                                                   "pk2": [keys[j][1] for j in keys], "threshold": server.threshold}))
+        sent += payload_bytes(
+            secagg_request(
+                1,
+                **{
+                    "node-ids": list(keys),
+                    "pk1": [keys[j][0] for j in keys],
+                    "pk2": [keys[j][1] for j in keys],
+                    "threshold": server.threshold,
+                },
+            )
+        )
         replies[nid], dt = timed(clients[nid].share_keys, 1, keys, server.threshold)
         t_node += dt
-        received += payload_bytes(secagg_reply(destinations=replies[nid][0], ciphertexts=replies[nid][1],
-                                               commitment=replies[nid][2]))
+        received += payload_bytes(
+            secagg_reply(destinations=replies[nid][0], ciphertexts=replies[nid][1], commitment=replies[nid][2])
+        )
     _, dt = timed(server.receive_shares, replies)
     t_server += dt
     req, dt = timed(server.masked_vector_requests)
@@ -272,29 +382,46 @@ def in_process_round(N: int, num_shares: int, dim: int, modulus: int) -> dict:
     total, dt = timed(server.unmask, replies)
     t_server += dt
     assert np.array_equal(total, np.remainder(sum(vecs.values()), modulus))
-    return {"N": N, "num_shares": server.num_shares, "threshold": server.threshold, "server_s": t_server,
-            "nodes_s_total": t_node, "node_s_mean": t_node / N, "bytes_sent": sent, "bytes_received": received}
+    return {
+        "N": N,
+        "num_shares": server.num_shares,
+        "threshold": server.threshold,
+        "server_s": t_server,
+        "nodes_s_total": t_node,
+        "node_s_mean": t_node / N,
+        "bytes_sent": sent,
+        "bytes_received": received,
+    }
 
 
 def loopback_round(N: int, secagg: bool, rounds: int) -> dict:
     """A secured Flower run on 127.0.0.1 (examples/flower_app/run_demo.sh): per-round SecAgg+ seconds and bytes."""
-    env = dict(os.environ, NUM_NODES=str(N), ROUNDS=str(rounds), KEEP="1", PORT=str(9500 + 2 * N),
-               DEMO_TIMEOUT=str(120 * rounds + 30 * N), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        NUM_NODES=str(N),
+        ROUNDS=str(rounds),
+        KEEP="1",
+        PORT=str(9500 + 2 * N),
+        DEMO_TIMEOUT=str(120 * rounds + 30 * N),
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.setdefault("VENV", sys.prefix)  # this interpreter's virtual environment
     if secagg:
         env["SECAGG"] = "1"
     t0 = time.perf_counter()
-    proc = subprocess.run([str(ROOT / "examples" / "flower_app" / "run_demo.sh")], capture_output=True, text=True,
-                          env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [str(ROOT / "examples" / "flower_app" / "run_demo.sh")], capture_output=True, text=True, env=env, cwd=ROOT
+    )
     wall = time.perf_counter() - t0
     work = re.search(r"logs in (\S+)", proc.stdout + proc.stderr)
     out = {"N": N, "secagg": secagg, "rounds": rounds, "returncode": proc.returncode, "wall_s": wall}
     if work and (Path(work.group(1)) / "summary.json").exists():
         summary = json.loads((Path(work.group(1)) / "summary.json").read_text())
-        out["rounds_log"] = [{k: r.get(k) for k in ("round", "released", "num_reported", "secagg")}
-                             for r in summary["rounds"]]
+        out["rounds_log"] = [
+            {k: r.get(k) for k in ("round", "released", "num_reported", "secagg")} for r in summary["rounds"]
+        ]
         phases = (Path(work.group(1)) / "phases").read_text().split()
-        out["phases"] = dict(zip(phases[::2], map(float, phases[1::2])))
+        out["phases"] = dict(zip(phases[::2], map(float, phases[1::2]), strict=False))
     if proc.returncode:
         out["error"] = (proc.stdout + proc.stderr)[-1500:]  # its logs are kept where the message says
     elif work:
@@ -310,8 +437,9 @@ def overhead(args) -> dict:
     data = json.loads(path.read_text()) if path.exists() and args.resume else {"in_process": [], "loopback": []}
     data.setdefault("meta", []).append(meta())  # one entry per invocation (a study may be resumed)
     for N in args.nodes:
-        s = DPFTSDESettings(aggregation="secure", num_regions=2, num_features=50, sample_rate=0.75,
-                            noise_multiplier=1.0, clip_norm=1.0)
+        s = DPFTSDESettings(
+            aggregation="secure", num_regions=2, num_features=50, sample_rate=0.75, noise_multiplier=1.0, clip_norm=1.0
+        )
         mech = SecureMechanism.from_settings(s, N)
         for k in sorted({N, 2 * math.ceil(math.log2(N)) + 1}):
             if any(r["N"] == N and r["num_shares"] == min(k, N) for r in data["in_process"]):

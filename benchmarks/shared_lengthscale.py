@@ -63,8 +63,14 @@ def follow_messages(rff, Xp, Yp, shift, g) -> tuple[list[float], float]:
     from fbo_torch.acquisition import FederatedThompsonSampling
 
     N = Xp.shape[0]
-    peers = RFFBayesianLinear(rff, Xp, Yp, 1e-3, input_transform=Normalize(2, bounds=BOUNDS),
-                              outcome_transform=Standardize(1, batch_shape=torch.Size([N])))
+    peers = RFFBayesianLinear(
+        rff,
+        Xp,
+        Yp,
+        1e-3,
+        input_transform=Normalize(2, bounds=BOUNDS),
+        outcome_transform=Standardize(1, batch_shape=torch.Size([N])),
+    )
     X = raw(torch.rand(5, 2, generator=g, dtype=f64))
     gp = SingleTaskGP(X, branin(X).unsqueeze(-1), input_transform=Normalize(2, bounds=BOUNDS))
     msgs = peers.messages(generator=g)
@@ -120,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         Xp = raw(torch.rand(args.peers, args.n, 2, generator=g, dtype=f64))
         Yp = branin(Xp - shift).unsqueeze(-1)
         fit = fit_shared_features((Xp, Yp), bounds=BOUNDS, seed=seed)
-        fitted.append({"lengthscale": fit.lengthscale, "num_features": fit.num_features,
-                       "per_peer": fit.lengthscales.tolist()})
+        fitted.append(
+            {"lengthscale": fit.lengthscale, "num_features": fit.num_features, "per_peer": fit.lengthscales.tolist()}
+        )
         maps = {f"guess {ls}": RandomFourierFeatures(2, args.num_features, lengthscale=ls, seed=seed) for ls in GUESSES}
         maps["fitted"] = RandomFourierFeatures(2, args.num_features, lengthscale=fit.lengthscale, seed=seed)
         maps["fitted, suggested M"] = fit.features
@@ -129,14 +136,17 @@ def main(argv: list[str] | None = None) -> int:
             r, e = follow_messages(rff, Xp, Yp, shift, torch.Generator().manual_seed(100 + seed))
             regrets[key] += r
             peer_rmse[key].append(e)
-        regrets["random point"] += (BRANIN_MAX - branin(raw(torch.rand(args.peers, 2, generator=g, dtype=f64)))).tolist()
+        regrets["random point"] += (
+            BRANIN_MAX - branin(raw(torch.rand(args.peers, 2, generator=g, dtype=f64)))
+        ).tolist()
         X = raw(torch.rand(30, 2, generator=g, dtype=f64))
         Xt = raw(torch.rand(500, 2, generator=g, dtype=f64))
         Y, Yt = branin(X).unsqueeze(-1), branin(Xt).unsqueeze(-1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the raw map warns (its inputs leave the unit cube): that is the point
             rmse["raw map, lengthscale 0.2 (Branin units)"].append(
-                rff_gp_rmse(RandomFourierFeatures(2, args.num_features, lengthscale=0.2, seed=seed), None, X, Y, Xt, Yt))
+                rff_gp_rmse(RandomFourierFeatures(2, args.num_features, lengthscale=0.2, seed=seed), None, X, Y, Xt, Yt)
+            )
         rmse["fitted map, Normalize"].append(rff_gp_rmse(fit.features, fit.input_transform(), X, Y, Xt, Yt))
         rmse["std of Y"].append(Yt.std().item())
     summary = {k: {"median": torch.tensor(v).median().item(), "mean": sum(v) / len(v)} for k, v in regrets.items()}
@@ -146,9 +156,17 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in rmse.items():
         print(f"test RMSE {k:<42} {sum(v) / len(v):7.2f}")
     print("fitted:", [(round(f["lengthscale"], 3), f["num_features"]) for f in fitted])
-    result = {"benchmark": "shared_lengthscale", "machine": machine_info("cpu"), "settings": vars(args) | {
-        "out": str(args.out)}, "regret": summary, "regrets": regrets, "rmse": rmse, "peer_rmse": peer_rmse, "fitted": fitted,
-        "total_seconds": time.perf_counter() - t0}
+    result = {
+        "benchmark": "shared_lengthscale",
+        "machine": machine_info("cpu"),
+        "settings": vars(args) | {"out": str(args.out)},
+        "regret": summary,
+        "regrets": regrets,
+        "rmse": rmse,
+        "peer_rmse": peer_rmse,
+        "fitted": fitted,
+        "total_seconds": time.perf_counter() - t0,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "shared_lengthscale.json"
     path.write_text(json.dumps(result, indent=1))

@@ -58,14 +58,22 @@ P_T, DRAWS = 0.5, 60
 
 
 def federation(functions: int) -> tuple[GPSampleGridFederation, Domain, FederationHistory]:
-    obj = GPSampleGridFederation(num_groups=functions, agents_per_group=21, grid_size=1000, lengthscale=0.03,
-                                 noise_variance=0.01, perturbation=0.02, useless_fraction=0.5)
+    obj = GPSampleGridFederation(
+        num_groups=functions,
+        agents_per_group=21,
+        grid_size=1000,
+        lengthscale=0.03,
+        noise_variance=0.01,
+        perturbation=0.02,
+        useless_fraction=0.5,
+    )
     domain = Domain(obj.bounds, obj.candidates)
     return obj, domain, FederationHistory(obj, domain, t_n=40, mode="random", seed=17)
 
 
-def sybil_messages(features, base: torch.Tensor, X: torch.Tensor, grid: torch.Tensor, k: int,
-                   gen: torch.Generator) -> torch.Tensor:
+def sybil_messages(
+    features, base: torch.Tensor, X: torch.Tensor, grid: torch.Tensor, k: int, gen: torch.Generator
+) -> torch.Tensor:
     r"""``R x k x M`` sybils of the ``R x M`` messages ``base``: each spiked near the grid point
     farthest from the run's inputs ``X`` (``R x n x 1``)."""
     R = base.shape[0]
@@ -86,9 +94,17 @@ def study(functions: int, inits: int, seed: int) -> dict:
     grid = obj.candidates[:, 0]
     rows = []
     for n in OBSERVATIONS:
-        settings = FTSSettings(algorithm="fts", num_init=n, num_iterations=1, num_features=100, rff_lengthscale=0.03,
-                               rff_noise_variance=0.01, communication="one-shot", agent_weights="learned",
-                               peer_trust=True)
+        settings = FTSSettings(
+            algorithm="fts",
+            num_init=n,
+            num_iterations=1,
+            num_features=100,
+            rff_lengthscale=0.03,
+            rff_noise_variance=0.01,
+            communication="one-shot",
+            agent_weights="learned",
+            peer_trust=True,
+        )
         runner = FTSRunner(obj, settings, obj.targets, inits, history=history, domain=domain, seed=seed)
         features = runner.features
         R = runner.num_runs
@@ -124,12 +140,17 @@ def study(functions: int, inits: int, seed: int) -> dict:
                     if trust:
                         own = torch.as_tensor(p, dtype=torch.float64).expand(R)
                     else:
-                        shares = {"sybil": float((probs * is_sybil).sum(-1).mean()),
-                                  "helpful": float((probs * (kinds == HELPFUL) * ~is_sybil).sum(-1).mean())}
+                        shares = {
+                            "sybil": float((probs * is_sybil).sum(-1).mean()),
+                            "helpful": float((probs * (kinds == HELPFUL) * ~is_sybil).sum(-1).mean()),
+                        }
                 sybil_share_trust = (probs * is_sybil).sum(-1)
-                row[label] = {"share_sybils": shares["sybil"], "share_helpful": shares["helpful"],
-                              "own_gp_probability_trust": float(own.mean()),
-                              "sybil_follows_in_60_trust": float((DRAWS * (1 - own) * sybil_share_trust).mean())}
+                row[label] = {
+                    "share_sybils": shares["sybil"],
+                    "share_helpful": shares["helpful"],
+                    "own_gp_probability_trust": float(own.mean()),
+                    "sybil_follows_in_60_trust": float((DRAWS * (1 - own) * sybil_share_trust).mean()),
+                }
             row["uniform"] = {"share_sybils": k / 20, "sybil_follows_in_60": DRAWS * (1 - P_T) * k / 20}
             if k:
                 row["sybil_to_copied_correlation"] = {"min": float(spike_rho.min()), "mean": float(spike_rho.mean())}
@@ -140,16 +161,20 @@ def study(functions: int, inits: int, seed: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| sybils | n | uniform share | share before | share after | helpful before | helpful after "
-             "| own GP (trust) before | after | sybil follows /60 uniform | before | after |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| sybils | n | uniform share | share before | share after | helpful before | helpful after "
+        "| own GP (trust) before | after | sybil follows /60 uniform | before | after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         b, a, u = r["before"], r["after"], r["uniform"]
-        lines.append(f"| {r['sybils']} | {r['observations']} | {u['share_sybils']:.0%} | {b['share_sybils']:.1%} | "
-                     f"{a['share_sybils']:.1%} | {b['share_helpful']:.1%} | {a['share_helpful']:.1%} | "
-                     f"{b['own_gp_probability_trust']:.2f} | {a['own_gp_probability_trust']:.2f} | "
-                     f"{u['sybil_follows_in_60']:.1f} | {b['sybil_follows_in_60_trust']:.1f} | "
-                     f"{a['sybil_follows_in_60_trust']:.1f} |")
+        lines.append(
+            f"| {r['sybils']} | {r['observations']} | {u['share_sybils']:.0%} | {b['share_sybils']:.1%} | "
+            f"{a['share_sybils']:.1%} | {b['share_helpful']:.1%} | {a['share_helpful']:.1%} | "
+            f"{b['own_gp_probability_trust']:.2f} | {a['own_gp_probability_trust']:.2f} | "
+            f"{u['sybil_follows_in_60']:.1f} | {b['sybil_follows_in_60_trust']:.1f} | "
+            f"{a['sybil_follows_in_60_trust']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -163,17 +188,24 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     out = study(args.functions, args.inits, args.seed)
-    out.update(command=" ".join(["python", "benchmarks/sybil_study.py", *(argv if argv is not None else sys.argv[1:])]),
-               machine=f"{platform.machine()} {platform.processor() or ''}".strip(), torch=torch.__version__,
-               wall_time_s=round(time.perf_counter() - t0, 1))
+    out.update(
+        command=" ".join(["python", "benchmarks/sybil_study.py", *(argv if argv is not None else sys.argv[1:])]),
+        machine=f"{platform.machine()} {platform.processor() or ''}".strip(),
+        torch=torch.__version__,
+        wall_time_s=round(time.perf_counter() - t0, 1),
+    )
     print(table(out["rows"]))
     for r in out["rows"]:
         if "honest_correlation" in r:
-            print(f"n = {r['observations']}: honest peers' messages, correlation max "
-                  f"{r['honest_correlation']['max']:.3f}, mean {r['honest_correlation']['mean']:.3f}")
+            print(
+                f"n = {r['observations']}: honest peers' messages, correlation max "
+                f"{r['honest_correlation']['max']:.3f}, mean {r['honest_correlation']['mean']:.3f}"
+            )
         if "sybil_to_copied_correlation" in r and r["sybils"] == max(SYBILS):
-            print(f"n = {r['observations']}: a sybil and the message it copied, correlation min "
-                  f"{r['sybil_to_copied_correlation']['min']:.3f}")
+            print(
+                f"n = {r['observations']}: a sybil and the message it copied, correlation min "
+                f"{r['sybil_to_copied_correlation']['min']:.3f}"
+            )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1) + "\n")

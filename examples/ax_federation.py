@@ -80,14 +80,20 @@ def _run(clients, objectives, num_trials: int, exchange=None) -> list[float]:
     for t in range(num_trials):
         if exchange is not None:
             exchange(t)
-        for client, f in zip(clients, objectives):
+        for client, f in zip(clients, objectives, strict=False):
             for index, params in client.get_next_trials(max_trials=1).items():
                 client.complete_trial(index, raw_data={"branin": f(params)})
     return [client.get_best_parameterization(use_model_predictions=False)[1]["branin"][0] for client in clients]
 
 
-def main(num_agents: int = 4, num_initial: int = 5, num_rounds: int = 8, num_features: int = 200,
-         baseline: bool = True, seed: int = 0) -> dict[str, list[float]]:
+def main(
+    num_agents: int = 4,
+    num_initial: int = 5,
+    num_rounds: int = 8,
+    num_features: int = 200,
+    baseline: bool = True,
+    seed: int = 0,
+) -> dict[str, list[float]]:
     set_stderr_log_level(logging.WARNING)  # Ax logs every trial at INFO
     torch.manual_seed(seed)
     objectives = [shifted_branin(n) for n in range(num_agents)]
@@ -101,8 +107,14 @@ def main(num_agents: int = 4, num_initial: int = 5, num_rounds: int = 8, num_fea
     for client in clients:  # Sobol for the first `num_initial` trials, then FTS (Ax ExternalGenerationNode)
         federation.add_agent(client, num_initial_trials=num_initial)
     # Initial Sobol trials: nothing to exchange yet; then every agent sends a fresh message each round.
-    best = {"FTS": _run(clients, objectives, num_initial + num_rounds,
-                        exchange=lambda t: federation.exchange() if t >= num_initial else None)}
+    best = {
+        "FTS": _run(
+            clients,
+            objectives,
+            num_initial + num_rounds,
+            exchange=lambda t: federation.exchange() if t >= num_initial else None,
+        )
+    }
     for n, node in enumerate(federation.agents):
         used = sum(step.source != "own" for step in node.history)
         print(f"FTS agent {n}: best branin {best['FTS'][n]:.4f}; {used}/{len(node.history)} FTS trials used a message")
@@ -113,8 +125,10 @@ def main(num_agents: int = 4, num_initial: int = 5, num_rounds: int = 8, num_fea
             client.configure_generation_strategy(initialization_budget=num_initial, initialization_random_seed=seed + n)
         best["plain Ax"] = _run(alone, objectives, num_initial + num_rounds)
     for name, values in best.items():
-        print(f"{name:>9}: mean best branin {sum(values) / len(values):.4f} over {num_agents} agents, "
-              f"{num_initial + num_rounds} trials each (optimum {BRANIN_MIN} before rounding x2)")
+        print(
+            f"{name:>9}: mean best branin {sum(values) / len(values):.4f} over {num_agents} agents, "
+            f"{num_initial + num_rounds} trials each (optimum {BRANIN_MIN} before rounding x2)"
+        )
     return best
 
 

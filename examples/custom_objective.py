@@ -75,14 +75,18 @@ class DigitsMLP(TuningObjective):
 
         images, labels = load_digits(return_X_y=True)
         if num_agents < 1 or num_agents * samples_per_agent > len(labels):
-            raise ValueError(f"`num_agents` x `samples_per_agent` must lie in [1, {len(labels)}], got "
-                             f"{num_agents} x {samples_per_agent}.")
+            raise ValueError(
+                f"`num_agents` x `samples_per_agent` must lie in [1, {len(labels)}], got "
+                f"{num_agents} x {samples_per_agent}."
+            )
         if not 0 < val_fraction < 1:
             raise ValueError(f"`val_fraction` must lie in (0, 1), got {val_fraction}.")
-        self.search_space = SearchSpace([
-            Real("learning_rate", 1e-3, 1.0, log=True),
-            Real("weight_decay", 1e-6, 1e-1, log=True),
-        ])
+        self.search_space = SearchSpace(
+            [
+                Real("learning_rate", 1e-3, 1.0, log=True),
+                Real("weight_decay", 1e-6, 1e-1, log=True),
+            ]
+        )
         self.num_agents, self.steps = num_agents, steps
         g = torch.Generator().manual_seed(seed)
         #: ``N x samples_per_agent`` indices into ``load_digits()`` of each client's images (disjoint shards).
@@ -119,7 +123,7 @@ class DigitsMLP(TuningObjective):
             penalty = wd * (W1.square().sum((1, 2)) + W2.square().sum((1, 2)))
             grads = torch.autograd.grad((data + penalty).sum(), params)  # each network's own gradient
             with torch.no_grad():
-                for p, g in zip(params, grads):
+                for p, g in zip(params, grads, strict=False):
                     p -= step * torch.nan_to_num(g).clamp(-1e3, 1e3)
         with torch.no_grad():
             logits = torch.baddbmm(b2, torch.relu(torch.baddbmm(b1, self.x_val[a], W1)), W2)
@@ -128,12 +132,22 @@ class DigitsMLP(TuningObjective):
 
 def methods(rounds: int) -> dict[str, DPFTSDESettings]:
     """Thompson sampling (each client alone) and DP-FTS-DE with two sub-regions."""
-    shared = dict(num_iterations=rounds, num_init=3, num_features=100, rff_lengthscale=0.2,
-                  rff_noise_variance=1e-3, p_t="1-1/t", gp_refit_every=3, const_rounds=2, decay_rounds=4)
+    shared = dict(
+        num_iterations=rounds,
+        num_init=3,
+        num_features=100,
+        rff_lengthscale=0.2,
+        rff_noise_variance=1e-3,
+        p_t="1-1/t",
+        gp_refit_every=3,
+        const_rounds=2,
+        decay_rounds=4,
+    )
     return {
         "TS": DPFTSDESettings(algorithm="ts", **shared),
-        "DP-FTS-DE": DPFTSDESettings(algorithm="fts_de", num_regions=2, sample_rate=0.5, noise_multiplier=1.0,
-                                     clip_norm=10.0, **shared),
+        "DP-FTS-DE": DPFTSDESettings(
+            algorithm="fts_de", num_regions=2, sample_rate=0.5, noise_multiplier=1.0, clip_norm=10.0, **shared
+        ),
     }
 
 
@@ -150,14 +164,22 @@ def tune(num_agents: int = 6, rounds: int = 12, steps: int = 60, seed: int = 0) 
         best = runner.Y.squeeze(-1).argmax(-1)  # each client's best query
         configs = objective.search_space.to_dicts(runner.X[torch.arange(num_agents), best].unsqueeze(1))
         eps = result.epsilon[-1] if result.accountant else None
-        out[name] = {"errors": errors, "epsilon": eps, "configs": [c[0] for c in configs],
-                     "seconds": time.perf_counter() - t0}
+        out[name] = {
+            "errors": errors,
+            "epsilon": eps,
+            "configs": [c[0] for c in configs],
+            "seconds": time.perf_counter() - t0,
+        }
         privacy = f", ε = {eps:.2f} (δ = {result.delta:.3g})" if eps is not None else ""
-        print(f"{name}: mean validation error {errors.mean():.3f} over {num_agents} clients after {rounds} rounds"
-              f"{privacy}, {out[name]['seconds']:.1f} s")
-        for n, (err, cfg) in enumerate(zip(errors.tolist(), out[name]["configs"])):
-            print(f"  client {n}: error {err:.3f} at learning rate {cfg['learning_rate']:.3g}, "
-                  f"weight decay {cfg['weight_decay']:.2g}")
+        print(
+            f"{name}: mean validation error {errors.mean():.3f} over {num_agents} clients after {rounds} rounds"
+            f"{privacy}, {out[name]['seconds']:.1f} s"
+        )
+        for n, (err, cfg) in enumerate(zip(errors.tolist(), out[name]["configs"], strict=False)):
+            print(
+                f"  client {n}: error {err:.3f} at learning rate {cfg['learning_rate']:.3g}, "
+                f"weight decay {cfg['weight_decay']:.2g}"
+            )
     return out
 
 
@@ -167,8 +189,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser.add_argument("--rounds", type=int, default=12, help="BO rounds (default 12)")
     parser.add_argument("--steps", type=int, default=60, help="gradient steps per training run (default 60)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: faster for these many small operations)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1: faster for these many small operations)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     return tune(args.clients, args.rounds, args.steps, args.seed)

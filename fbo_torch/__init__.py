@@ -33,12 +33,14 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fbo_torch.features import RandomFourierFeatures
-    from fbo_torch.fit import SharedFeatureFit, fit_shared_features
-    from fbo_torch.kernels import SharedRFFKernel
-    from fbo_torch.models import BatchedExactGP, RFFBayesianLinear
-    from fbo_torch.optim.optimize import optimize_acqf_batched
+if TYPE_CHECKING:  # pragma: no cover  (type checkers see the lazy exports; "as" marks a re-export)
+    from fbo_torch.features import RandomFourierFeatures as RandomFourierFeatures
+    from fbo_torch.fit import SharedFeatureFit as SharedFeatureFit
+    from fbo_torch.fit import fit_shared_features as fit_shared_features
+    from fbo_torch.kernels import SharedRFFKernel as SharedRFFKernel
+    from fbo_torch.models import BatchedExactGP as BatchedExactGP
+    from fbo_torch.models import RFFBayesianLinear as RFFBayesianLinear
+    from fbo_torch.optim.optimize import optimize_acqf_batched as optimize_acqf_batched
 
 
 def __getattr__(name: str) -> Any:

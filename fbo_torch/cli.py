@@ -63,29 +63,52 @@ def _user_path(text: str) -> Path:
 
 def _add_out_args(p: argparse.ArgumentParser, default: Path | None = None) -> None:
     if default is None:
-        p.add_argument("--out", required=True, type=_user_path, metavar="DIR",
-                       help="output folder (results.json, run.json, plots, summary.txt, checkpoints/); "
-                            "locked while the run lasts: a second run into it is refused")
+        p.add_argument(
+            "--out",
+            required=True,
+            type=_user_path,
+            metavar="DIR",
+            help="output folder (results.json, run.json, plots, summary.txt, checkpoints/); "
+            "locked while the run lasts: a second run into it is refused",
+        )
     else:
-        p.add_argument("--out", type=_user_path, default=default, metavar="DIR",
-                       help=f"output folder (default: {default})")
+        p.add_argument(
+            "--out", type=_user_path, default=default, metavar="DIR", help=f"output folder (default: {default})"
+        )
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true",
-                      help="continue the run in --out from its checkpoints; refused unless the config (objective, "
-                           "methods, seeds, repetitions, privacy, device) and the fbo_torch version are the ones "
-                           "that run used (the message names the keys that differ)")
-    mode.add_argument("--overwrite", action="store_true",
-                      help="delete the files earlier fbo-torch runs wrote in --out (listed in its run.json; "
-                           "other files are kept), then start over (without --resume or --overwrite a "
-                           "non-empty --out is refused)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="hide progress bars (they are shown only when stderr is a terminal; in a log file "
-                        "each finished method is one line)")
-    p.add_argument("--quiet", action="store_true",
-                   help="print nothing but errors: no progress, status lines or summary (the files in --out "
-                        "are written as always)")
-    p.add_argument("--plot-format", type=_plot_formats, default=("png",), metavar="FMT",
-                   help="format(s) of the plots, comma-separated: png, pdf, svg (default: png)")
+    mode.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its checkpoints; refused unless the config (objective, "
+        "methods, seeds, repetitions, privacy, device) and the fbo_torch version are the ones "
+        "that run used (the message names the keys that differ)",
+    )
+    mode.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the files earlier fbo-torch runs wrote in --out (listed in its run.json; "
+        "other files are kept), then start over (without --resume or --overwrite a "
+        "non-empty --out is refused)",
+    )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide progress bars (they are shown only when stderr is a terminal; in a log file "
+        "each finished method is one line)",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print nothing but errors: no progress, status lines or summary (the files in --out "
+        "are written as always)",
+    )
+    p.add_argument(
+        "--plot-format",
+        type=_plot_formats,
+        default=("png",),
+        metavar="FMT",
+        help="format(s) of the plots, comma-separated: png, pdf, svg (default: png)",
+    )
 
 
 def _plot_formats(text: str) -> tuple[str, ...]:
@@ -95,24 +118,44 @@ def _plot_formats(text: str) -> tuple[str, ...]:
     names = [t.strip().lower().lstrip(".") for t in text.split(",") if t.strip()]
     bad = [n for n in names if n not in PLOT_FORMATS]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(PLOT_FORMATS)} (comma-separated), "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected one or more of {', '.join(PLOT_FORMATS)} (comma-separated), got {text!r}"
+        )
     return tuple(dict.fromkeys(names))
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     _add_out_args(p)
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="run everything there: overrides the config's device and objective.device (CNN training)")
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default=None,
+        help="run everything there: overrides the config's device and objective.device (CNN training)",
+    )
     inits = p.add_mutually_exclusive_group()
-    inits.add_argument("--inits", type=_positive_int, default=None, metavar="K",
-                       help="override runs.num_inits: random initializations per target (FTS) or repetitions "
-                            "of the whole federation (DP-FTS-DE); the random seed is the config's `seed`")
-    inits.add_argument("--seeds", type=_positive_int, default=None, metavar="K",
-                       help="old name of --inits (it sets runs.num_inits, not the seed)")
-    p.add_argument("--threads", type=_positive_int, default=None, metavar="K",
-                   help="torch CPU threads (1 is often faster for these many small operations, "
-                        "and much faster when other processes share the cores)")
+    inits.add_argument(
+        "--inits",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="override runs.num_inits: random initializations per target (FTS) or repetitions "
+        "of the whole federation (DP-FTS-DE); the random seed is the config's `seed`",
+    )
+    inits.add_argument(
+        "--seeds",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="old name of --inits (it sets runs.num_inits, not the seed)",
+    )
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="torch CPU threads (1 is often faster for these many small operations, "
+        "and much faster when other processes share the cores)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,46 +167,89 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
-        "run", help="run a YAML experiment", description="Run a YAML experiment config.",
+        "run",
+        help="run a YAML experiment",
+        description="Run a YAML experiment config.",
         epilog="The config is validated completely before anything runs. --out is locked for the run; "
-               "a non-empty --out needs --resume (same config only) or --overwrite.",
+        "a non-empty --out needs --resume (same config only) or --overwrite.",
     )
     run.add_argument("config", type=Path, help="experiment YAML (see configs/)")
     _add_run_args(run)
 
-    qs = sub.add_parser("quickstart", help="a small federated run with a plot and a summary",
-                        description="A small FTS vs TS run with a plot and a summary.")
+    qs = sub.add_parser(
+        "quickstart",
+        help="a small federated run with a plot and a summary",
+        description="A small FTS vs TS run with a plot and a summary.",
+    )
     _add_out_args(qs, default=Path("runs/quickstart"))
 
-    rp = sub.add_parser("report", help="redraw plots and summary of a finished run from its results.json",
-                        description="Redraw the plots and summary.txt of a run from its results.json.")
+    rp = sub.add_parser(
+        "report",
+        help="redraw plots and summary of a finished run from its results.json",
+        description="Redraw the plots and summary.txt of a run from its results.json.",
+    )
     rp.add_argument("out", type=_user_path, help="a run's output folder")
-    rp.add_argument("--plot-format", type=_plot_formats, default=None, metavar="FMT",
-                    help="format(s) of the plots, comma-separated: png, pdf, svg (default: the run's)")
+    rp.add_argument(
+        "--plot-format",
+        type=_plot_formats,
+        default=None,
+        metavar="FMT",
+        help="format(s) of the plots, comma-separated: png, pdf, svg (default: the run's)",
+    )
 
     pv = sub.add_parser(
-        "privacy", help="epsilon of a DP-FTS-DE setting under each accountant",
+        "privacy",
+        help="epsilon of a DP-FTS-DE setting under each accountant",
         description="The privacy loss epsilon of T releases of the subsampled Gaussian mechanism "
-                    "(DP-FTS-DE's server) under each accountant.",
+        "(DP-FTS-DE's server) under each accountant.",
     )
-    pv.add_argument("--sample-rate", "-q", type=_float_in(0.0, 1.0, True, "expected 0 < q <= 1"), required=True,
-                    metavar="Q", help="probability q that an agent's message is sampled in a round, 0 < q <= 1")
-    pv.add_argument("--noise-multiplier", "-z", type=_float_in(0.0, math.inf, False, "expected z > 0"),
-                    required=True, metavar="Z", help="noise multiplier z > 0 (noise std / clipping norm)")
-    pv.add_argument("--steps", "-T", type=_positive_int, required=True, metavar="T",
-                    help="number of releases (rounds) T >= 1")
-    pv.add_argument("--num-agents", "-N", type=_positive_int, default=None, metavar="N",
-                    help="number of agents N >= 1; sets delta = 1/N^1.1 (the papers' choice)")
-    pv.add_argument("--delta", type=_float_in(0.0, 1.0, False, "expected 0 < delta < 1"), default=None,
-                    metavar="DELTA", help="delta of (epsilon, delta)-DP, 0 < delta < 1 (instead of --num-agents)")
+    pv.add_argument(
+        "--sample-rate",
+        "-q",
+        type=_float_in(0.0, 1.0, True, "expected 0 < q <= 1"),
+        required=True,
+        metavar="Q",
+        help="probability q that an agent's message is sampled in a round, 0 < q <= 1",
+    )
+    pv.add_argument(
+        "--noise-multiplier",
+        "-z",
+        type=_float_in(0.0, math.inf, False, "expected z > 0"),
+        required=True,
+        metavar="Z",
+        help="noise multiplier z > 0 (noise std / clipping norm)",
+    )
+    pv.add_argument(
+        "--steps", "-T", type=_positive_int, required=True, metavar="T", help="number of releases (rounds) T >= 1"
+    )
+    pv.add_argument(
+        "--num-agents",
+        "-N",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="number of agents N >= 1; sets delta = 1/N^1.1 (the papers' choice)",
+    )
+    pv.add_argument(
+        "--delta",
+        type=_float_in(0.0, 1.0, False, "expected 0 < delta < 1"),
+        default=None,
+        metavar="DELTA",
+        help="delta of (epsilon, delta)-DP, 0 < delta < 1 (instead of --num-agents)",
+    )
 
-    dt = sub.add_parser("data", help="download a dataset for the image objectives (EMNIST)",
-                        description="Download a dataset the objectives read from disk.")
+    dt = sub.add_parser(
+        "data",
+        help="download a dataset for the image objectives (EMNIST)",
+        description="Download a dataset the objectives read from disk.",
+    )
     datasets = dt.add_subparsers(dest="dataset", metavar="DATASET", help="the dataset: emnist")
     em = datasets.add_parser(
-        "emnist", help="EMNIST (NIST's gzip.zip, ~540 MB) into DIR/EMNIST/raw",
+        "emnist",
+        help="EMNIST (NIST's gzip.zip, ~540 MB) into DIR/EMNIST/raw",
         description="Download EMNIST through torchvision (also where `import torchvision` alone fails on a CPU "
-                    "torch) into DIR/EMNIST/raw, check its MD5, and say how to use it (FBO_EMNIST_ROOT=DIR).")
+        "torch) into DIR/EMNIST/raw, check its MD5, and say how to use it (FBO_EMNIST_ROOT=DIR).",
+    )
     em.add_argument("--root", type=Path, required=True, metavar="DIR", help="the folder to download into")
     em.add_argument("--url", default=None, help="a mirror of NIST's gzip.zip (the same file: its MD5 is checked)")
     return parser
@@ -185,17 +271,28 @@ def _user_modules_importable() -> None:
 def _written(out: Path, names: list[str]) -> list[str]:
     """The lines that say where a run's files are: results, plots, configuration."""
     plots = [n for n in names if Path(n).suffix in (".png", ".pdf", ".svg")]
-    lines = [f"results: {out / 'results.json'}",
-             f"table:   {out / 'results.csv'} (one row per scenario, method, run, agent and iteration)"]
+    lines = [
+        f"results: {out / 'results.json'}",
+        f"table:   {out / 'results.csv'} (one row per scenario, method, run, agent and iteration)",
+    ]
     if plots:
         lines.append(f"plots:   {out / plots[0]}" + "".join(f", {n}" for n in plots[1:]))
     lines.append(f"config:  {out / 'config.resolved.yaml'}")
     return lines
 
 
-def _cmd_run(config: Path, out: Path, device: str | None, num_inits: int | None, resume: bool, progress: bool,
-             overwrite: bool = False, again: list[str] | None = None, quiet: bool = False,
-             plot_formats: tuple[str, ...] = ("png",)) -> int:
+def _cmd_run(
+    config: Path,
+    out: Path,
+    device: str | None,
+    num_inits: int | None,
+    resume: bool,
+    progress: bool,
+    overwrite: bool = False,
+    again: list[str] | None = None,
+    quiet: bool = False,
+    plot_formats: tuple[str, ...] = ("png",),
+) -> int:
     r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
     config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
     not be written, ...), 130 for Ctrl-C; the last two say how to resume. Status lines go to stdout
@@ -206,8 +303,11 @@ def _cmd_run(config: Path, out: Path, device: str | None, num_inits: int | None,
     from fbo_torch.experiments.report import summary_table
 
     if again is None:
-        again = ["run", str(config)] + (["--device", device] if device else []) \
+        again = (
+            ["run", str(config)]
+            + (["--device", device] if device else [])
             + (["--inits", str(num_inits)] if num_inits is not None else [])
+        )
 
     def resume_hint() -> str:
         if (out / MANIFEST).is_file():
@@ -229,9 +329,17 @@ def _cmd_run(config: Path, out: Path, device: str | None, num_inits: int | None,
         with warnings.catch_warnings():
             if quiet:  # nothing but errors
                 warnings.simplefilter("ignore")
-            results = run_experiment(cfg, out, device=device, num_inits=num_inits, resume=resume,
-                                     progress=progress and not quiet, overwrite=overwrite, log=log,
-                                     plot_formats=plot_formats)
+            results = run_experiment(
+                cfg,
+                out,
+                device=device,
+                num_inits=num_inits,
+                resume=resume,
+                progress=progress and not quiet,
+                overwrite=overwrite,
+                log=log,
+                plot_formats=plot_formats,
+            )
     except KeyboardInterrupt:
         print(f"interrupted; {resume_hint()}", file=sys.stderr)
         return 130
@@ -239,8 +347,9 @@ def _cmd_run(config: Path, out: Path, device: str | None, num_inits: int | None,
         print(f"error: {err}", file=sys.stderr)
         return 2
     except WriteError as err:
-        print(f"error: {err}; the checkpoints written so far are intact: fix that, then {resume_hint()}",
-              file=sys.stderr)
+        print(
+            f"error: {err}; the checkpoints written so far are intact: fix that, then {resume_hint()}", file=sys.stderr
+        )
         return 1
     except OSError as err:
         where = f"{err.filename}: " if err.filename else ""
@@ -298,8 +407,10 @@ def _cmd_report(out: Path, plot_formats: tuple[str, ...] | None = None) -> int:
                 results["scenarios"][0]["methods"][0]["loss_mean"]
                 EXPERIMENTS[results.get("experiment", "fts")]
             except (ValueError, KeyError, IndexError, TypeError) as err:
-                raise OutputError(f"{path} is unreadable or incomplete ({type(err).__name__}: {err}); "
-                                  "rerun the experiment (or resume it) to rewrite it") from None
+                raise OutputError(
+                    f"{path} is unreadable or incomplete ({type(err).__name__}: {err}); "
+                    "rerun the experiment (or resume it) to rewrite it"
+                ) from None
             render_reports(results, out, plot_formats)
     except OutputError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -322,14 +433,16 @@ def _cmd_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (OSError, RuntimeError, ImportError, ValueError) as err:
         print(f"error: downloading EMNIST into {args.root} failed: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
-    print(f"EMNIST digits in {args.root / 'EMNIST' / 'raw'}: {n_train} training and {n_test} test images; "
-          f"use them with {EMNIST_ROOT_ENV}={args.root} (or objective.root)")
+    print(
+        f"EMNIST digits in {args.root / 'EMNIST' / 'raw'}: {n_train} training and {n_test} test images; "
+        f"use them with {EMNIST_ROOT_ENV}={args.root} (or objective.root)"
+    )
     return 0
 
 
 def parser_for(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     """The sub-parser of ``command`` (so its errors read ``fbo-torch COMMAND: error: ...``)."""
-    for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public accessor
+    for action in parser._subparsers._group_actions:
         if command in getattr(action, "choices", {}):
             return action.choices[command]
     return parser
@@ -349,16 +462,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         num_inits = args.inits
         if args.seeds is not None:
-            print("note: --seeds is now called --inits (it sets runs.num_inits, the random initializations per "
-                  "target or repetitions, not the random seed: that is the config's `seed`)", file=sys.stderr)
+            print(
+                "note: --seeds is now called --inits (it sets runs.num_inits, the random initializations per "
+                "target or repetitions, not the random seed: that is the config's `seed`)",
+                file=sys.stderr,
+            )
             num_inits = args.seeds
-        return _cmd_run(args.config, args.out, args.device, num_inits, args.resume, not args.no_progress,
-                        args.overwrite, quiet=args.quiet, plot_formats=args.plot_format)
+        return _cmd_run(
+            args.config,
+            args.out,
+            args.device,
+            num_inits,
+            args.resume,
+            not args.no_progress,
+            args.overwrite,
+            quiet=args.quiet,
+            plot_formats=args.plot_format,
+        )
     if args.command == "quickstart":
         cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")
         with resources.as_file(cfg) as path:
-            code = _cmd_run(Path(path), args.out, None, None, args.resume, not args.no_progress, args.overwrite,
-                            again=["quickstart"], quiet=args.quiet, plot_formats=args.plot_format)
+            code = _cmd_run(
+                Path(path),
+                args.out,
+                None,
+                None,
+                args.resume,
+                not args.no_progress,
+                args.overwrite,
+                again=["quickstart"],
+                quiet=args.quiet,
+                plot_formats=args.plot_format,
+            )
         if code == 0 and not args.quiet:
             print("\nOpen the plot above to see simple regret per iteration (lower is better).")
         return code

@@ -91,14 +91,13 @@ class RandomFourierFeatures(nn.Module):
             raise TypeError(f"`dtype` must be a floating torch.dtype, got {dtype}.")
         ls = torch.as_tensor(lengthscale, dtype=torch.float64).detach().cpu().reshape(-1)
         if ls.numel() not in (1, dim):
-            raise ValueError(
-                f"`lengthscale` must be a scalar or have d = {dim} entries, got {ls.numel()}."
-            )
+            raise ValueError(f"`lengthscale` must be a scalar or have d = {dim} entries, got {ls.numel()}.")
         check_positive("lengthscale", ls)
         check_positive("outputscale", outputscale)
         # the spectral draws, their scaled copy and the stored buffers: refused before any is allocated
-        check_memory("`num_features`", 8.0 * 3 * num_features * (dim + 1), f"a map of {num_features} features in "
-                     f"dimension {dim}")
+        check_memory(
+            "`num_features`", 8.0 * 3 * num_features * (dim + 1), f"a map of {num_features} features in dimension {dim}"
+        )
 
         gen = torch.Generator(device="cpu").manual_seed(seed)
         base = torch.randn(num_features, dim, generator=gen, dtype=torch.float64)
@@ -161,10 +160,7 @@ class RandomFourierFeatures(nn.Module):
         outputscale or ``M`` gives a different fingerprint.
         """
         h = hashlib.sha256()
-        h.update(
-            f"rff-v{_CONSTRUCTION_VERSION}|d={self.dim}|M={self.num_features}|"
-            f"norm={int(self.normalize)}".encode()
-        )
+        h.update(f"rff-v{_CONSTRUCTION_VERSION}|d={self.dim}|M={self.num_features}|norm={int(self.normalize)}".encode())
         for t in (self.spectral, self.phase, self.outputscale.reshape(1)):
             h.update(t.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy().tobytes())
         return h.hexdigest()[:16]
@@ -177,8 +173,14 @@ class RandomFourierFeatures(nn.Module):
     # ``normalize`` are kept in sync with it on load.
 
     def _load_from_state_dict(
-        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict, strict: bool,
-        missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str],
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
     ) -> None:
         spectral = state_dict.get(prefix + "spectral")
         if isinstance(spectral, Tensor) and tuple(spectral.shape) != (self.num_features, self.dim):
@@ -189,8 +191,10 @@ class RandomFourierFeatures(nn.Module):
         for key, positive in (("spectral", False), ("phase", False), ("lengthscale", True), ("outputscale", True)):
             value = state_dict.get(prefix + key)
             if isinstance(value, Tensor) and not (torch.isfinite(value).all() and (not positive or (value > 0).all())):
-                raise ValueError(f"`state_dict[{key!r}]` must be finite{' and > 0' if positive else ''}; it is not "
-                                 "the state of a feature map.")
+                raise ValueError(
+                    f"`state_dict[{key!r}]` must be finite{' and > 0' if positive else ''}; it is not "
+                    "the state of a feature map."
+                )
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
@@ -217,9 +221,7 @@ class RandomFourierFeatures(nn.Module):
         }
 
     @classmethod
-    def from_config(
-        cls, config: dict[str, Any], device: torch.device | str | None = None
-    ) -> RandomFourierFeatures:
+    def from_config(cls, config: dict[str, Any], device: torch.device | str | None = None) -> RandomFourierFeatures:
         r"""Build a map from :meth:`config`'s dict (unknown keys are an error)."""
         if not isinstance(config, dict):
             raise TypeError(f"`config` must be a dict of constructor arguments, got {type(config).__name__}.")

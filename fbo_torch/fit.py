@@ -181,12 +181,20 @@ def fit_shared_features(
             )
     sigma2 = float(os_.median()) if outputscale is None else float(outputscale)
     map_ls = ell if units == "normalized" else (ell * width).tolist()
-    features = RandomFourierFeatures(d, num_features, lengthscale=map_ls, outputscale=sigma2, seed=seed,
-                                     normalize=normalize, device=like.device)
+    features = RandomFourierFeatures(
+        d, num_features, lengthscale=map_ls, outputscale=sigma2, seed=seed, normalize=normalize, device=like.device
+    )
     return SharedFeatureFit(
-        features=features, lengthscale=ell, lengthscales=ls, outputscale=float(os_.median()),
-        noise_variance=float(noise.median()), bounds=bounds, num_features=num_features,
-        suggested_num_features=suggested, intrinsic_dimension=rank, units=units,
+        features=features,
+        lengthscale=ell,
+        lengthscales=ls,
+        outputscale=float(os_.median()),
+        noise_variance=float(noise.median()),
+        bounds=bounds,
+        num_features=num_features,
+        suggested_num_features=suggested,
+        intrinsic_dimension=rank,
+        units=units,
     )
 
 
@@ -319,8 +327,11 @@ def _fit_group(U: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     noise_min = float(model.likelihood.noise_covar.raw_noise_constraint.lower_bound)
     model.likelihood.noise = noise0.clamp_min(2 * noise_min).view(B, 1)
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-    return (covar.base_kernel.lengthscale.detach().reshape(B), covar.outputscale.detach().reshape(B),
-            model.likelihood.noise.detach().reshape(B))
+    return (
+        covar.base_kernel.lengthscale.detach().reshape(B),
+        covar.outputscale.detach().reshape(B),
+        model.likelihood.noise.detach().reshape(B),
+    )
 
 
 #: Grid of the screening step: lengthscales (normalized units) and noise variances (standardized outcomes).
@@ -347,8 +358,8 @@ def _screen(U: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     per = max(1, SCREEN_CHUNK // max(1, B * n * n))
     values = []
     for s0 in range(0, ls.numel(), per):
-        l, v = ls[s0 : s0 + per].view(-1, 1, 1, 1), noise[s0 : s0 + per].view(-1, 1, 1, 1)
-        K = torch.exp(-D2 / (2 * l * l)) + v * eye  # g x B x n x n
+        ell, v = ls[s0 : s0 + per].view(-1, 1, 1, 1), noise[s0 : s0 + per].view(-1, 1, 1, 1)
+        K = torch.exp(-D2 / (2 * ell * ell)) + v * eye  # g x B x n x n
         L, info = torch.linalg.cholesky_ex(K)
         z = torch.linalg.solve_triangular(L, y.unsqueeze(-1).expand(K.shape[0], B, n, 1), upper=False)
         logdet = 2 * torch.diagonal(L, dim1=-2, dim2=-1).log().sum(-1)

@@ -1,8 +1,9 @@
 """An in-process Flower Grid for tests: messages go straight to ClientApp handlers.
 
 Each node has its own ``Context`` (node config, node state), as a SuperNode
-keeps it (``node_configs``: more node config keys per node), and optionally a public key (``node_keys``: what SuperNode
-authentication proves, reported by ``get_nodes`` as Flower's ``NodeInfo``); the ClientApp is called the way Flower's runtime calls it, and an
+keeps it (``node_configs``: more node config keys per node), and optionally a public
+key (``node_keys``: what SuperNode authentication proves, reported by ``get_nodes`` as
+Flower's ``NodeInfo``); the ClientApp is called the way Flower's runtime calls it, and an
 exception becomes an error reply as Flower makes it. ``deliver(round, node)``
 and ``drop_reply(round, node)`` decide which messages and replies get lost;
 ``tamper(message, reply)`` may replace a reply (or drop it: ``None``), and
@@ -12,8 +13,8 @@ and ``drop_reply(round, node)`` decide which messages and replies get lost;
 from __future__ import annotations
 
 import traceback
-from types import SimpleNamespace
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -22,19 +23,32 @@ from flwr.supercore.task_identity import TaskIdentity
 
 
 class InProcessGrid(Grid):
-    def __init__(self, client_app: Any, run_config: dict, num_nodes: int,
-                 node_run_configs: dict[int, dict] | None = None,
-                 deliver: Callable[[int, int], bool] | None = None,
-                 drop_reply: Callable[[int, int], bool] | None = None,
-                 node_keys: dict[int, bytes] | None = None,
-                 node_configs: dict[int, dict] | None = None,
-                 tamper: Callable[[Message, Message], Message | None] | None = None) -> None:
-        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 1, 1, 1  # what Flower's runtime sets in a ServerApp process
+    def __init__(
+        self,
+        client_app: Any,
+        run_config: dict,
+        num_nodes: int,
+        node_run_configs: dict[int, dict] | None = None,
+        deliver: Callable[[int, int], bool] | None = None,
+        drop_reply: Callable[[int, int], bool] | None = None,
+        node_keys: dict[int, bytes] | None = None,
+        node_configs: dict[int, dict] | None = None,
+        tamper: Callable[[Message, Message], Message | None] | None = None,
+    ) -> None:
+        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = (
+            1,
+            1,
+            1,
+        )  # what Flower's runtime sets in a ServerApp process
         self.client_app = client_app
         self.contexts = {
-            100 + n: Context(run_id=1, node_id=100 + n, state=RecordDict(),
-                             node_config={"partition-id": n, **(node_configs or {}).get(n, {})},
-                             run_config=dict((node_run_configs or {}).get(n, run_config)))
+            100 + n: Context(
+                run_id=1,
+                node_id=100 + n,
+                state=RecordDict(),
+                node_config={"partition-id": n, **(node_configs or {}).get(n, {})},
+                run_config=dict((node_run_configs or {}).get(n, run_config)),
+            )
             for n in range(num_nodes)
         }
         self.node_keys = {100 + n: k for n, k in (node_keys or {}).items()}  # PEM public keys
@@ -54,8 +68,9 @@ class InProcessGrid(Grid):
     def run(self) -> Any:
         return self._run
 
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
-                       ttl: float | None = None) -> Message:
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
         return Message(content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id, ttl=ttl)
 
     def get_node_ids(self) -> Iterable[int]:
@@ -76,7 +91,7 @@ class InProcessGrid(Grid):
                 continue
             try:
                 reply = self.client_app(msg, self.contexts[node])
-            except Exception:  # noqa: BLE001 - as Flower's runtime: an error reply
+            except Exception:
                 reply = Message(Error(code=1, reason=traceback.format_exc()), reply_to=msg)
             if self.tamper is not None:
                 reply = self.tamper(msg, reply)

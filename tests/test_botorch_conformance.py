@@ -23,8 +23,8 @@ import pytest
 import torch
 from botorch.acquisition import (
     LogExpectedImprovement,
-    ProbabilityOfImprovement,
     PosteriorMean,
+    ProbabilityOfImprovement,
     UpperConfidenceBound,
     qKnowledgeGradient,
     qLogExpectedImprovement,
@@ -85,19 +85,31 @@ ACQUISITIONS = {
     "UpperConfidenceBound": (lambda m, X, Y, rff, q: UpperConfidenceBound(m, beta=2.0), (1,), False),
     "PosteriorMean": (lambda m, X, Y, rff, q: PosteriorMean(m), (1,), False),
     "qLogExpectedImprovement": (lambda m, X, Y, rff, q: qLogExpectedImprovement(m, best_f=Y.max()), (1, 3), False),
-    "qLogNoisyExpectedImprovement": (lambda m, X, Y, rff, q: qLogNoisyExpectedImprovement(m, X_baseline=X), (1, 3), False),
+    "qLogNoisyExpectedImprovement": (
+        lambda m, X, Y, rff, q: qLogNoisyExpectedImprovement(m, X_baseline=X),
+        (1, 3),
+        False,
+    ),
     "qUpperConfidenceBound": (lambda m, X, Y, rff, q: qUpperConfidenceBound(m, beta=2.0), (1, 3), False),
     "qKnowledgeGradient": (lambda m, X, Y, rff, q: qKnowledgeGradient(m, num_fantasies=4), (1, 3), False),
     "qNegIntegratedPosteriorVariance": (
-        lambda m, X, Y, rff, q: qNegIntegratedPosteriorVariance(m, mc_points=_data(16, seed=5)[0]), (1, 3), False
+        lambda m, X, Y, rff, q: qNegIntegratedPosteriorVariance(m, mc_points=_data(16, seed=5)[0]),
+        (1, 3),
+        False,
     ),
     "qMaxValueEntropy": (
-        lambda m, X, Y, rff, q: qMaxValueEntropy(m, candidate_set=_data(32, seed=6)[0], num_mv_samples=4), (1,), False
+        lambda m, X, Y, rff, q: qMaxValueEntropy(m, candidate_set=_data(32, seed=6)[0], num_mv_samples=4),
+        (1,),
+        False,
     ),
     "PathwiseThompsonSampling": (lambda m, X, Y, rff, q: PathwiseThompsonSampling(m), (1, 3), True),
     "FederatedThompsonSampling": (
         lambda m, X, Y, rff, q: FederatedThompsonSampling(
-            m, torch.randn(5, M, dtype=f64, generator=torch.Generator().manual_seed(q)), rff, p_t=0.5, q=q,
+            m,
+            torch.randn(5, M, dtype=f64, generator=torch.Generator().manual_seed(q)),
+            rff,
+            p_t=0.5,
+            q=q,
             generator=torch.Generator().manual_seed(q),
         ),
         (1, 3),
@@ -181,8 +193,11 @@ def test_batched_rff_model_where_botorch_supports_batches(rff):
     model = RFFBayesianLinear(rff, X, Y, torch.tensor([0.01, 0.02, 0.05], dtype=f64))
     best = Y.amax(dim=-2)  # N x 1 (per agent, BoTorch's batch x m)
     Xq = torch.rand(5, N, 1, D, dtype=f64)  # b x N x q x d
-    for acqf in (LogExpectedImprovement(model, best_f=best), UpperConfidenceBound(model, beta=2.0),
-                 PosteriorMean(model)):
+    for acqf in (
+        LogExpectedImprovement(model, best_f=best),
+        UpperConfidenceBound(model, beta=2.0),
+        PosteriorMean(model),
+    ):
         v = acqf(Xq)
         assert v.shape == (5, N) and torch.isfinite(v).all()
     Xq3 = torch.rand(5, N, 3, D, dtype=f64)
@@ -208,8 +223,9 @@ def test_transformed_rff_model_paths_and_acquisition(rff):
     X, Y = _data()
     Xr, Yr = 2.0 + 3.0 * X, 4.0 * Y - 1.0
     bounds = torch.tensor([[2.0, 2.0], [5.0, 5.0]], dtype=f64)
-    model = RFFBayesianLinear(rff, Xr, Yr, 0.01, input_transform=Normalize(D, bounds=bounds),
-                              outcome_transform=Standardize(1))
+    model = RFFBayesianLinear(
+        rff, Xr, Yr, 0.01, input_transform=Normalize(D, bounds=bounds), outcome_transform=Standardize(1)
+    )
     Xs = 2.0 + 3.0 * _data(4, seed=10)[0]
     torch.manual_seed(3)
     values = draw_matheron_paths(model, sample_shape=torch.Size([3000]))(Xs)

@@ -126,7 +126,10 @@ def test_config_errors_are_clear(tmp_path, patch, match):
 
 def test_unset_environment_variable_is_named(tmp_path, monkeypatch):
     monkeypatch.delenv("FBO_NOT_SET_ANYWHERE", raising=False)
-    text = "experiment: dp_fts_de\nobjective: {type: har, path: ${FBO_NOT_SET_ANYWHERE}}\nmethods: [{name: TS, algorithm: ts}]\n"
+    text = (
+        "experiment: dp_fts_de\nobjective: {type: har, path: ${FBO_NOT_SET_ANYWHERE}}\n"
+        "methods: [{name: TS, algorithm: ts}]\n"
+    )
     with pytest.raises(ConfigError, match="FBO_NOT_SET_ANYWHERE"):
         load_config(write(tmp_path, text))
 
@@ -137,11 +140,21 @@ def test_config_structure_errors():
     with pytest.raises(ConfigError, match="methods"):
         parse_config({"experiment": "fts", "objective": {"type": "gp_grid"}})
     with pytest.raises(ConfigError, match="duplicate"):
-        parse_config({"experiment": "fts", "objective": {"type": "gp_grid"},
-                      "methods": [{"name": "a", "algorithm": "ts"}, {"name": "a", "algorithm": "ts"}]})
+        parse_config(
+            {
+                "experiment": "fts",
+                "objective": {"type": "gp_grid"},
+                "methods": [{"name": "a", "algorithm": "ts"}, {"name": "a", "algorithm": "ts"}],
+            }
+        )
     with pytest.raises(ConfigError, match="clip_norm"):
-        parse_config({"experiment": "dp_fts_de", "objective": {"type": "gp_grid"},
-                      "methods": [{"name": "a", "noise_multiplier": 1.0}]})
+        parse_config(
+            {
+                "experiment": "dp_fts_de",
+                "objective": {"type": "gp_grid"},
+                "methods": [{"name": "a", "noise_multiplier": 1.0}],
+            }
+        )
 
 
 def test_cli_errors_and_help(tmp_path, capsys):
@@ -174,8 +187,12 @@ QUICKSTART = Path(__file__).resolve().parents[1] / "fbo_torch" / "experiments" /
 
 def _tiny_quickstart(tmp_path):
     text = QUICKSTART.read_text()
-    for old, new in (("grid_size: 1000", "grid_size: 100"), ("num_inits: 3", "num_inits: 1"), ("t_n: 100", "t_n: 10"),
-                     ("num_iterations: 30", "num_iterations: 3")):
+    for old, new in (
+        ("grid_size: 1000", "grid_size: 100"),
+        ("num_inits: 3", "num_inits: 1"),
+        ("t_n: 100", "t_n: 10"),
+        ("num_iterations: 30", "num_iterations: 3"),
+    ):
         assert old in text
         text = text.replace(old, new)
     return write(tmp_path, text, "quickstart.yaml")
@@ -202,8 +219,9 @@ def test_quiet_prints_nothing_and_still_writes_everything(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(_tiny_quickstart(tmp_path)), "--out", str(out), "--quiet"]) == 0
     assert capsys.readouterr() == ("", "")
-    assert {"results.json", "results.csv", "summary.txt", "simple_regret.png", "config.resolved.yaml"} <= \
-        {p.name for p in out.iterdir()}
+    assert {"results.json", "results.csv", "summary.txt", "simple_regret.png", "config.resolved.yaml"} <= {
+        p.name for p in out.iterdir()
+    }
 
 
 def test_plot_format_writes_each_format_and_report_redraws_in_others(tmp_path, capsys):
@@ -226,8 +244,10 @@ def test_inits_sets_num_inits_and_seeds_still_works_with_a_note(tmp_path, capsys
     assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "--quiet", "--seeds", "2"]) == 0
     err = capsys.readouterr().err
     assert err.startswith("note: --seeds is now called --inits") and len(err.splitlines()) == 1
-    assert json.loads((tmp_path / "b" / "results.json").read_text())["config"] == \
-        json.loads((tmp_path / "a" / "results.json").read_text())["config"]
+    assert (
+        json.loads((tmp_path / "b" / "results.json").read_text())["config"]
+        == json.loads((tmp_path / "a" / "results.json").read_text())["config"]
+    )
     with pytest.raises(SystemExit):
         main(["run", str(cfg), "--out", str(tmp_path / "c"), "--inits", "2", "--seeds", "2"])
 
@@ -241,17 +261,21 @@ def test_privacy_table_has_no_warning_inside_it(capsys):
     assert err == "" and "Warning" not in out and "site-packages" not in out
     lines = out.splitlines()
     assert [line.split()[0] for line in lines[1:5]] == ["rdp", "prv", "gdp", "rdp-classic"]
-    assert lines[5] == ("note (gdp): GDP accounting is experimental and can underestimate privacy expenditure. "
-                        "Proceed with caution. More details: https://arxiv.org/pdf/2106.02848.pdf")
+    assert lines[5] == (
+        "note (gdp): GDP accounting is experimental and can underestimate privacy expenditure. "
+        "Proceed with caution. More details: https://arxiv.org/pdf/2106.02848.pdf"
+    )
 
 
 def test_help_and_version_answer_without_importing_torch():
     """`fbo-torch --help`, `--version` and each command's `--help` import neither torch nor the libraries
     built on it (they took ~2 s of CPU when they did)."""
-    code = ("import sys\nfrom fbo_torch.cli import main\n"
-            "for argv in (['--help'], ['--version'], ['run', '--help'], ['data', 'emnist', '--help'], []):\n"
-            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-            "print(sorted(m for m in ('torch', 'botorch', 'gpytorch', 'matplotlib', 'opacus') if m in sys.modules))\n")
+    code = (
+        "import sys\nfrom fbo_torch.cli import main\n"
+        "for argv in (['--help'], ['--version'], ['run', '--help'], ['data', 'emnist', '--help'], []):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "print(sorted(m for m in ('torch', 'botorch', 'gpytorch', 'matplotlib', 'opacus') if m in sys.modules))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
     assert "data emnist" not in out.stderr and "COMMAND (run, quickstart, report, privacy, data)" in out.stderr
@@ -263,7 +287,9 @@ def test_device_switches_every_part_of_a_run_the_objective_included(tmp_path, mo
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    cfg = write(tmp_path, """
+    cfg = write(
+        tmp_path,
+        """
 experiment: dp_fts_de
 name: cnn-on-gpu
 device: cuda
@@ -273,7 +299,8 @@ runs: {num_inits: 1}
 defaults: {num_iterations: 1, num_init: 2, num_features: 10}
 methods:
   - {name: TS, algorithm: ts}
-""")
+""",
+    )
     assert main(["run", str(cfg), "--out", str(tmp_path / "a"), "--no-progress"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
     assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "--no-progress", "--device", "cpu", "--quiet"]) == 0
@@ -282,13 +309,17 @@ methods:
 
 
 def test_a_run_whose_delta_is_at_least_one_over_n_warns_and_says_delta_with_every_epsilon(tmp_path, capsys):
-    cfg = write(tmp_path, DP_TINY.replace("privacy: {accountant: rdp-classic, extra_accountants: [rdp]}",
-                                          "privacy: {accountant: rdp, delta: 0.5}").replace("num_iterations: 3",
-                                                                                            "num_iterations: 1"))
+    cfg = write(
+        tmp_path,
+        DP_TINY.replace(
+            "privacy: {accountant: rdp-classic, extra_accountants: [rdp]}", "privacy: {accountant: rdp, delta: 0.5}"
+        ).replace("num_iterations: 3", "num_iterations: 1"),
+    )
     assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert f"warning: {cfg}: privacy.delta = 0.5 >= 1/N = 0.167 (6 agents)" in printed
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "(delta=0.5, rdp)" in summary and "note: delta=0.5 >= 1/N = 0.167 (6 agents)" in summary
-    rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv", newline="")))
+    with open(tmp_path / "out" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
     assert {r["delta"] for r in rows if r["method"] == "DP-FTS-DE" and r["epsilon"]} == {"0.5"}

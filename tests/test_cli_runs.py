@@ -78,7 +78,7 @@ def _copy(src, dst):
         ("seed: 3", "seed: 4", [], "seed: 3 -> 4"),
         ("num_iterations: 4", "num_iterations: 5", [], "num_iterations ('tiny-dp', 'DP-FTS-DE'): 4 -> 5"),
         ("", "", ["--seeds", "3"], "runs.num_inits ('tiny-dp'): 2 -> 3"),
-        ("accountant: rdp-classic", "accountant: rdp", [], "privacy.accountant: \"rdp-classic\" -> \"rdp\""),
+        ("accountant: rdp-classic", "accountant: rdp", [], 'privacy.accountant: "rdp-classic" -> "rdp"'),
     ],
 )
 def test_resume_with_a_changed_config_is_refused_and_names_the_key(finished, tmp_path, capsys, old, new, extra, named):
@@ -99,7 +99,7 @@ def test_resume_into_another_experiments_folder_is_refused(finished, tmp_path, c
     capsys.readouterr()
     assert _run(_cfg(tmp_path, FTS, "fts.yaml"), "--out", out, "--resume") == 2
     err = capsys.readouterr().err
-    assert "experiment: \"dp_fts_de\" -> \"fts\"" in err and "name: \"tiny-dp\" -> \"tiny-fts\"" in err
+    assert 'experiment: "dp_fts_de" -> "fts"' in err and 'name: "tiny-dp" -> "tiny-fts"' in err
 
 
 def test_fingerprint_is_stamped_everywhere_and_stable(finished, tmp_path):
@@ -114,7 +114,9 @@ def test_fingerprint_is_stamped_everywhere_and_stable(finished, tmp_path):
         assert torch.load(ckpt, weights_only=False)["fingerprint"] == expected
     # the same config read again, checkpoint frequency and 1 vs 1.0 do not change it
     assert fingerprint(load_config(cfg).resolved()) == expected
-    other = _cfg(tmp_path, DP.replace("checkpoint_every: 1", "checkpoint_every: 7").replace("clip_norm: 5.0", "clip_norm: 5"))
+    other = _cfg(
+        tmp_path, DP.replace("checkpoint_every: 1", "checkpoint_every: 7").replace("clip_norm: 5.0", "clip_norm: 5")
+    )
     assert fingerprint(load_config(other).resolved()) == expected
     assert fingerprint({**resolved, "device": "cuda"}) != expected
 
@@ -276,9 +278,8 @@ def test_second_run_into_a_locked_out_is_refused(tmp_path, capsys):
 
 def test_lock_is_held_for_the_run_and_released_after(tmp_path):
     out = tmp_path / "out"
-    with OutputFolder(out):
-        with pytest.raises(OutputError, match="in use"):
-            OutputFolder(out).open()
+    with OutputFolder(out), pytest.raises(OutputError, match="in use"):
+        OutputFolder(out).open()
     with OutputFolder(out):  # released
         pass
 
@@ -339,7 +340,10 @@ def test_overwrite_deletes_only_the_files_runs_wrote(finished, tmp_path, capsys)
     assert not (out / "epsilon.png").exists() and not (out / "privacy_utility.png").exists()
     # a temporary file cut short by a kill does not hold what the run recorded: kept, like the user's
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
-        ".scenario0_method1.pt.x1y2.tmp", "mine.txt", "scenario0_method0.pt"]
+        ".scenario0_method1.pt.x1y2.tmp",
+        "mine.txt",
+        "scenario0_method0.pt",
+    ]
     files = json.loads((out / "run.json").read_text())["files"]
     assert not set(files) & {"notes.txt", "src/main.py", "checkpoints/mine.txt", "epsilon.png"}
 
@@ -407,11 +411,14 @@ def test_a_refused_out_is_left_as_it_was_and_tilde_is_home(tmp_path, monkeypatch
     assert _run(cfg, "--out", "~/runs/a") == 0 and (home / "runs" / "a" / "results.json").is_file()
 
 
-@pytest.mark.parametrize("files, says", [
-    (None, "does not list the files its run wrote"),            # run.json of an older fbo_torch
-    (["results.json", "../victim.txt"], "which is not a file inside"),
-    ("results.json", "is not a list of names"),
-])
+@pytest.mark.parametrize(
+    "files, says",
+    [
+        (None, "does not list the files its run wrote"),  # run.json of an older fbo_torch
+        (["results.json", "../victim.txt"], "which is not a file inside"),
+        ("results.json", "is not a list of names"),
+    ],
+)
 def test_overwrite_deletes_nothing_it_cannot_prove_a_run_wrote(finished, tmp_path, files, says):
     _, _, src = finished
     out = _copy(src, tmp_path / "out")
@@ -450,11 +457,14 @@ def _fail_fsync(monkeypatch, name, code):
     monkeypatch.setattr(os, "fsync", fsync)
 
 
-@pytest.mark.parametrize("name, code", [
-    ("results.json", errno.ENOSPC),
-    ("scenario0_method0.pt", errno.EACCES),
-    ("simple_regret.png", errno.EROFS),
-])
+@pytest.mark.parametrize(
+    "name, code",
+    [
+        ("results.json", errno.ENOSPC),
+        ("scenario0_method0.pt", errno.EACCES),
+        ("simple_regret.png", errno.EROFS),
+    ],
+)
 def test_a_failed_write_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, name, code):
     cfg = _cfg(tmp_path, FTS)
     out = tmp_path / "out"
@@ -483,9 +493,14 @@ def test_ctrl_c_prints_one_line_and_exits_130_with_valid_checkpoints(tmp_path):
     # the run starts as from a terminal, with Ctrl-C's default action: an ignored SIGINT (left by a
     # library in this pytest worker, or by a shell that started the suite in the background) is
     # inherited across exec, and Python then never raises KeyboardInterrupt
-    proc = subprocess.Popen([sys.executable, "-m", "fbo_torch.cli", "run", cfg, "--out", str(out), "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fbo_torch.cli", "run", cfg, "--out", str(out), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 60
         while not (out / "checkpoints" / "scenario0_method0.pt").exists():
@@ -512,8 +527,10 @@ def test_interrupt_before_anything_is_written_says_so(tmp_path, capsys, monkeypa
     monkeypatch.setattr(loop, "build_objective", interrupted)
     out = tmp_path / "out"
     assert _run(_cfg(tmp_path, FTS), "--out", out) == 130
-    assert capsys.readouterr().err.strip() == f"interrupted; nothing was written to {out}; run the same command " \
-                                              "again to start"
+    assert (
+        capsys.readouterr().err.strip() == f"interrupted; nothing was written to {out}; run the same command "
+        "again to start"
+    )
     assert not out.exists()
 
 

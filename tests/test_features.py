@@ -42,7 +42,9 @@ def test_feature_formula_matches_paper():
     rffn = RandomFourierFeatures(2, 7, lengthscale=0.5, outputscale=2.0, seed=3, normalize=True)
     torch.testing.assert_close(rffn(X).pow(2).sum(-1), torch.full((4,), 2.0, dtype=f64))
     # normalized features are the plain ones rescaled
-    torch.testing.assert_close(rffn(X) / rffn(X).norm(dim=-1, keepdim=True), expected / expected.norm(dim=-1, keepdim=True))
+    torch.testing.assert_close(
+        rffn(X) / rffn(X).norm(dim=-1, keepdim=True), expected / expected.norm(dim=-1, keepdim=True)
+    )
 
 
 def test_spectral_distribution_uses_lengthscale():
@@ -197,7 +199,9 @@ def test_state_dict_holds_only_tensors_and_config_rebuilds_the_map():
     # float32 maps and scalar lengthscales round-trip too (the config keeps the float64 arguments)
     c = RandomFourierFeatures(2, 30, lengthscale=0.123456789, outputscale=1.3, seed=-4, dtype=torch.float32)
     c2 = RandomFourierFeatures.from_config(json.loads(json.dumps(c.config())))
-    assert c2.spectral.dtype == torch.float32 and torch.equal(c2.spectral, c.spectral) and c2.fingerprint == c.fingerprint
+    assert (
+        c2.spectral.dtype == torch.float32 and torch.equal(c2.spectral, c.spectral) and c2.fingerprint == c.fingerprint
+    )
     assert c.config()["lengthscale"] == 0.123456789
     with pytest.raises(ValueError, match="unknown keys"):
         RandomFourierFeatures.from_config({**cfg, "device": "cpu"})

@@ -131,8 +131,9 @@ SUBPACKAGES = sorted({m.split(".")[1] for m in MODULES if m.count(".") >= 1})
 
 def test_the_graph_sees_function_local_imports():
     # a cycle closed by a function-local import is still a cycle: the reader must see both kinds
-    tree = ast.parse("def f():\n    from fbo_torch.privacy import ledger\n"
-                     "if TYPE_CHECKING:\n    import fbo_torch.cli\n")
+    tree = ast.parse(
+        "def f():\n    from fbo_torch.privacy import ledger\nif TYPE_CHECKING:\n    import fbo_torch.cli\n"
+    )
     assert [ast.unparse(n) for n in _imports(tree)] == ["from fbo_torch.privacy import ledger"]
     assert "fbo_torch.experiments.loop" in GRAPH["fbo_torch.cli"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
@@ -141,8 +142,7 @@ def test_the_graph_sees_function_local_imports():
 
 @pytest.mark.parametrize(
     "subpackage",
-    [pytest.param(p, marks=pytest.mark.xfail(reason=KNOWN[p], strict=True)) if p in KNOWN else p
-     for p in SUBPACKAGES],
+    [pytest.param(p, marks=pytest.mark.xfail(reason=KNOWN[p], strict=True)) if p in KNOWN else p for p in SUBPACKAGES],
 )
 def test_no_import_cycle(subpackage):
     prefix = f"fbo_torch.{subpackage}"

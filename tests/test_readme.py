@@ -8,7 +8,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Markdown files whose relative links must resolve: the README, docs/ and the results' READMEs.
-LINKED_DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "benchmarks" / "results").glob("*/README.md"))]
+LINKED_DOCS = [
+    README,
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "benchmarks" / "results").glob("*/README.md")),
+]
 MAX_README_LINES = 300
 
 _BLOCK = re.compile(r"```python\n(.*?)```", re.S)
@@ -52,8 +56,12 @@ def test_readme_botorch_loop_snippets_are_the_ones_we_test():
 
 def test_readme_commands_say_how_long_they_take():
     """Every command a user runs from the README (make, fbo-torch run, the demos) gives its time here."""
-    commands = [line for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S)
-                for line in block.splitlines() if re.match(r"(make |fbo-torch |\S*run_demo|OWN_OBJECTIVES)", line)]
+    commands = [
+        line
+        for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S)
+        for line in block.splitlines()
+        if re.match(r"(make |fbo-torch |\S*run_demo|OWN_OBJECTIVES)", line)
+    ]
     assert len(commands) >= 8
     untimed = [c for c in commands if not re.search(r"\d+(\.\d+)? (s|min)\b|on a GPU", c)]
     assert not untimed, untimed

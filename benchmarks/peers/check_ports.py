@@ -40,8 +40,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Unit-box points of the SVM check: corners, the centre, and points near the small-C / small-γ edges.
-SVM_POINTS = np.array([[0.5, 0.5], [0.01, 0.5], [0.5, 0.01], [0.2, 0.8], [0.9, 0.1], [0.001, 0.001],
-                       [1.0, 1.0], [0.05, 0.3]])
+SVM_POINTS = np.array(
+    [[0.5, 0.5], [0.01, 0.5], [0.5, 0.01], [0.2, 0.8], [0.9, 0.1], [0.001, 0.001], [1.0, 1.0], [0.05, 0.3]]
+)
 SVM_FIELDS = [0, 1, 5, 14, 28]
 
 
@@ -49,8 +50,13 @@ def _pyfmto(fmto: Path):
     os.chdir(tempfile.mkdtemp(prefix="pyfmto-check-"))  # pyfmto writes out/logs/ here
     from pyfmto import list_problems, load_problem
 
-    names = dict(zip([Path(s).name for s in list_problems([str(fmto)])["source"]],
-                     list_problems([str(fmto)])["name"]))
+    names = dict(
+        zip(
+            [Path(s).name for s in list_problems([str(fmto)])["source"]],
+            list_problems([str(fmto)])["name"],
+            strict=True,
+        )
+    )
 
     def problem(name, **kw):
         return load_problem(names[name], [str(fmto)], **kw).initialize()
@@ -76,7 +82,7 @@ def reference(args) -> None:
         for seed in range(args.svm_seeds):
             row = []
             for x in X:
-                np.random.seed(seed)
+                np.random.seed(seed)  # noqa: NPY002  (pyfmto's SVC reads NumPy's global state)
                 row.append(float(np.asarray(t.evaluate(x.reshape(1, -1))).reshape(-1)[0]))
             vals.append(row)
         out[f"svm_f{f}_y"] = np.array(vals)  # seeds x points, row 0: NumPy's global seed 0
@@ -86,8 +92,12 @@ def reference(args) -> None:
 
 def fixture_points(d: int) -> list[list[float]]:
     """The unit test's points (written out the same way there): two spread points and the box's corners."""
-    return [[((3 * i + 1) % 11 + 0.37) / 11.5 for i in range(d)], [((5 * i + 2) % 13 + 0.71) / 13.9 for i in range(d)],
-            [0.0] * d, [1.0] * d]
+    return [
+        [((3 * i + 1) % 11 + 0.37) / 11.5 for i in range(d)],
+        [((5 * i + 2) % 13 + 0.71) / 13.9 for i in range(d)],
+        [0.0] * d,
+        [1.0] * d,
+    ]
 
 
 def fixture(args) -> None:
@@ -123,8 +133,10 @@ def compare(args) -> None:
             yg_ref = float(ref[f"tetci_d{d}_t{n}_yglobal"][0])
             yg = float(obj.y_global[n])
             worst = max(worst, rel)
-            print(f"tetci2019 d={d:2d} task {n + 1:2d} {obj.names[n]:11s}: {len(y_ref)} points, max rel. error "
-                  f"{rel:.2e}; y_global pyfmto {yg_ref!r}, ours {yg!r}{'' if yg == yg_ref else '  (DIFFERENT)'}")
+            print(
+                f"tetci2019 d={d:2d} task {n + 1:2d} {obj.names[n]:11s}: {len(y_ref)} points, max rel. error "
+                f"{rel:.2e}; y_global pyfmto {yg_ref!r}, ours {yg!r}{'' if yg == yg_ref else '  (DIFFERENT)'}"
+            )
     print(f"tetci2019: largest relative error {worst:.2e} (tolerance {args.rtol:g})")
 
     linear = SearchSpace([Real("C", 1e-4, 10.0), Real("gamma", 1e-2, 10.0)])
@@ -134,13 +146,15 @@ def compare(args) -> None:
         obj = LandmineSVM(fields=fields, search_space=linear, scoring="platt")
         U = torch.from_numpy(SVM_POINTS).expand(len(fields), -1, -1).contiguous()
         ours = 1 - obj(U).numpy()  # pyfmto minimizes 1 - AUC
-        for i, (f, k) in enumerate(zip(fields, svm_keys)):
+        for i, (f, k) in enumerate(zip(fields, svm_keys, strict=False)):
             y_ref = ref[k]
             diff = np.max(np.abs(ours[i] - y_ref[0]))
             spread = y_ref.max(0) - y_ref.min(0)
-            print(f"svm_landmine field {f:2d}: max |ours - pyfmto (global seed 0)| {diff:.2e}; pyfmto over "
-                  f"{len(y_ref)} global seeds: largest spread {spread.max():.3f}, {int(np.sum(spread > 0.05))} of "
-                  f"{spread.size} points move by more than 0.05")
+            print(
+                f"svm_landmine field {f:2d}: max |ours - pyfmto (global seed 0)| {diff:.2e}; pyfmto over "
+                f"{len(y_ref)} global seeds: largest spread {spread.max():.3f}, {int(np.sum(spread > 0.05))} of "
+                f"{spread.size} points move by more than 0.05"
+            )
     if worst > args.rtol:
         sys.exit(1)
 

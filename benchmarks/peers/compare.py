@@ -37,7 +37,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from paired_stats import paired_difference  # noqa: E402
+from paired_stats import paired_difference
 
 
 def load(paths: list[Path]) -> tuple[dict, dict[str, dict[int, np.ndarray]], dict[str, dict[int, np.ndarray]]]:
@@ -103,9 +103,14 @@ def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str]) -
     A = next(iter(F.values())).shape[1]
     means = np.stack([F[lab].mean(0) for lab in labels])  # C x A
     ranks = stats.rankdata(means, axis=0)  # C x A
-    out = {"seeds": seeds, "labels": labels, "mean_final": {lab: means[i].tolist() for i, lab in enumerate(labels)},
-           "mean_rank": {lab: float(ranks[i].mean()) for i, lab in enumerate(labels)},
-           "ranks": {lab: ranks[i].tolist() for i, lab in enumerate(labels)}, "paired": {}}
+    out = {
+        "seeds": seeds,
+        "labels": labels,
+        "mean_final": {lab: means[i].tolist() for i, lab in enumerate(labels)},
+        "mean_rank": {lab: float(ranks[i].mean()) for i, lab in enumerate(labels)},
+        "ranks": {lab: ranks[i].tolist() for i, lab in enumerate(labels)},
+        "paired": {},
+    }
     for ref in references:
         if ref not in F:
             raise SystemExit(f"--reference {ref!r} is not a configuration ({labels})")
@@ -137,17 +142,26 @@ def markdown(meta: dict, summary: dict) -> str:
     labels = sorted(summary["labels"], key=lambda lab: summary["mean_rank"][lab])
     head = f"{meta['problem']}, d = {meta['dim']}, {meta['fe_init']} + {meta['fe_max'] - meta['fe_init']} evaluations, "
     head += f"seeds {summary['seeds'][0]}–{summary['seeds'][-1]} ({len(summary['seeds'])}, paired)"
-    lines = [f"**{head}**", "", "Mean final simple regret per task (lower is better) and mean rank over the tasks:", "",
-             "| configuration | mean rank | " + " | ".join(f"{i + 1} {n}" for i, n in enumerate(names)) + " |",
-             "|---|---|" + "---|" * len(names)]
+    lines = [
+        f"**{head}**",
+        "",
+        "Mean final simple regret per task (lower is better) and mean rank over the tasks:",
+        "",
+        "| configuration | mean rank | " + " | ".join(f"{i + 1} {n}" for i, n in enumerate(names)) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
     for lab in labels:
         cells = " | ".join(_fmt(v) for v in summary["mean_final"][lab])
         lines.append(f"| {lab} | {summary['mean_rank'][lab]:.2f} | {cells} |")
     for ref, rows in summary["paired"].items():
-        lines += ["", f"Paired difference to **{ref}** (configuration − {ref}; negative = better; ** distinguishable, "
-                  "two-sided paired t-test 95 %):", "",
-                  "| configuration | better | worse | " + " | ".join(str(i + 1) for i in range(len(names))) + " |",
-                  "|---|---|---|" + "---|" * len(names)]
+        lines += [
+            "",
+            f"Paired difference to **{ref}** (configuration − {ref}; negative = better; ** distinguishable, "
+            "two-sided paired t-test 95 %):",
+            "",
+            "| configuration | better | worse | " + " | ".join(str(i + 1) for i in range(len(names))) + " |",
+            "|---|---|---|" + "---|" * len(names),
+        ]
         for lab in labels:
             if lab not in rows:
                 continue
@@ -174,7 +188,7 @@ def plot(meta: dict, curves: dict, summary: dict, path: Path, labels: list[str] 
     for a in range(A):
         ax = axes[a // cols][a % cols]
         for lab in labels:
-            c = np.stack([curves[lab][s][a] for s in seeds])[:, fe_init - 1:]
+            c = np.stack([curves[lab][s][a] for s in seeds])[:, fe_init - 1 :]
             ax.plot(np.arange(fe_init, fe_init + c.shape[1]), np.maximum(c.mean(0), 1e-12), label=lab)
         ax.set_yscale("log")
         ax.set_title(f"{a + 1} {names[a]}", fontsize=9)

@@ -84,8 +84,9 @@ def build_objective(meta: dict):
         from fbo_torch.objectives.landmine import LandmineSVM
         from fbo_torch.objectives.search_space import Real, SearchSpace
 
-        return LandmineSVM(search_space=SearchSpace([Real("C", 1e-4, 10.0), Real("gamma", 1e-2, 10.0)]),
-                           scoring="platt")
+        return LandmineSVM(
+            search_space=SearchSpace([Real("C", 1e-4, 10.0), Real("gamma", 1e-2, 10.0)]), scoring="platt"
+        )
     raise SystemExit(f"unknown problem {problem!r} (expected tetci2019 or svm_landmine)")
 
 
@@ -140,11 +141,16 @@ def run_config(label: str, kw: dict, objective, meta: dict, seeds: list[int], de
     fe_init, fe_max = int(meta["fe_init"]), int(meta["fe_max"])
     settings = FTSSettings(num_init=fe_init, num_iterations=fe_max - fe_init, **kw)
     # run order: target-major, one run per seed ("initialization")
-    X0 = torch.stack([torch.stack([to_unit(objective, torch.tensor(design[s][a], dtype=torch.float64), a)
-                                   for s in seeds]) for a in range(A)]).reshape(A * S, fe_init, -1)
+    X0 = torch.stack(
+        [
+            torch.stack([to_unit(objective, torch.tensor(design[s][a], dtype=torch.float64), a) for s in seeds])
+            for a in range(A)
+        ]
+    ).reshape(A * S, fe_init, -1)
     t0 = time.perf_counter()
-    runner = FTSRunner(objective, settings, torch.arange(A), S, seed=0, device=device, name=label,
-                       together=True, initial_points=X0)
+    runner = FTSRunner(
+        objective, settings, torch.arange(A), S, seed=0, device=device, name=label, together=True, initial_points=X0
+    )
     runner.run()
     wall = time.perf_counter() - t0
     X = runner.X.cpu()  # R x fe_max x d (unit box)
@@ -196,10 +202,22 @@ def main(argv: list[str] | None = None) -> int:
     seeds = parse_seeds(args.seeds) if args.seeds else all_seeds
     design = designs(meta, seeds)
     objective = build_objective(meta)
-    result = json.loads(args.out.read_text()) if args.out.exists() else {
-        "problem": meta["problem"], "dim": meta["dim"], "fe_init": meta["fe_init"], "fe_max": meta["fe_max"],
-        "tasks": meta["tasks"], "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), "
-        f"torch {torch.__version__}, {args.device}", "command": " ".join(sys.argv), "configs": {}, "runs": {}}
+    result = (
+        json.loads(args.out.read_text())
+        if args.out.exists()
+        else {
+            "problem": meta["problem"],
+            "dim": meta["dim"],
+            "fe_init": meta["fe_init"],
+            "fe_max": meta["fe_max"],
+            "tasks": meta["tasks"],
+            "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), "
+            f"torch {torch.__version__}, {args.device}",
+            "command": " ".join(sys.argv),
+            "configs": {},
+            "runs": {},
+        }
+    )
     for label in labels:
         result["runs"][label] = run_config(label, configs[label], objective, meta, seeds, design, args.device)
         result["configs"][label] = configs[label]

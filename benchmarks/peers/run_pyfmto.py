@@ -73,7 +73,7 @@ from pathlib import Path
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,8 +153,9 @@ def install_thread_local_random() -> None:
     orig_rand = torch.rand
 
     def rand(*size, generator=None, **kwargs):
-        return orig_rand(*size, generator=generator if generator is not None else getattr(_TLS, "torch", None),
-                         **kwargs)
+        return orig_rand(
+            *size, generator=generator if generator is not None else getattr(_TLS, "torch", None), **kwargs
+        )
 
     torch.rand = rand
 
@@ -208,10 +209,25 @@ def _port_open(port: int) -> bool:
 
 def start_server(alg, fmto: Path, seed: int, port: int, loglevel: str, workdir: Path) -> subprocess.Popen:
     server = alg.server
-    cmd = [sys.executable, str(Path(__file__).resolve()), "_serve", "--fmto", str(fmto),
-           "--module", server.__module__, "--cls", server.__name__,
-           "--kwargs", json.dumps(alg.params.get("server", {})), "--seed", str(seed), "--port", str(port),
-           "--loglevel", loglevel]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "_serve",
+        "--fmto",
+        str(fmto),
+        "--module",
+        server.__module__,
+        "--cls",
+        server.__name__,
+        "--kwargs",
+        json.dumps(alg.params.get("server", {})),
+        "--seed",
+        str(seed),
+        "--port",
+        str(port),
+        "--loglevel",
+        loglevel,
+    ]
     proc = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.DEVNULL)
     t0 = time.time()
     while not _port_open(port):
@@ -258,11 +274,13 @@ def problem_class_name(args) -> str:
     from pyfmto import list_problems
 
     found = list_problems([str(args.fmto)])
-    for name, source in zip(found.get("name", []), found.get("source", [])):
+    for name, source in zip(found.get("name", []), found.get("source", []), strict=False):
         if args.problem in (name, Path(source).name):
             return name
-    raise SystemExit(f"--problem: {args.problem!r} is not a problem of {args.fmto} "
-                     f"(found: {[Path(s).name for s in found.get('source', [])]})")
+    raise SystemExit(
+        f"--problem: {args.problem!r} is not a problem of {args.fmto} "
+        f"(found: {[Path(s).name for s in found.get('source', [])]})"
+    )
 
 
 def run_once(args, label: str, seed: int) -> dict:
@@ -309,12 +327,14 @@ def record_tasks(args, label, seed, tasks, x_init) -> list[dict]:
     """Each task's ``X`` and ``y``, checked: budget spent, initial design kept, ``y == evaluate(X)``."""
     out = []
     worst = 0.0
-    for t, X0 in zip(tasks, x_init):
+    for t, X0 in zip(tasks, x_init, strict=False):
         X = np.asarray(t.solutions.x, dtype=np.float64)
         y = np.asarray(t.solutions.y, dtype=np.float64).reshape(-1)
         if X.shape != (t.fe_max, t.dim) or y.shape != (t.fe_max,):
-            raise RuntimeError(f"{label} seed {seed} task {t.id}: recorded X {X.shape}, y {y.shape}; "
-                               f"expected ({t.fe_max}, {t.dim}) and ({t.fe_max},)")
+            raise RuntimeError(
+                f"{label} seed {seed} task {t.id}: recorded X {X.shape}, y {y.shape}; "
+                f"expected ({t.fe_max}, {t.dim}) and ({t.fe_max},)"
+            )
         if not np.array_equal(X[: t.fe_init], X0):
             raise RuntimeError(f"{label} seed {seed} task {t.id}: the first fe_init rows are not the initial design")
         outside = int(np.sum(np.any((X < t.lb) | (X > t.ub), axis=1)))
@@ -339,16 +359,19 @@ def machine() -> str:
     from round_time import machine_info  # stdlib-only module level; torch and numpy are here too
 
     m = machine_info("cpu")
-    return (f"{platform.system()} {platform.machine()}, {m['cpu']}, {m['cpu_count']} logical CPUs (shared), "
-            f"Python {m['python']}, numpy {m['numpy']}, torch {m['torch']} ({m['torch_threads']} thread)")
+    return (
+        f"{platform.system()} {platform.machine()}, {m['cpu']}, {m['cpu_count']} logical CPUs (shared), "
+        f"Python {m['python']}, numpy {m['numpy']}, torch {m['torch']} ({m['torch_threads']} thread)"
+    )
 
 
 def fmto_commit(args) -> str:
     if args.fmto_commit:
         return args.fmto_commit
     try:
-        return subprocess.run(["git", "-C", str(args.fmto), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(args.fmto), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         log("warning: --fmto is not a git checkout and --fmto-commit was not given; fmto_commit = 'unknown'")
         return "unknown"
@@ -361,17 +384,43 @@ def header(args, problem) -> dict:
     tasks = []
     for t in problem:
         yg = np.asarray(t.y_global, dtype=np.float64).reshape(-1)
-        tasks.append({"name": t.name, "lb": np.asarray(t.lb, dtype=float).tolist(),
-                      "ub": np.asarray(t.ub, dtype=float).tolist(), "y_global": float(yg[0]) if yg.size else None})
-    return {"problem": args.problem, "dim": int(t0.dim), "fe_init": int(t0.fe_init), "fe_max": int(t0.fe_max),
-            "pyfmto_version": pyfmto.__version__, "fmto_commit": fmto_commit(args), "machine": machine(),
-            "command": args.command, "tasks": tasks, "runs": {}}
+        tasks.append(
+            {
+                "name": t.name,
+                "lb": np.asarray(t.lb, dtype=float).tolist(),
+                "ub": np.asarray(t.ub, dtype=float).tolist(),
+                "y_global": float(yg[0]) if yg.size else None,
+            }
+        )
+    return {
+        "problem": args.problem,
+        "dim": int(t0.dim),
+        "fe_init": int(t0.fe_init),
+        "fe_max": int(t0.fe_max),
+        "pyfmto_version": pyfmto.__version__,
+        "fmto_commit": fmto_commit(args),
+        "machine": machine(),
+        "command": args.command,
+        "tasks": tasks,
+        "runs": {},
+    }
 
 
 def check_results(data: dict) -> None:
     """Raise ``ValueError`` naming the first place where ``data`` departs from the results schema
     (module docstring): types, ``d`` bounds per task, ``fe_max x d`` designs, ``fe_max`` values."""
-    keys = ["problem", "dim", "fe_init", "fe_max", "pyfmto_version", "fmto_commit", "machine", "command", "tasks", "runs"]
+    keys = [
+        "problem",
+        "dim",
+        "fe_init",
+        "fe_max",
+        "pyfmto_version",
+        "fmto_commit",
+        "machine",
+        "command",
+        "tasks",
+        "runs",
+    ]
     if sorted(data) != sorted(keys):
         raise ValueError(f"results keys {sorted(data)}, expected {sorted(keys)}")
     d, n0, n = data["dim"], data["fe_init"], data["fe_max"]
@@ -392,8 +441,12 @@ def check_results(data: dict) -> None:
     for label, runs in data["runs"].items():
         for j, r in enumerate(runs):
             where = f"runs[{label!r}][{j}]"
-            if sorted(r) != ["seed", "tasks", "wall_time"] or not isinstance(r["seed"], int) \
-                    or not isinstance(r["wall_time"], float) or len(r["tasks"]) != len(data["tasks"]):
+            if (
+                sorted(r) != ["seed", "tasks", "wall_time"]
+                or not isinstance(r["seed"], int)
+                or not isinstance(r["wall_time"], float)
+                or len(r["tasks"]) != len(data["tasks"])
+            ):
                 raise ValueError(f"{where}: expected seed (int), wall_time (float), one entry per task")
             for i, t in enumerate(r["tasks"]):
                 if sorted(t) != ["X", "y"] or not isinstance(t["X"], list) or len(t["X"]) != n:
@@ -466,8 +519,10 @@ def summary(argv: list[str]) -> None:
     a = p.parse_args(argv)
     data = json.loads(a.file.read_text())
     names = [f"T{n + 1} {t['name'].strip('_')}" for n, t in enumerate(data["tasks"])]
-    print(f"{data['problem']}, d = {data['dim']}, {data['fe_init']} + {data['fe_max'] - data['fe_init']} "
-          f"evaluations: mean final best f over seeds (± s.e.), seeds in parentheses\n")
+    print(
+        f"{data['problem']}, d = {data['dim']}, {data['fe_init']} + {data['fe_max'] - data['fe_init']} "
+        f"evaluations: mean final best f over seeds (± s.e.), seeds in parentheses\n"
+    )
     print("| task | y_global | " + " | ".join(f"{k} ({len(v)})" for k, v in data["runs"].items()) + " |")
     print("|---|---|" + "---|" * len(data["runs"]))
     for n, name in enumerate(names):
@@ -495,8 +550,12 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["merge"]:
         return merge(argv[1:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--fmto", type=Path, required=True, help="checkout of Xiaoxu-Zhang/fmto (its folder name must be "
-                   "an importable package name, e.g. fmto)")
+    p.add_argument(
+        "--fmto",
+        type=Path,
+        required=True,
+        help="checkout of Xiaoxu-Zhang/fmto (its folder name must be an importable package name, e.g. fmto)",
+    )
     p.add_argument("--fmto-commit", default=None, help="the checkout's commit (read with git when omitted)")
     p.add_argument("--problem", required=True, help="fmto problem, e.g. tetci2019, svm_landmine")
     p.add_argument("--dim", type=int, default=None, help="problem dimension (omit for fixed-dimension problems)")
@@ -506,16 +565,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--algorithms", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--port", type=int, default=18510, help="pyfmto's server port (its default 18510)")
-    p.add_argument("--conn-retry", type=int, default=100,
-                   help="connection retries per request (pyfmto: 5; too few on a loaded machine)")
-    p.add_argument("--pull-repeat", type=int, default=3600,
-                   help="waiting requests (pyfmto: 10 or 100 polls, then a silent None) poll at least this often")
+    p.add_argument(
+        "--conn-retry",
+        type=int,
+        default=100,
+        help="connection retries per request (pyfmto: 5; too few on a loaded machine)",
+    )
+    p.add_argument(
+        "--pull-repeat",
+        type=int,
+        default=3600,
+        help="waiting requests (pyfmto: 10 or 100 polls, then a silent None) poll at least this often",
+    )
     p.add_argument("--attempts", type=int, default=2, help="tries per run before giving up on it")
     p.add_argument("--loglevel", default="WARNING", help="pyfmto's file log (out/logs under --workdir)")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "pyfmto-work")
     p.add_argument("--no-verify", action="store_true", help="skip re-evaluating the recorded designs")
-    p.add_argument("--verify-atol", type=float, default=0.0,
-                   help="largest |y - evaluate(X)| accepted (0: identical; the SVM tasks' Platt scaling is random)")
+    p.add_argument(
+        "--verify-atol",
+        type=float,
+        default=0.0,
+        help="largest |y - evaluate(X)| accepted (0: identical; the SVM tasks' Platt scaling is random)",
+    )
     args = p.parse_args(argv)
     args.command = shlex.join(["python", os.path.relpath(Path(__file__).resolve(), ROOT), *argv])
     args.fmto = args.fmto.resolve()
@@ -547,8 +618,11 @@ def main(argv: list[str] | None = None) -> None:
                 p.error(f"--out: {out} holds a different setting ({key}: {old[key]!r} vs {data[key]!r})")
         data["runs"] = old["runs"]
         if old.get("command") != data["command"]:
-            data["command"] = old["command"] if old.get("command", "").endswith(" (resumed)") else \
-                f"{old.get('command')}; {data['command']} (resumed)"
+            data["command"] = (
+                old["command"]
+                if old.get("command", "").endswith(" (resumed)")
+                else f"{old.get('command')}; {data['command']} (resumed)"
+            )
     log(f"{args.problem} d={dim} fe_init={data['fe_init']} fe_max={data['fe_max']}: {len(probe)} tasks -> {out}")
 
     failed = []
@@ -561,7 +635,7 @@ def main(argv: list[str] | None = None) -> None:
                 log(f"{label} seed {seed} (attempt {attempt}) ...")
                 try:
                     run = run_once(args, label, seed)
-                except Exception as err:  # noqa: BLE001 — a failed run is reported and retried
+                except Exception as err:
                     log(f"  failed: {err}")
                     continue
                 best = [min(t["y"]) for t in run["tasks"]]

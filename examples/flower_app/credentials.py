@@ -58,46 +58,76 @@ def tls(out: Path, days: int = 2, addresses: tuple[str, ...] = ()) -> None:
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fbo-torch demo CA")])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    usage = dict(content_commitment=False, key_encipherment=False, data_encipherment=False,
-                 encipher_only=False, decipher_only=False)
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       key_agreement=False, **usage), critical=True)
-          .add_extension(ca_ski, critical=False)
-          .sign(ca_key, hashes.SHA384()))
+    usage = dict(
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, key_agreement=False, **usage),
+            critical=True,
+        )
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA384())
+    )
     key = ec.generate_private_key(ec.SECP384R1())
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-             x509.IPAddress(ipaddress.ip_address("::1"))]
+    names = [
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("::1")),
+    ]
     for address in addresses:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(address)))
         except ValueError:
             names.append(x509.DNSName(address))
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
-                                         key_agreement=True, **usage), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-            .sign(ca_key, hashes.SHA384()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False, key_agreement=True, **usage),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA384())
+    )
     _write(out / "ca.crt", ca.public_bytes(PEM))
     _write(out / "server.crt", cert.public_bytes(PEM))
-    _write(out / "server.key", key.private_bytes(PEM, serialization.PrivateFormat.PKCS8,
-                                                 serialization.NoEncryption()), private=True)
+    _write(
+        out / "server.key",
+        key.private_bytes(PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+        private=True,
+    )
 
 
 def node_key(out: Path, name: str) -> str:
     """A SuperNode key pair ``name`` / ``name.pub`` (EC P-384, OpenSSH); returns the public key line."""
     key = ec.generate_private_key(ec.SECP384R1())
-    _write(out / name, key.private_bytes(PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()),
-           private=True)
+    _write(
+        out / name,
+        key.private_bytes(PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()),
+        private=True,
+    )
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     _write(out / f"{name}.pub", public + b"\n")
     return public.decode()

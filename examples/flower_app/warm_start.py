@@ -47,7 +47,7 @@ ENTRY_POINTS = {
     "flwr": ("flwr.cli.app", "app"),
 }
 
-SHIM = r'''#!{python}
+SHIM = r"""#!{python}
 # Flower's `{name}` started by the fork server at {socket} (examples/flower_app/warm_start.py).
 import json, os, signal, socket, struct, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -65,7 +65,7 @@ while len(data) < 4:
         sys.exit(1)
     data += chunk
 sys.exit(struct.unpack("!i", data)[0])
-'''
+"""
 
 
 def write_shims(shim_dir: str | Path, sock: str, bin_dir: str | Path) -> None:
@@ -84,9 +84,9 @@ def _preload() -> dict:
 
     import torch  # noqa: F401
 
-    import fbo_torch.flower.client_app  # noqa: F401
+    import fbo_torch.federation.agents
+    import fbo_torch.flower.client_app
     import fbo_torch.flower.server_app  # noqa: F401
-    import fbo_torch.federation.agents  # noqa: F401
 
     return {name: getattr(importlib.import_module(mod), fn) for name, (mod, fn) in ENTRY_POINTS.items()}
 
@@ -125,7 +125,7 @@ def _run_child(entry, request: dict, fds: list[int]) -> None:
         entry()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - reported as the process's failure
+    except BaseException:
         import traceback
 
         traceback.print_exc()
@@ -191,8 +191,11 @@ def serve(sock_path: str) -> None:
                     break
                 conn = children.pop(pid, None)
                 name, t0 = started.pop(pid, ("?", time.monotonic()))
-                print(f"warm start: {name} pid {pid} exit {os.waitstatus_to_exitcode(status)} "
-                      f"after {time.monotonic() - t0:.2f} s", flush=True)
+                print(
+                    f"warm start: {name} pid {pid} exit {os.waitstatus_to_exitcode(status)} "
+                    f"after {time.monotonic() - t0:.2f} s",
+                    flush=True,
+                )
                 if conn is not None:
                     try:
                         sel.unregister(conn)

@@ -16,7 +16,8 @@ digits::
 
     python examples/flower_device/digits_on_device.py DATA_DIR --nodes 2   # DATA_DIR/node-0.npz, node-1.npz
 
-(it prints the federation's run config ``objective``: its parameters, no class), and each SuperNode, with this folder on its ``PYTHONPATH``, is started with::
+(it prints the federation's run config ``objective``: its parameters, no class), and each
+SuperNode, with this folder on its ``PYTHONPATH``, is started with::
 
     flower-supernode ... --node-config "partition-id=0 objective.type=\"digits_on_device:DigitsOnDevice\" \
         objective.data=\"DATA_DIR/node-0.npz\""
@@ -50,25 +51,50 @@ class DigitsOnDevice(AgentImageCNN):
             each in ``[1e-7, 0.02]`` on a log scale); it must be the federation's.
     """
 
-    def __init__(self, data: str | os.PathLike, steps: int = 60, val_fraction: float = 0.25,
-                 device: str | None = None, seed: int = 0, search_space: SearchSpace | dict | None = None) -> None:
+    def __init__(
+        self,
+        data: str | os.PathLike,
+        steps: int = 60,
+        val_fraction: float = 0.25,
+        device: str | None = None,
+        seed: int = 0,
+        search_space: SearchSpace | dict | None = None,
+    ) -> None:
         with np.load(data) as arrays:
             images = torch.as_tensor(arrays["images"], dtype=torch.float32).unsqueeze(1)
             labels = torch.as_tensor(arrays["labels"], dtype=torch.long)
         n = labels.numel()
-        super().__init__(images, labels, num_agents=1, samples_per_agent=n, min_samples_per_agent=n,
-                         size_spread=0.0, val_fraction=val_fraction, steps=steps, device=device, seed=seed,
-                         num_classes=10, search_space=search_space)
+        super().__init__(
+            images,
+            labels,
+            num_agents=1,
+            samples_per_agent=n,
+            min_samples_per_agent=n,
+            size_spread=0.0,
+            val_fraction=val_fraction,
+            steps=steps,
+            device=device,
+            seed=seed,
+            num_classes=10,
+            search_space=search_space,
+        )
 
 
-def write_shards(folder: str | os.PathLike, num_nodes: int, alpha: float = 0.5, samples: int = 150,
-                 seed: int = 0) -> list[Path]:
+def write_shards(
+    folder: str | os.PathLike, num_nodes: int, alpha: float = 0.5, samples: int = 150, seed: int = 0
+) -> list[Path]:
     r"""Write ``folder/node-{n}.npz``: each node's label-skewed share of scikit-learn's digits."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    parts = dirichlet_label_partition(torch.as_tensor(digits.target), num_nodes, alpha=alpha,
-                                      samples_per_agent=samples, min_samples_per_agent=40, seed=seed)
+    parts = dirichlet_label_partition(
+        torch.as_tensor(digits.target),
+        num_nodes,
+        alpha=alpha,
+        samples_per_agent=samples,
+        min_samples_per_agent=40,
+        seed=seed,
+    )
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -83,8 +109,10 @@ def write_shards(folder: str | os.PathLike, num_nodes: int, alpha: float = 0.5, 
 PARAMETERS = default_cnn_search_space().to_config()
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="Write each device's share of the digits (FOLDER/node-{n}.npz) "
-                                                 "and print the federation's run config `objective`.")
+    parser = argparse.ArgumentParser(
+        description="Write each device's share of the digits (FOLDER/node-{n}.npz) "
+        "and print the federation's run config `objective`."
+    )
     parser.add_argument("folder", type=Path)
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)

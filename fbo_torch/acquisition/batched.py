@@ -44,14 +44,17 @@ class BatchedAnalyticAcquisition:
 
     def __init__(self, posterior: BatchedGPPosterior, param: Tensor | float) -> None:
         if not isinstance(posterior, BatchedGPPosterior):
-            raise ValueError(f"`posterior` must be a BatchedGPPosterior (gp.posterior_moments()), got "
-                             f"{type(posterior).__name__}.")
+            raise ValueError(
+                f"`posterior` must be a BatchedGPPosterior (gp.posterior_moments()), got {type(posterior).__name__}."
+            )
         B = posterior.batch_size
         like = posterior.alpha
         param = torch.as_tensor(param, dtype=like.dtype, device=like.device)
         if param.ndim > 1 or param.numel() not in (1, B):
-            raise ValueError(f"`{self._PARAM}` must be a number or a tensor of {B} values (one per agent), "
-                             f"got shape {tuple(param.shape)}.")
+            raise ValueError(
+                f"`{self._PARAM}` must be a number or a tensor of {B} values (one per agent), "
+                f"got shape {tuple(param.shape)}."
+            )
         self.posterior = posterior
         self.param = param.reshape(-1).expand(B)
 

@@ -26,7 +26,6 @@ from fbo_torch.federation.messages import AgentMessage, stack_omegas
 from fbo_torch.federation.schedules import OWN, AgentDistribution, draw_sources
 from fbo_torch.utils.validation import check_int, check_probability
 
-
 _SOURCE_Q = "`source` is defined for q = 1, this acquisition has q = {q} candidates: use `sources`."
 
 
@@ -128,11 +127,15 @@ class FederatedThompsonSampling(AcquisitionFunction):
         q = check_int("q", q, minimum=1)
         if own_acquisition is not None:
             if not isinstance(own_acquisition, AcquisitionFunction):
-                raise ValueError("`own_acquisition` must be a BoTorch AcquisitionFunction (or None for a Thompson "
-                                 f"sample), got {type(own_acquisition).__name__}.")
+                raise ValueError(
+                    "`own_acquisition` must be a BoTorch AcquisitionFunction (or None for a Thompson "
+                    f"sample), got {type(own_acquisition).__name__}."
+                )
             if q != 1:
-                raise ValueError(f"`own_acquisition` is supported with q = 1 (one candidate), got q = {q}; "
-                                 "leave it None for Thompson samples of q candidates.")
+                raise ValueError(
+                    f"`own_acquisition` is supported with q = 1 (one candidate), got q = {q}; "
+                    "leave it None for Thompson samples of q candidates."
+                )
         p_t = check_probability("p_t", p_t)
         check_agent_weights(agent_weights)
         if not isinstance(peer_trust, bool):
@@ -164,12 +167,15 @@ class FederatedThompsonSampling(AcquisitionFunction):
                 agent_probs = agent_probs.expand(q, -1)
             dist = AgentDistribution(N, probs=agent_probs, batch_shape=torch.Size([q]))
             if bool(dist.is_empty.any()):
-                raise ValueError("`agent_probs` gives probability 0 to every agent; use p_t = 1 when no message is usable.")
+                raise ValueError(
+                    "`agent_probs` gives probability 0 to every agent; use p_t = 1 when no message is usable."
+                )
             if agent_weights == "learned" or peer_trust:
                 X, y = _target_data(model, train_X, train_Y)
                 fidelity = fidelity_scores(peer_predictions(features, omegas, space(X.to(omegas))), y.to(omegas))
-                p_q = learn_peer_choice(dist, fidelity, y.isfinite().sum(), p_t, agent_weights, peer_trust,
-                                        redundancy(omegas))
+                p_q = learn_peer_choice(
+                    dist, fidelity, y.isfinite().sum(), p_t, agent_weights, peer_trust, redundancy(omegas)
+                )
                 p_used = float(p_q[0]) if isinstance(p_q, Tensor) else p_q  # the q candidates share it
             sources = draw_sources(p_used, dist, generator=generator)
             probs_used = dist.probs[0]
@@ -237,18 +243,24 @@ def _target_data(model: Model, train_X: Tensor | None, train_Y: Tensor | None) -
     """The target's ``n x d`` inputs and ``n`` observations, given or from ``model``."""
     if train_X is None:
         if getattr(model, "input_transform", None) is not None:
-            raise ValueError("`model` has an input transform, so its stored training inputs are transformed: pass "
-                             "`train_X` (the raw inputs, like the candidates) with agent_weights='learned' "
-                             "or peer_trust=True.")
+            raise ValueError(
+                "`model` has an input transform, so its stored training inputs are transformed: pass "
+                "`train_X` (the raw inputs, like the candidates) with agent_weights='learned' "
+                "or peer_trust=True."
+            )
         inputs = getattr(model, "train_inputs", None)
         if not inputs:
-            raise ValueError("agent_weights='learned' and peer_trust=True need the target's observations: "
-                             "pass `train_X` and `train_Y` (this model stores no training data).")
+            raise ValueError(
+                "agent_weights='learned' and peer_trust=True need the target's observations: "
+                "pass `train_X` and `train_Y` (this model stores no training data)."
+            )
         train_X = inputs[0]
     if train_Y is None:
         targets = getattr(model, "train_targets", None)
         if targets is None:
-            raise ValueError("agent_weights='learned' and peer_trust=True need `train_Y` (this model stores no targets).")
+            raise ValueError(
+                "agent_weights='learned' and peer_trust=True need `train_Y` (this model stores no targets)."
+            )
         train_Y = targets  # outcome transforms are increasing: the ranks, hence the scores, are unchanged
     if train_X.ndim != 2:
         raise ValueError(f"`train_X` must be an n x d tensor, got shape {tuple(train_X.shape)}.")

@@ -54,8 +54,9 @@ def _check_prior_args(width: float, floor: float) -> None:
         raise ValueError(f"`floor` must be a number in (0, 1), got {floor!r}.")
 
 
-def log_bump_mixture(U: Tensor, centers: Tensor, log_weights: Tensor, width: float, floor: float,
-                     grad: bool = False) -> tuple[Tensor, Tensor | None]:
+def log_bump_mixture(
+    U: Tensor, centers: Tensor, log_weights: Tensor, width: float, floor: float, grad: bool = False
+) -> tuple[Tensor, Tensor | None]:
     r"""``log π`` of the floored bump mixture at unit-cube points, and its gradient.
 
     Args:
@@ -102,14 +103,16 @@ class PeerOptimumPrior(Module):
         ...                                       log=True, prior_exponent=2.0 / t)
     """
 
-    def __init__(self, centers: Tensor, bounds: Tensor, weights: Tensor | None = None, width: float = 0.1,
-                 floor: float = 0.05) -> None:
+    def __init__(
+        self, centers: Tensor, bounds: Tensor, weights: Tensor | None = None, width: float = 0.1, floor: float = 0.05
+    ) -> None:
         super().__init__()
         check_tensor("centers", centers)
         check_tensor("bounds", bounds)
         if centers.ndim != 2 or bounds.shape != (2, centers.shape[-1]):
-            raise ValueError(f"`centers` must be K x d and `bounds` 2 x d, got {tuple(centers.shape)} and "
-                             f"{tuple(bounds.shape)}.")
+            raise ValueError(
+                f"`centers` must be K x d and `bounds` 2 x d, got {tuple(centers.shape)} and {tuple(bounds.shape)}."
+            )
         _check_prior_args(width, floor)
         K = centers.shape[0]
         if weights is None:
@@ -126,16 +129,25 @@ class PeerOptimumPrior(Module):
         self.width, self.floor = float(width), float(floor)
 
     @classmethod
-    def from_messages(cls, features, omegas: Tensor, bounds: Tensor, weights: Tensor | None = None,
-                      width: float = 0.1, floor: float = 0.05, input_bounds: Tensor | None = None,
-                      generator: torch.Generator | None = None) -> PeerOptimumPrior:
+    def from_messages(
+        cls,
+        features,
+        omegas: Tensor,
+        bounds: Tensor,
+        weights: Tensor | None = None,
+        width: float = 0.1,
+        floor: float = 0.05,
+        input_bounds: Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> PeerOptimumPrior:
         r"""The prior whose centers are the maximizers of ``φ(x)ᵀω_k`` (``omegas``: ``K x M``,
         e.g. each peer's averaged messages), found by the batched maximizer."""
         from fbo_torch.federation.search import maximize_rff_samples
         from fbo_torch.optim.domain import Domain
 
-        centers, _ = maximize_rff_samples(features, omegas, Domain(bounds), generator=generator,
-                                          input_bounds=input_bounds)
+        centers, _ = maximize_rff_samples(
+            features, omegas, Domain(bounds), generator=generator, input_bounds=input_bounds
+        )
         return cls(centers, bounds, weights, width, floor)
 
     def forward(self, X: Tensor) -> Tensor:
@@ -143,8 +155,7 @@ class PeerOptimumPrior(Module):
         U = (X - self.lo) / self.width_box
         shape = U.shape[:-1]
         flat = U.reshape(1, -1, U.shape[-1])
-        lp, _ = log_bump_mixture(flat, self.centers.unsqueeze(0), self.log_weights.unsqueeze(0), self.width,
-                                 self.floor)
+        lp, _ = log_bump_mixture(flat, self.centers.unsqueeze(0), self.log_weights.unsqueeze(0), self.width, self.floor)
         return lp.reshape(shape)
 
 
@@ -163,8 +174,16 @@ class BatchedPriorGuided:
 
     leading_dims = False
 
-    def __init__(self, acquisition: BatchedAnalyticAcquisition, centers: Tensor, log_weights: Tensor,
-                 exponent: Tensor | float, width: float = 0.1, floor: float = 0.05, unit: bool = False) -> None:
+    def __init__(
+        self,
+        acquisition: BatchedAnalyticAcquisition,
+        centers: Tensor,
+        log_weights: Tensor,
+        exponent: Tensor | float,
+        width: float = 0.1,
+        floor: float = 0.05,
+        unit: bool = False,
+    ) -> None:
         _check_prior_args(width, floor)
         post = acquisition.posterior
         self.acquisition = acquisition
@@ -198,8 +217,15 @@ class BatchedPriorGuided:
         return self.acquisition.lengthscales()
 
     def take(self, index: Tensor) -> BatchedPriorGuided:
-        return BatchedPriorGuided(self.acquisition.take(index), self.centers[index], self.log_weights[index],
-                                  self.exponent[index], self.width, self.floor, unit=True)
+        return BatchedPriorGuided(
+            self.acquisition.take(index),
+            self.centers[index],
+            self.log_weights[index],
+            self.exponent[index],
+            self.width,
+            self.floor,
+            unit=True,
+        )
 
 
 __all__ = ["BatchedPriorGuided", "PeerOptimumPrior", "log_bump_mixture"]

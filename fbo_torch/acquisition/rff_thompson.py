@@ -42,8 +42,10 @@ def _omega_from(features: RandomFourierFeatures, omega: Tensor | AgentMessage, n
     check_tensor(name, omega)
     check_floating(name, omega)
     if omega.dtype != features.spectral.dtype:
-        raise TypeError(f"`{name}` has dtype {omega.dtype}, the feature map {features.spectral.dtype}: convert one "
-                        "to the other (float64 for GP algebra) instead of mixing precisions.")
+        raise TypeError(
+            f"`{name}` has dtype {omega.dtype}, the feature map {features.spectral.dtype}: convert one "
+            "to the other (float64 for GP algebra) instead of mixing precisions."
+        )
     if omega.shape[-1] != features.num_features:
         raise ValueError(
             f"`{name}` must have M = {features.num_features} entries in its last dimension, "
@@ -158,7 +160,10 @@ class PiecewiseRFFThompsonSample(AcquisitionFunction):
     """
 
     def __init__(
-        self, features: RandomFourierFeatures, omegas: Tensor, partition: SubRegionPartition,
+        self,
+        features: RandomFourierFeatures,
+        omegas: Tensor,
+        partition: SubRegionPartition,
         input_transform: Module | None = None,
     ) -> None:
         features = _check_features(features)

@@ -100,8 +100,9 @@ def normalized_weights(weights: Tensor, num_agents: int) -> Tensor:
     check_floating("weights", weights)
     w = weights.detach().reshape(-1)
     if w.shape != (num_agents + 1,):
-        raise ValueError(f"`weights` must hold N + 1 = {num_agents + 1} values (agents, then target), "
-                         f"got {tuple(weights.shape)}.")
+        raise ValueError(
+            f"`weights` must hold N + 1 = {num_agents + 1} values (agents, then target), got {tuple(weights.shape)}."
+        )
     check_finite("weights", w)
     if bool((w < 0).any()) or not bool(w.sum() > 0):
         raise ValueError("`weights` must be non-negative with a positive sum.")
@@ -292,9 +293,7 @@ def compute_rgpe_weights(
     check_finite("train_Y", train_Y)
     num_samples = check_int("num_samples", num_samples, minimum=1)
     if weight_dilution not in (None, "percentile", "probabilistic"):
-        raise ValueError(
-            f"`weight_dilution` must be None, 'percentile' or 'probabilistic', got {weight_dilution!r}."
-        )
+        raise ValueError(f"`weight_dilution` must be None, 'percentile' or 'probabilistic', got {weight_dilution!r}.")
     if not 0.0 <= float(dilution_percentile) <= 100.0:
         raise ValueError(f"`dilution_percentile` must lie in [0, 100], got {dilution_percentile}.")
     if horizon is not None:
@@ -464,5 +463,5 @@ class RGPE(Model):
             return posterior_transform(posterior)
         return posterior
 
-    def transform_inputs(self, X: Tensor, input_transform: Any | None = None) -> Tensor:  # noqa: D102
+    def transform_inputs(self, X: Tensor, input_transform: Any | None = None) -> Tensor:
         return X

@@ -51,8 +51,11 @@ class Checkpoints:
                 f"checkpoint {path} is unreadable (truncated or corrupt: {reason}); delete that file to rerun "
                 "its method from the start, or rerun with --overwrite to start the whole run over."
             ) from None
-        if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION \
-                or state.get("fingerprint") != self.fingerprint:
+        if (
+            not isinstance(state, dict)
+            or state.get("version") != CHECKPOINT_VERSION
+            or state.get("fingerprint") != self.fingerprint
+        ):
             raise ResumeError(
                 f"checkpoint {path} was written by a different configuration or fbo_torch version "
                 "(its fingerprint differs from this run's); delete it, or rerun with --overwrite to start over."

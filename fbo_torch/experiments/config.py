@@ -45,14 +45,26 @@ import torch
 import yaml
 
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, HistorySettings, PrivacySettings
-from fbo_torch.models.batched_gp import GP_SPECS
 from fbo_torch.objectives import objective_class
 from fbo_torch.optim.domain import Domain, check_options, dtype_name
 from fbo_torch.simulate.presets import check_setup, objective_setup, setup_choices
 
 TOP_KEYS = (
-    "experiment", "name", "description", "seed", "device", "setup", "checkpoint_every", "objective", "runs",
-    "history", "domain", "defaults", "scenarios", "methods", "privacy",
+    "experiment",
+    "name",
+    "description",
+    "seed",
+    "device",
+    "setup",
+    "checkpoint_every",
+    "objective",
+    "runs",
+    "history",
+    "domain",
+    "defaults",
+    "scenarios",
+    "methods",
+    "privacy",
 )
 SCENARIO_KEYS = ("name", "setup", "objective", "history", "defaults", "methods", "runs")
 #: The settings class of each experiment kind's methods (its keys: the kinds ``experiment:`` names).
@@ -83,7 +95,7 @@ _Loader.add_implicit_resolver(
 
 def load_yaml(text: str) -> Any:
     """Parse YAML with floats such as ``1e-6`` read as numbers."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Loader)
 
 
 def _suggest(key: str, allowed: list[str]) -> str:
@@ -136,8 +148,14 @@ def _describe(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(dict.fromkeys(_describe(h) for h in typing.get_args(hint)))
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null",
-             dict: "a mapping"}
+    names = {
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        type(None): "null",
+        dict: "a mapping",
+    }
     if hint in names:
         return names[hint]
     base = origin or hint
@@ -164,13 +182,12 @@ def check_types(where: str, fn: Any, values: dict[str, Any]) -> None:
     for key, value in values.items():
         hint = hints.get(key)
         if hint is not None and not _type_ok(value, hint):
-            raise ConfigError(
-                f"{where}: `{key}` must be {_describe(hint)}, got {value!r} ({type(value).__name__})."
-            )
+            raise ConfigError(f"{where}: `{key}` must be {_describe(hint)}, got {value!r} ({type(value).__name__}).")
 
 
 def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:
-    r"""Instantiate ``cls`` from ``values``, turning unknown keys, wrong types and bad values into :class:`ConfigError`."""
+    r"""Instantiate ``cls`` from ``values``, turning unknown keys, wrong types and bad values into
+    :class:`ConfigError`."""
     names = [f.name for f in dataclasses.fields(cls)]
     check_keys(where, values, names)
     check_types(where, cls, values)
@@ -181,7 +198,8 @@ def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:
 
 
 def check_callable_kwargs(where: str, fn: Any, kwargs: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
-    """Unknown keyword arguments of ``fn`` (a class or function), and values of the wrong type, raise :class:`ConfigError`."""
+    """Unknown keyword arguments of ``fn`` (a class or function), and values of the wrong type, raise
+    :class:`ConfigError`."""
     params = inspect.signature(fn).parameters
     if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
         allowed = [n for n in params if n not in ("self",) + skip]
@@ -197,16 +215,22 @@ def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
     src = cfg.source
     if override is not None:
         if str(override).startswith("cuda"):
-            raise ConfigError("--device cuda: no CUDA device is available here (torch.cuda.is_available() is "
-                              "False); use --device cpu.")
+            raise ConfigError(
+                "--device cuda: no CUDA device is available here (torch.cuda.is_available() is "
+                "False); use --device cpu."
+            )
     elif str(cfg.device).startswith("cuda"):
-        raise ConfigError(f"{src}: `device: {cfg.device}` but no CUDA device is available here "
-                          "(torch.cuda.is_available() is False); set `device: cpu` or pass --device cpu.")
+        raise ConfigError(
+            f"{src}: `device: {cfg.device}` but no CUDA device is available here "
+            "(torch.cuda.is_available() is False); set `device: cpu` or pass --device cpu."
+        )
     for i, sc in enumerate(cfg.scenarios):
         dev = sc.objective.get("device")
         if dev is not None and str(dev).startswith("cuda"):
-            raise ConfigError(f"{src}: objective.device (scenario {i}, {sc.name!r}) is {dev!r} but no CUDA device "
-                              "is available here; set `device: cpu` in the objective.")
+            raise ConfigError(
+                f"{src}: objective.device (scenario {i}, {sc.name!r}) is {dev!r} but no CUDA device "
+                "is available here; set `device: cpu` in the objective."
+            )
 
 
 @dataclasses.dataclass
@@ -331,8 +355,10 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     constructor), ranges, accountant names and setups.
     """
     if isinstance(raw, dict) and "optimizer" in raw:
-        raise ConfigError(f"{source}: `optimizer` is now called `domain` (the options of fbo_torch.optim.Domain, "
-                          "the same keys); rename the section.")
+        raise ConfigError(
+            f"{source}: `optimizer` is now called `domain` (the options of fbo_torch.optim.Domain, "
+            "the same keys); rename the section."
+        )
     check_keys(source, raw, TOP_KEYS)
     experiment = raw.get("experiment")
     if experiment not in SETTINGS:
@@ -383,11 +409,16 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
             cls = objective_class(objective["type"])
         except ValueError as err:
             raise ConfigError(f"{where}: objective.type: {err}") from None
-        objective = {"type": objective["type"], **objective_setup(objective["type"], setup),
-                     **{k: v for k, v in objective.items() if k != "type"}}
+        objective = {
+            "type": objective["type"],
+            **objective_setup(objective["type"], setup),
+            **{k: v for k, v in objective.items() if k != "type"},
+        }
         kwargs = {k: v for k, v in objective.items() if k != "type"}
         check_callable_kwargs(f"{where}: objective ({objective['type']})", cls, kwargs)
-        history = build_dataclass(HistorySettings, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history")
+        history = build_dataclass(
+            HistorySettings, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history"
+        )
         runs = build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")
         fields = [f.name for f in dataclasses.fields(settings_cls)]
         check_keys(f"{source}: defaults", raw.get("defaults") or {}, fields)  # a typo is named where it is
@@ -408,16 +439,19 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
                 raise ConfigError(f"{mw}: duplicate method name {label!r}.")
             labels.add(label)
             values = _merge(_merge(preset, defaults), {k: v for k, v in m.items() if k != "name"})
-            if (privacy.max_epsilon is not None and "max_epsilon" not in values
-                    and isinstance(values.get("noise_multiplier"), (int, float))
-                    and values["noise_multiplier"] > 0):
+            if (
+                privacy.max_epsilon is not None
+                and "max_epsilon" not in values
+                and isinstance(values.get("noise_multiplier"), (int, float))
+                and values["noise_multiplier"] > 0
+            ):
                 values["max_epsilon"] = privacy.max_epsilon  # privacy.max_epsilon: the private methods' default
             settings = build_dataclass(settings_cls, values, mw)
             methods.append((label, settings))
-        scenarios.append(Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods, setup,
-                                  where))
-    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, domain, privacy, scenarios, raw,
-                            source)
+        scenarios.append(
+            Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods, setup, where)
+        )
+    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, domain, privacy, scenarios, raw, source)
 
 
 def _expand_env(value: Any, where: str) -> Any:
@@ -448,14 +482,18 @@ def check_structure(value: Any, source: str) -> None:
         node, key, above = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            raise ConfigError(f"{source}: expands to more than {MAX_VALUES:,} values through YAML aliases "
-                              "(*name); write the values out instead.")
+            raise ConfigError(
+                f"{source}: expands to more than {MAX_VALUES:,} values through YAML aliases "
+                "(*name); write the values out instead."
+            )
         if not isinstance(node, (dict, list)):
             continue
         shown = key or "the top level"
         if id(node) in above:
-            raise ConfigError(f"{source}: `{shown}` is a YAML alias (*name) of a value that contains it, so it "
-                              "never ends; write the value out instead.")
+            raise ConfigError(
+                f"{source}: `{shown}` is a YAML alias (*name) of a value that contains it, so it "
+                "never ends; write the value out instead."
+            )
         if len(above) >= MAX_DEPTH:
             raise ConfigError(f"{source}: `{shown}` is nested more than {MAX_DEPTH} levels deep.")
         inner = above | {id(node)}
@@ -487,8 +525,10 @@ def load_config(path: str | Path) -> ExperimentConfig:
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not a YAML text file (byte {err.start} is not UTF-8: {err.reason}); "
-                          "give an experiment .yaml file (see configs/).") from None
+        raise ConfigError(
+            f"{path}: not a YAML text file (byte {err.start} is not UTF-8: {err.reason}); "
+            "give an experiment .yaml file (see configs/)."
+        ) from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the file ({err.strerror or err}).") from None
     try:

@@ -60,8 +60,10 @@ def check_scenario(ctx: ScenarioContext) -> None:
     N = objective.num_agents
     delta = cfg.privacy.delta
     if delta is not None and delta * N >= 1 and any(s.is_private for _, s in sc.methods):
-        ctx.log(f"warning: {sc.where}: privacy.delta = {delta:g} >= 1/N = {1 / N:.3g} ({N} agents): such a "
-                "guarantee allows releasing one agent's data in full; every epsilon of this run is for this delta")
+        ctx.log(
+            f"warning: {sc.where}: privacy.delta = {delta:g} >= 1/N = {1 / N:.3g} ({N} agents): such a "
+            "guarantee allows releasing one agent's data in full; every epsilon of this run is for this delta"
+        )
     check_scenario_memory(ctx, agents=ctx.num_inits * N, runs=ctx.num_inits * N)
     for j, (label, s) in enumerate(sc.methods):
         where = f"{sc.where}: methods[{j}] ({label!r})"
@@ -102,8 +104,15 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
 
     def make_runner(label: str, settings: Any) -> DPFTSDERunner:
         return DPFTSDERunner(
-            objective, settings, num_inits, domain=domain, seed=seed, device=device, name=label,
-            accountant=accountant, delta=delta,
+            objective,
+            settings,
+            num_inits,
+            domain=domain,
+            seed=seed,
+            device=device,
+            name=label,
+            accountant=accountant,
+            delta=delta,
         )
 
     def make_record(label: str, settings: Any, runner: DPFTSDERunner) -> dict[str, Any]:
@@ -134,8 +143,9 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 # secure aggregation: ε against the server (it knows the sample: no amplification);
                 # `epsilon` is then against other agents and outsiders
                 "epsilon_server": None if res.epsilon_server is None else _finite_or_none(res.epsilon_server),
-                "epsilon_server_final": res.epsilon_server[-1] if res.epsilon_server
-                and math.isfinite(res.epsilon_server[-1]) else None,
+                "epsilon_server_final": res.epsilon_server[-1]
+                if res.epsilon_server and math.isfinite(res.epsilon_server[-1])
+                else None,
                 "releases": releases,
                 "released": res.released,
                 "fraction_clipped": _finite_or_none(res.fraction_clipped),
@@ -187,13 +197,14 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
     public = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is None]
     loss_name = results["scenarios"][0]["methods"][0]["loss_name"]
     acc = private[0][1]["accountant"] if private else ""
-    accountants = [acc] + list(dict.fromkeys(
-        name for _, m in private for name in (m.get("epsilon_other_accountants") or {}) if name != acc))
+    accountants = [acc] + list(
+        dict.fromkeys(name for _, m in private for name in (m.get("epsilon_other_accountants") or {}) if name != acc)
+    )
     bands = sorted({band_label(sc) for sc, _ in private + public})
     fig = Figure(figsize=(7.5, 4.6))
     ax = fig.subplots()
     seen: dict[str, Any] = {}
-    for sc, m in public:
+    for _, m in public:
         seen.setdefault(m["name"], m)
     groups: dict[str, list] = {}
     scenario_of: dict[str, dict[str, Any]] = {}
@@ -202,40 +213,60 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
         scenario_of[sc["name"]] = sc
     styles = series_styles(len(seen) + len(groups))
     dashed = {"-": "--", "--": ":", ":": "-.", "-.": "-"}  # reference lines dashed first; one-to-one, so still unique
-    for (name, m), style in zip(seen.items(), styles):
-        ax.axhline(m["loss_mean"][-1], lw=1.0, color=style["color"], ls=dashed[style["linestyle"]],
-                   label=f"{name} (no DP)")
+    for (name, m), style in zip(seen.items(), styles, strict=False):
+        ax.axhline(
+            m["loss_mean"][-1], lw=1.0, color=style["color"], ls=dashed[style["linestyle"]], label=f"{name} (no DP)"
+        )
     several = len(accountants) > 1
-    for gi, ((sc_name, ms), style) in enumerate(zip(groups.items(), styles[len(seen):])):
+    for gi, ((sc_name, ms), style) in enumerate(zip(groups.items(), styles[len(seen) :], strict=False)):
         i = len(seen) + gi  # points have no line: the marker takes the line style's role
         yerr = [m["loss_stderr"][-1] for m in ms] if num_runs(scenario_of[sc_name]) > 1 else None
         y = [m["loss_mean"][-1] for m in ms]
         for ai, name in enumerate(accountants):
-            eps = [m["epsilon_final"] if ai == 0 else (m.get("epsilon_other_accountants") or {}).get(name)
-                   for m in ms]
+            eps = [m["epsilon_final"] if ai == 0 else (m.get("epsilon_other_accountants") or {}).get(name) for m in ms]
             keep = [k for k, e in enumerate(eps) if e is not None]
             if not keep:
                 continue
             # one legend entry per scenario (its colour) and one per accountant (its marker): see below
             label = (name if len(groups) == 1 else "_nolegend_") if several else sc_name
             marker = _ACCOUNTANT_MARKERS[(ai if several else (i // 10)) % len(_ACCOUNTANT_MARKERS)]
-            ax.errorbar([eps[k] for k in keep], [y[k] for k in keep],
-                        yerr=[yerr[k] for k in keep] if yerr else None, capsize=3, label=label, ls="none",
-                        color=style["color"], marker=marker, mfc=style["color"] if ai == 0 else "none")
+            ax.errorbar(
+                [eps[k] for k in keep],
+                [y[k] for k in keep],
+                yerr=[yerr[k] for k in keep] if yerr else None,
+                capsize=3,
+                label=label,
+                ls="none",
+                color=style["color"],
+                marker=marker,
+                mfc=style["color"] if ai == 0 else "none",
+            )
         for m in ms:
-            ax.annotate(m["name"], (m["epsilon_final"], m["loss_mean"][-1]), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
+            ax.annotate(
+                m["name"],
+                (m["epsilon_final"], m["loss_mean"][-1]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
     what = "" if several else f"{acc}, "
     ax.set_xlabel(f"privacy loss ε ({what}{delta_text(m for _, m in private)})")
     ax.set_ylabel(f"final {loss_name}\n({'; '.join(bands)})", fontsize=9)
     ax.set_title(f"{results.get('name', '')}: privacy vs utility", fontsize=10)
     ax.grid(alpha=0.3)
     if several and len(groups) > 1:
-        for (sc_name, _), style in zip(groups.items(), styles[len(seen):]):
+        for (sc_name, _), style in zip(groups.items(), styles[len(seen) :], strict=False):
             ax.plot([], [], ls="none", marker="o", color=style["color"], label=sc_name)
         for ai, name in enumerate(accountants):
-            ax.plot([], [], ls="none", marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)], color="0.35",
-                    mfc="0.35" if ai == 0 else "none", label=f"ε under {name}")
+            ax.plot(
+                [],
+                [],
+                ls="none",
+                marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)],
+                color="0.35",
+                mfc="0.35" if ai == 0 else "none",
+                label=f"ε under {name}",
+            )
     if private or seen:
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -246,19 +277,33 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
     rows = math.ceil(len(panels) / cols)
     fig = Figure(figsize=(7 if cols == 1 else 5.2 * cols, 4 if rows == 1 else 3.8 * rows))
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, (sc_name, ms) in zip(axes.flat, panels):
-        for m, style in zip(ms, series_styles(len(ms))):
+    for ax, (sc_name, ms) in zip(axes.flat, panels, strict=False):
+        for m, style in zip(ms, series_styles(len(ms)), strict=True):
             eps = [e if e is not None else float("nan") for e in m["epsilon"]]
-            ax.plot(range(1, len(eps) + 1), eps, label=m["name"], markevery=max(1, len(eps) // 10), markersize=4,
-                    **style)
+            ax.plot(
+                range(1, len(eps) + 1), eps, label=m["name"], markevery=max(1, len(eps) // 10), markersize=4, **style
+            )
             for ai, name in enumerate(accountants[1:], start=1):
                 other = (m.get("epsilon_other_accountants") or {}).get(name)
                 if other is not None:
-                    ax.plot([len(eps)], [other], ls="none", color=style["color"],
-                            marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)], mfc="none")
+                    ax.plot(
+                        [len(eps)],
+                        [other],
+                        ls="none",
+                        color=style["color"],
+                        marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)],
+                        mfc="none",
+                    )
         for ai, name in enumerate(accountants[1:], start=1):  # one legend entry per other accountant
-            ax.plot([], [], ls="none", color="0.35", marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)],
-                    mfc="none", label=f"final ε under {name}")
+            ax.plot(
+                [],
+                [],
+                ls="none",
+                color="0.35",
+                marker=_ACCOUNTANT_MARKERS[ai % len(_ACCOUNTANT_MARKERS)],
+                mfc="none",
+                label=f"final ε under {name}",
+            )
         ax.set_xlabel("round")
         integer_ticks(ax)
         ax.set_ylabel(f"ε ({acc}, {delta_text(ms)}) after the round", fontsize=9)
@@ -267,7 +312,7 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
         ax.grid(alpha=0.3)
         if ms:
             ax.legend(fontsize=7, ncol=2)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle("privacy loss ε after each round", fontsize=10)
     fig.tight_layout()

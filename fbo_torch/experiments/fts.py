@@ -30,8 +30,9 @@ def targets(objective: Objective, sc: Scenario) -> torch.Tensor:
     if runs.targets != "auto":
         t = torch.tensor(runs.targets, dtype=torch.long)
         if (t >= objective.num_agents).any():
-            raise ConfigError(f"{sc.where}: runs.targets {runs.targets} exceed the objective's "
-                              f"{objective.num_agents} agents.")
+            raise ConfigError(
+                f"{sc.where}: runs.targets {runs.targets} exceed the objective's {objective.num_agents} agents."
+            )
         return t
     if sc.history.mode == "together" and runs.num_targets is None:  # every agent, each other's peers
         return torch.arange(objective.num_agents)
@@ -51,16 +52,22 @@ def check_scenario(ctx: ScenarioContext) -> None:
     tg = targets(objective, sc)
     if sc.history.mode == "together":
         if not torch.equal(tg.cpu(), torch.arange(objective.num_agents)):
-            raise ConfigError(f"{sc.where}: history.mode together makes every agent a target (the agents of one "
-                              f"initialization are each other's peers); runs.targets must be all "
-                              f"{objective.num_agents} agents (leave it out), got {tg.tolist()}.")
+            raise ConfigError(
+                f"{sc.where}: history.mode together makes every agent a target (the agents of one "
+                f"initialization are each other's peers); runs.targets must be all "
+                f"{objective.num_agents} agents (leave it out), got {tg.tolist()}."
+            )
         for j, (label, settings) in enumerate(sc.methods):
             if settings.algorithm in ("rgpe", "taf"):
-                raise ConfigError(f"{sc.where}: methods[{j}] ({label!r}): history.mode together supports "
-                                  "algorithms fts, peer_prior and ts, not " + settings.algorithm + ".")
+                raise ConfigError(
+                    f"{sc.where}: methods[{j}] ({label!r}): history.mode together supports "
+                    "algorithms fts, peer_prior and ts, not " + settings.algorithm + "."
+                )
             if settings.algorithm in ("fts", "peer_prior") and settings.communication != "every-round":
-                raise ConfigError(f"{sc.where}: methods[{j}] ({label!r}): agents that optimize together send a "
-                                  "fresh message every round; set communication: every-round.")
+                raise ConfigError(
+                    f"{sc.where}: methods[{j}] ({label!r}): agents that optimize together send a "
+                    "fresh message every round; set communication: every-round."
+                )
     groups = getattr(objective, "group_of_agent", None)
     groups = torch.zeros(objective.num_agents, dtype=torch.long) if groups is None else groups.cpu()
     peers = (groups.unsqueeze(0) == groups[tg.cpu()].unsqueeze(-1)).sum(-1) - 1
@@ -89,15 +96,30 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
         h = sc.history
         t0 = time.perf_counter()
         history = FederationHistory(
-            objective, domain, t_n=h.t_n, mode=h.mode, num_init=h.num_init, gp_kernel=h.gp_kernel,
-            seed=seed + 17, device=device, setup=sc.setup,
+            objective,
+            domain,
+            t_n=h.t_n,
+            mode=h.mode,
+            num_init=h.num_init,
+            gp_kernel=h.gp_kernel,
+            seed=seed + 17,
+            device=device,
+            setup=sc.setup,
         )
         ctx.log(f"  other agents' histories ({h.mode}, t_n={h.t_n}) built in {time.perf_counter() - t0:.1f} s")
 
     def make_runner(label: str, settings: Any) -> FTSRunner:
         return FTSRunner(
-            objective, settings, tg, num_inits, history=history, domain=domain, seed=seed,
-            device=device, name=label, together=together,
+            objective,
+            settings,
+            tg,
+            num_inits,
+            history=history,
+            domain=domain,
+            seed=seed,
+            device=device,
+            name=label,
+            together=together,
         )
 
     def make_record(label: str, settings: Any, runner: FTSRunner) -> dict[str, Any]:

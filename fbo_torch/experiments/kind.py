@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fbo_torch.experiments.config import ExperimentConfig, Scenario
-from fbo_torch.optim.domain import Domain
 from fbo_torch.objectives.base import Objective
+from fbo_torch.optim.domain import Domain
 
 
 @dataclass

@@ -19,9 +19,8 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,6 @@ from fbo_torch.experiments.report import (
     write_json,
     write_tidy_csv,
 )
-from fbo_torch.optim.domain import Domain
 from fbo_torch.objectives import build_objective
 
 #: The experiment kinds by their YAML name (``experiment:``).
@@ -79,8 +77,11 @@ class _Progress:
 
 
 def run_methods(
-    ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool,
-    make_runner: Callable[[str, Any], Any], make_record: Callable[[str, Any, Any], dict[str, Any]],
+    ctx: ScenarioContext,
+    checkpoints: Checkpoints,
+    progress: bool,
+    make_runner: Callable[[str, Any], Any],
+    make_record: Callable[[str, Any, Any], dict[str, Any]],
 ) -> list[dict[str, Any]]:
     r"""Run a scenario's methods with progress, checkpoints and resume.
 
@@ -118,8 +119,7 @@ def run_methods(
 
             runner.run(callback)
             record = make_record(label, settings, runner)
-            log(f"  {label}: final {record['loss_name']} {record['loss_mean'][-1]:.4f}, "
-                f"{record['wall_time_s']:.1f} s")
+            log(f"  {label}: final {record['loss_name']} {record['loss_mean'][-1]:.4f}, {record['wall_time_s']:.1f} s")
             checkpoints.save(ckpt, {"record": record})
             records.append(record)
         return records
@@ -135,7 +135,10 @@ def _one_line(err: BaseException) -> str:
 
 
 def prepare_scenarios(
-    cfg: ExperimentConfig, device: str, num_inits: int | None = None, log: Callable[[str], None] = print,
+    cfg: ExperimentConfig,
+    device: str,
+    num_inits: int | None = None,
+    log: Callable[[str], None] = print,
 ) -> list[ScenarioContext]:
     r"""Build every scenario's objective and domain and check them, before the output folder is created.
 
@@ -154,10 +157,15 @@ def prepare_scenarios(
         except (ValueError, TypeError, OSError, ImportError, RuntimeError) as err:
             raise ConfigError(f"{sc.where}: objective ({sc.objective['type']}): {_one_line(err)}") from None
         ctx = ScenarioContext(
-            cfg=cfg, index=si, scenario=sc, objective=objective,
+            cfg=cfg,
+            index=si,
+            scenario=sc,
+            objective=objective,
             domain=cfg.build_domain(objective),
-            seed=cfg.seed + 1000 * si, device=device,
-            num_inits=num_inits if num_inits is not None else sc.runs.num_inits, log=log,
+            seed=cfg.seed + 1000 * si,
+            device=device,
+            num_inits=num_inits if num_inits is not None else sc.runs.num_inits,
+            log=log,
         )
         kind.check(ctx)
         note = unit_cube_note(ctx)
@@ -181,15 +189,22 @@ def unit_cube_note(ctx: ScenarioContext) -> str | None:
     bounds = ctx.objective.bounds.detach().cpu()
     if bool(((bounds[0] >= -1e-9) & (bounds[1] <= 1 + 1e-9)).all()):
         return None
-    scales = sorted({float(s.rff_lengthscale) for _, s in ctx.scenario.methods
-                     if getattr(s, "algorithm", "ts") != "ts" and hasattr(s, "rff_lengthscale")})
+    scales = sorted(
+        {
+            float(s.rff_lengthscale)
+            for _, s in ctx.scenario.methods
+            if getattr(s, "algorithm", "ts") != "ts" and hasattr(s, "rff_lengthscale")
+        }
+    )
     if not scales:
         return None
-    box = " x ".join(f"[{lo:g}, {hi:g}]" for lo, hi in zip(bounds[0].tolist(), bounds[1].tolist()))
-    return (f"note: {ctx.scenario.where}: the objective's inputs span {box}, not the unit cube; the shared "
-            f"feature map sees them as they are, so `rff_lengthscale` ({', '.join(f'{v:g}' for v in scales)}) is in "
-            "those units: scale it with the box, or give the objective unit-cube bounds (docs/experiments.md, "
-            "Units of rff_lengthscale)")
+    box = " x ".join(f"[{lo:g}, {hi:g}]" for lo, hi in zip(bounds[0].tolist(), bounds[1].tolist(), strict=True))
+    return (
+        f"note: {ctx.scenario.where}: the objective's inputs span {box}, not the unit cube; the shared "
+        f"feature map sees them as they are, so `rff_lengthscale` ({', '.join(f'{v:g}' for v in scales)}) is in "
+        "those units: scale it with the box, or give the objective unit-cube bounds (docs/experiments.md, "
+        "Units of rff_lengthscale)"
+    )
 
 
 def run_scenario(ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool) -> dict[str, Any]:
@@ -202,8 +217,10 @@ def run_scenario(ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool)
 
 def on_device(cfg: ExperimentConfig, device: str) -> ExperimentConfig:
     r"""``cfg`` with its ``device`` and every scenario's ``objective.device`` set to ``device``."""
-    scenarios = [dataclasses.replace(sc, objective={**sc.objective, "device": device}) if "device" in sc.objective
-                 else sc for sc in cfg.scenarios]
+    scenarios = [
+        dataclasses.replace(sc, objective={**sc.objective, "device": device}) if "device" in sc.objective else sc
+        for sc in cfg.scenarios
+    ]
     return dataclasses.replace(cfg, device=device, scenarios=scenarios)
 
 
@@ -262,8 +279,11 @@ def run_experiment(
     if seeds is not None:
         if num_inits is not None:
             raise ValueError("give `num_inits` only (`seeds` is its deprecated name), not both.")
-        warnings.warn("run_experiment(seeds=K) is deprecated: it sets runs.num_inits, not a seed; pass "
-                      "num_inits=K.", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "run_experiment(seeds=K) is deprecated: it sets runs.num_inits, not a seed; pass num_inits=K.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         num_inits = seeds
     if num_inits is not None and (isinstance(num_inits, bool) or not isinstance(num_inits, int) or num_inits < 1):
         raise ValueError(f"`num_inits` must be an integer >= 1, got {num_inits!r}.")
@@ -290,9 +310,15 @@ def run_experiment(
         folder.open()
         if overwrite and (folder.deleted or folder.kept):
             kept = folder.kept
-            log(f"--overwrite: deleted the {len(folder.deleted)} file(s) and folder(s) an earlier run wrote in "
-                f"{out}" + (f"; kept {len(kept)} it did not write: {', '.join(kept[:5])}"
-                            f"{', ...' if len(kept) > 5 else ''}" if kept else ""))
+            log(
+                f"--overwrite: deleted the {len(folder.deleted)} file(s) and folder(s) an earlier run wrote in "
+                f"{out}"
+                + (
+                    f"; kept {len(kept)} it did not write: {', '.join(kept[:5])}{', ...' if len(kept) > 5 else ''}"
+                    if kept
+                    else ""
+                )
+            )
         if echo_config:
             log("# resolved config")
             log(yaml.safe_dump(resolved, sort_keys=False).rstrip())
@@ -332,7 +358,9 @@ def run_experiment(
 
 
 def render_reports(
-    results: dict[str, Any], out: str | Path, formats: str | Sequence[str] | None = None,
+    results: dict[str, Any],
+    out: str | Path,
+    formats: str | Sequence[str] | None = None,
 ) -> list[Path]:
     r"""(Re)draw the plots, ``results.csv`` and ``summary.txt`` of a finished ``results.json``.
 

@@ -225,8 +225,9 @@ class OutputFolder:
 
     def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False) -> None:
         if resume and overwrite:
-            raise OutputError("--resume and --overwrite exclude each other: resume continues the old run, "
-                              "overwrite deletes it.")
+            raise OutputError(
+                "--resume and --overwrite exclude each other: resume continues the old run, overwrite deletes it."
+            )
         self.path = Path(path).expanduser()
         self.resume = resume
         self.overwrite = overwrite
@@ -273,8 +274,7 @@ class OutputFolder:
                 try:
                     self.path.mkdir(parents=True, exist_ok=True)
                 except OSError as err:
-                    raise OutputError(f"--out {self.path}: cannot create the folder ({err.strerror or err}).") \
-                        from None
+                    raise OutputError(f"--out {self.path}: cannot create the folder ({err.strerror or err}).") from None
             if not os.path.lexists(self.path / LOCK):
                 self._inspect()  # a folder that will be refused is refused before a lock file is made in it
             self._lock()
@@ -300,8 +300,10 @@ class OutputFolder:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:
-            raise OutputError(f"--out {out}: cannot create the lock file {lock} ({err.strerror or err}; it must "
-                              "not be a symbolic link).") from None
+            raise OutputError(
+                f"--out {out}: cannot create the lock file {lock} ({err.strerror or err}; it must "
+                "not be a symbolic link)."
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -385,13 +387,17 @@ class OutputFolder:
                 "another --out."
             )
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-            raise OutputError(f"--overwrite: `files` in {path} is not a list of names; nothing was deleted: "
-                              "delete the old run's files yourself or choose another --out.")
+            raise OutputError(
+                f"--overwrite: `files` in {path} is not a list of names; nothing was deleted: "
+                "delete the old run's files yourself or choose another --out."
+            )
         for name in files:
             pure = PurePosixPath(name)
             if pure.is_absolute() or not pure.parts or ".." in pure.parts or name in (LOCK, "."):
-                raise OutputError(f"--overwrite: {path} lists {name!r}, which is not a file inside {out}; "
-                                  "nothing was deleted: delete the old run's files yourself or choose another --out.")
+                raise OutputError(
+                    f"--overwrite: {path} lists {name!r}, which is not a file inside {out}; "
+                    "nothing was deleted: delete the old run's files yourself or choose another --out."
+                )
         return files, written
 
     def _clear(self, files: list[str]) -> None:
@@ -455,8 +461,10 @@ class OutputFolder:
             if MANIFEST in names:
                 remove(MANIFEST, check=False)  # the list itself, read and checked above
         except OSError as err:
-            raise OutputError(f"--overwrite: cannot delete {err.filename or out} ({err.strerror or err}); "
-                              "fix its permissions or choose another --out.") from None
+            raise OutputError(
+                f"--overwrite: cannot delete {err.filename or out} ({err.strerror or err}); "
+                "fix its permissions or choose another --out."
+            ) from None
         self.deleted = [d + "/" if d + "/" in folders else d for d in deleted]
         self.kept = [p.name + ("/" if p.is_dir() else "") for p in _entries(out)]
         self.had_files = bool(self.kept)
@@ -488,13 +496,16 @@ class OutputFolder:
         return fd
 
     def _folder(self, parts: tuple[str, ...], path: Path, create: bool = False) -> int:
-        """:meth:`_walk` for writing ``path``: a linked folder is an :class:`OutputError`, a failure a :class:`WriteError`."""
+        """:meth:`_walk` for writing ``path``: a linked folder is an :class:`OutputError`, a failure a
+        :class:`WriteError`."""
         try:
             return self._walk(parts, create)
         except _Linked as err:
-            raise OutputError(f"--out {self.path}: {PurePosixPath(*parts)} inside it is a symbolic link or not a "
-                              f"folder ({err.filename}); a run writes nothing outside --out: remove it, or choose "
-                              "another --out.") from None
+            raise OutputError(
+                f"--out {self.path}: {PurePosixPath(*parts)} inside it is a symbolic link or not a "
+                f"folder ({err.filename}); a run writes nothing outside --out: remove it, or choose "
+                "another --out."
+            ) from None
         except OSError as err:
             raise WriteError(err.errno, err.strerror or str(err), str(path)) from err
 
@@ -600,8 +611,10 @@ class OutputFolder:
             return
         out = self.path
         path = out / MANIFEST
-        unreadable = (f"--resume: {path} is unreadable or incomplete ({{reason}}); rerun with --overwrite to start "
-                      "over, or choose another --out.")
+        unreadable = (
+            f"--resume: {path} is unreadable or incomplete ({{reason}}); rerun with --overwrite to start "
+            "over, or choose another --out."
+        )
         old = self._read_manifest(
             ResumeError,
             f"--resume: {out} holds files but no {MANIFEST} (not an fbo-torch run, or one written before "

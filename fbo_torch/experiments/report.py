@@ -114,8 +114,11 @@ def series_styles(n: int) -> list[dict[str, Any]]:
     the 10 colours first, then again with each further line style, then with markers."""
     k = len(_COLORS) * len(_LINESTYLES)
     return [
-        {"color": _COLORS[i % len(_COLORS)], "linestyle": _LINESTYLES[(i // len(_COLORS)) % len(_LINESTYLES)],
-         "marker": _MARKERS[(i // k) % len(_MARKERS)]}
+        {
+            "color": _COLORS[i % len(_COLORS)],
+            "linestyle": _LINESTYLES[(i // len(_COLORS)) % len(_LINESTYLES)],
+            "marker": _MARKERS[(i // k) % len(_MARKERS)],
+        }
         for i in range(n)
     ]
 
@@ -146,17 +149,17 @@ def _curves_figure(results: dict[str, Any], title: str | None = None, log_y: boo
     rows = math.ceil(n / cols)
     fig = Figure(figsize=(5.2 * cols, 3.8 * rows))
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, sc in zip(axes.flat, scenarios):
+    for ax, sc in zip(axes.flat, scenarios, strict=False):
         styles = series_styles(len(sc["methods"]))
         band = num_runs(sc) > 1
-        for m, style in zip(sc["methods"], styles):
+        for m, style in zip(sc["methods"], styles, strict=False):
             x = m["iterations"]
             mu, se = m["loss_mean"], m["loss_stderr"]
             every = max(1, len(x) // 10)
             ax.plot(x, mu, label=m["name"], lw=1.6, markevery=every, markersize=4, **style)
             if band:
-                lo = [a - b for a, b in zip(mu, se)]
-                hi = [a + b for a, b in zip(mu, se)]
+                lo = [a - b for a, b in zip(mu, se, strict=True)]
+                hi = [a + b for a, b in zip(mu, se, strict=True)]
                 ax.fill_between(x, lo, hi, color=style["color"], alpha=0.15, lw=0)
         ax.set_title(sc["name"], fontsize=10)
         ax.set_xlabel("iteration")
@@ -236,7 +239,10 @@ def loss_plot_stem(results: dict[str, Any]) -> str:
 
 
 def plot_curves(
-    results: dict[str, Any], path: Path, title: str | None = None, log_y: bool = False,
+    results: dict[str, Any],
+    path: Path,
+    title: str | None = None,
+    log_y: bool = False,
     formats: Sequence[str] | None = None,
 ) -> list[Path]:
     r"""One panel per scenario; each method's mean loss with a ±1 standard-error band (the axis says over
@@ -253,23 +259,30 @@ def plot_message_length(results: dict[str, Any], path: Path, formats: Sequence[s
     fams: dict[str, list] = {}
     for m in sc["methods"]:
         fams.setdefault(m["settings"].get("algorithm", m["name"]).upper(), []).append(m)
-    timed = [m for fam, ms in fams.items() for m in ms
-             if m.get("elapsed_s") and ("M=100" in m["name"] or fam == "TS")]
-    for (fam, ms), style in zip(fams.items(), series_styles(len(fams))):
+    timed = [m for fam, ms in fams.items() for m in ms if m.get("elapsed_s") and ("M=100" in m["name"] or fam == "TS")]
+    for (fam, ms), style in zip(fams.items(), series_styles(len(fams)), strict=True):
         ms = sorted(ms, key=lambda m: m["parameters_per_agent"])
         x = [max(m["parameters_per_agent"], 1) for m in ms]
         yerr = [m["loss_stderr"][-1] for m in ms] if num_runs(sc) > 1 else None
-        axes[0].errorbar(x, [m["loss_mean"][-1] for m in ms], yerr=yerr,
-                         capsize=3, label=fam, **{**style, "marker": style["marker"] or "o"})
-    for m, style in zip(timed, series_styles(len(timed))):
+        axes[0].errorbar(
+            x,
+            [m["loss_mean"][-1] for m in ms],
+            yerr=yerr,
+            capsize=3,
+            label=fam,
+            **{**style, "marker": style["marker"] or "o"},
+        )
+    for m, style in zip(timed, series_styles(len(timed)), strict=True):
         axes[1].plot(m["elapsed_s"], m["loss_mean"][1:], label=m["name"], **style)
     axes[0].set_xscale("log")
     axes[0].set_xlabel("numbers sent per agent (message length; TS: none, drawn at 1)")
     axes[0].set_ylabel(f"final {sc['methods'][0]['loss_name']}\n(error bars: {band_label(sc)})", fontsize=9)
     axes[0].set_title(sc["name"], fontsize=10)
     axes[1].set_xlabel("wall-clock seconds (all runs of the batch together)")
-    axes[1].set_ylabel(f"{sc['methods'][0]['loss_name']}\n({band_label(sc).split(',')[0].replace(' ± 1 s.e.', '')}, "
-                       "no band)", fontsize=9)
+    axes[1].set_ylabel(
+        f"{sc['methods'][0]['loss_name']}\n({band_label(sc).split(',')[0].replace(' ± 1 s.e.', '')}, no band)",
+        fontsize=9,
+    )
     axes[1].set_xscale("log")
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -292,8 +305,7 @@ def privacy_label(m: dict[str, Any]) -> str:
     delta = m.get("delta")
     parts = [f"delta={delta:.3g}" if delta is not None else "delta=?", str(m.get("accountant") or "?")]
     if m.get("epsilon_server_final") is not None:  # secure aggregation: ε against others, and the server
-        return (f"eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f} "
-                f"({', '.join(parts)})")
+        return f"eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f} ({', '.join(parts)})"
     return f"eps={m['epsilon_final']:.2f} ({', '.join(parts)})"
 
 
@@ -305,7 +317,9 @@ def summary_table(results: dict[str, Any]) -> str:
     for sc in results["scenarios"]:
         band = num_runs(sc) > 1
         lines.append(f"== {sc['name']}  (final value: {band_label(sc)})")
-        lines.append(f"   {'method':<28} {'final ' + sc['methods'][0]['loss_name']:>26} {'time [s]':>9} {'params/agent':>13}")
+        lines.append(
+            f"   {'method':<28} {'final ' + sc['methods'][0]['loss_name']:>26} {'time [s]':>9} {'params/agent':>13}"
+        )
         for m in sc["methods"]:
             privacy = privacy_label(m)
             lines.append(
@@ -321,13 +335,23 @@ def privacy_notes(results: dict[str, Any]) -> list[str]:
     releasing one agent's data in full), and the papers' default ``δ = 1/N^1.1`` (for reproduction only)."""
     private = [m for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is not None]
     notes = []
-    weak = sorted({(int(m["num_agents"]), float(m["delta"])) for m in private
-                   if m.get("delta") is not None and m.get("num_agents") and m["delta"] * m["num_agents"] >= 1})
-    notes += [f"delta={d:.3g} >= 1/N = {1 / n:.3g} ({n} agents): such a guarantee allows releasing one agent's data "
-              "in full; set privacy.delta well below 1/N" for n, d in weak]
+    weak = sorted(
+        {
+            (int(m["num_agents"]), float(m["delta"]))
+            for m in private
+            if m.get("delta") is not None and m.get("num_agents") and m["delta"] * m["num_agents"] >= 1
+        }
+    )
+    notes += [
+        f"delta={d:.3g} >= 1/N = {1 / n:.3g} ({n} agents): such a guarantee allows releasing one agent's data "
+        "in full; set privacy.delta well below 1/N"
+        for n, d in weak
+    ]
     if private and ((results.get("config") or {}).get("privacy") or {}).get("delta", 0) is None:
-        notes.append("delta = 1/N^1.1 (privacy.delta: null) is the papers' choice, kept to reproduce their epsilons; "
-                     "for a guarantee, set privacy.delta to 1e-5 or less (docs/experiments.md, Privacy)")
+        notes.append(
+            "delta = 1/N^1.1 (privacy.delta: null) is the papers' choice, kept to reproduce their epsilons; "
+            "for a guarantee, set privacy.delta to 1e-5 or less (docs/experiments.md, Privacy)"
+        )
     return notes
 
 
@@ -341,8 +365,20 @@ def privacy_notes(results: dict[str, Any]) -> list[str]:
 #: ``loss_name`` of the best value so far (``best_value``, empty where not recorded) and
 #: ``epsilon`` the privacy loss after that round, an (ε, ``delta``)-DP guarantee under
 #: ``accountant`` (all three empty for non-private methods).
-TIDY_COLUMNS = ("scenario", "method", "run", "agent", "init", "iteration", "loss_name", "loss", "best_value",
-                "epsilon", "delta", "accountant")
+TIDY_COLUMNS = (
+    "scenario",
+    "method",
+    "run",
+    "agent",
+    "init",
+    "iteration",
+    "loss_name",
+    "loss",
+    "best_value",
+    "epsilon",
+    "delta",
+    "accountant",
+)
 
 
 def _cell(value: Any) -> Any:
@@ -381,9 +417,20 @@ def tidy_rows(results: dict[str, Any]) -> Iterator[tuple]:
                 row_best = best[b] if b < len(best) else []
                 for t, loss in enumerate(curve):
                     e = eps[t - 1] if private and 1 <= t <= len(eps) else None
-                    yield (sc["name"], m["name"], runs[b], agents[b], inits[b], t, m["loss_name"], _cell(loss),
-                           _cell(row_best[t] if t < len(row_best) else None), _cell(e),
-                           _cell(delta if e is not None else None), accountant or "")
+                    yield (
+                        sc["name"],
+                        m["name"],
+                        runs[b],
+                        agents[b],
+                        inits[b],
+                        t,
+                        m["loss_name"],
+                        _cell(loss),
+                        _cell(row_best[t] if t < len(row_best) else None),
+                        _cell(e),
+                        _cell(delta if e is not None else None),
+                        accountant or "",
+                    )
 
 
 def write_tidy_csv(results: dict[str, Any], path: str | Path) -> Path:

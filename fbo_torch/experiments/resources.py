@@ -64,16 +64,20 @@ def check_scenario_memory(ctx: Any, agents: int, runs: int, history: int = 0) ->
         ConfigError: Naming the method and the YAML key of its largest term.
     """
     sc, objective, domain = ctx.scenario, ctx.objective, ctx.domain
-    C = domain.candidates.shape[0] if domain.candidates is not None else max(domain.raw_samples,
-                                                                              domain.raw_samples_rff)
+    C = domain.candidates.shape[0] if domain.candidates is not None else max(domain.raw_samples, domain.raw_samples_rff)
     for j, (label, settings) in enumerate(sc.methods):
         terms = method_memory(settings, agents, runs, history, objective.dim, C)
         key = max(terms, key=terms.get)
         value = getattr(settings, key, None)
-        name = (f"`{key}: {value}`" if key != "candidates"
-                else ("the objective's candidates" if domain.candidates is not None else "`domain.raw_samples`"))
-        what = (f"{agents} agent(s) at once ({ctx.num_inits} init(s)), {int(settings.num_iterations)} iterations, "
-                f"{getattr(settings, 'num_features', 0)} features, {C} candidates")
+        name = (
+            f"`{key}: {value}`"
+            if key != "candidates"
+            else ("the objective's candidates" if domain.candidates is not None else "`domain.raw_samples`")
+        )
+        what = (
+            f"{agents} agent(s) at once ({ctx.num_inits} init(s)), {int(settings.num_iterations)} iterations, "
+            f"{getattr(settings, 'num_features', 0)} features, {C} candidates"
+        )
         try:
             check_memory(f"{sc.where}: methods[{j}] ({label!r}): {name}", sum(terms.values()), what, ctx.device)
         except MemoryLimitError as err:

@@ -107,8 +107,11 @@ class Agents:
         self.rff = None
         if features is not None:
             self.rff = RFFBayesianLinear(
-                features, train_X, torch.where(self._valid[:, :n0], y0, 0.0).unsqueeze(-1),
-                settings.rff_noise_variance, mask=self._valid[:, :n0].clone(),
+                features,
+                train_X,
+                torch.where(self._valid[:, :n0], y0, 0.0).unsqueeze(-1),
+                settings.rff_noise_variance,
+                mask=self._valid[:, :n0].clone(),
             ).reserve(max(0, int(capacity)))
 
     # ------------------------------------------------------------------ data
@@ -192,8 +195,9 @@ class Agents:
         var = torch.where(mask, (y - mean) ** 2, 0.0).sum(-1, keepdim=True) / (count - 1).clamp_min(1)
         std = torch.where(var > 0, var.sqrt(), torch.ones_like(var))
         z = torch.where(mask, (y - mean) / std, 0.0)
-        return RFFBayesianLinear(self.features, self.train_X, z.unsqueeze(-1), self.settings.rff_noise_variance,
-                                 mask=mask.clone())
+        return RFFBayesianLinear(
+            self.features, self.train_X, z.unsqueeze(-1), self.settings.rff_noise_variance, mask=mask.clone()
+        )
 
     # ---------------------------------------------------------------- own GP
     def gp(self, refit: bool | None = None) -> BatchedExactGP:
@@ -220,7 +224,13 @@ class Agents:
             K = Z.shape[0]
             X, Y, mask = X.repeat(K, 1, 1), Z.reshape(K * B, -1, 1), mask.repeat(K, 1)
         model = BatchedExactGP(
-            X, Y, self.domain.bounds, spec=self.gp_spec, mask=mask, params=self.gp_params, validate=False,
+            X,
+            Y,
+            self.domain.bounds,
+            spec=self.gp_spec,
+            mask=mask,
+            params=self.gp_params,
+            validate=False,
         )
         if refit:
             if self.gp_params is not None and not s.gp_warm_start:
@@ -241,7 +251,12 @@ class Agents:
             rows = best * B + torch.arange(B, device=best.device)
             self.warp_choice = best
             model = BatchedExactGP(
-                X[rows], Y[rows], self.domain.bounds, spec=self.gp_spec, mask=mask[rows], params=model.params[rows],
+                X[rows],
+                Y[rows],
+                self.domain.bounds,
+                spec=self.gp_spec,
+                mask=mask[rows],
+                params=model.params[rows],
                 validate=False,
             )
         return model
@@ -270,8 +285,9 @@ class Agents:
             return self.domain.maximize(paths, self.num_agents, keys=keys)
         return self.domain.maximize(self.own_acquisition(model), self.num_agents, keys=keys)
 
-    def prior_guided_proposals(self, round: int, centers: Tensor, log_weights: Tensor, exponent: float | Tensor,
-                               width: float, floor: float) -> tuple[Tensor, Tensor]:
+    def prior_guided_proposals(
+        self, round: int, centers: Tensor, log_weights: Tensor, exponent: float | Tensor, width: float, floor: float
+    ) -> tuple[Tensor, Tensor]:
         r"""Each agent's maximizer of its own analytic acquisition plus ``exponent`` times the log
         of its peers' prior over the optimizer (πBO, :mod:`~fbo_torch.acquisition.peer_prior`):
         ``(B x d, B)`` points and values.
@@ -294,8 +310,9 @@ class Agents:
         if s.own_acquisition == "ucb":
             return BatchedUpperConfidenceBound(posterior, s.ucb_beta)
         if s.own_acquisition != "logei":
-            raise ValueError(f"`own_acquisition` {s.own_acquisition!r} has no analytic acquisition "
-                             "(expected 'logei' or 'ucb').")
+            raise ValueError(
+                f"`own_acquisition` {s.own_acquisition!r} has no analytic acquisition (expected 'logei' or 'ucb')."
+            )
         return BatchedLogExpectedImprovement(posterior, self.best_observed(model))
 
     def best_observed(self, model: BatchedExactGP | None = None) -> Tensor:
@@ -315,13 +332,15 @@ class Agents:
         (the coin of :func:`~fbo_torch.federation.schedules.draw_sources`)."""
         return draw_sources(p, None, keys=kr.fold(self.keys, round)) == OWN
 
-    def next_queries(self, round: int, p: float, X_broadcast: Tensor | None = None,
-                     received: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def next_queries(
+        self, round: int, p: float, X_broadcast: Tensor | None = None, received: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         r"""Each agent's query of round ``round`` (FTS / DP-FTS-DE Algorithm 1's choice).
 
         With probability ``p`` (always when ``X_broadcast`` is ``None``: nothing
         was received) the agent's own proposal (:meth:`own_proposals`: the maximizer
-        of a Thompson sample of its own GP, or of ``own_acquisition``), otherwise ``X_broadcast`` (the maximizer of what it received).
+        of a Thompson sample of its own GP, or of ``own_acquisition``), otherwise
+        ``X_broadcast`` (the maximizer of what it received).
 
         Args:
             round: The round.
@@ -357,8 +376,9 @@ class Agents:
         fresh = self.domain.random(X.shape[0], 1, keys=self.round_keys(round, "repeat"))[:, 0]
         return torch.where(close.any(-1, keepdim=True), fresh, X)
 
-    def evaluate(self, objective: Any, agent_ids: Tensor, X_next: Tensor, round: int,
-                 faults: Any | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def evaluate(
+        self, objective: Any, agent_ids: Tensor, X_next: Tensor, round: int, faults: Any | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         r"""Evaluate each agent's query on its objective (once) and :meth:`observe` it.
 
         Failures — an exception, a NaN/inf value, or one injected by ``faults``
@@ -380,8 +400,14 @@ class Agents:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly (the RFF factors are saved, not refactorized)."""
         state = {
-            "keys": self.keys, "X": self._X, "Y": self._Y, "valid": self._valid, "n": self.n,
-            "gp_params": self.gp_params, "gp_updates": self.gp_updates, "warp_choice": self.warp_choice,
+            "keys": self.keys,
+            "X": self._X,
+            "Y": self._Y,
+            "valid": self._valid,
+            "n": self.n,
+            "gp_params": self.gp_params,
+            "gp_updates": self.gp_updates,
+            "warp_choice": self.warp_choice,
         }
         if self.rff is not None:
             state["rff_buffers"] = {k: v for k, v in self.rff.named_buffers(recurse=False)}
@@ -425,8 +451,12 @@ def start_agents(
         features: The shared map (``None`` for TS). partition: The server's
             sub-regions (distributed initialization when ``P > 1``), or ``None``.
     """
-    spread = (settings.algorithm == "fts_de" and settings.distributed_init and partition is not None
-              and partition.num_regions > 1)
+    spread = (
+        settings.algorithm == "fts_de"
+        and settings.distributed_init
+        and partition is not None
+        and partition.num_regions > 1
+    )
     X0 = initial_points(domain, keys, settings.num_init, partition if spread else None, agent_ids)
     y0, F0 = observe_initial(objective, X0, agent_ids, keys)
     agents = Agents(keys, X0, y0.unsqueeze(-1), domain, settings, features, capacity=settings.num_iterations)

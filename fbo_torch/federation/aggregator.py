@@ -247,7 +247,9 @@ class DPAggregator:
             raise ValueError("give at most one of `generator`, `keys` and `randomness`.")
         if keys is not None:
             if keys.shape != batch[:-1] or keys.dtype != torch.int64:
-                raise ValueError(f"`keys` must be int64 of shape {tuple(batch[:-1])}, got {keys.dtype} {tuple(keys.shape)}.")
+                raise ValueError(
+                    f"`keys` must be int64 of shape {tuple(batch[:-1])}, got {keys.dtype} {tuple(keys.shape)}."
+                )
             randomness = KeyedServerRandomness(keys)
         checked = randomness is None
         if checked:
@@ -284,14 +286,28 @@ class DPAggregator:
         out = signal + noise
         num = sampled.sum(-1)
         n_clip = (was_clipped & sampled).sum(-1)
-        frac = torch.where(num > 0, n_clip.to(omegas.dtype) / num.clamp_min(1).to(omegas.dtype), torch.zeros_like(num, dtype=omegas.dtype))
+        frac = torch.where(
+            num > 0,
+            n_clip.to(omegas.dtype) / num.clamp_min(1).to(omegas.dtype),
+            torch.zeros_like(num, dtype=omegas.dtype),
+        )
         n_rep = torch.full_like(num, N) if reported is None else reported.sum(-1)
         n_valid = valid.sum(-1)
-        self.history.append(AggregationRecord(
-            round, sampled, num, was_clipped & sampled, frac, std,
-            signal_norm=signal.norm(dim=-1), noise_norm=noise.norm(dim=-1), num_reported=n_rep,
-            valid=valid, num_invalid=n_rep - n_valid,
-        ))
+        self.history.append(
+            AggregationRecord(
+                round,
+                sampled,
+                num,
+                was_clipped & sampled,
+                frac,
+                std,
+                signal_norm=signal.norm(dim=-1),
+                noise_norm=noise.norm(dim=-1),
+                num_reported=n_rep,
+                valid=valid,
+                num_invalid=n_rep - n_valid,
+            )
+        )
         return out
 
     def __repr__(self) -> str:

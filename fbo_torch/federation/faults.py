@@ -33,7 +33,6 @@ from torch import Tensor
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_probability
 
-
 #: What a hostile agent sends instead of its ``ω`` (see the module docstring).
 BYZANTINE_KINDS = ("nan", "inf", "huge", "random")
 
@@ -59,8 +58,9 @@ class FaultInjector:
         check_probability("faults.dropout_rate", self.dropout_rate, open_right=True)
         check_probability("faults.byzantine_rate", self.byzantine_rate, open_right=True)
         if self.byzantine_kind not in BYZANTINE_KINDS:
-            raise ValueError(f"`faults.byzantine_kind` must be one of {list(BYZANTINE_KINDS)}, "
-                             f"got {self.byzantine_kind!r}.")
+            raise ValueError(
+                f"`faults.byzantine_kind` must be one of {list(BYZANTINE_KINDS)}, got {self.byzantine_kind!r}."
+            )
 
     @classmethod
     def from_config(cls, faults: Any) -> FaultInjector:
@@ -139,7 +139,7 @@ def evaluate_agents(objective, X: Tensor, agents: Tensor, keys: Tensor) -> tuple
     try:
         y, f = objective.observe(Xq, keys, agents=agents, validate=False)
         raised = torch.zeros(y.shape[0], dtype=torch.bool, device=y.device)
-    except Exception:  # noqa: BLE001 - any failure of user code is an agent's failure
+    except Exception:
         ys, fs, flags = [], [], []
         for b in range(Xq.shape[0]):
             try:
@@ -147,7 +147,7 @@ def evaluate_agents(objective, X: Tensor, agents: Tensor, keys: Tensor) -> tuple
                 ys.append(yb.reshape(1, -1).to(device=X.device, dtype=X.dtype))
                 fs.append(fb.reshape(1, -1).to(device=X.device, dtype=X.dtype))
                 flags.append(False)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 ys.append(torch.full((1, Xq.shape[1]), torch.nan, dtype=X.dtype, device=X.device))
                 fs.append(ys[-1])
                 flags.append(True)

@@ -192,8 +192,10 @@ def fidelity_weights(scores: Tensor, support: Tensor | None = None, redundancy: 
     if support is not None:
         bad = bad & support
     if bad.any():
-        raise ValueError(f"`scores` holds {int(bad.sum())} NaN or +inf value(s): every scored peer's message must "
-                         "be a finite vector.")
+        raise ValueError(
+            f"`scores` holds {int(bad.sum())} NaN or +inf value(s): every scored peer's message must "
+            "be a finite vector."
+        )
     if redundancy is not None:
         z = z - redundancy.to(z).log()
     if support is not None:

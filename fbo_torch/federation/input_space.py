@@ -121,8 +121,10 @@ def _affine_parts(transform: Module | None) -> list[AffineInputTransform]:
         return [p for tf in transform.values() for p in _affine_parts(tf)]
     if isinstance(transform, AffineInputTransform):
         if transform.reverse:
-            raise ValueError(f"`transform` {type(transform).__name__} has reverse=True (it un-normalizes); "
-                             "messages describe normalizing affine maps only.")
+            raise ValueError(
+                f"`transform` {type(transform).__name__} has reverse=True (it un-normalizes); "
+                "messages describe normalizing affine maps only."
+            )
         return [transform]
     raise ValueError(
         f"`transform` {type(transform).__name__} is not affine, so a message cannot describe its input space by "
@@ -205,8 +207,10 @@ def space_of(input_transform: Module, dim: int) -> MessageSpace:
     except ValueError:  # not affine: applied as a module
         return MessageSpace(transform=input_transform)
     if bounds.ndim != 2:
-        raise ValueError(f"`input_transform` has batch shape {tuple(bounds.shape[:-2])}: one transform for every "
-                         "message is expected (one acquisition, one input space).")
+        raise ValueError(
+            f"`input_transform` has batch shape {tuple(bounds.shape[:-2])}: one transform for every "
+            "message is expected (one acquisition, one input space)."
+        )
     return MessageSpace(bounds)
 
 
@@ -245,16 +249,18 @@ def resolve_message_space(
         ids = [m.agent_id for m in seq]
     declared: list[tuple[str, MessageSpace]] = []
     if message_bounds:
-        missing = [i for i, b in zip(ids, message_bounds) if b is None]
+        missing = [i for i, b in zip(ids, message_bounds, strict=True) if b is None]
         if missing and len(missing) < len(ids):
             raise ValueError(
                 f"Messages from agents {missing} carry no `input_bounds` while the others do: every message of one "
                 "acquisition must say which input space its weights were fitted on (RFFBayesianLinear.messages())."
             )
         if not missing:
-            spaces = [MessageSpace(check_input_bounds(f"messages[{j}].input_bounds", b, dim))
-                      for j, b in enumerate(message_bounds)]
-            odd = [i for i, s in zip(ids, spaces) if not s.same_as(spaces[0])]
+            spaces = [
+                MessageSpace(check_input_bounds(f"messages[{j}].input_bounds", b, dim))
+                for j, b in enumerate(message_bounds)
+            ]
+            odd = [i for i, s in zip(ids, spaces, strict=True) if not s.same_as(spaces[0])]
             if odd:
                 raise ValueError(
                     f"Messages from agents {odd} were fitted on a different input space than agent {ids[0]}'s "
@@ -267,8 +273,10 @@ def resolve_message_space(
         space = space_of(input_transform, dim)
         declared.append((f"`input_transform` ({space.describe()})", space))
     if len(declared) == 2 and not declared[0][1].same_as(declared[1][1]):
-        raise ValueError(f"The input space of {declared[0][0]} differs from that of {declared[1][0]}; "
-                         "leave `input_transform` out (messages say which space they were fitted on) or make them agree.")
+        raise ValueError(
+            f"The input space of {declared[0][0]} differs from that of {declared[1][0]}; "
+            "leave `input_transform` out (messages say which space they were fitted on) or make them agree."
+        )
     if declared:
         return declared[0][1]
     own = None if model is None else getattr(model, "input_transform", None)
@@ -277,8 +285,8 @@ def resolve_message_space(
             f"`model` transforms its inputs ({type(own).__name__}) but the messages do not say which input space their "
             "weights were fitted on, so phi(x)^T omega cannot be evaluated where the senders fitted it. Pass "
             "`input_transform=`: the transform the senders' models applied (e.g. the same Normalize(d, bounds=...)), "
-            "or torch.nn.Identity() if they fitted raw inputs; or send AgentMessages from RFFBayesianLinear.messages(), "
-            "which carry their input bounds."
+            "or torch.nn.Identity() if they fitted raw inputs; or send AgentMessages from "
+            "RFFBayesianLinear.messages(), which carry their input bounds."
         )
     return MessageSpace(unit_bounds(dim))
 

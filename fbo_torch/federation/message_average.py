@@ -44,8 +44,10 @@ class MessageAverage:
     def update(self, messages: Tensor) -> Tensor:
         """Add this round's ``... x M`` messages; returns the averages (same shape)."""
         if self.mean is not None and messages.shape != self.mean.shape:
-            raise ValueError(f"messages of shape {tuple(messages.shape)} after rounds of shape "
-                             f"{tuple(self.mean.shape)}: one message per slot and round.")
+            raise ValueError(
+                f"messages of shape {tuple(messages.shape)} after rounds of shape "
+                f"{tuple(self.mean.shape)}: one message per slot and round."
+            )
         self.count += 1
         if self.mean is None:
             self.mean = messages.clone()

@@ -144,8 +144,11 @@ def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = Non
         if not isinstance(m, AgentMessage):
             raise TypeError(f"`messages[{i}]` must be an AgentMessage, got {type(m).__name__}.")
     if dim is not None:
-        wrong = {m.agent_id: m.input_bounds.shape[-1] for m in messages
-                 if m.input_bounds is not None and m.input_bounds.shape[-1] != dim}
+        wrong = {
+            m.agent_id: m.input_bounds.shape[-1]
+            for m in messages
+            if m.input_bounds is not None and m.input_bounds.shape[-1] != dim
+        }
         if wrong:
             dims = sorted(set(wrong.values()))
             raise ValueError(
@@ -165,6 +168,8 @@ def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = Non
         raise ValueError(f"Messages carry vectors of different lengths {sorted(sizes)}.")
     dtypes = {str(m.omega.dtype) for m in messages}
     if len(dtypes) != 1:
-        raise TypeError(f"`messages` carry vectors of different dtypes {sorted(dtypes)}; convert them to one "
-                        "(float64 for GP algebra) instead of mixing precisions.")
+        raise TypeError(
+            f"`messages` carry vectors of different dtypes {sorted(dtypes)}; convert them to one "
+            "(float64 for GP algebra) instead of mixing precisions."
+        )
     return torch.stack([m.omega for m in messages])

@@ -133,7 +133,7 @@ class SubRegionPartition:
         lo, hi = self.bounds[0], self.bounds[1]
         idx = torch.arange(self.num_regions, device=self.bounds.device)
         out = torch.empty(self.num_regions, 2, self.dim, dtype=self.bounds.dtype, device=self.bounds.device)
-        for k, (s, stride) in enumerate(zip(self.splits, self._strides)):
+        for k, (s, stride) in enumerate(zip(self.splits, self._strides, strict=True)):
             cell = (idx // stride) % s
             width = (hi[k] - lo[k]) / s
             out[:, 0, k] = lo[k] + cell.to(self.bounds.dtype) * width
@@ -151,7 +151,11 @@ class SubRegionPartition:
         return regions == assignment.unsqueeze(0)
 
     def sample(
-        self, regions: Tensor, num_points: int, generator: torch.Generator | None = None, dtype: torch.dtype | None = None
+        self,
+        regions: Tensor,
+        num_points: int,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
     ) -> Tensor:
         r"""Uniform random points inside given regions (distributed exploration).
 

@@ -73,8 +73,9 @@ class KeyedServerRandomness:
 
     def _keys(self, shape: torch.Size, like: Tensor) -> Tensor:
         if tuple(self.keys.shape) != tuple(shape[:-1]):
-            raise ValueError(f"`keys` must have shape {tuple(shape[:-1])} (one per federation), "
-                             f"got {tuple(self.keys.shape)}.")
+            raise ValueError(
+                f"`keys` must have shape {tuple(shape[:-1])} (one per federation), got {tuple(self.keys.shape)}."
+            )
         return self.keys.to(like.device)
 
     def coins(self, round: int, shape: torch.Size, like: Tensor) -> Tensor:

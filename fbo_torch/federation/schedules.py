@@ -124,7 +124,9 @@ class AgentDistribution:
             check_tensor("agent_probs", probs)
             probs = probs.to(dtype=torch.float64, device=device)
             if probs.shape[-1] != N:
-                raise ValueError(f"`agent_probs` must have {N} entries in its last dimension, got {tuple(probs.shape)}.")
+                raise ValueError(
+                    f"`agent_probs` must have {N} entries in its last dimension, got {tuple(probs.shape)}."
+                )
             if not torch.isfinite(probs).all() or (probs < 0).any():
                 raise ValueError("`agent_probs` must be finite and non-negative.")
             sums = probs.sum(-1)

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim.domain import Domain
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.utils import keyed_random as kr
 
 
@@ -36,8 +36,13 @@ def maximize_rff_samples(
     (:class:`~fbo_torch.sampling.rff_paths.RFFSamplePaths`).
     """
     return domain.maximize(
-        RFFSamplePaths(features, omegas, input_bounds=input_bounds), omegas.shape[0], generator=generator, keys=keys,
-        raw_samples=domain.raw_samples_rff, maxiter=domain.maxiter_rff, num_restarts=domain.num_restarts_rff,
+        RFFSamplePaths(features, omegas, input_bounds=input_bounds),
+        omegas.shape[0],
+        generator=generator,
+        keys=keys,
+        raw_samples=domain.raw_samples_rff,
+        maxiter=domain.maxiter_rff,
+        num_restarts=domain.num_restarts_rff,
     )
 
 
@@ -74,8 +79,14 @@ def maximize_broadcast(
     if keys is not None:
         sub_keys = kr.fold(keys.unsqueeze(-1), torch.arange(P, device=keys.device)).reshape(R * P)
     X, vals = domain.maximize(
-        paths, R * P, generator=generator, region_bounds=rb, raw_samples=domain.raw_samples_rff,
-        maxiter=domain.maxiter_rff, num_restarts=domain.num_restarts_rff, keys=sub_keys,
+        paths,
+        R * P,
+        generator=generator,
+        region_bounds=rb,
+        raw_samples=domain.raw_samples_rff,
+        maxiter=domain.maxiter_rff,
+        num_restarts=domain.num_restarts_rff,
+        keys=sub_keys,
     )
     best_vals, best = vals.view(R, P).max(-1)
     return X.view(R, P, -1).gather(1, best.view(R, 1, 1).expand(R, 1, X.shape[-1])).squeeze(1), best_vals
@@ -97,6 +108,7 @@ def broadcast_queries(
     same point), or each agent's own key with ``broadcast`` repeated per agent
     (the authors' per-agent randomized maximization).
     """
-    X, _ = maximize_broadcast(features, broadcast, region_bounds, domain,
-                              keys=kr.fold(kr.fold(keys, round), "broadcast-maximize"))
+    X, _ = maximize_broadcast(
+        features, broadcast, region_bounds, domain, keys=kr.fold(kr.fold(keys, round), "broadcast-maximize")
+    )
     return X

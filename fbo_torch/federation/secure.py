@@ -162,8 +162,10 @@ class SecureMechanism:
         if self.num_agents < 2:
             raise ValueError(f"secure aggregation needs at least 2 agents, got {self.num_agents}.")
         if not 2 <= self.min_survivors <= self.num_agents:
-            raise ValueError(f"`dropout_tolerance` leaves min_survivors = {self.min_survivors}; secure aggregation "
-                             f"needs 2 <= min_survivors <= N = {self.num_agents} (a sum of one vector is that vector).")
+            raise ValueError(
+                f"`dropout_tolerance` leaves min_survivors = {self.min_survivors}; secure aggregation "
+                f"needs 2 <= min_survivors <= N = {self.num_agents} (a sum of one vector is that vector)."
+            )
         if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
             raise ValueError(f"secure aggregation needs a finite `clip_norm` > 0, got {self.clip_norm!r}.")
         if isinstance(self.scale, bool) or not isinstance(self.scale, int) or self.scale < 1:
@@ -172,7 +174,8 @@ class SecureMechanism:
             raise ValueError(
                 f"`lattice_scale` = {self.scale} gives each agent a noise variance of {self.local_variance} lattice "
                 f"units², outside [{MIN_VARIANCE}, {MAX_VARIANCE}]: choose a lattice_scale near "
-                f"{auto_scale(self.noise_multiplier, self.dim, self.min_survivors)} (or leave it unset).")
+                f"{auto_scale(self.noise_multiplier, self.dim, self.min_survivors)} (or leave it unset)."
+            )
 
     @classmethod
     def from_settings(cls, settings: Any, num_agents: int) -> SecureMechanism:
@@ -185,14 +188,19 @@ class SecureMechanism:
         sensitivity by ``√d / c``, ~0.1% for ``d = 200``).
         """
         clip = settings.clip_norm if settings.clip_norm is not None else math.inf
-        base = dict(num_agents=int(num_agents), num_regions=int(settings.num_regions),
-                    num_features=int(settings.num_features), clip_norm=float(clip),
-                    noise_multiplier=float(settings.noise_multiplier),
-                    min_survivors=min_survivors(num_agents, settings.dropout_tolerance))
+        base = dict(
+            num_agents=int(num_agents),
+            num_regions=int(settings.num_regions),
+            num_features=int(settings.num_features),
+            clip_norm=float(clip),
+            noise_multiplier=float(settings.noise_multiplier),
+            min_survivors=min_survivors(num_agents, settings.dropout_tolerance),
+        )
         scale = settings.lattice_scale
         if scale is None:
-            scale = auto_scale(base["noise_multiplier"], base["num_regions"] * base["num_features"],
-                               base["min_survivors"])
+            scale = auto_scale(
+                base["noise_multiplier"], base["num_regions"] * base["num_features"], base["min_survivors"]
+            )
         return cls(**base, scale=scale)
 
     # ------------------------------------------------------------------ derived constants
@@ -246,8 +254,9 @@ class SecureMechanism:
         return DDGConstants(self.l2_sensitivity, self.l1_sensitivity, float(self.local_variance), self.dim)
 
     # ------------------------------------------------------------------ the agents' half
-    def contributions(self, omegas: Tensor, sampled: Tensor, ratios: Tensor, secrets: list[bytes],
-                      round: int) -> tuple[Tensor, Tensor]:
+    def contributions(
+        self, omegas: Tensor, sampled: Tensor, ratios: Tensor, secrets: list[bytes], round: int
+    ) -> tuple[Tensor, Tensor]:
         r"""``B`` agents' integer vectors for round ``round`` (see the module docstring).
 
         Args:
@@ -263,8 +272,10 @@ class SecureMechanism:
         """
         B, M = omegas.shape
         if M != self.num_features or tuple(ratios.shape) != (B, self.num_regions) or len(secrets) != B:
-            raise ValueError(f"contributions: expected B x {self.num_features} omegas, B x {self.num_regions} ratios "
-                             f"and B secrets, got {tuple(omegas.shape)}, {tuple(ratios.shape)}, {len(secrets)}.")
+            raise ValueError(
+                f"contributions: expected B x {self.num_features} omegas, B x {self.num_regions} ratios "
+                f"and B secrets, got {tuple(omegas.shape)}, {tuple(ratios.shape)}, {len(secrets)}."
+            )
         omegas = omegas.detach().to("cpu", torch.float64)
         valid = torch.isfinite(omegas).all(-1)
         omegas = torch.where(valid.unsqueeze(-1), omegas, 0.0)  # before any arithmetic
@@ -276,8 +287,9 @@ class SecureMechanism:
         coins = uniforms(WordStreams(secrets, ("secagg-rounding", int(round)), d)).reshape(B, d)
         y = stochastic_round(x.reshape(B, d).numpy(), coins)
         if self.local_variance > 0:
-            y = y + discrete_gaussian(WordStreams(secrets, ("secagg-noise", int(round)), d),
-                                      self.local_variance).reshape(B, d)
+            y = y + discrete_gaussian(
+                WordStreams(secrets, ("secagg-noise", int(round)), d), self.local_variance
+            ).reshape(B, d)
         return torch.from_numpy(y), was_clipped & sampled.detach().cpu() & valid
 
     # ------------------------------------------------------------------ the sum
@@ -335,5 +347,13 @@ def check_aggregation(value: Any) -> str:
     return value
 
 
-__all__ = ["AGGREGATIONS", "SecureMechanism", "agent_secret", "auto_scale", "check_aggregation", "min_survivors",
-           "research_master", "share_variance"]
+__all__ = [
+    "AGGREGATIONS",
+    "SecureMechanism",
+    "agent_secret",
+    "auto_scale",
+    "check_aggregation",
+    "min_survivors",
+    "research_master",
+    "share_variance",
+]

@@ -54,8 +54,8 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -106,6 +106,7 @@ class ServerRound:
 
     def to_dict(self) -> dict[str, Any]:
         """The host part (no tensors), JSON-able."""
+
         def num(x: float) -> float | str:
             return x if math.isfinite(x) else str(x)
 
@@ -116,8 +117,13 @@ class ServerRound:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServerRound:
-        return cls(int(data["round"]), bool(data["released"]), float(data["epsilon"]), str(data.get("reason", "")),
-                   epsilon_server=float(data.get("epsilon_server", math.nan)))
+        return cls(
+            int(data["round"]),
+            bool(data["released"]),
+            float(data["epsilon"]),
+            str(data.get("reason", "")),
+            epsilon_server=float(data.get("epsilon_server", math.nan)),
+        )
 
 
 class DPFTSDEServer:
@@ -153,8 +159,10 @@ class DPFTSDEServer:
         if isinstance(randomness, Tensor):
             randomness = KeyedServerRandomness(randomness)
         if not isinstance(randomness, ServerRandomness):
-            raise TypeError("`randomness` must be a ServerRandomness or a tensor of int64 federation keys, "
-                            f"got {type(randomness).__name__}.")
+            raise TypeError(
+                "`randomness` must be a ServerRandomness or a tensor of int64 federation keys, "
+                f"got {type(randomness).__name__}."
+            )
         self.randomness = randomness
         P = settings.num_regions
         self.partition = SubRegionPartition(bounds, P)
@@ -162,7 +170,11 @@ class DPFTSDEServer:
         self.region_bounds = self.partition.region_bounds()
         membership = self.partition.membership(self.assignment)
         weights = ExplorationWeights(
-            membership, settings.weight_a, settings.weight_b, settings.const_rounds, settings.decay_rounds,
+            membership,
+            settings.weight_a,
+            settings.weight_b,
+            settings.const_rounds,
+            settings.decay_rounds,
             mode=settings.weights if P > 1 else "uniform",
         )
         clip = settings.clip_norm if settings.clip_norm is not None else math.inf
@@ -174,13 +186,20 @@ class DPFTSDEServer:
         self.private = settings.noise_multiplier > 0
         if self.private and accountant is not None:
             if self.secure:
+
                 def ledger(budget: float | None) -> PrivacyLedger:
-                    return PrivacyLedger(DistributedDiscreteGaussianAccountant(self.mechanism.ddg_constants()),
-                                         delta=delta, num_agents=N, max_epsilon=budget)
+                    return PrivacyLedger(
+                        DistributedDiscreteGaussianAccountant(self.mechanism.ddg_constants()),
+                        delta=delta,
+                        num_agents=N,
+                        max_epsilon=budget,
+                    )
+
                 self.ledger, self.server_ledger = ledger(settings.max_epsilon), ledger(None)
             else:
-                self.ledger = PrivacyLedger(accountant=accountant, delta=delta, num_agents=N,
-                                            max_epsilon=settings.max_epsilon)
+                self.ledger = PrivacyLedger(
+                    accountant=accountant, delta=delta, num_agents=N, max_epsilon=settings.max_epsilon
+                )
         self._cohort: tuple[int, Tensor] | None = None  # (round, R x N sampled) of the planned secure round
         self._committed: tuple[int, Tensor, Tensor, int] | None = None  # (round, released, survivors, shares)
         self.stop_reason = ""  # why the server stopped releasing for good ("" while it has not)
@@ -220,8 +239,10 @@ class DPFTSDEServer:
         last = self.rounds[-1].round if self.rounds else 0
         if self._planned is not None or round != last + 1:
             expected = self._planned if self._planned is not None else last + 1
-            raise RuntimeError(f"the server expected to {'release' if self._planned else 'plan'} round "
-                               f"{expected}, not plan round {round}.")
+            raise RuntimeError(
+                f"the server expected to {'release' if self._planned else 'plan'} round "
+                f"{expected}, not plan round {round}."
+            )
         reason = self.stop_reason
         if not reason:
             if 1.0 - p_t < self.settings.local_threshold:
@@ -311,8 +332,9 @@ class DPFTSDEServer:
         counts = survivors.to(torch.bool).sum(-1)
         released = counts >= self.mechanism.min_survivors
         if not bool(released.any()):
-            self.rounds.append(ServerRound(t, False, self.epsilon, "too few survivors",
-                                           epsilon_server=self.epsilon_server))
+            self.rounds.append(
+                ServerRound(t, False, self.epsilon, "too few survivors", epsilon_server=self.epsilon_server)
+            )
             self._committed = None
             return released
         k = int(counts[released].min())
@@ -349,12 +371,26 @@ class DPFTSDEServer:
         sampled = self._cohort[1].to(survivors.device) & survivors
         num = sampled.sum(-1)
         zero = torch.zeros_like(num, dtype=torch.float64)
-        std = float(W.max()) / q * (self.mechanism.clip_norm / self.mechanism.scale) * math.sqrt(
-            k * self.mechanism.local_variance)
+        std = (
+            float(W.max())
+            / q
+            * (self.mechanism.clip_norm / self.mechanism.scale)
+            * math.sqrt(k * self.mechanism.local_variance)
+        )
         rec.released, rec.reason = True, ""
         rec.record = AggregationRecord(
-            t, sampled, num, torch.zeros_like(sampled), zero, std, num_reported=survivors.sum(-1), valid=survivors,
-            num_invalid=torch.zeros_like(num), released=released, out_of_range=out_of_range)
+            t,
+            sampled,
+            num,
+            torch.zeros_like(sampled),
+            zero,
+            std,
+            num_reported=survivors.sum(-1),
+            valid=survivors,
+            num_invalid=torch.zeros_like(num),
+            released=released,
+            out_of_range=out_of_range,
+        )
         self.aggregator.history[:] = [rec.record]
         return out
 
@@ -395,13 +431,19 @@ class DPFTSDEServer:
         ``q``, ``S``, ``z``, the aggregation (secure: its lattice scale, share variance and
         ``min_survivors``), the accountant and δ (``None`` without a ledger)."""
         s, ledger, sec = self.settings, self.ledger, self.mechanism
-        return {"num_agents": self.num_agents, "num_regions": self.num_regions, "sample_rate": s.sample_rate,
-                "clip_norm": s.clip_norm, "noise_multiplier": s.noise_multiplier,
-                "aggregation": "secure" if self.secure else "central",
-                "secure": None if sec is None else {"scale": sec.scale, "local_variance": int(sec.local_variance),
-                                                    "min_survivors": sec.min_survivors},
-                "accountant": None if ledger is None else ledger.mechanism,
-                "delta": None if ledger is None else ledger.delta}
+        return {
+            "num_agents": self.num_agents,
+            "num_regions": self.num_regions,
+            "sample_rate": s.sample_rate,
+            "clip_norm": s.clip_norm,
+            "noise_multiplier": s.noise_multiplier,
+            "aggregation": "secure" if self.secure else "central",
+            "secure": None
+            if sec is None
+            else {"scale": sec.scale, "local_variance": int(sec.local_variance), "min_survivors": sec.min_survivors},
+            "accountant": None if ledger is None else ledger.mechanism,
+            "delta": None if ledger is None else ledger.delta,
+        }
 
     def _recordable_releases(self, server: bool = False) -> Callable[[float, float], bool]:
         r"""Whether a ledger entry ``(z, q)`` is one this server's mechanism records: central ``(z, q)``
@@ -419,8 +461,10 @@ class DPFTSDEServer:
         """The rounds, why it stopped, the planned round, the mechanism's parameters and the ledger
         (host data only; not the randomness)."""
         return {
-            "stop_reason": self.stop_reason, "rounds": [r.to_dict() for r in self.rounds],
-            "planned": self._planned, "mechanism": self.privacy_parameters(),
+            "stop_reason": self.stop_reason,
+            "rounds": [r.to_dict() for r in self.rounds],
+            "planned": self._planned,
+            "mechanism": self.privacy_parameters(),
             "ledger": None if self.ledger is None else self.ledger.state_dict(),
             "server_ledger": None if self.server_ledger is None else self.server_ledger.state_dict(),
         }
@@ -447,8 +491,9 @@ class DPFTSDEServer:
         mine = self.privacy_parameters()
         changed = [f"{k} {mechanism.get(k)!r} (this run: {v!r})" for k, v in mine.items() if mechanism.get(k) != v]
         if changed:
-            raise ValueError(f"the saved server state was made with other privacy parameters: {', '.join(changed)}; "
-                             "refusing it.")
+            raise ValueError(
+                f"the saved server state was made with other privacy parameters: {', '.join(changed)}; refusing it."
+            )
         if stop_reason and stop_reason not in NOT_RELEASED:
             raise ValueError(f"the saved server state's stop reason {stop_reason!r} is not one of {NOT_RELEASED}.")
         if [r.round for r in rounds] != list(range(1, len(rounds) + 1)):
@@ -460,8 +505,10 @@ class DPFTSDEServer:
                 r.reason = "unmask failed"
         charged = [r for r in rounds if r.charged]
         restored: dict[str, PrivacyLedger] = {}  # this server's ledgers are replaced only once all checks pass
-        for name, saved, attr in (("ledger", ledger, "epsilon"), ("server_ledger", state.get("server_ledger"),
-                                                                  "epsilon_server")):
+        for name, saved, attr in (
+            ("ledger", ledger, "epsilon"),
+            ("server_ledger", state.get("server_ledger"), "epsilon_server"),
+        ):
             own = getattr(self, name)
             if own is None:
                 continue
@@ -472,16 +519,22 @@ class DPFTSDEServer:
             allowed = self._recordable_releases(server=name == "server_ledger")
             other = [(hz, hq) for hz, hq, _ in new.accountant.history if not allowed(hz, hq)]
             if other:
-                raise ValueError(f"the saved server state's ledger records releases with (z, q) = {other[0]}, which "
-                                 f"this run's mechanism (z = {self.settings.noise_multiplier}, q = "
-                                 f"{self.settings.sample_rate}) cannot make: refusing it.")
+                raise ValueError(
+                    f"the saved server state's ledger records releases with (z, q) = {other[0]}, which "
+                    f"this run's mechanism (z = {self.settings.noise_multiplier}, q = "
+                    f"{self.settings.sample_rate}) cannot make: refusing it."
+                )
             if new.rounds != len(charged):
-                raise ValueError(f"the saved server state records {len(charged)} releases but its ledger "
-                                 f"{new.rounds}: refusing a state that cannot account for its releases.")
+                raise ValueError(
+                    f"the saved server state records {len(charged)} releases but its ledger "
+                    f"{new.rounds}: refusing a state that cannot account for its releases."
+                )
             for r, eps in zip(charged, new.epsilons, strict=True):
                 if not math.isclose(getattr(r, attr), eps, rel_tol=1e-9, abs_tol=1e-12):
-                    raise ValueError(f"the saved server state says ε = {getattr(r, attr)} after round {r.round}, "
-                                     f"its ledger {eps}: refusing it.")
+                    raise ValueError(
+                        f"the saved server state says ε = {getattr(r, attr)} after round {r.round}, "
+                        f"its ledger {eps}: refusing it."
+                    )
             restored[name] = new
         for name, new in restored.items():
             setattr(self, name, new)

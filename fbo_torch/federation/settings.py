@@ -144,7 +144,11 @@ class MethodSettings:
     def __post_init__(self) -> None:
         for key in ("rff_lengthscale", "rff_outputscale", "rff_noise_variance"):
             check_finite_positive(key, getattr(self, key))
-        if isinstance(self.rff_seed, bool) or not isinstance(self.rff_seed, int) or not -(2**63) <= self.rff_seed < 2**63:
+        if (
+            isinstance(self.rff_seed, bool)
+            or not isinstance(self.rff_seed, int)
+            or not -(2**63) <= self.rff_seed < 2**63
+        ):
             raise ValueError(f"`rff_seed` must be a signed 64-bit integer, got {self.rff_seed!r}.")
         check_int("num_iterations", self.num_iterations, minimum=1)
         check_int("num_init", self.num_init, minimum=1)
@@ -170,7 +174,9 @@ class MethodSettings:
         if self.gp_sample_features is not None:
             check_int("gp_sample_features", self.gp_sample_features, minimum=2)
             if self.gp_sample_features % 2:
-                raise ValueError(f"`gp_sample_features` must be even ([sin, cos] pairs), got {self.gp_sample_features}.")
+                raise ValueError(
+                    f"`gp_sample_features` must be even ([sin, cos] pairs), got {self.gp_sample_features}."
+                )
         if self.gp_kernel not in GP_SPECS:
             raise ValueError(f"`gp_kernel` must be one of {sorted(GP_SPECS)}, got {self.gp_kernel!r}.")
         self.fault_injector()  # validates
@@ -188,8 +194,13 @@ class MethodSettings:
     def features(self, dim: int, device: torch.device | str | None = None) -> RandomFourierFeatures:
         """The shared random-feature map these settings describe."""
         return RandomFourierFeatures(
-            dim, self.num_features, lengthscale=self.rff_lengthscale, outputscale=self.rff_outputscale,
-            seed=self.rff_seed, normalize=self.rff_normalize, device=device,
+            dim,
+            self.num_features,
+            lengthscale=self.rff_lengthscale,
+            outputscale=self.rff_outputscale,
+            seed=self.rff_seed,
+            normalize=self.rff_normalize,
+            device=device,
         )
 
 
@@ -256,14 +267,18 @@ class FTSSettings(MethodSettings):
         check_probability("prior_floor", self.prior_floor, open_left=True, open_right=True)
         check_int("message_memory", self.message_memory, minimum=1)
         if self.algorithm == "peer_prior" and self.own_acquisition == "ts":
-            raise ValueError("`own_acquisition`: peer_prior weights an analytic acquisition by its prior; "
-                             "use 'logei' (its default) or 'ucb', not 'ts'.")
+            raise ValueError(
+                "`own_acquisition`: peer_prior weights an analytic acquisition by its prior; "
+                "use 'logei' (its default) or 'ucb', not 'ts'."
+            )
         faults = self.fault_injector()
         if faults.affects_messages:
             key = "faults.dropout_rate" if faults.dropout_rate > 0 else "faults.byzantine_rate"
-            raise ValueError(f"`{key}` applies to DP-FTS-DE methods (experiment: dp_fts_de), whose agents send "
-                             "messages each round; in FTS experiments the other agents' messages come from their "
-                             "histories (use `eval_failure_rate` for failing evaluations).")
+            raise ValueError(
+                f"`{key}` applies to DP-FTS-DE methods (experiment: dp_fts_de), whose agents send "
+                "messages each round; in FTS experiments the other agents' messages come from their "
+                "histories (use `eval_failure_rate` for failing evaluations)."
+            )
 
     @property
     def parameters_per_agent(self) -> int:
@@ -350,8 +365,10 @@ class DPFTSDESettings(MethodSettings):
         if z > 0 and self.clip_norm is None:
             raise ValueError("`clip_norm` is required when `noise_multiplier` > 0.")
         if z > 0 and not math.isfinite(self.clip_norm):
-            raise ValueError("`clip_norm` must be finite when `noise_multiplier` > 0 (the noise std is "
-                             f"noise_multiplier × clip_norm), got {self.clip_norm!r}.")
+            raise ValueError(
+                "`clip_norm` must be finite when `noise_multiplier` > 0 (the noise std is "
+                f"noise_multiplier × clip_norm), got {self.clip_norm!r}."
+            )
         if self.max_epsilon is not None:
             check_finite_positive("max_epsilon", self.max_epsilon, "a finite number > 0, or null for no budget")
         check_probability("local_threshold", self.local_threshold)
@@ -363,8 +380,9 @@ class DPFTSDESettings(MethodSettings):
             raise ValueError(f"`weights` must be one of {ExplorationWeights.MODES}, got {self.weights!r}.")
         check_finite_positive("weight_b", self.weight_b)
         if not (math.isfinite(self.weight_a) and self.weight_a >= self.weight_b):
-            raise ValueError(f"`weight_a` must be a finite number >= `weight_b` ({self.weight_b}), "
-                             f"got {self.weight_a!r}.")
+            raise ValueError(
+                f"`weight_a` must be a finite number >= `weight_b` ({self.weight_b}), got {self.weight_a!r}."
+            )
         check_int("const_rounds", self.const_rounds, minimum=0)
         check_int("decay_rounds", self.decay_rounds, minimum=0)
         check_aggregation(self.aggregation)
@@ -443,8 +461,9 @@ class PrivacySettings:
         for i, name in enumerate(self.extra_accountants):
             if name not in ACCOUNTANTS:
                 raise ValueError(f"`extra_accountants[{i}]` must be one of {names}, got {name!r}.")
-        if self.delta is not None and (isinstance(self.delta, bool) or not isinstance(self.delta, (int, float))
-                                       or not 0 < self.delta < 1):
+        if self.delta is not None and (
+            isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not 0 < self.delta < 1
+        ):
             raise ValueError(f"`delta` must be a number in (0, 1), or null for the default, got {self.delta!r}.")
         if self.max_epsilon is not None:
             check_finite_positive("max_epsilon", self.max_epsilon, "a finite number > 0, or null for no budget")

@@ -88,8 +88,14 @@ class AgentNode:
             :meth:`~fbo_torch.flower.config.FlowerRunConfig.node_objective`).
     """
 
-    def __init__(self, config: FlowerRunConfig, agent_id: int, state: dict[str, Tensor] | None = None,
-                 objective: Any | None = None, node_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: FlowerRunConfig,
+        agent_id: int,
+        state: dict[str, Tensor] | None = None,
+        objective: Any | None = None,
+        node_config: Mapping[str, Any] | None = None,
+    ) -> None:
         n = int(agent_id)
         if not 0 <= n < config.num_agents:
             raise ValueError(f"agent id (partition-id) {n} is outside 0..{config.num_agents - 1}.")
@@ -106,16 +112,24 @@ class AgentNode:
         self.features = self.settings.features(self.objective.dim) if fts else None
         if not state:
             partition = SubRegionPartition(self.domain.bounds, self.settings.num_regions) if fts else None
-            self.agents, self.best = start_agents(self.objective, self.settings, self.domain, self.keys, self.ids,
-                                                  self.features, partition)  # best: 1
+            self.agents, self.best = start_agents(
+                self.objective, self.settings, self.domain, self.keys, self.ids, self.features, partition
+            )  # best: 1
             self.round = 0
             return
         if int(state["agent_id"]) != n:
             raise ValueError(f"the node state holds agent {int(state['agent_id'])}, not agent {n}.")
         n0 = self.settings.num_init  # the stored initial observations stand in for the start-up's
         X, Y = state["X"].to(self.domain.bounds.device), state["Y"].to(self.domain.bounds.device)
-        self.agents = Agents(self.keys, X[:, :n0], Y[:, :n0].unsqueeze(-1), self.domain, self.settings,
-                             self.features, capacity=self.settings.num_iterations)
+        self.agents = Agents(
+            self.keys,
+            X[:, :n0],
+            Y[:, :n0].unsqueeze(-1),
+            self.domain,
+            self.settings,
+            self.features,
+            capacity=self.settings.num_iterations,
+        )
         agents_state: dict = {k: state[k] for k in ("keys", "X", "Y", "valid")}
         agents_state["n"] = int(state["n"])
         agents_state["gp_params"] = state.get("gp_params")
@@ -140,8 +154,9 @@ class AgentNode:
                 "same arguments (num-features, rff-lengthscale, rff seed, dimension)."
             )
 
-    def step(self, round: int, p: float, broadcast: Tensor | None, region_bounds: Tensor | None,
-             omega_round: int) -> AgentReply:
+    def step(
+        self, round: int, p: float, broadcast: Tensor | None, region_bounds: Tensor | None, omega_round: int
+    ) -> AgentReply:
         r"""Take round ``round`` (``0``: set-up only) and draw ``ω`` for round ``omega_round`` (0: none).
 
         Args:
@@ -157,8 +172,17 @@ class AgentNode:
                 raise ValueError(f"agent {self.agent_id} already took round {round} (it is at round {self.round}).")
             X_srv = None
             if broadcast is not None:
-                X_srv = broadcast_points(self.settings, self.features, broadcast.unsqueeze(0), region_bounds,
-                                         self.domain, round, self.federation_key, self.keys, torch.zeros(1, dtype=torch.long))
+                X_srv = broadcast_points(
+                    self.settings,
+                    self.features,
+                    broadcast.unsqueeze(0),
+                    region_bounds,
+                    self.domain,
+                    round,
+                    self.federation_key,
+                    self.keys,
+                    torch.zeros(1, dtype=torch.long),
+                )
             _, used_t, ok, f = agent_round(self.agents, self.objective, self.ids, round, p, X_srv, self.faults)
             self.best = torch.maximum(self.best, f)
             used, failed = bool(used_t[0]), not bool(ok[0])
@@ -218,8 +242,15 @@ class LiveNodes:
         self._nodes: dict[int, AgentNode] = {}
         self._objectives: list[tuple[FlowerRunConfig, str, Any]] = []
 
-    def get(self, run_id: int, node_id: int, config: FlowerRunConfig, agent_id: int,
-            state: dict[str, Tensor] | None, node_config: Mapping[str, Any] | None = None) -> AgentNode:
+    def get(
+        self,
+        run_id: int,
+        node_id: int,
+        config: FlowerRunConfig,
+        agent_id: int,
+        state: dict[str, Tensor] | None,
+        node_config: Mapping[str, Any] | None = None,
+    ) -> AgentNode:
         r"""Node ``node_id`` of run ``run_id`` (agent ``agent_id`` of ``config``, with ``node_config``)
         as ``state`` saved it."""
         if self._run_id != int(run_id):

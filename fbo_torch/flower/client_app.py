@@ -97,8 +97,13 @@ def handle_round(msg: Message, context: Context) -> Message:
         return Message(reply_to_records(reply, config.report_best), reply_to=msg)
     sampled, ratios = cohort
     mechanism = SecureMechanism.from_settings(settings, config.num_agents)
-    y, _ = mechanism.contributions(reply.omega.unsqueeze(0), torch.tensor([sampled]), ratios.unsqueeze(0),
-                                   [agent_secret_of(context)], plan.omega_round)
+    y, _ = mechanism.contributions(
+        reply.omega.unsqueeze(0),
+        torch.tensor([sampled]),
+        ratios.unsqueeze(0),
+        [agent_secret_of(context)],
+        plan.omega_round,
+    )
     client = SecAggClient.setup(context.node_id, plan.omega_round, mechanism.modulus, y[0].numpy())
     context.state[SECAGG_STATE] = ConfigRecord(client.to_state())
     content = reply_to_records(replace(reply, omega=None), config.report_best)

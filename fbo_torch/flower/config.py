@@ -152,8 +152,10 @@ class FederationDomain(Objective):
         return self._bounds
 
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
-        raise RuntimeError("this federation's objectives are node-local: each SuperNode evaluates its own "
-                           "(node config `objective`), nobody evaluates the federation's.")
+        raise RuntimeError(
+            "this federation's objectives are node-local: each SuperNode evaluates its own "
+            "(node config `objective`), nobody evaluates the federation's."
+        )
 
 
 def _node_local_domain(spec: Mapping[str, Any], num_agents: int) -> FederationDomain:
@@ -161,8 +163,10 @@ def _node_local_domain(spec: Mapping[str, Any], num_agents: int) -> FederationDo
     where = 'run config `objective` ({"type": "node", ...})'
     extra = sorted(set(spec) - {"type", "bounds", "parameters"})
     if extra or ("bounds" in spec) == ("parameters" in spec):
-        raise ValueError(f"{where} takes exactly one of `bounds` (2 x d: [[lower...], [upper...]]) or `parameters` "
-                         f"(a search space {{name: {{low, high, log, type}}}}), got keys {sorted(spec)}.")
+        raise ValueError(
+            f"{where} takes exactly one of `bounds` (2 x d: [[lower...], [upper...]]) or `parameters` "
+            f"(a search space {{name: {{low, high, log, type}}}}), got keys {sorted(spec)}."
+        )
     if "parameters" in spec:
         try:
             space = SearchSpace.from_dict(spec["parameters"])
@@ -176,8 +180,10 @@ def _node_local_domain(spec: Mapping[str, Any], num_agents: int) -> FederationDo
     except (TypeError, ValueError, RuntimeError):
         ok = False
     if not ok:
-        raise ValueError(f"{where}: `bounds` must be 2 x d finite numbers [[lower...], [upper...]] with every upper "
-                         f"bound above its lower bound, got {spec['bounds']!r}.")
+        raise ValueError(
+            f"{where}: `bounds` must be 2 x d finite numbers [[lower...], [upper...]] with every upper "
+            f"bound above its lower bound, got {spec['bounds']!r}."
+        )
     return FederationDomain(bounds, num_agents)
 
 
@@ -189,7 +195,7 @@ def node_objective_spec(node_config: Mapping[str, Any]) -> dict[str, Any] | None
     arguments, ``objective.type`` the class.
     """
     prefix = NODE_OBJECTIVE_KEY + "."
-    kwargs = {k[len(prefix):]: v for k, v in node_config.items() if str(k).startswith(prefix)}
+    kwargs = {k[len(prefix) :]: v for k, v in node_config.items() if str(k).startswith(prefix)}
     if NODE_OBJECTIVE_KEY not in node_config and not kwargs:
         return None
     value = node_config.get(NODE_OBJECTIVE_KEY, "")
@@ -198,13 +204,17 @@ def node_objective_spec(node_config: Mapping[str, Any]) -> dict[str, Any] | None
         spec = _json(f"node config `{NODE_OBJECTIVE_KEY}`", value)
     elif value not in ("", None):
         if not isinstance(value, str):
-            raise ValueError(f"node config `{NODE_OBJECTIVE_KEY}` must be 'package.module:ClassName' or a JSON "
-                             f"object, got {value!r}.")
+            raise ValueError(
+                f"node config `{NODE_OBJECTIVE_KEY}` must be 'package.module:ClassName' or a JSON "
+                f"object, got {value!r}."
+            )
         spec = {"type": value.strip()}
     spec.update(kwargs)
     if "type" not in spec:
-        raise ValueError(f"node config `{NODE_OBJECTIVE_KEY}` names no class: give "
-                         f"{NODE_OBJECTIVE_KEY}=\"package.module:ClassName\" (or `{prefix}type`).")
+        raise ValueError(
+            f"node config `{NODE_OBJECTIVE_KEY}` names no class: give "
+            f'{NODE_OBJECTIVE_KEY}="package.module:ClassName" (or `{prefix}type`).'
+        )
     return spec
 
 
@@ -236,8 +246,9 @@ class NodeObjective(Objective):
             raise ValueError(f"this node evaluates agent {self.agent_id} only, not agents {agents.tolist()}.")
         return torch.zeros(agents.numel(), dtype=torch.long, device=like.device)
 
-    def observe(self, X: Tensor, keys: Tensor, agents: Tensor | None = None,
-                validate: bool = True) -> tuple[Tensor, Tensor]:
+    def observe(
+        self, X: Tensor, keys: Tensor, agents: Tensor | None = None, validate: bool = True
+    ) -> tuple[Tensor, Tensor]:
         return self.inner.observe(X, keys, self._own(agents, X), validate)
 
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
@@ -365,12 +376,20 @@ class FlowerRunConfig:
         if int(self.num_agents) < 1:
             raise ValueError(f"run config `num-agents` must be >= 1, got {self.num_agents}.")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ValueError(f"run config `seed` must be an integer in [0, 2^63), got {self.seed!r}; larger seeds "
-                             "would repeat smaller ones' streams.")
-        for key, value, minimum in (("round-timeout", self.round_timeout, "> 0"),
-                                    ("min-nodes-timeout", self.min_nodes_timeout, ">= 0")):
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                    and (value > 0 if minimum == "> 0" else value >= 0)):
+            raise ValueError(
+                f"run config `seed` must be an integer in [0, 2^63), got {self.seed!r}; larger seeds "
+                "would repeat smaller ones' streams."
+            )
+        for key, value, minimum in (
+            ("round-timeout", self.round_timeout, "> 0"),
+            ("min-nodes-timeout", self.min_nodes_timeout, ">= 0"),
+        ):
+            if not (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and (value > 0 if minimum == "> 0" else value >= 0)
+            ):
                 raise ValueError(f"run config `{key}` must be a finite number of seconds {minimum}, got {value!r}.")
         algorithm = "fts_de" if self.method == "dp-fts-de" else "ts"
         if self.settings.algorithm != algorithm:
@@ -380,7 +399,8 @@ class FlowerRunConfig:
             raise ValueError(
                 f"run config `delta` = {delta:g} is >= 1/N = {1 / self.num_agents:g}: such a guarantee allows "
                 "releasing one agent's data in full. Use a smaller delta (0: the deployment default "
-                "min(1e-5, 0.01/N)), or set `allow-large-delta = true` to accept it.")
+                "min(1e-5, 0.01/N)), or set `allow-large-delta = true` to accept it."
+            )
         try:
             check_options(self.domain)
         except ValueError as err:
@@ -415,8 +435,11 @@ class FlowerRunConfig:
         unknown = sorted(set(run_config) - set(keys))
         if unknown:
             raise ValueError(f"unknown run config key(s) {unknown}; expected a subset of {sorted(keys)}.")
-        hints = {"run": typing.get_type_hints(cls), "settings": typing.get_type_hints(DPFTSDESettings),
-                 "privacy": typing.get_type_hints(PrivacySettings)}
+        hints = {
+            "run": typing.get_type_hints(cls),
+            "settings": typing.get_type_hints(DPFTSDESettings),
+            "privacy": typing.get_type_hints(PrivacySettings),
+        }
         parts: dict[str, dict[str, Any]] = {"run": {}, "settings": {}, "privacy": {}}
         for key, value in run_config.items():
             where, name = keys[key]
@@ -482,7 +505,8 @@ class FlowerRunConfig:
                 f"run config `objective` names {kind!r}: importing it would run that module's code here, and this "
                 f"process allows only built-in objectives and the ones its own configuration lists; add it to the "
                 f"node config `{ALLOW_OBJECTIVES_KEY}` (flower-supernode --node-config "
-                f"\"{ALLOW_OBJECTIVES_KEY}='{kind}'\") or to ${ALLOW_OBJECTIVES_ENV} on every node and the server.")
+                f"\"{ALLOW_OBJECTIVES_KEY}='{kind}'\") or to ${ALLOW_OBJECTIVES_ENV} on every node and the server."
+            )
 
     def build_objective(self) -> Any:
         r"""The federation's objective: the simulated one every node builds (node ``n`` evaluates agent
@@ -513,13 +537,15 @@ class FlowerRunConfig:
                 raise ObjectiveMismatch(
                     f"agent {n} names its own objective {spec['type']!r} in its node config, but this federation's "
                     "objective is the run config's; run the federation with objective = "
-                    '\'{"type": "node", "bounds": ...}\' for node-local objectives, or drop the node\'s `objective`.')
+                    '\'{"type": "node", "bounds": ...}\' for node-local objectives, or drop the node\'s `objective`.'
+                )
             return self.build_objective()
         domain = _node_local_domain(self.objective, self.num_agents)
         if spec is None:
             raise ObjectiveMismatch(
                 f"agent {n} has no objective: this federation's objectives are node-local; start the SuperNode "
-                f'with --node-config "partition-id={n} objective=\'package.module:ClassName\'" (its own black box).')
+                f"with --node-config \"partition-id={n} objective='package.module:ClassName'\" (its own black box)."
+            )
         try:
             own = build_objective(spec)
         except (TypeError, ValueError, OSError, ImportError, RuntimeError) as err:
@@ -527,8 +553,9 @@ class FlowerRunConfig:
             raise ValueError(f"agent {n}: node config `objective` ({spec['type']}): {text}") from None
         name = f"agent {n}'s objective {spec['type']!r}"
         if own.num_agents != 1:
-            raise ObjectiveMismatch(f"{name} has {own.num_agents} agents; a node's objective is one agent's "
-                                    "function (num_agents = 1).")
+            raise ObjectiveMismatch(
+                f"{name} has {own.num_agents} agents; a node's objective is one agent's function (num_agents = 1)."
+            )
         bounds = own.bounds.detach().to("cpu", torch.float64)
         theirs = domain.bounds
         if bounds.shape != theirs.shape or not torch.allclose(bounds, theirs, rtol=1e-9, atol=1e-12):
@@ -537,7 +564,8 @@ class FlowerRunConfig:
             mine = getattr(own, "search_space", None)
             raise ObjectiveMismatch(
                 f"{name} searches {mine.to_config() if mine is not None else 'no named search space'}; the "
-                f"federation's parameters are {domain.search_space.to_config()}.")
+                f"federation's parameters are {domain.search_space.to_config()}."
+            )
         return NodeObjective(own, n, self.num_agents)
 
     def build_domain(self, objective: Any) -> Domain:
@@ -551,8 +579,14 @@ class FlowerRunConfig:
 
     #: Keys that do not change what the federation computes or releases (left out of its fingerprint; SecAgg+'s
     #: neighbourhoods and threshold change how the sum is computed, not the sum).
-    TRANSPORT_KEYS = ("round_timeout", "min_nodes_timeout", "report_best", "summary_path", "secagg_num_shares",
-                      "secagg_threshold")
+    TRANSPORT_KEYS = (
+        "round_timeout",
+        "min_nodes_timeout",
+        "report_best",
+        "summary_path",
+        "secagg_num_shares",
+        "secagg_threshold",
+    )
 
     def fingerprint(self) -> str:
         """SHA-256 of the keys that define the federation (all but :attr:`TRANSPORT_KEYS`)."""

@@ -107,21 +107,34 @@ class RoundPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (floats kept exactly)."""
-        return {"round": self.round, "p": self.p, "omega_round": self.omega_round, "fingerprint": self.fingerprint,
-                "features": dict(self.features),
-                "broadcast": None if self.broadcast is None else self.broadcast.tolist(),
-                "region_bounds": None if self.region_bounds is None else self.region_bounds.tolist(),
-                "coins": None if self.coins is None else self.coins.tolist(),
-                "ratios": None if self.ratios is None else self.ratios.tolist()}
+        return {
+            "round": self.round,
+            "p": self.p,
+            "omega_round": self.omega_round,
+            "fingerprint": self.fingerprint,
+            "features": dict(self.features),
+            "broadcast": None if self.broadcast is None else self.broadcast.tolist(),
+            "region_bounds": None if self.region_bounds is None else self.region_bounds.tolist(),
+            "coins": None if self.coins is None else self.coins.tolist(),
+            "ratios": None if self.ratios is None else self.ratios.tolist(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundPlan:
         def tensor(v: Any, dtype=torch.float64) -> Tensor | None:
             return None if v is None else torch.tensor(v, dtype=dtype)
 
-        return cls(int(data["round"]), float(data["p"]), tensor(data["broadcast"]), tensor(data["region_bounds"]),
-                   int(data["omega_round"]), str(data["fingerprint"]), dict(data["features"]),
-                   tensor(data.get("coins"), torch.bool), tensor(data.get("ratios")))
+        return cls(
+            int(data["round"]),
+            float(data["p"]),
+            tensor(data["broadcast"]),
+            tensor(data["region_bounds"]),
+            int(data["omega_round"]),
+            str(data["fingerprint"]),
+            dict(data["features"]),
+            tensor(data.get("coins"), torch.bool),
+            tensor(data.get("ratios")),
+        )
 
 
 @dataclass
@@ -146,10 +159,14 @@ class RoundLog(ServerRound):
     secagg: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {**super().to_dict(), "num_reported": self.num_reported, "num_invalid": self.num_invalid,
-               "num_replied": self.num_replied,
-               "best_values": {str(k): v for k, v in sorted(self.best_values.items())},
-               "num_observations": {str(k): v for k, v in sorted(self.num_observations.items())}}
+        out = {
+            **super().to_dict(),
+            "num_reported": self.num_reported,
+            "num_invalid": self.num_invalid,
+            "num_replied": self.num_replied,
+            "best_values": {str(k): v for k, v in sorted(self.best_values.items())},
+            "num_observations": {str(k): v for k, v in sorted(self.num_observations.items())},
+        }
         if self.secagg:
             out["secagg"] = dict(self.secagg)
         return out
@@ -157,11 +174,20 @@ class RoundLog(ServerRound):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundLog:
         server = ServerRound.from_dict(d)
-        return cls(server.round, server.released, server.epsilon, server.reason, None, int(d["num_reported"]),
-                   int(d["num_invalid"]), int(d["num_replied"]),
-                   {int(k): float(v) for k, v in d["best_values"].items()},
-                   {int(k): int(v) for k, v in d["num_observations"].items()}, dict(d.get("secagg", {})),
-                   epsilon_server=server.epsilon_server)
+        return cls(
+            server.round,
+            server.released,
+            server.epsilon,
+            server.reason,
+            None,
+            int(d["num_reported"]),
+            int(d["num_invalid"]),
+            int(d["num_replied"]),
+            {int(k): float(v) for k, v in d["best_values"].items()},
+            {int(k): int(v) for k, v in d["num_observations"].items()},
+            dict(d.get("secagg", {})),
+            epsilon_server=server.epsilon_server,
+        )
 
 
 def message_problem(omega: Any, num_features: int) -> str:
@@ -199,8 +225,9 @@ class Coordinator:
             a ledger that does not verify.
     """
 
-    def __init__(self, config: FlowerRunConfig, bounds: Tensor, dim: int, secret: bytes | None = None,
-                 state: Any = None) -> None:
+    def __init__(
+        self, config: FlowerRunConfig, bounds: Tensor, dim: int, secret: bytes | None = None, state: Any = None
+    ) -> None:
         self.config = config
         self.settings = s = config.dp_settings()
         self.N = int(config.num_agents)
@@ -217,9 +244,14 @@ class Coordinator:
         self.features = None
         if s.algorithm == "fts_de":
             self.features = s.features(dim)
-            self.server = DPFTSDEServer(self.N, bounds.to(torch.float64), s,
-                                        SecretServerRandomness(secret, secure_mode=config.secure_mode),
-                                        config.privacy.accountant, config.ledger_delta)
+            self.server = DPFTSDEServer(
+                self.N,
+                bounds.to(torch.float64),
+                s,
+                SecretServerRandomness(secret, secure_mode=config.secure_mode),
+                config.privacy.accountant,
+                config.ledger_delta,
+            )
         self.secure = self.server is not None and self.server.secure
         self._secure_broadcast: Tensor | None = None  # the revealed release of the next exchange
         self._secagg_stats: dict[str, Any] = {}  # the SecAgg+ statistics of that round
@@ -296,25 +328,38 @@ class Coordinator:
                 num_reported = int(self._secagg_stats.get("survivors", 0))
             rec = self.server.rounds[t - 1] if self.server is not None else None
             released = rec is not None and rec.released
-            self.logs.append(RoundLog(
-                t, released, self.epsilon, "" if rec is None else rec.reason,
-                num_reported=num_reported if released else 0, num_invalid=self._num_invalid,
-                secagg=self._secagg_stats, epsilon_server=math.nan if rec is None else rec.epsilon_server,
-            ))
+            self.logs.append(
+                RoundLog(
+                    t,
+                    released,
+                    self.epsilon,
+                    "" if rec is None else rec.reason,
+                    num_reported=num_reported if released else 0,
+                    num_invalid=self._num_invalid,
+                    secagg=self._secagg_stats,
+                    epsilon_server=math.nan if rec is None else rec.epsilon_server,
+                )
+            )
             self._secagg_stats = {}
         coins = ratios = None
-        if t < s.num_iterations and self.server is not None:
-            if self.server.plan(t + 1, self.schedule(t + 1)) and self.secure:
-                sampled, ratios = self.server.secure_cohort(1)
-                coins = sampled[0]
+        planned = t < s.num_iterations and self.server is not None and self.server.plan(t + 1, self.schedule(t + 1))
+        if planned and self.secure:
+            sampled, ratios = self.server.secure_cohort(1)
+            coins = sampled[0]
         self._omegas.zero_()
         self._reported.zero_()
         self._num_invalid = 0
         self.round = t
         plan = RoundPlan(
-            t, float(self.schedule(t)) if t >= 1 else 0.0, broadcast,
-            None if self.server is None else self.server.region_bounds, self._omega_round, self.fingerprint,
-            {} if self.features is None else self.features.config(), coins, ratios,
+            t,
+            float(self.schedule(t)) if t >= 1 else 0.0,
+            broadcast,
+            None if self.server is None else self.server.region_bounds,
+            self._omega_round,
+            self.fingerprint,
+            {} if self.features is None else self.features.config(),
+            coins,
+            ratios,
         )
         self._last_plan = plan
         self._save(plan)
@@ -354,8 +399,9 @@ class Coordinator:
         """SecAgg+ statistics of the planned round (time, bytes), logged with it."""
         self._secagg_stats.update(stats)
 
-    def receive(self, agent_id: Any, fingerprint: Any, omega: Any, best_value: Any = None,
-                num_observations: Any = None) -> None:
+    def receive(
+        self, agent_id: Any, fingerprint: Any, omega: Any, best_value: Any = None, num_observations: Any = None
+    ) -> None:
         r"""Take an agent's reply to the current exchange.
 
         Raises:
@@ -377,21 +423,28 @@ class Coordinator:
         if best_value is not None and not (isinstance(best_value, float) and math.isfinite(best_value)):
             problems.append(f"best value {best_value!r} is not a finite number")
         most = self.settings.num_init + self.settings.num_iterations  # an agent evaluates no more than this
-        if num_observations is not None and (isinstance(num_observations, bool) or not isinstance(num_observations, int)
-                                             or not 0 <= num_observations <= most):
+        if num_observations is not None and (
+            isinstance(num_observations, bool)
+            or not isinstance(num_observations, int)
+            or not 0 <= num_observations <= most
+        ):
             problems.append(f"observation count {num_observations!r} is not an integer in 0..{most}")
         if self._omega_round and self.secure:
             if omega is not None:
-                problems.append(f"it sent ω in a secure round (ω must never leave an agent when "
-                                "aggregation is secure)")
+                problems.append("it sent ω in a secure round (ω must never leave an agent when aggregation is secure)")
         elif self._omega_round:
-            problem = (f"no ω for round {self._omega_round}" if omega is None
-                       else message_problem(omega, self._omegas.shape[-1]))
+            problem = (
+                f"no ω for round {self._omega_round}"
+                if omega is None
+                else message_problem(omega, self._omegas.shape[-1])
+            )
             if problem:
                 problems.append(problem)
         if problems:
             self._reported[0, n] = False
-            raise InvalidReply(f"agent {n}: {'; '.join(problems)}; left out of round {self._omega_round or self.round}.")
+            raise InvalidReply(
+                f"agent {n}: {'; '.join(problems)}; left out of round {self._omega_round or self.round}."
+            )
         if self.logs:
             self.logs[-1].num_replied += 1
             if num_observations is not None:
@@ -429,12 +482,20 @@ class Coordinator:
         if self.state is None:
             return
         eps = self.epsilon if math.isfinite(self.epsilon) else str(self.epsilon)
-        self.state.save(self.federation, self._secret, {
-            "round": self.round, "plan": None if plan is None else plan.to_dict(),
-            "server": None if self.server is None else self.server.state_dict(),
-            "logs": [log.to_dict() for log in self.logs], "refused": {str(k): v for k, v in self.refused.items()},
-            "invalid": {str(k): v for k, v in self.invalid.items()},
-        }, finished=finished, epsilon=eps)
+        self.state.save(
+            self.federation,
+            self._secret,
+            {
+                "round": self.round,
+                "plan": None if plan is None else plan.to_dict(),
+                "server": None if self.server is None else self.server.state_dict(),
+                "logs": [log.to_dict() for log in self.logs],
+                "refused": {str(k): v for k, v in self.refused.items()},
+                "invalid": {str(k): v for k, v in self.invalid.items()},
+            },
+            finished=finished,
+            epsilon=eps,
+        )
 
     def _load(self, saved: dict[str, Any]) -> None:
         if self.server is not None:
@@ -449,5 +510,7 @@ class Coordinator:
             self._resend = RoundPlan.from_dict(saved["plan"])
             self._last_plan = self._resend
             if self._resend.omega_round != self._omega_round:
-                raise ValueError(f"the saved exchange asks for ω of round {self._resend.omega_round}, the server "
-                                 f"planned {self.server.planned if self.server is not None else None}")
+                raise ValueError(
+                    f"the saved exchange asks for ω of round {self._resend.omega_round}, the server "
+                    f"planned {self.server.planned if self.server is not None else None}"
+                )

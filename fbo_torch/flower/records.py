@@ -47,15 +47,22 @@ AGENT_STATE = "fbo.agent"
 def plan_to_records(plan: RoundPlan) -> RecordDict:
     """A :class:`RoundPlan` as the content of a server message."""
     content = RecordDict()
-    content[ROUND] = ConfigRecord({
-        "round": plan.round, "p": float(plan.p), "omega-round": plan.omega_round, "fingerprint": plan.fingerprint,
-    })
+    content[ROUND] = ConfigRecord(
+        {
+            "round": plan.round,
+            "p": float(plan.p),
+            "omega-round": plan.omega_round,
+            "fingerprint": plan.fingerprint,
+        }
+    )
     content[FEATURES] = ConfigRecord(dict(plan.features))
     if plan.broadcast is not None:
-        content[BROADCAST] = ArrayRecord({
-            "broadcast": plan.broadcast.detach().cpu().contiguous(),
-            "region-bounds": plan.region_bounds.detach().cpu().contiguous(),
-        })
+        content[BROADCAST] = ArrayRecord(
+            {
+                "broadcast": plan.broadcast.detach().cpu().contiguous(),
+                "region-bounds": plan.region_bounds.detach().cpu().contiguous(),
+            }
+        )
     return content
 
 
@@ -69,7 +76,7 @@ def records_to_plan(content: RecordDict) -> RoundPlan:
             arrays = content.array_records[BROADCAST].to_torch_state_dict()
             broadcast, region_bounds = arrays["broadcast"], arrays["region-bounds"]
         feats = dict(content.config_records[FEATURES]) if FEATURES in content.config_records else {}
-    except Exception as err:  # noqa: BLE001 - whatever a malformed message raises
+    except Exception as err:
         raise ValueError(f"malformed message from the server ({type(err).__name__}: {err}).") from None
     for name, v in (("round", t), ("omega-round", omega_round)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -77,10 +84,17 @@ def records_to_plan(content: RecordDict) -> RoundPlan:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise ValueError(f"the server's `p` is {p!r}, not a probability.")
     if broadcast is not None:
-        if (broadcast.dtype != torch.float64 or broadcast.ndim != 2 or region_bounds.ndim != 3
-                or region_bounds.shape[0] != broadcast.shape[0] or region_bounds.shape[1] != 2):
-            raise ValueError(f"the server's broadcast ({broadcast.dtype} {tuple(broadcast.shape)}) and region bounds "
-                             f"({tuple(region_bounds.shape)}) are not P x M float64 and P x 2 x d.")
+        if (
+            broadcast.dtype != torch.float64
+            or broadcast.ndim != 2
+            or region_bounds.ndim != 3
+            or region_bounds.shape[0] != broadcast.shape[0]
+            or region_bounds.shape[1] != 2
+        ):
+            raise ValueError(
+                f"the server's broadcast ({broadcast.dtype} {tuple(broadcast.shape)}) and region bounds "
+                f"({tuple(region_bounds.shape)}) are not P x M float64 and P x 2 x d."
+            )
         if not (torch.isfinite(broadcast).all() and torch.isfinite(region_bounds).all()):
             raise ValueError("the server's broadcast holds non-finite values; refusing to follow it.")
     return RoundPlan(t, float(p), broadcast, region_bounds, omega_round, str(fingerprint), feats)
@@ -92,8 +106,11 @@ def reply_to_records(reply: AgentReply, report_best: bool) -> RecordDict:
     content[REPLY] = ConfigRecord({"agent-id": reply.agent_id, "fingerprint": reply.fingerprint})
     if reply.omega is not None:
         content[OMEGA] = ArrayRecord({"omega": reply.omega.detach().cpu().contiguous()})
-    metrics = {"num-observations": reply.num_observations, "used-broadcast": int(reply.used_broadcast),
-               "failed": int(reply.failed)}
+    metrics = {
+        "num-observations": reply.num_observations,
+        "used-broadcast": int(reply.used_broadcast),
+        "failed": int(reply.failed),
+    }
     if report_best:
         metrics["best-value"] = float(reply.best_value)
     content[METRICS] = MetricRecord(metrics)
@@ -104,7 +121,7 @@ def reply_agent_id(content: RecordDict) -> int:
     """The agent id a reply claims (raises :class:`~fbo_torch.flower.coordinator.InvalidReply` if unreadable)."""
     try:
         agent_id = content.config_records[REPLY].get("agent-id")
-    except Exception:  # noqa: BLE001 - whatever a malformed message raises
+    except Exception:
         raise InvalidReply(f"the reply has no {REPLY!r} record") from None
     if isinstance(agent_id, bool) or not isinstance(agent_id, int):
         raise InvalidReply(f"the reply's agent-id is {agent_id!r}, not an integer")
@@ -126,11 +143,11 @@ def records_to_reply(content: RecordDict) -> tuple[int, str, Tensor | None, floa
             if set(arrays) != {"omega"}:
                 raise InvalidReply(f"agent {agent_id}: the {OMEGA!r} record holds {sorted(arrays)}, not 'omega'")
             omega = arrays["omega"]
-        metrics = content.metric_records[METRICS] if METRICS in content.metric_records else {}
+        metrics = content.metric_records.get(METRICS, {})
         best, n_obs = metrics.get("best-value"), metrics.get("num-observations")
     except InvalidReply:
         raise
-    except Exception as err:  # noqa: BLE001 - whatever a malformed record raises
+    except Exception as err:
         raise InvalidReply(f"agent {agent_id}: unreadable reply ({type(err).__name__}: {err})") from None
     if not isinstance(fingerprint, str):
         raise InvalidReply(f"agent {agent_id}: the reply's fingerprint is {fingerprint!r}, not a string")
@@ -156,20 +173,27 @@ def records_to_secagg_cohort(content: RecordDict, num_regions: int) -> tuple[boo
     try:
         r = content.config_records[SECAGG]
         sampled, ratios = r["sampled"], r["ratios"]
-    except Exception as err:  # noqa: BLE001 - whatever a malformed message raises
+    except Exception as err:
         raise ValueError(f"malformed secure-round message from the server ({type(err).__name__}: {err}).") from None
-    if not isinstance(sampled, bool) or not isinstance(ratios, list) or len(ratios) != num_regions \
-            or not all(isinstance(v, float) for v in ratios):
-        raise ValueError(f"the server's secure-round record is not (bool, {num_regions} floats): {sampled!r}, {ratios!r}.")
+    if (
+        not isinstance(sampled, bool)
+        or not isinstance(ratios, list)
+        or len(ratios) != num_regions
+        or not all(isinstance(v, float) for v in ratios)
+    ):
+        raise ValueError(
+            f"the server's secure-round record is not (bool, {num_regions} floats): {sampled!r}, {ratios!r}."
+        )
     return sampled, torch.tensor(ratios, dtype=torch.float64)
 
 
 def reply_public_keys(content: RecordDict, agent_id: int) -> tuple[bytes, bytes]:
-    """The two public keys a secure round's reply carries (:class:`~fbo_torch.flower.coordinator.InvalidReply` if not)."""
+    """The two public keys a secure round's reply carries
+    (:class:`~fbo_torch.flower.coordinator.InvalidReply` if not)."""
     try:
         r = content.config_records[SECAGG]
         pk1, pk2 = r["pk1"], r["pk2"]
-    except Exception:  # noqa: BLE001
+    except Exception:
         raise InvalidReply(f"agent {agent_id}: the reply has no {SECAGG!r} record with its public keys") from None
     if not (isinstance(pk1, bytes) and isinstance(pk2, bytes) and 0 < len(pk1) <= 1024 and 0 < len(pk2) <= 1024):
         raise InvalidReply(f"agent {agent_id}: the reply's public keys are not bytes")
@@ -188,8 +212,13 @@ def secagg_reply(**payload) -> RecordDict:
 
 _SECAGG_FIELDS = {
     # stage: {field: (type, element type or None)}
-    "share_keys": {"round": (int, None), "node-ids": (list, int), "pk1": (list, bytes), "pk2": (list, bytes),
-                   "threshold": (int, None)},
+    "share_keys": {
+        "round": (int, None),
+        "node-ids": (list, int),
+        "pk1": (list, bytes),
+        "pk2": (list, bytes),
+        "threshold": (int, None),
+    },
     "masked_vector": {"round": (int, None), "sources": (list, int), "ciphertexts": (list, bytes)},
     "unmask": {"round": (int, None), "active": (list, int), "dead": (list, int)},
     "share_keys-reply": {"destinations": (list, int), "ciphertexts": (list, bytes), "commitment": (bytes, None)},
@@ -204,13 +233,18 @@ def parse_secagg(kind: str, content: RecordDict) -> dict:
     try:
         r = content.config_records[SECAGG]
         out = {k: r[k] for k in _SECAGG_FIELDS[kind]}
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise ValueError(f"malformed {kind} message ({type(err).__name__}: {err}).") from None
     for key, (kind_, element) in _SECAGG_FIELDS[kind].items():
         v = out[key]
-        if isinstance(v, bool) or not isinstance(v, kind_) or (
-                element is not None and not all(isinstance(e, element) and not isinstance(e, bool) for e in v)):
-            raise ValueError(f"{kind}: `{key}` is not a {kind_.__name__}{f' of {element.__name__}' if element else ''}.")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, kind_)
+            or (element is not None and not all(isinstance(e, element) and not isinstance(e, bool) for e in v))
+        ):
+            raise ValueError(
+                f"{kind}: `{key}` is not a {kind_.__name__}{f' of {element.__name__}' if element else ''}."
+            )
     return out
 
 

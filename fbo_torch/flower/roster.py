@@ -42,7 +42,7 @@ def key_id(public_key: bytes | str) -> bytes:
             key = serialization.load_pem_public_key(text)
         else:
             key = serialization.load_ssh_public_key(b" ".join(text.split()[:2]))
-    except Exception as err:  # noqa: BLE001 - cryptography raises several kinds
+    except Exception as err:
         raise ValueError(f"not a public key in OpenSSH or PEM format ({type(err).__name__}: {err})") from None
     return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 

@@ -86,8 +86,9 @@ def mask(seed: bytes, purpose: str, round: int, dim: int, modulus: int) -> np.nd
 
 def _pairwise_seed(private_key_pem: bytes, public_key_pem: bytes) -> bytes:
     """The 32-byte secret two nodes share (ECDH + HKDF, Flower's ``generate_shared_key``)."""
-    return base64.urlsafe_b64decode(generate_shared_key(bytes_to_private_key(private_key_pem),
-                                                        bytes_to_public_key(public_key_pem)))
+    return base64.urlsafe_b64decode(
+        generate_shared_key(bytes_to_private_key(private_key_pem), bytes_to_public_key(public_key_pem))
+    )
 
 
 def commitment(seed: bytes) -> bytes:
@@ -141,12 +142,15 @@ class SecAggClient:
     def _expect(self, stage: str, round: int) -> None:
         order = ("setup",) + STAGES
         if int(round) != self.round or self.stage != order[order.index(stage) - 1]:
-            raise SecAggError(f"node {self.node_id}: stage {stage!r} of round {round} arrived after stage "
-                              f"{self.stage!r} of round {self.round}; refusing it.")
+            raise SecAggError(
+                f"node {self.node_id}: stage {stage!r} of round {round} arrived after stage "
+                f"{self.stage!r} of round {self.round}; refusing it."
+            )
         self.stage = stage
 
-    def share_keys(self, round: int, public_keys: dict[int, tuple[bytes, bytes]],
-                   threshold: int) -> tuple[list[int], list[bytes], bytes]:
+    def share_keys(
+        self, round: int, public_keys: dict[int, tuple[bytes, bytes]], threshold: int
+    ) -> tuple[list[int], list[bytes], bytes]:
         r"""Stage 1: shares of the mask seed and of the first secret key, encrypted for each neighbour.
 
         Returns:
@@ -167,7 +171,7 @@ class SecAggClient:
         seed_shares = create_shares(self.seed, threshold, len(ids))
         key_shares = create_shares(self.sk1, threshold, len(ids))
         dests, cts = [], []
-        for nid, b_share, sk_share in zip(ids, seed_shares, key_shares):
+        for nid, b_share, sk_share in zip(ids, seed_shares, key_shares, strict=True):
             if nid == self.node_id:
                 self.seed_shares[nid], self.key_shares[nid] = b_share, sk_share
                 continue
@@ -182,9 +186,10 @@ class SecAggClient:
         if len(sources) != len(ciphertexts) or len(set(sources)) != len(sources):
             raise SecAggError(f"node {self.node_id}: malformed list of encrypted shares.")
         if len(sources) + 1 < self.threshold:
-            raise SecAggError(f"node {self.node_id}: {len(sources)} neighbours left, below the threshold "
-                              f"{self.threshold}.")
-        for src, ct in zip(sources, ciphertexts):
+            raise SecAggError(
+                f"node {self.node_id}: {len(sources)} neighbours left, below the threshold {self.threshold}."
+            )
+        for src, ct in zip(sources, ciphertexts, strict=True):
             if src not in self.public_keys or src == self.node_id:
                 raise SecAggError(f"node {self.node_id}: a share from {src}, not a neighbour.")
             key = generate_shared_key(bytes_to_private_key(self.sk2), bytes_to_public_key(self.public_keys[src][1]))
@@ -219,24 +224,42 @@ class SecAggClient:
         """A flat dict of ints, bytes and lists (a Flower ``ConfigRecord``)."""
         ids = sorted(self.public_keys)
         return {
-            "node-id": self.node_id, "round": self.round, "modulus": self.modulus, "stage": self.stage,
-            "vector": self.vector.astype("<i8").tobytes(), "sk1": self.sk1, "pk1": self.pk1, "sk2": self.sk2,
-            "pk2": self.pk2, "seed": self.seed, "threshold": self.threshold, "keys-ids": ids,
-            "keys-1": [self.public_keys[i][0] for i in ids], "keys-2": [self.public_keys[i][1] for i in ids],
-            "shares-ids": sorted(self.seed_shares), "seed-shares": [self.seed_shares[i] for i in sorted(self.seed_shares)],
-            "key-shares": [self.key_shares[i] for i in sorted(self.seed_shares)], "sources": list(self.sources),
+            "node-id": self.node_id,
+            "round": self.round,
+            "modulus": self.modulus,
+            "stage": self.stage,
+            "vector": self.vector.astype("<i8").tobytes(),
+            "sk1": self.sk1,
+            "pk1": self.pk1,
+            "sk2": self.sk2,
+            "pk2": self.pk2,
+            "seed": self.seed,
+            "threshold": self.threshold,
+            "keys-ids": ids,
+            "keys-1": [self.public_keys[i][0] for i in ids],
+            "keys-2": [self.public_keys[i][1] for i in ids],
+            "shares-ids": sorted(self.seed_shares),
+            "seed-shares": [self.seed_shares[i] for i in sorted(self.seed_shares)],
+            "key-shares": [self.key_shares[i] for i in sorted(self.seed_shares)],
+            "sources": list(self.sources),
         }
 
     @classmethod
     def from_state(cls, state: dict) -> SecAggClient:
-        c = cls(int(state["node-id"]), int(state["round"]), int(state["modulus"]),
-                np.frombuffer(state["vector"], dtype="<i8").astype(np.int64))
+        c = cls(
+            int(state["node-id"]),
+            int(state["round"]),
+            int(state["modulus"]),
+            np.frombuffer(state["vector"], dtype="<i8").astype(np.int64),
+        )
         c.sk1, c.pk1, c.sk2, c.pk2, c.seed = state["sk1"], state["pk1"], state["sk2"], state["pk2"], state["seed"]
         c.threshold, c.stage = int(state["threshold"]), str(state["stage"])
-        c.public_keys = {int(i): (a, b) for i, a, b in zip(state["keys-ids"], state["keys-1"], state["keys-2"])}
+        c.public_keys = {
+            int(i): (a, b) for i, a, b in zip(state["keys-ids"], state["keys-1"], state["keys-2"], strict=True)
+        }
         ids = [int(i) for i in state["shares-ids"]]
-        c.seed_shares = dict(zip(ids, state["seed-shares"]))
-        c.key_shares = dict(zip(ids, state["key-shares"]))
+        c.seed_shares = dict(zip(ids, state["seed-shares"], strict=True))
+        c.key_shares = dict(zip(ids, state["key-shares"], strict=True))
         c.sources = [int(i) for i in state["sources"]]
         return c
 
@@ -258,8 +281,15 @@ class SecAggServer:
     the others (dropped from the round, like dropouts).
     """
 
-    def __init__(self, round: int, cohort: dict[int, tuple[bytes, bytes]], dim: int, modulus: int,
-                 num_shares: int, threshold: int) -> None:
+    def __init__(
+        self,
+        round: int,
+        cohort: dict[int, tuple[bytes, bytes]],
+        dim: int,
+        modulus: int,
+        num_shares: int,
+        threshold: int,
+    ) -> None:
         self.round, self.dim, self.modulus = int(round), int(dim), int(modulus)
         self.public_keys = dict(cohort)
         ids = sorted(self.public_keys)
@@ -272,8 +302,10 @@ class SecAggServer:
         order = list(ids)
         random.SystemRandom().shuffle(order)  # the server's ring (any order gives the same sum)
         half = k // 2
-        self.neighbours = {nid: ({order[(i + o) % n] for o in range(-half, half + 1)} if k < n else set(ids))
-                           for i, nid in enumerate(order)}
+        self.neighbours = {
+            nid: ({order[(i + o) % n] for o in range(-half, half + 1)} if k < n else set(ids))
+            for i, nid in enumerate(order)
+        }
         self.alive = set(ids)  # nodes still in the protocol
         self.shared: set[int] = set()  # nodes that finished stage 1
         self.commitments: dict[int, bytes] = {}
@@ -297,10 +329,15 @@ class SecAggServer:
         for pair in self.public_keys.values():
             for key in pair:
                 count[key] = count.get(key, 0) + 1
-        self._drop([nid for nid, pair in self.public_keys.items() if any(count[k] > 1 for k in pair)], why,
-                   "its public key is also another node's")
-        self.requested = {nid: {j: self.public_keys[j] for j in sorted(self.neighbours[nid] & self.alive)}
-                          for nid in sorted(self.alive)}
+        self._drop(
+            [nid for nid, pair in self.public_keys.items() if any(count[k] > 1 for k in pair)],
+            why,
+            "its public key is also another node's",
+        )
+        self.requested = {
+            nid: {j: self.public_keys[j] for j in sorted(self.neighbours[nid] & self.alive)}
+            for nid in sorted(self.alive)
+        }
         return self.requested, why
 
     def receive_shares(self, replies: dict[int, tuple[list[int], list[bytes], bytes]]) -> dict[int, str]:
@@ -312,12 +349,17 @@ class SecAggServer:
                 continue
             dests, cts, commit = replies[nid]
             expected = sorted(set(self.requested[nid]) - {nid})
-            if sorted(dests) != expected or len(dests) != len(cts) or not isinstance(commit, bytes) \
-                    or len(commit) != 32 or not all(isinstance(c, bytes) for c in cts):
+            if (
+                sorted(dests) != expected
+                or len(dests) != len(cts)
+                or not isinstance(commit, bytes)
+                or len(commit) != 32
+                or not all(isinstance(c, bytes) for c in cts)
+            ):
                 self._drop([nid], why, "malformed share-keys reply (destinations must be its neighbours)")
                 continue
             self.commitments[nid] = commit
-            for dst, ct in zip(dests, cts):
+            for dst, ct in zip(dests, cts, strict=True):
                 self.forward.setdefault(dst, []).append((nid, ct))
         self.shared = set(self.alive)
         return why
@@ -376,7 +418,8 @@ class SecAggServer:
                 continue
             owners, got = reply
             allowed = set(requests[nid][0]) | set(requests[nid][1])
-            for owner, share in zip(owners, got):
+            # a hostile reply's lists may differ in length: what pairs up is checked below, the rest ignored
+            for owner, share in zip(owners, got, strict=False):
                 if int(owner) in allowed and isinstance(share, bytes):
                     shares.setdefault(int(owner), []).append(share)
         m = self.modulus
@@ -407,7 +450,7 @@ class SecAggServer:
             raise SecAggError(f"{len(shares)} shares of node {owner}'s secret arrived, {self.threshold} needed.")
         try:
             return combine_shares(shares[: self.threshold])
-        except Exception as err:  # noqa: BLE001 - whatever malformed shares make the library raise
+        except Exception as err:
             raise SecAggError(f"the shares of node {owner}'s secret do not combine ({type(err).__name__}).") from None
 
 

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from logging import INFO, WARNING
 
 import torch
-
 from flwr.app import Context, Message
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
@@ -83,10 +82,12 @@ class Transport:
         self.grid, self.poll_interval = grid, poll_interval
         self.one_by_one = False
 
-    def exchange(self, messages: list[Message], timeout: float) -> tuple[list[tuple[int, Message]], list[tuple[int, str]]]:
+    def exchange(
+        self, messages: list[Message], timeout: float
+    ) -> tuple[list[tuple[int, Message]], list[tuple[int, str]]]:
         r"""``([(node, reply)], [(node, why unreadable)])`` within ``timeout`` seconds."""
         ids = list(self.grid.push_messages(messages))
-        node_of = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages) if mid}
+        node_of = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True) if mid}
         pending = set(node_of)
         end = time.monotonic() + timeout
         replies: list[tuple[int, Message]] = []
@@ -96,15 +97,19 @@ class Transport:
             if not self.one_by_one:
                 try:
                     got = list(self.grid.pull_messages(sorted(pending)))
-                except Exception as err:  # noqa: BLE001 - a reply Flower cannot rebuild
+                except Exception as err:
                     self.one_by_one = True
-                    log(WARNING, "a reply could not be read (%s: %s); pulling replies one by one from now on",
-                        type(err).__name__, str(err)[:200])
+                    log(
+                        WARNING,
+                        "a reply could not be read (%s: %s); pulling replies one by one from now on",
+                        type(err).__name__,
+                        str(err)[:200],
+                    )
             if self.one_by_one:
                 for mid in sorted(pending):
                     try:
                         got.extend(self.grid.pull_messages([mid]))
-                    except Exception as err:  # noqa: BLE001
+                    except Exception as err:
                         pending.discard(mid)
                         unreadable.append((node_of[mid], f"{type(err).__name__}: {str(err)[:200]}"))
             for rep in got:
@@ -128,9 +133,15 @@ def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float, poll_interval: fl
         time.sleep(poll_interval)
 
 
-def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], None] = _info,
-                   poll_interval: float = POLL_INTERVAL, state: ServerState | None = None,
-                   secret: bytes | None = None, roster: AgentRoster | None = None) -> Coordinator:
+def run_federation(
+    grid: Grid,
+    config: FlowerRunConfig,
+    echo: Callable[[str], None] = _info,
+    poll_interval: float = POLL_INTERVAL,
+    state: ServerState | None = None,
+    secret: bytes | None = None,
+    roster: AgentRoster | None = None,
+) -> Coordinator:
     r"""Run ``config.num_rounds`` rounds with the agents on ``grid``; returns the coordinator (its logs).
 
     Args:
@@ -158,8 +169,14 @@ def run_federation(grid: Grid, config: FlowerRunConfig, echo: Callable[[str], No
     return coord
 
 
-def _run(grid: Grid, config: FlowerRunConfig, coord: Coordinator, echo: Callable[[str], None], poll_interval: float,
-         roster: AgentRoster | None) -> None:
+def _run(
+    grid: Grid,
+    config: FlowerRunConfig,
+    coord: Coordinator,
+    echo: Callable[[str], None],
+    poll_interval: float,
+    roster: AgentRoster | None,
+) -> None:
     nodes = wait_for_nodes(grid, config.num_agents, config.min_nodes_timeout)
     if len(nodes) < config.num_agents:
         log(WARNING, "only %d of %d nodes connected; running with them", len(nodes), config.num_agents)
@@ -167,41 +184,57 @@ def _run(grid: Grid, config: FlowerRunConfig, coord: Coordinator, echo: Callable
     transport = Transport(grid, poll_interval)
     s = coord.settings
     resumed = f"; resumed at round {coord.round} (epsilon {coord.epsilon:.4g})" if coord.resumed else ""
-    echo(f"federation: {config.method}, N={config.num_agents}, T={s.num_iterations}, q={s.sample_rate}, "
-         f"z={s.noise_multiplier}, S={s.clip_norm}, P={s.num_regions}; feature map {coord.fingerprint}{resumed}")
+    echo(
+        f"federation: {config.method}, N={config.num_agents}, T={s.num_iterations}, q={s.sample_rate}, "
+        f"z={s.noise_multiplier}, S={s.clip_norm}, P={s.num_regions}; feature map {coord.fingerprint}{resumed}"
+    )
     if not s.is_private and s.algorithm == "fts_de":
-        echo("the releases are not private (noise-multiplier = 0): every agent's clipped omega enters the broadcast "
-             "without noise; set noise-multiplier (and clip-norm) for differential privacy")
+        echo(
+            "the releases are not private (noise-multiplier = 0): every agent's clipped omega enters the broadcast "
+            "without noise; set noise-multiplier (and clip-norm) for differential privacy"
+        )
     if roster is None:
-        echo("no agent roster: an agent is whichever node first claims its partition-id; deploy with TLS, "
-             f"SuperNode authentication and {ROSTER_ENV} to bind agents to node keys")
+        echo(
+            "no agent roster: an agent is whichever node first claims its partition-id; deploy with TLS, "
+            f"SuperNode authentication and {ROSTER_ENV} to bind agents to node keys"
+        )
     while not coord.done:
         plan = coord.plan()  # written to the state folder before it is sent
         targets, strangers = binding.nodes(grid)
         for nid in strangers:
             coord.refused_nodes[nid] = "its key is not on the agent roster"
             echo(f"round {plan.round}: node {nid}: its key is not on the agent roster; never contacted")
-        messages = [Message(_plan_content(plan, binding.agent_of.get(nid)), dst_node_id=nid, message_type="train",
-                            group_id=str(plan.round))
-                    for nid in targets
-                    if nid not in coord.refused_nodes and binding.agent_of.get(nid) not in coord.refused]
+        messages = [
+            Message(
+                _plan_content(plan, binding.agent_of.get(nid)),
+                dst_node_id=nid,
+                message_type="train",
+                group_id=str(plan.round),
+            )
+            for nid in targets
+            if nid not in coord.refused_nodes and binding.agent_of.get(nid) not in coord.refused
+        ]
         # a secure round's cohort: the nodes already bound to an agent, sent that agent's own coin
         cohort = {m.metadata.dst_node_id for m in messages if SECAGG in m.content.config_records}
         replies, unreadable = transport.exchange(messages, config.round_timeout)
         keys: dict[int, tuple[bytes, bytes]] = {}  # node -> public keys, of the cohort's valid replies
         for nid, why in unreadable:
             coord.reject(binding.agent_of.get(nid))
-            echo(f"round {plan.round}: node {nid} (agent {binding.agent_of.get(nid, '?')}): unreadable reply left "
-                 f"out ({why})")
+            echo(
+                f"round {plan.round}: node {nid} (agent {binding.agent_of.get(nid, '?')}): unreadable reply left "
+                f"out ({why})"
+            )
         for nid, rep in sorted(replies, key=lambda r: r[0]):  # an order independent of arrival
             try:
                 agent = _take_reply(coord, rep, nid, plan, binding, echo)
                 if nid in cohort and agent is not None and agent not in coord.refused:  # sent a coin: keys due
                     keys[nid] = reply_public_keys(rep.content, agent)
-            except Exception as err:  # noqa: BLE001 - a reply harms only its sender, never the server
+            except Exception as err:
                 coord.reject(binding.agent_of.get(nid))
-                echo(f"round {plan.round}: node {nid} (agent {binding.agent_of.get(nid, '?')}): invalid reply "
-                     f"left out ({type(err).__name__}: {str(err)[:300]})")
+                echo(
+                    f"round {plan.round}: node {nid} (agent {binding.agent_of.get(nid, '?')}): invalid reply "
+                    f"left out ({type(err).__name__}: {str(err)[:300]})"
+                )
         if coord.secure and plan.omega_round:
             run_secure_round(transport, coord, plan, keys, binding, config, echo)
         if plan.round >= 1 and coord.logs and coord.logs[-1].round == plan.round:
@@ -211,8 +244,10 @@ def _run(grid: Grid, config: FlowerRunConfig, coord: Coordinator, echo: Callable
             why = f" ({rec.reason})" if rec.reason and not rec.released else ""
             if coord.secure:
                 eps += "" if math.isnan(rec.epsilon_server) else f" epsilon_server={rec.epsilon_server:.4f}"
-            echo(f"round {rec.round}: released={rec.released}{why} reported={rec.num_reported}/{config.num_agents} "
-                 f"invalid={rec.num_invalid} epsilon={eps} replies={len(replies)}/{len(messages)} best[{best}]")
+            echo(
+                f"round {rec.round}: released={rec.released}{why} reported={rec.num_reported}/{config.num_agents} "
+                f"invalid={rec.num_invalid} epsilon={eps} replies={len(replies)}/{len(messages)} best[{best}]"
+            )
     coord.finish()
 
 
@@ -225,8 +260,15 @@ def _plan_content(plan, agent: int | None):
     return content
 
 
-def run_secure_round(transport: Transport, coord: Coordinator, plan, keys: dict[int, tuple[bytes, bytes]],
-                     binding: NodeBinding, config: FlowerRunConfig, echo: Callable[[str], None]) -> None:
+def run_secure_round(
+    transport: Transport,
+    coord: Coordinator,
+    plan,
+    keys: dict[int, tuple[bytes, bytes]],
+    binding: NodeBinding,
+    config: FlowerRunConfig,
+    echo: Callable[[str], None],
+) -> None:
     r"""SecAgg+ over the nodes that replied to the exchange with their public keys, for round
     ``plan.omega_round``: share keys, masked vectors, commit (the ledgers are charged and written down
     here), unmask; the decoded release is kept for the next exchange. A node whose message is
@@ -238,15 +280,21 @@ def run_secure_round(transport: Transport, coord: Coordinator, plan, keys: dict[
     agent_of = binding.agent_of
 
     def stage(name: str, requests: dict[int, dict]) -> dict[int, dict]:
-        messages = [Message(secagg_request(t, **payload), dst_node_id=nid, message_type=f"train.{name}",
-                            group_id=str(plan.round)) for nid, payload in requests.items()]
+        messages = [
+            Message(
+                secagg_request(t, **payload), dst_node_id=nid, message_type=f"train.{name}", group_id=str(plan.round)
+            )
+            for nid, payload in requests.items()
+        ]
         stats["bytes_sent"] += sum(payload_bytes(m.content) for m in messages)
         replies, unreadable = transport.exchange(messages, config.round_timeout)
         out = {}
         for nid, rep in replies:
             if rep.has_error():
-                echo(f"round {t} secagg {name}: node {nid} (agent {agent_of.get(nid, '?')}) failed: "
-                     f"{(rep.error.reason or '').strip()[-200:]}")
+                echo(
+                    f"round {t} secagg {name}: node {nid} (agent {agent_of.get(nid, '?')}) failed: "
+                    f"{(rep.error.reason or '').strip()[-200:]}"
+                )
                 continue
             stats["bytes_received"] += payload_bytes(rep.content)
             try:
@@ -268,30 +316,48 @@ def run_secure_round(transport: Transport, coord: Coordinator, plan, keys: dict[
     def enough(name: str) -> bool:
         if len(server.alive) >= mech.min_survivors:
             return True
-        echo(f"round {t} secagg {name}: {len(server.alive)} nodes left, fewer than min_survivors = "
-             f"{mech.min_survivors}: the round releases nothing and costs nothing")
+        echo(
+            f"round {t} secagg {name}: {len(server.alive)} nodes left, fewer than min_survivors = "
+            f"{mech.min_survivors}: the round releases nothing and costs nothing"
+        )
         return False
 
     num_shares = config.secagg_num_shares or config.num_agents
     threshold = config.secagg_threshold or default_threshold(num_shares, config.num_agents, mech.min_survivors)
     try:
         if len(keys) < mech.min_survivors:
-            echo(f"round {t} secagg: {len(keys)} nodes replied with keys, fewer than min_survivors = "
-                 f"{mech.min_survivors}: the round releases nothing and costs nothing")
+            echo(
+                f"round {t} secagg: {len(keys)} nodes replied with keys, fewer than min_survivors = "
+                f"{mech.min_survivors}: the round releases nothing and costs nothing"
+            )
             return
         server = SecAggServer(t, keys, mech.dim, mech.modulus, num_shares, threshold)
         requests, why = server.share_keys_requests()
         dropped(why, "share_keys")
-        replies = stage("share_keys", {nid: {"node-ids": list(ks), "pk1": [ks[j][0] for j in ks],
-                                             "pk2": [ks[j][1] for j in ks], "threshold": server.threshold}
-                                       for nid, ks in requests.items()})
-        dropped(server.receive_shares({nid: (r["destinations"], r["ciphertexts"], r["commitment"])
-                                       for nid, r in replies.items()}), "share_keys")
+        replies = stage(
+            "share_keys",
+            {
+                nid: {
+                    "node-ids": list(ks),
+                    "pk1": [ks[j][0] for j in ks],
+                    "pk2": [ks[j][1] for j in ks],
+                    "threshold": server.threshold,
+                }
+                for nid, ks in requests.items()
+            },
+        )
+        dropped(
+            server.receive_shares(
+                {nid: (r["destinations"], r["ciphertexts"], r["commitment"]) for nid, r in replies.items()}
+            ),
+            "share_keys",
+        )
         if not enough("share_keys"):
             return
         requests = server.masked_vector_requests()
-        replies = stage("masked_vector", {nid: {"sources": src, "ciphertexts": cts}
-                                          for nid, (src, cts) in requests.items()})
+        replies = stage(
+            "masked_vector", {nid: {"sources": src, "ciphertexts": cts} for nid, (src, cts) in requests.items()}
+        )
         vectors = {}
         for nid, r in replies.items():
             try:
@@ -301,8 +367,10 @@ def run_secure_round(transport: Transport, coord: Coordinator, plan, keys: dict[
                 echo(f"round {t} secagg masked_vector: node {nid}: {err}")
         dropped(server.receive_masked(vectors), "masked_vector")
         if not coord.commit_secure([agent_of[nid] for nid in server.survivors]):
-            echo(f"round {t} secagg: {len(server.survivors)} vectors, fewer than min_survivors = "
-                 f"{mech.min_survivors}: the round releases nothing and costs nothing")
+            echo(
+                f"round {t} secagg: {len(server.survivors)} vectors, fewer than min_survivors = "
+                f"{mech.min_survivors}: the round releases nothing and costs nothing"
+            )
             return
         replies = stage("unmask", {nid: {"active": a, "dead": d} for nid, (a, d) in server.unmask_requests().items()})
         total = None
@@ -317,8 +385,9 @@ def run_secure_round(transport: Transport, coord: Coordinator, plan, keys: dict[
         coord.note_secagg(stats)
 
 
-def _take_reply(coord: Coordinator, rep: Message, nid: int, plan, binding: NodeBinding,
-                echo: Callable[[str], None]) -> int | None:
+def _take_reply(
+    coord: Coordinator, rep: Message, nid: int, plan, binding: NodeBinding, echo: Callable[[str], None]
+) -> int | None:
     """Hand one reply to the coordinator (returns its agent, or ``None``); raises for a reply it cannot use."""
     if rep.has_error():
         reason = (rep.error.reason or "").strip()
@@ -335,8 +404,10 @@ def _take_reply(coord: Coordinator, rep: Message, nid: int, plan, binding: NodeB
     claimed = reply_agent_id(rep.content)
     agent = binding.agent(nid, claimed)
     if agent is None:
-        echo(f"round {plan.round}: node {nid} claims agent {claimed}, played by node {binding.node_of.get(claimed)}; "
-             "ignored (each SuperNode needs its own partition-id)")
+        echo(
+            f"round {plan.round}: node {nid} claims agent {claimed}, played by node {binding.node_of.get(claimed)}; "
+            "ignored (each SuperNode needs its own partition-id)"
+        )
         return None
     _, fingerprint, omega, best, n_obs = records_to_reply(rep.content)  # a bad reply counts against its agent
     coord.receive(agent, fingerprint, omega, best, n_obs)
@@ -359,8 +430,10 @@ def main(grid: Grid, context: Context) -> None:
     config = FlowerRunConfig.from_run_config(context.run_config)
     roster = AgentRoster.from_env(config.num_agents)
     if roster is None and os.environ.get(REQUIRE_ROSTER_ENV, "").strip() not in ("", "0"):
-        raise RuntimeError(f"{REQUIRE_ROSTER_ENV} is set but {ROSTER_ENV} names no agent roster: refusing to run "
-                           "without binding agents to node keys.")
+        raise RuntimeError(
+            f"{REQUIRE_ROSTER_ENV} is set but {ROSTER_ENV} names no agent roster: refusing to run "
+            "without binding agents to node keys."
+        )
     state = ServerState.for_federation(config.fingerprint())
     log(INFO, "server state (secret, ledger, rounds): %s", state.folder)
     if not os.environ.get(STATE_ENV, "").strip():
@@ -379,9 +452,9 @@ def other_federations(state: ServerState) -> list[str]:
             saved = json.loads((folder / "server.json").read_text())
         except (OSError, ValueError):
             continue
-        out.append(f"this server also ran federation {folder.name} (epsilon {saved.get('epsilon')}, "
-                   f"{'finished' if saved.get('finished') else 'unfinished'}): each federation has its own ledger; "
-                   "if both involve the same agents, their privacy losses add up")
+        out.append(
+            f"this server also ran federation {folder.name} (epsilon {saved.get('epsilon')}, "
+            f"{'finished' if saved.get('finished') else 'unfinished'}): each federation has its own ledger; "
+            "if both involve the same agents, their privacy losses add up"
+        )
     return out
-
-

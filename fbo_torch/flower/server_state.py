@@ -76,11 +76,15 @@ class ServerStateError(RuntimeError):
 def _check_private(path: Path, st: os.stat_result, what: str, mode_mask: int) -> None:
     """``path`` must be owned by this user and have none of ``mode_mask``'s permission bits."""
     if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-        raise ServerStateError(f"{what} {path} belongs to another user (uid {st.st_uid}); the server's secret and "
-                               "ledger must be in a folder only the server's user controls.")
+        raise ServerStateError(
+            f"{what} {path} belongs to another user (uid {st.st_uid}); the server's secret and "
+            "ledger must be in a folder only the server's user controls."
+        )
     if st.st_mode & mode_mask:
-        raise ServerStateError(f"{what} {path} has mode {stat.S_IMODE(st.st_mode):o}: others could read or replace "
-                               f"the server's secret or ledger; chmod it {'700' if mode_mask == 0o022 else '600'}.")
+        raise ServerStateError(
+            f"{what} {path} has mode {stat.S_IMODE(st.st_mode):o}: others could read or replace "
+            f"the server's secret or ledger; chmod it {'700' if mode_mask == 0o022 else '600'}."
+        )
 
 
 def _digest(data: Any) -> str:
@@ -110,9 +114,10 @@ class ReleaseJournal:
         try:
             return os.open(self.path, flags | os.O_NOFOLLOW, 0o600)
         except OSError as err:
-            raise ServerStateError(f"release journal {self.path}: cannot open it ({err.strerror or err}); it must be "
-                                   f"a regular file of the server's user, not a symbolic link ({JOURNAL_ENV}).") \
-                from None
+            raise ServerStateError(
+                f"release journal {self.path}: cannot open it ({err.strerror or err}); it must be "
+                f"a regular file of the server's user, not a symbolic link ({JOURNAL_ENV})."
+            ) from None
 
     def entries(self) -> list[dict[str, Any]]:
         r"""Every entry, the chain verified (``[]`` when there is no journal).
@@ -135,29 +140,41 @@ class ReleaseJournal:
         for i, line in enumerate(lines):
             try:
                 entry = json.loads(line)
-                ok = (isinstance(entry, dict) and entry.get("seq") == i and entry.get("prev") == prev
-                      and entry.get("hash") == _digest({k: v for k, v in entry.items() if k != "hash"}))
+                ok = (
+                    isinstance(entry, dict)
+                    and entry.get("seq") == i
+                    and entry.get("prev") == prev
+                    and entry.get("hash") == _digest({k: v for k, v in entry.items() if k != "hash"})
+                )
             except ValueError:
                 ok = False
             if not ok:
                 raise ServerStateError(
                     f"release journal {self.path}: entry {i + 1} is malformed or does not follow from the one "
                     "before it (edited or truncated): the server cannot tell what it released. Restore the "
-                    "journal, or start a new federation in a new state folder.")
+                    "journal, or start a new federation in a new state folder."
+                )
             out.append(entry)
             prev = entry["hash"]
         return out
 
     @staticmethod
-    def next_entry(last: dict[str, Any] | None, federation: str, state: dict[str, Any], finished: bool,
-                   epsilon: Any) -> dict[str, Any]:
+    def next_entry(
+        last: dict[str, Any] | None, federation: str, state: dict[str, Any], finished: bool, epsilon: Any
+    ) -> dict[str, Any]:
         """The entry that records ``state`` after ``last`` (not yet appended)."""
         server = state.get("server") or {}
         ledger = server.get("ledger") or {}
-        entry = {"seq": 0 if last is None else last["seq"] + 1, "federation": federation,
-                 "exchange": state.get("round"), "releases": len(ledger.get("epsilons", [])),
-                 "epsilon": epsilon, "finished": bool(finished), "state": _digest(state),
-                 "prev": GENESIS if last is None else last["hash"]}
+        entry = {
+            "seq": 0 if last is None else last["seq"] + 1,
+            "federation": federation,
+            "exchange": state.get("round"),
+            "releases": len(ledger.get("epsilons", [])),
+            "epsilon": epsilon,
+            "finished": bool(finished),
+            "state": _digest(state),
+            "prev": GENESIS if last is None else last["hash"],
+        }
         entry["hash"] = _digest(entry)
         return entry
 
@@ -197,18 +214,21 @@ class ServerState:
         self.folder = Path(folder).expanduser()
         if journal is None:
             journal = os.environ.get(JOURNAL_ENV, "").strip() or None
-        self.journal = ReleaseJournal(journal if journal is not None
-                                      else self.folder.parent / f"{self.folder.name}.journal")
+        self.journal = ReleaseJournal(
+            journal if journal is not None else self.folder.parent / f"{self.folder.name}.journal"
+        )
         self._last: dict[str, Any] | None = None  # the journal's last entry, once read
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             st = os.lstat(self.folder)
         except OSError as err:
-            raise ServerStateError(f"server state folder {self.folder}: cannot create it ({err.strerror or err}).") \
-                from None
+            raise ServerStateError(
+                f"server state folder {self.folder}: cannot create it ({err.strerror or err})."
+            ) from None
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            raise ServerStateError(f"server state folder {self.folder} is a symbolic link or not a folder; "
-                                   "give the real folder.")
+            raise ServerStateError(
+                f"server state folder {self.folder} is a symbolic link or not a folder; give the real folder."
+            )
         _check_private(self.folder, st, "server state folder", 0o022)
         if not os.access(self.folder, os.W_OK | os.X_OK):
             raise ServerStateError(f"server state folder {self.folder}: not writable.")
@@ -249,7 +269,8 @@ class ServerState:
                 raise ServerStateError(
                     f"server state folder {self.folder} is in use by another server process: two servers on one "
                     "folder would release different data with the same noise. Stop the other one, or give this "
-                    f"one its own folder ({STATE_ENV}).") from None
+                    f"one its own folder ({STATE_ENV})."
+                ) from None
             raise ServerStateError(f"server state folder {self.folder}: cannot lock it ({err.strerror}).") from None
         self._lock_fd = fd
 
@@ -274,8 +295,9 @@ class ServerState:
         except FileNotFoundError:
             return None
         except OSError as err:
-            raise ServerStateError(f"{path}: cannot open it ({err.strerror}); it must be a regular file, not a "
-                                   "symbolic link.") from None
+            raise ServerStateError(
+                f"{path}: cannot open it ({err.strerror}); it must be a regular file, not a symbolic link."
+            ) from None
         with os.fdopen(fd, "rb") as fh:
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
@@ -284,11 +306,12 @@ class ServerState:
             text = fh.read()
         try:
             state = json.loads(text)
-            state["format"], state["federation"], state["finished"], state["secret"]  # noqa: B018 - present
+            state["format"], state["federation"], state["finished"], state["secret"]
         except (ValueError, KeyError, TypeError) as err:
             raise ServerStateError(
                 f"{path} is unreadable ({type(err).__name__}: {err}); the server cannot account for what it "
-                "released: restore the file, or start a new federation in a new state folder.") from None
+                "released: restore the file, or start a new federation in a new state folder."
+            ) from None
         return state
 
     def open(self, federation: str, secret: bytes | None = None) -> tuple[bytes, dict[str, Any] | None]:
@@ -328,12 +351,14 @@ class ServerState:
                 raise ServerStateError(
                     f"{path} belongs to another federation (fingerprint {str(state['federation'])[:16]}, this run's "
                     f"{federation[:16]}): its releases were about other agents or settings. Use one state folder "
-                    f"per federation (set {STATE_ENV} to a new folder).")
+                    f"per federation (set {STATE_ENV} to a new folder)."
+                )
             if state["finished"]:
                 raise ServerStateError(
                     f"{path}: this federation already finished its rounds (epsilon = {state.get('epsilon')}); "
                     "running it again would release more about the same agents. Start a new federation in a new "
-                    f"state folder ({STATE_ENV}) and account for both runs yourself.")
+                    f"state folder ({STATE_ENV}) and account for both runs yourself."
+                )
         if state is None or not state.get("state"):
             sent = [e for e in entries if e["federation"] == federation]
             if sent:
@@ -343,7 +368,8 @@ class ServerState:
                     f"{self.journal.path} records exchange {last['exchange']} of this federation as sent "
                     f"({last['releases']} release(s), epsilon = {last['epsilon']}): its ledger and secret are gone "
                     "or rolled back, and starting over would under-count epsilon. Restore the state folder, or "
-                    f"start a new federation in a new state folder ({STATE_ENV}) and account for both runs yourself.")
+                    f"start a new federation in a new state folder ({STATE_ENV}) and account for both runs yourself."
+                )
             # nothing of this federation was sent: a fresh secret, never the one in the file
             secret = secret if secret is not None else new_secret()
             self.save(federation, secret, None)
@@ -361,32 +387,48 @@ class ServerState:
         r"""``state`` must be what the journal's last entry names, or the state written just before a
         crash stopped its entry (then that entry is appended now: nothing it describes was sent)."""
         path, last, entry = self.path, self._last, state.get("journal")
-        recorded = ("holds no entry" if last is None else f"records exchange {last['exchange']}, "
-                    f"{last['releases']} release(s), epsilon = {last['epsilon']}")
+        recorded = (
+            "holds no entry"
+            if last is None
+            else f"records exchange {last['exchange']}, {last['releases']} release(s), epsilon = {last['epsilon']}"
+        )
         rolled_back = ServerStateError(
             f"{path} is not the last state this server wrote (the release journal {self.journal.path} {recorded}): "
             "it was rolled back, restored from a backup or replaced, or the journal was. Restore both, or start "
-            f"a new federation in a new state folder ({STATE_ENV}).")
-        if not isinstance(entry, dict) or entry.get("state") != _digest(state["state"]) or \
-                entry.get("hash") != _digest({k: v for k, v in entry.items() if k != "hash"}):
+            f"a new federation in a new state folder ({STATE_ENV})."
+        )
+        if (
+            not isinstance(entry, dict)
+            or entry.get("state") != _digest(state["state"])
+            or entry.get("hash") != _digest({k: v for k, v in entry.items() if k != "hash"})
+        ):
             raise rolled_back
         if last is not None and entry == last:
             return
-        if entry.get("seq") == (0 if last is None else last["seq"] + 1) and \
-                entry.get("prev") == (GENESIS if last is None else last["hash"]):
+        if entry.get("seq") == (0 if last is None else last["seq"] + 1) and entry.get("prev") == (
+            GENESIS if last is None else last["hash"]
+        ):
             self.journal.append(entry)
             self._last = entry
             return
         raise rolled_back
 
-    def save(self, federation: str, secret: bytes, state: dict[str, Any] | None, finished: bool = False,
-             epsilon: Any = None) -> None:
+    def save(
+        self, federation: str, secret: bytes, state: dict[str, Any] | None, finished: bool = False, epsilon: Any = None
+    ) -> None:
         """Write the state atomically (0600), then its journal entry, before anything it describes is sent."""
         entry = None
         if state is not None:
             entry = ReleaseJournal.next_entry(self._last, federation, state, finished, epsilon)
-        data = {"format": FORMAT, "federation": federation, "finished": bool(finished), "epsilon": epsilon,
-                "secret": secret.hex(), "state": state, "journal": entry}
+        data = {
+            "format": FORMAT,
+            "federation": federation,
+            "finished": bool(finished),
+            "epsilon": epsilon,
+            "secret": secret.hex(),
+            "state": state,
+            "journal": entry,
+        }
         write_atomic(self.path, json.dumps(data, indent=1, allow_nan=True).encode(), mode=0o600)
         if entry is not None:
             self.journal.append(entry)

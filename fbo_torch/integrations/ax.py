@@ -58,7 +58,8 @@ Example:
     >>> from fbo_torch.integrations.ax import AxFederation
     >>> def branin(p):  # Branin at (x1, x2), plus a penalty for two of the three variants
     ...     x1, x2 = p["x1"], p["x2"]
-    ...     b = (x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2 + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x1)
+    ...     b = (x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2
+    ...     b += 10 * (1 - 1 / (8 * math.pi)) * math.cos(x1)
     ...     return b + 10 + {"a": 0.0, "b": 1.0, "c": 3.0}[p["variant"]]
     >>> federation = AxFederation(RandomFourierFeatures(dim=5, num_features=200, lengthscale=0.2, seed=0))
     >>> clients = []
@@ -199,8 +200,11 @@ class UnitCube:
         for name, p in search_space.parameters.items():
             if isinstance(p, FixedParameter):
                 fixed[name] = p.value
-            elif isinstance(p, RangeParameter) and not p.logit_scale and p.parameter_type in (
-                    ParameterType.FLOAT, ParameterType.INT):
+            elif (
+                isinstance(p, RangeParameter)
+                and not p.logit_scale
+                and p.parameter_type in (ParameterType.FLOAT, ParameterType.INT)
+            ):
                 names.append(name)
                 params.append(p)
             elif isinstance(p, ChoiceParameter):  # (hierarchical ones are refused above)
@@ -260,7 +264,9 @@ class UnitCube:
         r"""The parameterization at unit-cube point ``u`` (``d``): clamped into the bounds, integers and
         ordered choices rounded to the nearest value, a one-hot choice the value of its largest coordinate."""
         if u.shape != (self.dim,):
-            raise ValueError(f"`u` must be a point of the {self.dim}-dimensional unit cube, got shape {tuple(u.shape)}.")
+            raise ValueError(
+                f"`u` must be a point of the {self.dim}-dimensional unit cube, got shape {tuple(u.shape)}."
+            )
         coords = u.detach().to(dtype=torch.float64, device="cpu").clamp(0.0, 1.0).tolist()
         out: dict[str, Any] = {}
         i = 0
@@ -306,9 +312,7 @@ def objective_weights(experiment: Experiment) -> dict[str, float]:
     """
     config = experiment.optimization_config
     if config is None:
-        raise ValueError(
-            "The experiment has no objective: call Client.configure_optimization(objective=...) first."
-        )
+        raise ValueError("The experiment has no objective: call Client.configure_optimization(objective=...) first.")
     objective = config.objective
     if objective.is_multi_objective:
         raise ValueError(f"FTS on Ax needs a single objective, got the multi-objective {objective.expression!r}.")
@@ -389,11 +393,11 @@ def agent_message(
     features = _check_features(features, cube)
     X, Y = objective_data(experiment, data, cube)
     if X.shape[0] == 0:
-        raise ValueError(f"Agent {agent_id}'s experiment has no observation of its objective yet: it has nothing to send.")
+        raise ValueError(
+            f"Agent {agent_id}'s experiment has no observation of its objective yet: it has nothing to send."
+        )
     like = features.spectral
-    model = RFFBayesianLinear(
-        features, X.to(like), Y.to(like), noise_variance, outcome_transform=Standardize(m=1)
-    )
+    model = RFFBayesianLinear(features, X.to(like), Y.to(like), noise_variance, outcome_transform=Standardize(m=1))
     omega = model.sample_weights(generator=generator)
     return AgentMessage(
         omega=omega, agent_id=int(agent_id), num_observations=X.shape[0], fingerprint=features.fingerprint
@@ -602,8 +606,11 @@ def fts_generation_strategy(
         transition_criteria=[
             MinTrials(threshold=k, transition_to=node.name, use_all_trials_in_exp=True, not_in_statuses=not_failed),
             MinTrials(
-                threshold=k, transition_to=node.name, use_all_trials_in_exp=True,
-                only_in_statuses=[TrialStatus.COMPLETED], count_only_trials_with_data=True,
+                threshold=k,
+                transition_to=node.name,
+                use_all_trials_in_exp=True,
+                only_in_statuses=[TrialStatus.COMPLETED],
+                count_only_trials_with_data=True,
             ),
         ],
         pausing_criteria=[MaxTrialsAwaitingData(threshold=k, not_in_statuses=not_failed, use_all_trials_in_exp=True)],
@@ -646,8 +653,11 @@ class AxFederation:
         PtSchedule(p_t)
         check_positive("noise_variance", noise_variance)
         self._defaults = dict(
-            p_t=p_t, one_shot=one_shot, noise_variance=noise_variance,
-            num_restarts=num_restarts, raw_samples=raw_samples,
+            p_t=p_t,
+            one_shot=one_shot,
+            noise_variance=noise_variance,
+            num_restarts=num_restarts,
+            raw_samples=raw_samples,
         )
         self.agents: list[FTSGenerationNode] = []
 
@@ -686,18 +696,27 @@ class AxFederation:
         if unknown:
             raise TypeError(f"Unknown agent options {sorted(unknown)}; expected some of {sorted(self._defaults)}.")
         if not isinstance(client, (Client, Experiment)):
-            raise TypeError(f"`client` must be an ax.api.client.Client or an ax Experiment, got {type(client).__name__}.")
+            raise TypeError(
+                f"`client` must be an ax.api.client.Client or an ax Experiment, got {type(client).__name__}."
+            )
         agent_id = len(self.agents)
         node = FTSGenerationNode(
-            self.features, agent_id=agent_id, seed=self.seed, model_factory=model_factory,
+            self.features,
+            agent_id=agent_id,
+            seed=self.seed,
+            model_factory=model_factory,
             **{**self._defaults, **options},
         )
-        strategy = fts_generation_strategy(node, num_initial_trials, seed=kr.root_key(self.seed, "sobol", agent_id) % 2**31)
+        strategy = fts_generation_strategy(
+            node, num_initial_trials, seed=kr.root_key(self.seed, "sobol", agent_id) % 2**31
+        )
         if isinstance(client, Client):
             try:
                 client.set_generation_strategy(strategy)  # also sets strategy.experiment
             except AssertionError as err:  # Ax's none_throws: no experiment configured
-                raise ValueError(f"`client` has no experiment: call client.configure_experiment first ({err}).") from None
+                raise ValueError(
+                    f"`client` has no experiment: call client.configure_experiment first ({err})."
+                ) from None
         else:
             strategy.experiment = client
         cube = UnitCube.from_search_space(strategy.experiment.search_space)

@@ -83,7 +83,7 @@ class SharedRFFKernel(Kernel):
             return RootLinearOperator(z1)
         return MatmulLinearOperator(z1, z2.transpose(-1, -2))
 
-    def prediction_strategy(self, train_inputs, train_prior_dist, train_labels, likelihood):  # noqa: D102
+    def prediction_strategy(self, train_inputs, train_prior_dist, train_labels, likelihood):
         return LinearPredictionStrategy(train_inputs, train_prior_dist, train_labels, likelihood)
 
     @property

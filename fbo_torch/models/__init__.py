@@ -16,4 +16,4 @@ __all__ = [
 ]
 
 # BoTorch's pathwise sampling learns RFFBayesianLinear's paths (and SharedRFFKernel's features) on import
-from fbo_torch.sampling import pathwise as _pathwise  # noqa: E402,F401
+from fbo_torch.sampling import pathwise as _pathwise  # noqa: F401

@@ -112,9 +112,7 @@ class AgentRFFPosteriors(Model):
         return obj
 
     @classmethod
-    def from_messages(
-        cls, messages: Sequence[PosteriorMessage], features: RandomFourierFeatures
-    ) -> AgentRFFPosteriors:
+    def from_messages(cls, messages: Sequence[PosteriorMessage], features: RandomFourierFeatures) -> AgentRFFPosteriors:
         r"""Build from the agents' :class:`~fbo_torch.federation.messages.PosteriorMessage`.
 
         Every message must carry ``features.fingerprint``: a vector built on a
@@ -172,9 +170,7 @@ class AgentRFFPosteriors(Model):
         if bool(valid.any(-1).all()):
             y = torch.where(valid, model.train_Y.squeeze(-1), -math.inf)
             incumbents = y.amax(-1)
-        return cls.from_factors(
-            model.features, nu, factor, incumbents=incumbents, noise_variances=model.noise_variance
-        )
+        return cls.from_factors(model.features, nu, factor, incumbents=incumbents, noise_variances=model.noise_variance)
 
     # ---------------------------------------------------------------- setup
     @staticmethod
@@ -187,9 +183,7 @@ class AgentRFFPosteriors(Model):
         if N < 1:
             raise ValueError("`weight_means` must hold at least one agent (N >= 1).")
         if M != features.num_features:
-            raise ValueError(
-                f"`weight_means` has M = {M} columns but `features` has {features.num_features} features."
-            )
+            raise ValueError(f"`weight_means` has M = {M} columns but `features` has {features.num_features} features.")
         check_finite("weight_means", weight_means)
         return weight_means
 
@@ -418,7 +412,7 @@ class AgentRFFPosteriors(Model):
             return posterior_transform(posterior)
         return posterior
 
-    def transform_inputs(self, X: Tensor, input_transform: Any | None = None) -> Tensor:  # noqa: D102
+    def transform_inputs(self, X: Tensor, input_transform: Any | None = None) -> Tensor:
         return X
 
     def extra_repr(self) -> str:

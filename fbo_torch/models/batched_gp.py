@@ -40,7 +40,7 @@ BoTorch's: :meth:`BatchedExactGP.to_botorch` returns the equal ``SingleTaskGP``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -128,13 +128,27 @@ class GPSpec:
 GP_SPECS: dict[str, GPSpec] = {
     "botorch": GPSpec(),
     "rbf": GPSpec(
-        ard=True, outputscale=True, priors=False, lengthscale_lower=1e-3, noise_lower=1e-4,
-        lengthscale_init=math.log(2.0) + 1e-3, outputscale_init=math.log(2.0), noise_init=math.log(2.0) + 1e-4,
+        ard=True,
+        outputscale=True,
+        priors=False,
+        lengthscale_lower=1e-3,
+        noise_lower=1e-4,
+        lengthscale_init=math.log(2.0) + 1e-3,
+        outputscale_init=math.log(2.0),
+        noise_init=math.log(2.0) + 1e-4,
     ),
     "fbo": GPSpec(noise_lower=1e-6, ls_prior_median=0.115, ls_prior_scale=0.75),
     "authors": GPSpec(
-        ard=False, outputscale=True, mean="zero", priors=False, standardize=False, lengthscale_lower=1e-4,
-        noise_lower=1e-6, lengthscale_init=1.0, outputscale_init=1.0, noise_init=1.0,
+        ard=False,
+        outputscale=True,
+        mean="zero",
+        priors=False,
+        standardize=False,
+        lengthscale_lower=1e-4,
+        noise_lower=1e-6,
+        lengthscale_init=1.0,
+        outputscale_init=1.0,
+        noise_init=1.0,
     ),
 }
 
@@ -266,7 +280,9 @@ class BatchedExactGP:
         e = params[..., : c["num_positive"]].exp()
         return e + c["lower"], e
 
-    def pack(self, lengthscale: Tensor, noise: Tensor, outputscale: Tensor | None = None, mean: Tensor | None = None) -> Tensor:
+    def pack(
+        self, lengthscale: Tensor, noise: Tensor, outputscale: Tensor | None = None, mean: Tensor | None = None
+    ) -> Tensor:
         """Unconstrained parameters from constrained values (inverse of :meth:`unpack`)."""
         s = self.spec
         ls = lengthscale if s.ard else lengthscale[..., :1]
@@ -321,8 +337,15 @@ class BatchedExactGP:
         # constant_tensor writes runs of equal values with one fill each (no host copy: also
         # inside a CUDA graph capture, for any dimension)
         lower = [s.lengthscale_lower] * k + [0.0] * int(s.outputscale) + [s.noise_lower]
-        c = {"mask_f": mask_f, "pad_f": 1.0 - mask_f, "inv_n": 1.0 / n.clamp_min(1), "num_positive": len(lower),
-             "lower": constant_tensor(lower, dtype=dt, device=dev), "k": k, "one": torch.ones((), dtype=dt, device=dev)}
+        c = {
+            "mask_f": mask_f,
+            "pad_f": 1.0 - mask_f,
+            "inv_n": 1.0 / n.clamp_min(1),
+            "num_positive": len(lower),
+            "lower": constant_tensor(lower, dtype=dt, device=dev),
+            "k": k,
+            "one": torch.ones((), dtype=dt, device=dev),
+        }
         if s.priors:  # LogNormal on the lengthscales (k) and the noise (1)
             loc, scale = s.ls_prior(d)
             c["prior_inv_scale"] = constant_tensor([1.0 / scale] * k + [1.0], dtype=dt, device=dev)
@@ -408,8 +431,11 @@ class BatchedExactGP:
         x, e = self._constrained(params)
         Kf, K, inv_ls2 = self._train_parts(x, params, signal=with_grad)
         L, info = torch.linalg.cholesky_ex(K)
-        r = torch.addcmul(self.y, params[..., -1:], c["mask_f"], value=-1.0) if s.mean == "constant" else \
-            self.y.expand(K.shape[:-1])  # y − c, 0 on masked entries
+        r = (
+            torch.addcmul(self.y, params[..., -1:], c["mask_f"], value=-1.0)
+            if s.mean == "constant"
+            else self.y.expand(K.shape[:-1])
+        )  # y − c, 0 on masked entries
         r = r.unsqueeze(-1)
         if with_grad:
             # K⁻¹ = L⁻ᵀL⁻¹ by triangular solves: unlike cholesky_inverse/cholesky_solve they neither raise on a
@@ -506,8 +532,9 @@ class BatchedExactGP:
                 return vg, values
 
             vg, values = functions(data)
-            res = minimize_batched(vg, start, values=values, maxiter=maxiter,
-                                   restrict=lambda index: functions(data._subset(index)), **opts)
+            res = minimize_batched(
+                vg, start, values=values, maxiter=maxiter, restrict=lambda index: functions(data._subset(index)), **opts
+            )
             return res.x, res.fun, res.converged
 
         tensors = (self.X, self.y, self.mask, self.num_valid, x0.reshape(reps * B, p))
@@ -521,8 +548,9 @@ class BatchedExactGP:
         return self
 
     @classmethod
-    def _view(cls, spec: GPSpec, dim: int, X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor,
-              reps: int = 1) -> BatchedExactGP:
+    def _view(
+        cls, spec: GPSpec, dim: int, X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, reps: int = 1
+    ) -> BatchedExactGP:
         """A bare GP on given tensors (what :meth:`mll` needs), its batch repeated ``reps`` times."""
         obj = cls.__new__(cls)
         obj.spec, obj.dim = spec, dim
@@ -533,8 +561,9 @@ class BatchedExactGP:
 
     def _subset(self, index: Tensor) -> BatchedExactGP:
         """A bare GP of the agents ``index`` (what :meth:`mll` needs), sharing the cached distances."""
-        obj = BatchedExactGP._view(self.spec, self.dim, self.X[index], self.y[index], self.mask[index],
-                                   self.num_valid[index])
+        obj = BatchedExactGP._view(
+            self.spec, self.dim, self.X[index], self.y[index], self.mask[index], self.num_valid[index]
+        )
         obj._sqd = self.sqdist[index]
         obj._bias = self._pair_bias[index]
         return obj
@@ -551,7 +580,11 @@ class BatchedExactGP:
         def logu(v: Tensor, lo: float, hi: float) -> Tensor:
             return math.log(lo) + v * (math.log(hi) - math.log(lo))
 
-        ls = torch.exp(logu(u[..., :k], 0.01, 2.0)).expand(num, B, d) if not s.ard else torch.exp(logu(u[..., :k], 0.01, 2.0))
+        ls = (
+            torch.exp(logu(u[..., :k], 0.01, 2.0)).expand(num, B, d)
+            if not s.ard
+            else torch.exp(logu(u[..., :k], 0.01, 2.0))
+        )
         i = k
         os_ = torch.exp(logu(u[..., i], 0.1, 10.0)) if s.outputscale else None
         i += int(s.outputscale)
@@ -642,8 +675,10 @@ class BatchedExactGP:
         hp = self.hyperparameters
         if index is None:
             if not bool(self.mask.all()):
-                raise ValueError("to_botorch() needs every observation valid; this GP has masked entries "
-                                 "(use to_botorch(index) for one agent).")
+                raise ValueError(
+                    "to_botorch() needs every observation valid; this GP has masked entries "
+                    "(use to_botorch(index) for one agent)."
+                )
             X, y, y_mean, y_std = self.X, self.y, self.y_mean.unsqueeze(-1), self.y_std.unsqueeze(-1)
             bs = torch.Size([self.X.shape[0]])
         else:
@@ -655,8 +690,15 @@ class BatchedExactGP:
         Xo = self.bounds[0] + X * (self.bounds[1] - self.bounds[0])
         Yo = (y * y_std + y_mean).unsqueeze(-1)
         kwargs = {}
-        botorch_default = (s.priors and not s.outputscale and s.ard and s.lengthscale_lower == 0.025
-                           and s.noise_lower == 1e-4 and s.ls_prior_median is None and s.ls_prior_scale is None)
+        botorch_default = (
+            s.priors
+            and not s.outputscale
+            and s.ard
+            and s.lengthscale_lower == 0.025
+            and s.noise_lower == 1e-4
+            and s.ls_prior_median is None
+            and s.ls_prior_scale is None
+        )
         if not botorch_default:
             ls_prior = noise_prior = None
             if s.priors:  # the spec's LogNormal priors, as BoTorch's default model attaches its own
@@ -664,11 +706,16 @@ class BatchedExactGP:
 
                 loc, scale = s.ls_prior(d)
                 ls_prior, noise_prior = LogNormalPrior(loc, scale), LogNormalPrior(-4.0, 1.0)
-            base = RBFKernel(ard_num_dims=d if s.ard else None, batch_shape=bs, lengthscale_prior=ls_prior,
-                             lengthscale_constraint=GreaterThan(s.lengthscale_lower))
+            base = RBFKernel(
+                ard_num_dims=d if s.ard else None,
+                batch_shape=bs,
+                lengthscale_prior=ls_prior,
+                lengthscale_constraint=GreaterThan(s.lengthscale_lower),
+            )
             kwargs["covar_module"] = ScaleKernel(base, batch_shape=bs) if s.outputscale else base
-            kwargs["likelihood"] = GaussianLikelihood(batch_shape=bs, noise_prior=noise_prior,
-                                                      noise_constraint=GreaterThan(s.noise_lower))
+            kwargs["likelihood"] = GaussianLikelihood(
+                batch_shape=bs, noise_prior=noise_prior, noise_constraint=GreaterThan(s.noise_lower)
+            )
         if s.mean == "zero":
             kwargs["mean_module"] = ZeroMean(batch_shape=bs)
         elif "covar_module" in kwargs:
@@ -676,8 +723,11 @@ class BatchedExactGP:
         lo, hi = self.bounds[0], self.bounds[1]
         unit = bool((lo == 0).all()) and bool((hi == 1).all())
         model = SingleTaskGP(
-            Xo, Yo, outcome_transform=Standardize(m=1, batch_shape=bs) if s.standardize else None,
-            input_transform=None if unit else Normalize(d=d, bounds=self.bounds), **kwargs,
+            Xo,
+            Yo,
+            outcome_transform=Standardize(m=1, batch_shape=bs) if s.standardize else None,
+            input_transform=None if unit else Normalize(d=d, bounds=self.bounds),
+            **kwargs,
         )
         covar = model.covar_module
         base = covar.base_kernel if s.outputscale else covar

@@ -40,8 +40,20 @@ class BatchedGPPosterior:
     # a pure function of tensors: maximizers may capture it as a CUDA graph
     _FIELDS = ("lo", "width", "Xt", "mask", "L", "alpha", "ls", "os", "mean", "y_mean", "y_std")
 
-    def __init__(self, lo: Tensor, width: Tensor, Xt: Tensor, mask: Tensor, L: Tensor, alpha: Tensor,
-                 ls: Tensor, os_: Tensor, mean: Tensor, y_mean: Tensor, y_std: Tensor) -> None:
+    def __init__(
+        self,
+        lo: Tensor,
+        width: Tensor,
+        Xt: Tensor,
+        mask: Tensor,
+        L: Tensor,
+        alpha: Tensor,
+        ls: Tensor,
+        os_: Tensor,
+        mean: Tensor,
+        y_mean: Tensor,
+        y_std: Tensor,
+    ) -> None:
         self.lo, self.width, self.Xt, self.mask, self.L, self.alpha = lo, width, Xt, mask, L, alpha
         self.ls, self.os, self.mean, self.y_mean, self.y_std = ls, os_, mean, y_mean, y_std
 
@@ -56,8 +68,9 @@ class BatchedGPPosterior:
         alpha = torch.linalg.solve_triangular(L.mT, z, upper=True).squeeze(-1)
         alpha = torch.where(gp.mask, alpha, 0.0)
         lo, width = gp.bounds[0], gp.bounds[1] - gp.bounds[0]
-        return cls(lo, width, gp.X, gp.mask, L, alpha, hp["lengthscale"], hp["outputscale"], hp["mean"],
-                   gp.y_mean, gp.y_std)
+        return cls(
+            lo, width, gp.X, gp.mask, L, alpha, hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std
+        )
 
     @property
     def batch_size(self) -> int:
@@ -70,7 +83,8 @@ class BatchedGPPosterior:
     def take(self, index: Tensor) -> BatchedGPPosterior:
         """The posteriors ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
         return type(self).from_graph_state(
-            tuple(getattr(self, f) if f in ("lo", "width") else getattr(self, f)[index] for f in self._FIELDS), ())
+            tuple(getattr(self, f) if f in ("lo", "width") else getattr(self, f)[index] for f in self._FIELDS), ()
+        )
 
     def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
         return tuple(getattr(self, f) for f in self._FIELDS), ()

@@ -77,7 +77,6 @@ from fbo_torch.utils.validation import (
     warn_outside_unit_cube,
 )
 
-
 #: Bytes of ``M x M`` temporaries per chunk of agents in the weight-space update.
 #: Chunking keeps temporaries below the allocator's large-allocation threshold
 #: region, where every call otherwise pays fresh page faults.
@@ -332,9 +331,7 @@ class RFFBayesianLinear(_RFFWeightModel):
         if representation not in ("auto", "weight", "dual"):
             raise ValueError(f"`representation` must be 'auto', 'weight' or 'dual', got {representation!r}.")
         if not isinstance(features, RandomFourierFeatures):
-            raise TypeError(
-                f"`features` must be a RandomFourierFeatures, got {type(features).__name__}."
-            )
+            raise TypeError(f"`features` must be a RandomFourierFeatures, got {type(features).__name__}.")
         check_tensor("train_X", train_X)
         check_tensor("train_Y", train_Y)
         check_floating("train_X", train_X)
@@ -367,8 +364,11 @@ class RFFBayesianLinear(_RFFWeightModel):
         noise = _noise_tensor(noise_variance, N, train_X)
 
         if input_transform is None:
-            warn_outside_unit_cube("The training inputs of RFFBayesianLinear", torch.where(
-                valid.unsqueeze(-1), train_X, 0.5), features.lengthscale)
+            warn_outside_unit_cube(
+                "The training inputs of RFFBayesianLinear",
+                torch.where(valid.unsqueeze(-1), train_X, 0.5),
+                features.lengthscale,
+            )
         self.features = features
         self._given_transforms = {"input_transform": input_transform, "outcome_transform": outcome_transform}
         if input_transform is not None:
@@ -510,8 +510,14 @@ class RFFBayesianLinear(_RFFWeightModel):
                 destination[key] = t[(slice(None),) + (slice(0, self._n),) * ndims].clone()
 
     def _load_from_state_dict(
-        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict, strict: bool,
-        missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str],
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
     ) -> None:
         incoming = [rep for rep, names in self._FACTORS.items() if prefix + names[0] in state_dict]
         if len(incoming) == 1 and incoming[0] != self.representation:
@@ -537,9 +543,7 @@ class RFFBayesianLinear(_RFFWeightModel):
 
     # ---------------------------------------------------------------- setup
     @staticmethod
-    def _make_mask(
-        N: int, n: int, lengths: Tensor | None, mask: Tensor | None, device: torch.device
-    ) -> Tensor:
+    def _make_mask(N: int, n: int, lengths: Tensor | None, mask: Tensor | None, device: torch.device) -> Tensor:
         if lengths is not None and mask is not None:
             raise ValueError("Pass at most one of `lengths` and `mask`.")
         if mask is not None:
@@ -688,8 +692,9 @@ class RFFBayesianLinear(_RFFWeightModel):
                 base_samples = base_samples.unsqueeze(-2)
             if base_samples.shape != sample_shape + torch.Size([N, M + n]):
                 expected = tuple(sample_shape) + ((N,) if self._batched else ()) + (M + n,)
-                raise ValueError(f"`base_samples` must have shape {expected} (M + n = {M} + {n}), got "
-                                 f"{tuple(base_samples.shape)}.")
+                raise ValueError(
+                    f"`base_samples` must have shape {expected} (M + n = {M} + {n}), got {tuple(base_samples.shape)}."
+                )
             base_samples = base_samples.to(self._weight_mean)
         if self.representation == "weight":
             if base_samples is None:
@@ -754,9 +759,7 @@ class RFFBayesianLinear(_RFFWeightModel):
         return [AgentMessage(omega[i], ids[i], int(counts[i]), fp, input_bounds=bounds[i]) for i in range(N)]
 
     # ----------------------------------------------------------------- update
-    def update(
-        self, X: Tensor, Y: Tensor, mask: Tensor | None = None, validate: bool = True
-    ) -> RFFBayesianLinear:
+    def update(self, X: Tensor, Y: Tensor, mask: Tensor | None = None, validate: bool = True) -> RFFBayesianLinear:
         r"""Add new observations in place with rank-one Cholesky updates.
 
         Args:
@@ -782,8 +785,7 @@ class RFFBayesianLinear(_RFFWeightModel):
         N = self.num_agents
         if X.ndim != 3 or X.shape[0] != N or Y.shape != (N, X.shape[1], 1):
             raise ValueError(
-                f"`X` and `Y` must be N x k x d and N x k x 1 with N = {N}, got "
-                f"{tuple(X.shape)} and {tuple(Y.shape)}."
+                f"`X` and `Y` must be N x k x d and N x k x 1 with N = {N}, got {tuple(X.shape)} and {tuple(Y.shape)}."
             )
         check_last_dim("X", X, self.features.dim)
         k = X.shape[1]
@@ -817,10 +819,10 @@ class RFFBayesianLinear(_RFFWeightModel):
             for j in range(k):
                 n = n0 + j
                 V, z = self._V[:, :n], self._z[:, :n]
-                l, d = whitened_new_row(V, phi[:, j], self.noise_variance)
-                self._V[:, n] = (phi[:, j] - (l.unsqueeze(-2) @ V).squeeze(-2)) / d.unsqueeze(-1)
-                self._z[:, n] = (y[:, j] - (l * z).sum(-1)) / d
-                self._kchol[:, n, :n] = l
+                row, d = whitened_new_row(V, phi[:, j], self.noise_variance)
+                self._V[:, n] = (phi[:, j] - (row.unsqueeze(-2) @ V).squeeze(-2)) / d.unsqueeze(-1)
+                self._z[:, n] = (y[:, j] - (row * z).sum(-1)) / d
+                self._kchol[:, n, :n] = row
                 self._kchol[:, n, n] = d
                 # ν = Vᵀz gains the new row's term: one pass over the new row, not over V
                 self._weight_mean = self._weight_mean + self._V[:, n] * self._z[:, n].unsqueeze(-1)
@@ -858,8 +860,10 @@ class RFFBayesianLinear(_RFFWeightModel):
     def _uses_transforms(self) -> bool:
         given = self._given_transforms
         return (
-            given["input_transform"] is not None or given["outcome_transform"] is not None
-            or "input_transform" in self._modules or "outcome_transform" in self._modules
+            given["input_transform"] is not None
+            or given["outcome_transform"] is not None
+            or "input_transform" in self._modules
+            or "outcome_transform" in self._modules
         )
 
 
@@ -929,8 +933,7 @@ def _noise_tensor(noise_variance: Any, N: int, like: Tensor) -> Tensor:
         noise = noise.expand(N).clone()
     elif noise.shape != (N,):
         raise ValueError(
-            f"`noise_variance` must be a float or a tensor of {N} per-agent values, "
-            f"got shape {tuple(noise.shape)}."
+            f"`noise_variance` must be a float or a tensor of {N} per-agent values, got shape {tuple(noise.shape)}."
         )
     check_positive("noise_variance", noise)
     return noise

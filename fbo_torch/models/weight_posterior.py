@@ -136,10 +136,10 @@ def whitened_new_row(V: Tensor, phi_new: Tensor, noise: Tensor) -> tuple[Tensor,
     Returns:
         ``(l, d)``: ``N x n`` and ``N``.
     """
-    l = (V @ phi_new.unsqueeze(-1)).squeeze(-1)
+    row = (V @ phi_new.unsqueeze(-1)).squeeze(-1)
     kappa = (phi_new * phi_new).sum(-1) + noise
-    d = torch.sqrt((kappa - (l * l).sum(-1)).clamp_min(torch.finfo(V.dtype).tiny))
-    return l, d
+    d = torch.sqrt((kappa - (row * row).sum(-1)).clamp_min(torch.finfo(V.dtype).tiny))
+    return row, d
 
 
 def psd_factor(C: Tensor) -> Tensor:

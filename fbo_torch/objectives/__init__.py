@@ -31,8 +31,11 @@ def _import_class(path: str) -> Any:
     r"""The object ``path`` (``"package.module:ClassName"``) names; a one-line ``ValueError`` when the
     module cannot be imported or has no such attribute."""
     module_name, _, qualname = path.partition(":")
-    if not module_name or not qualname or ":" in qualname or not all(
-        part.isidentifier() for part in module_name.split(".") + qualname.split(".")
+    if (
+        not module_name
+        or not qualname
+        or ":" in qualname
+        or not all(part.isidentifier() for part in module_name.split(".") + qualname.split("."))
     ):
         raise ValueError(f"{path!r} is not of the form 'package.module:ClassName'.")
     try:
@@ -45,8 +48,10 @@ def _import_class(path: str) -> Any:
             ) from None
         raise ValueError(f"importing module {module_name!r} for {path!r} failed: {err}") from None
     except Exception as err:  # the module's own code failed (SyntaxError, a missing dependency, ...)
-        raise ValueError(f"importing module {module_name!r} for {path!r} failed: {type(err).__name__}: "
-                         f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}") from None
+        raise ValueError(
+            f"importing module {module_name!r} for {path!r} failed: {type(err).__name__}: "
+            f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        ) from None
     obj: Any = module
     for part in qualname.split("."):
         if not hasattr(obj, part):

@@ -282,8 +282,9 @@ def _check_instance(obj: Any, name: str) -> None:
     """The required attributes of an objective instance: ``bounds``, ``num_agents``, and the optional ones' shapes."""
     for attr in ("bounds", "num_agents"):
         if not hasattr(obj, attr):
-            raise TypeError(f"{name} has no `{attr}` (required: `bounds`, a 2 x d tensor, and `num_agents`; "
-                            f"see {PROTOCOL}).")
+            raise TypeError(
+                f"{name} has no `{attr}` (required: `bounds`, a 2 x d tensor, and `num_agents`; see {PROTOCOL})."
+            )
     try:
         bounds = check_tensor(f"{name}.bounds", obj.bounds)
         if not bounds.is_floating_point():
@@ -296,11 +297,13 @@ def _check_instance(obj: Any, name: str) -> None:
     optimum = getattr(obj, "optimum", None)
     if optimum is not None and (not isinstance(optimum, Tensor) or optimum.shape != (N,)):
         shape = tuple(optimum.shape) if isinstance(optimum, Tensor) else type(optimum).__name__
-        raise ValueError(f"`{name}.optimum` must be None or a tensor of shape ({N},) (one maximum per agent), "
-                         f"got {shape}.")
+        raise ValueError(
+            f"`{name}.optimum` must be None or a tensor of shape ({N},) (one maximum per agent), got {shape}."
+        )
     candidates = getattr(obj, "candidates", None)
-    if candidates is not None and (not isinstance(candidates, Tensor) or candidates.ndim != 2
-                                   or candidates.shape[-1] != d):
+    if candidates is not None and (
+        not isinstance(candidates, Tensor) or candidates.ndim != 2 or candidates.shape[-1] != d
+    ):
         shape = tuple(candidates.shape) if isinstance(candidates, Tensor) else type(candidates).__name__
         raise ValueError(f"`{name}.candidates` must be None or a C x {d} tensor, got {shape}.")
 

@@ -187,10 +187,17 @@ class SmallCNN(nn.Module):
 
 # --------------------------------------------------------------------------- options
 _DTYPES = {
-    "float32": torch.float32, "float": torch.float32, "fp32": torch.float32,
-    "float64": torch.float64, "double": torch.float64, "fp64": torch.float64,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "half": torch.float16, "fp16": torch.float16,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "fp32": torch.float32,
+    "float64": torch.float64,
+    "double": torch.float64,
+    "fp64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp16": torch.float16,
 }
 
 
@@ -301,7 +308,7 @@ def cuda_backend_flags(device: torch.device, options: TrainerOptions) -> Iterato
     finally:
         cudnn.benchmark, cudnn.deterministic = saved
         if targets is not None:
-            for t, value in zip(targets, old):
+            for t, value in zip(targets, old, strict=True):
                 t.fp32_precision = value
         else:
             cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
@@ -350,9 +357,7 @@ def init_cnn_parameters(model: SmallCNN, generator: torch.Generator) -> dict[str
     return params
 
 
-def sample_minibatch_indices(
-    num_samples: int, steps: int, batch_size: int, generator: torch.Generator
-) -> Tensor:
+def sample_minibatch_indices(num_samples: int, steps: int, batch_size: int, generator: torch.Generator) -> Tensor:
     r"""``steps x batch_size`` indices in ``[0, num_samples)``, uniform with replacement (CPU)."""
     return torch.randint(num_samples, (steps, batch_size), generator=generator)
 
@@ -398,14 +403,10 @@ def _check_data(model: SmallCNN, images: Tensor, labels: Tensor) -> None:
         raise TypeError(f"`images` must be a floating-point tensor, got dtype {images.dtype}.")
     s, c = model.image_size, model.in_channels
     if tuple(images.shape[1:]) != (c, s, s):
-        raise ValueError(
-            f"`images` must have shape n x {c} x {s} x {s} for this model, got {tuple(images.shape)}."
-        )
+        raise ValueError(f"`images` must have shape n x {c} x {s} x {s} for this model, got {tuple(images.shape)}.")
     check_tensor("labels", labels)
     if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
-        raise ValueError(
-            f"`labels` must have shape ({images.shape[0]},) to match `images`, got {tuple(labels.shape)}."
-        )
+        raise ValueError(f"`labels` must have shape ({images.shape[0]},) to match `images`, got {tuple(labels.shape)}.")
     if labels.is_floating_point() or labels.dtype == torch.bool:
         raise TypeError(f"`labels` must hold integer class indices, got dtype {labels.dtype}.")
     if labels.device != images.device:
@@ -579,7 +580,7 @@ class _StackedSGD:
         self.leaves = [params[n] for n in self.names]
         self.views = [(self.K,) + (1,) * (params[n].ndim - 1) for n in self.names]
         # 2λ broadcast per weight tensor (biases carry no penalty)
-        self.decay = {n: two_l2.view(v) for n, v in zip(self.names, self.views) if n.endswith("weight")}
+        self.decay = {n: two_l2.view(v) for n, v in zip(self.names, self.views, strict=True) if n.endswith("weight")}
         self.t = torch.zeros(1, dtype=torch.long, device=self.device)
 
     def step(self) -> None:
@@ -597,7 +598,7 @@ class _StackedSGD:
         grads = torch.autograd.grad(loss, self.leaves)
         lr = self.lr.index_select(0, self.t).reshape(K)
         with torch.no_grad():
-            for name, p, g, view in zip(self.names, self.leaves, grads, self.views):
+            for name, p, g, view in zip(self.names, self.leaves, grads, self.views, strict=True):
                 if name in self.decay:  # ∇(λ||w||²) = 2λw
                     g = torch.addcmul(g, p, self.decay[name])
                 p.addcmul_(g, lr.view(view), value=-1.0)
@@ -647,9 +648,7 @@ def _prepare_batched(
     if K == 0:
         raise ValueError("`train_indices` must hold at least one configuration.")
     if len(val_indices) != K:
-        raise ValueError(
-            f"`val_indices` must hold {K} index tensors (one per configuration), got {len(val_indices)}."
-        )
+        raise ValueError(f"`val_indices` must hold {K} index tensors (one per configuration), got {len(val_indices)}.")
     seeds = [int(s) for s in (seeds.reshape(-1).tolist() if isinstance(seeds, Tensor) else seeds)]
     if len(seeds) != K:
         raise ValueError(f"`seeds` must hold {K} integers (one per configuration), got {len(seeds)}.")
@@ -669,8 +668,7 @@ def _prepare_batched(
         inits.append(init_cnn_parameters(model, gen))
         batches.append(tr[k][sample_minibatch_indices(tr[k].numel(), steps, batch_size, gen)])
     params = {
-        name: torch.stack([p[name] for p in inits]).to(device=device, dtype=dtype).requires_grad_()
-        for name in inits[0]
+        name: torch.stack([p[name] for p in inits]).to(device=device, dtype=dtype).requires_grad_() for name in inits[0]
     }
     batch_index = torch.stack(batches, dim=-1).to(device)  # steps x B x K
     batch_labels = labels[batch_index].transpose(1, 2).reshape(steps, K * batch_size)

@@ -210,12 +210,12 @@ class FunctionFamilyFederation(Objective):
         dim = check_int("dim", dim, minimum=1)
         families = DEFAULT_FAMILIES if families is None else families
         if isinstance(families, str) or not families or any(f not in FAMILIES for f in families):
-            raise ValueError(
-                f"`families` must be a non-empty list of names from {sorted(FAMILIES)}, got {families!r}."
-            )
+            raise ValueError(f"`families` must be a non-empty list of names from {sorted(FAMILIES)}, got {families!r}.")
         if dim == 1 and "rosenbrock" in families:
-            raise ValueError("`families`: rosenbrock needs `dim` >= 2 (in 1-D its sum is empty: constant 0); "
-                             "give `families` without it.")
+            raise ValueError(
+                "`families`: rosenbrock needs `dim` >= 2 (in 1-D its sum is empty: constant 0); "
+                "give `families` without it."
+            )
         if not isinstance(normalize, bool):
             raise TypeError(f"`normalize` must be true or false, got {normalize!r}.")
         check_positive("noise_variance", noise_variance, allow_zero=True)
@@ -232,8 +232,9 @@ class FunctionFamilyFederation(Objective):
         fn_bounds = torch.stack([fn.bounds for fn in self._functions])[self.family_of_agent]  # A x 2 x d
         self._width = fn_bounds[:, 1] - fn_bounds[:, 0]  # A x d
         self._minimizer = torch.stack([fn.optimizers[0] for fn in self._functions])[self.family_of_agent]  # A x d
-        lo, hi = torch.tensor([OPTIMIZER_RANGE.get(name, OPTIMIZER_RANGE[None]) for name in self.family_names],
-                              dtype=torch.float64).unbind(-1)
+        lo, hi = torch.tensor(
+            [OPTIMIZER_RANGE.get(name, OPTIMIZER_RANGE[None]) for name in self.family_names], dtype=torch.float64
+        ).unbind(-1)
         gen = torch.Generator().manual_seed(self.seed)
         U = torch.rand(self.num_agents, dim, generator=gen, dtype=torch.float64)
         self.optimizers = lo.unsqueeze(-1) + (hi - lo).unsqueeze(-1) * U  # A x d

@@ -99,8 +99,7 @@ def resolve_har_root(path: str | os.PathLike) -> Path:
     """
     if path is None:
         raise TypeError(
-            "`path` is required: the folder of the UCI HAR data set (with train/ and test/), "
-            f"from {HAR_URL}."
+            f"`path` is required: the folder of the UCI HAR data set (with train/ and test/), from {HAR_URL}."
         )
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"`path` must be a str or os.PathLike, got {type(path).__name__}.")
@@ -145,7 +144,7 @@ def load_har(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 @lru_cache(maxsize=2)
 def _load_har_cached(key: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    files = {name: Path(k[0]) for name, k in zip(_har_files(Path(".")), key)}
+    files = {name: Path(k[0]) for name, k in zip(_har_files(Path(".")), key, strict=True)}
     root = files["X_train"].parent.parent
     Xs, ys, ss = [], [], []
     for split in ("train", "test"):
@@ -265,8 +264,7 @@ class HARLogReg(TuningObjective):
             if isinstance(subjects, (str, bytes)) or not isinstance(subjects, Sequence):
                 raise TypeError(f"`subjects` must be a sequence of subject ids, got {type(subjects).__name__}.")
             subjects = [
-                check_int(f"subjects[{i}]", int(s) if isinstance(s, np.integer) else s)
-                for i, s in enumerate(subjects)
+                check_int(f"subjects[{i}]", int(s) if isinstance(s, np.integer) else s) for i, s in enumerate(subjects)
             ]
             if not subjects:
                 raise ValueError("`subjects` must name at least one subject.")
@@ -300,7 +298,7 @@ class HARLogReg(TuningObjective):
         self.num_features = int(X.shape[1])
         self.num_classes = len(self.classes)
         self._parts = []
-        for part in zip(tr_parts, ytr_parts, va_parts, yva_parts):
+        for part in zip(tr_parts, ytr_parts, va_parts, yva_parts, strict=True):
             for arr in part:
                 arr.setflags(write=False)
             self._parts.append(part)
@@ -340,7 +338,7 @@ class HARLogReg(TuningObjective):
     @property
     def subject_sizes(self) -> list[int]:
         """Number of rows per agent's subject (train + validation halves)."""
-        return [a + b for a, b in zip(self.train_sizes, self.val_sizes)]
+        return [a + b for a, b in zip(self.train_sizes, self.val_sizes, strict=True)]
 
     def subject_data(self, agent: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         r"""``(X_train, y_train, X_val, y_val)`` of agent ``agent``: standardized

@@ -136,7 +136,7 @@ def _load_mat(path: str, mtime_ns: int, size: int) -> tuple[tuple[np.ndarray, ..
 
     try:
         mat = loadmat(path)
-    except Exception as e:  # noqa: BLE001 - re-raised with context
+    except Exception as e:
         raise ValueError(f"Could not read {path} as a MATLAB file: {e}") from e
     if "feature" not in mat or "label" not in mat:
         raise ValueError(
@@ -144,7 +144,7 @@ def _load_mat(path: str, mtime_ns: int, size: int) -> tuple[tuple[np.ndarray, ..
             f"{sorted(k for k in mat if not k.startswith('__'))})."
         )
     feats, labels = [], []
-    for i, (f, y) in enumerate(zip(mat["feature"].reshape(-1), mat["label"].reshape(-1))):
+    for i, (f, y) in enumerate(zip(mat["feature"].reshape(-1), mat["label"].reshape(-1), strict=True)):
         f = np.ascontiguousarray(np.asarray(f, dtype=np.float64))
         y = np.asarray(y).reshape(-1).astype(np.int64)
         if f.ndim != 2 or f.shape[0] != y.shape[0]:
@@ -165,7 +165,12 @@ def _make_worker():
     # every worker would import fbo_torch (torch, gpytorch, botorch) first,
     # which doubles the start-up time of the process pool.
     def _svm_auc(
-        X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y_val: np.ndarray, C: float, gamma: float,
+        X_train: np.ndarray,
+        y_train: np.ndarray,
+        X_val: np.ndarray,
+        y_val: np.ndarray,
+        C: float,
+        gamma: float,
         scoring: str = "decision",
     ) -> float:
         """Fit an RBF SVC on the training half, return the validation AUC."""
@@ -356,9 +361,9 @@ class LandmineSVM(TuningObjective):
 
             out = Parallel(n_jobs=self.n_jobs)(delayed(_svm_auc)(*t) for t in tasks)
         found = {key: self._cache[key] for key in keys if key in self._cache}
-        found.update(zip(todo, out))
+        found.update(zip(todo, out, strict=True))
         if len(self._cache) + len(todo) > self._CACHE_SIZE:
             self._cache.clear()
-        self._cache.update(zip(todo, out))
+        self._cache.update(zip(todo, out, strict=True))
         vals = [found[key] for key in keys]
         return torch.tensor(vals, dtype=torch.float64).reshape(k, q).to(device=X.device, dtype=X.dtype)

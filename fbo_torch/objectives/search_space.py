@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -169,7 +169,7 @@ class Integer:
         return a, b
 
 
-Parameter = Union[Real, Integer]
+Parameter = Real | Integer
 
 
 class SearchSpace:
@@ -190,8 +190,7 @@ class SearchSpace:
     def __init__(self, parameters: Sequence[Parameter]) -> None:
         if isinstance(parameters, (Real, Integer)) or not isinstance(parameters, Sequence):
             raise TypeError(
-                "`parameters` must be a sequence of Real/Integer parameters, "
-                f"got {type(parameters).__name__}."
+                f"`parameters` must be a sequence of Real/Integer parameters, got {type(parameters).__name__}."
             )
         params = tuple(parameters)
         if not params:
@@ -334,7 +333,7 @@ class SearchSpace:
     # ---------------------------------------------------------- named values
     def _row_to_dict(self, row: Sequence[float]) -> dict[str, float | int]:
         return {
-            p.name: (int(round(v)) if p.is_integer else float(v)) for p, v in zip(self.parameters, row)
+            p.name: (int(round(v)) if p.is_integer else float(v)) for p, v in zip(self.parameters, row, strict=True)
         }
 
     def to_dict(self, u: Tensor | Sequence[float]) -> dict[str, float | int]:
@@ -400,8 +399,7 @@ class SearchSpace:
         missing = [n for n in self.names if n not in values]
         if unknown or missing:
             raise ValueError(
-                f"`values` must name exactly the parameters {self.names}; "
-                f"unknown: {unknown}, missing: {missing}."
+                f"`values` must name exactly the parameters {self.names}; unknown: {unknown}, missing: {missing}."
             )
         row = [_number(n, "value", values[n]) for n in self.names]
         return self.from_native(torch.tensor(row, dtype=dtype, device=device))

@@ -57,7 +57,6 @@ from fbo_torch.optim.batched import maximize_batched
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_positive, check_probability
 
-
 #: Names of the agent kinds; :attr:`kind_of_agent` holds indices into it.
 AGENT_KINDS = ("helpful", "useless", "adversarial")
 HELPFUL, USELESS, ADVERSARIAL = range(3)
@@ -118,7 +117,7 @@ class _GroupedSynthetic(Objective):
         n_a = min(int(math.floor(fa * pool + 0.5)), pool - n_u)
         by_rank = torch.full((pool,), HELPFUL, dtype=torch.long)
         by_rank[:n_u] = USELESS
-        by_rank[pool - n_a:] = ADVERSARIAL
+        by_rank[pool - n_a :] = ADVERSARIAL
         gen = torch.Generator().manual_seed(self.seed + 404)
         order = torch.rand(self.num_groups, pool, generator=gen, dtype=torch.float64).argsort(-1)  # G x pool
         kinds = torch.full((self.num_groups, self.agents_per_group), HELPFUL, dtype=torch.long)
@@ -171,13 +170,22 @@ class GPSampleGridFederation(_GroupedSynthetic):
     ) -> None:
         check_int("grid_size", grid_size, minimum=2)
         check_positive("lengthscale", lengthscale)
-        d = self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed,
-                               useless_fraction, adversarial_fraction)
+        d = self._setup_groups(
+            num_groups,
+            agents_per_group,
+            perturbation,
+            perturb_first,
+            noise_variance,
+            seed,
+            useless_fraction,
+            adversarial_fraction,
+        )
         gen = torch.Generator().manual_seed(self.seed)
         grid = torch.linspace(0.0, 1.0, grid_size, dtype=torch.float64)
         K = torch.exp(-0.5 * ((grid.unsqueeze(-1) - grid.unsqueeze(-2)) / lengthscale) ** 2)
         K.diagonal().add_(1e-8)  # the SE matrix on a fine grid is numerically singular
         L = psd_safe_cholesky(K, max_tries=6)
+
         def draw(n: int, generator: torch.Generator) -> Tensor:  # n x C, normalized to [0, 1]
             f = (L @ torch.randn(grid_size, n, generator=generator, dtype=torch.float64)).T
             return (f - f.amin(-1, keepdim=True)) / (f.amax(-1, keepdim=True) - f.amin(-1, keepdim=True))
@@ -249,8 +257,16 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
         dim = check_int("dim", dim, minimum=1)
         check_positive("lengthscale", lengthscale)
         num_basis = check_int("num_basis", num_basis, minimum=16)
-        self._setup_groups(num_groups, agents_per_group, perturbation, perturb_first, noise_variance, seed,
-                           useless_fraction, adversarial_fraction)
+        self._setup_groups(
+            num_groups,
+            agents_per_group,
+            perturbation,
+            perturb_first,
+            noise_variance,
+            seed,
+            useless_fraction,
+            adversarial_fraction,
+        )
         self.bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
         self.lengthscale = float(lengthscale)
         gen = torch.Generator().manual_seed(self.seed)
@@ -286,13 +302,19 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
             self._w_base[useless], self._base_shift[useless], self._base_scale[useless] = w_u, umin, umax - umin
         self.optimum = self._extreme(lambda X: self._true(X, torch.arange(self.num_agents)), self.num_agents, opt_gen)
 
-    def _extreme(
-        self, fn, batch: int, gen: torch.Generator | None = None, keys: Tensor | None = None
-    ) -> Tensor:
+    def _extreme(self, fn, batch: int, gen: torch.Generator | None = None, keys: Tensor | None = None) -> Tensor:
         raw = 4096 if self.dim <= 2 else 8192
         _, vals = maximize_batched(
-            fn, self.bounds, batch, raw_samples=raw, num_restarts=8, refine="adam", maxiter=150, lr=0.005,
-            generator=gen, keys=keys,
+            fn,
+            self.bounds,
+            batch,
+            raw_samples=raw,
+            num_restarts=8,
+            refine="adam",
+            maxiter=150,
+            lr=0.005,
+            generator=gen,
+            keys=keys,
         )
         return vals
 

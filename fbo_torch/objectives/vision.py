@@ -168,9 +168,9 @@ def dirichlet_label_partition(
 
     sigma = float(size_spread)
     z = rng.standard_normal(num_agents)
-    sizes = np.maximum(
-        min_samples_per_agent, np.rint(samples_per_agent * np.exp(sigma * z - 0.5 * sigma**2))
-    ).astype(np.int64)
+    sizes = np.maximum(min_samples_per_agent, np.rint(samples_per_agent * np.exp(sigma * z - 0.5 * sigma**2))).astype(
+        np.int64
+    )
     if sizes.sum() > n:
         sizes = np.maximum(min_samples_per_agent, np.floor(sizes * (n / sizes.sum()))).astype(np.int64)
         while sizes.sum() > n:  # rounding at the minimum: trim the largest agents
@@ -389,13 +389,13 @@ class AgentImageCNN(TuningObjective):
     # ----------------------------------------------------------------- data info
     def agent_sizes(self) -> Tensor:
         """``num_agents x 2`` numbers of training and validation samples per agent."""
-        return torch.tensor([[t.numel(), v.numel()] for t, v in zip(self.agent_train, self.agent_val)])
+        return torch.tensor([[t.numel(), v.numel()] for t, v in zip(self.agent_train, self.agent_val, strict=True)])
 
     def agent_label_histograms(self) -> Tensor:
         """``num_agents x num_classes`` label counts of each agent (train + validation)."""
         hist = torch.zeros(self.num_agents, self.num_classes, dtype=torch.long)
         labels = self.labels.cpu()
-        for n, (t, v) in enumerate(zip(self.agent_train, self.agent_val)):
+        for n, (t, v) in enumerate(zip(self.agent_train, self.agent_val, strict=True)):
             hist[n] = torch.bincount(labels[torch.cat([t, v]).cpu()], minlength=self.num_classes)
         return hist
 

@@ -214,12 +214,23 @@ def maximize_batched(
 _GRAPHS = GraphCache("maximize_batched")
 
 
-def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine, maxiter: int, lr: float,
-              max_points: int, eta: float, screen_dtype: torch.dtype | None = None, gtol: float = 1e-9,
-              ftol: float = 1e-12) -> tuple[Tensor, Tensor]:
+def _maximize(
+    fn,
+    bounds: Tensor,
+    keys: Tensor,
+    raw_samples: int,
+    k: int,
+    refine,
+    maxiter: int,
+    lr: float,
+    max_points: int,
+    eta: float,
+    screen_dtype: torch.dtype | None = None,
+    gtol: float = 1e-9,
+    ftol: float = 1e-12,
+) -> tuple[Tensor, Tensor]:
     B, _, d = bounds.shape
     lo, width = bounds[:, 0:1, :], bounds[:, 1:2, :] - bounds[:, 0:1, :]
-    vg = getattr(fn, "value_and_grad", None)
 
     def fn_unit(U: Tensor) -> Tensor:  # B x C x d in unit coordinates
         return fn(torch.addcmul(lo, U, width))
@@ -259,9 +270,17 @@ def _maximize(fn, bounds: Tensor, keys: Tensor, raw_samples: int, k: int, refine
     return X_best.detach(), best.detach()
 
 
-def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxiter: int,
-               max_points: int = DEFAULT_MAX_POINTS_CUDA, lengthscales: Tensor | None = None,
-               gtol: float = 1e-9, ftol: float = 1e-12) -> tuple[Tensor, Tensor]:
+def _refine_qn(
+    fn: BatchedFunction,
+    lo: Tensor,
+    width: Tensor,
+    U0: Tensor,
+    maxiter: int,
+    max_points: int = DEFAULT_MAX_POINTS_CUDA,
+    lengthscales: Tensor | None = None,
+    gtol: float = 1e-9,
+    ftol: float = 1e-12,
+) -> tuple[Tensor, Tensor]:
     """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn).
 
     With the functions' ``B x d`` lengthscales (unit coordinates), the line search
@@ -337,13 +356,23 @@ def _refine_qn(fn: BatchedFunction, lo: Tensor, width: Tensor, U0: Tensor, maxit
     value_and_grad, values = functions(fn, lo, width, B, k)
     restrict = None
     if hasattr(fn, "take"):
+
         def restrict(index: Tensor):  # problem b * k + j is restart j of function b; whole functions leave
             agent = torch.div(index[::k], k, rounding_mode="floor")
             return functions(fn.take(agent), lo[agent], width[agent], agent.numel(), k)
 
     res = minimize_batched(
-        value_and_grad, U0.reshape(B * k, d), values=values, lower=0.0, upper=1.0, maxiter=maxiter,
-        gtol=gtol, ftol=ftol, restrict=restrict, group=k, **step,
+        value_and_grad,
+        U0.reshape(B * k, d),
+        values=values,
+        lower=0.0,
+        upper=1.0,
+        maxiter=maxiter,
+        gtol=gtol,
+        ftol=ftol,
+        restrict=restrict,
+        group=k,
+        **step,
     )
     return res.x.view(B, k, d), -res.fun.view(B, k)
 
@@ -418,9 +447,7 @@ def _refine_lbfgsb(fn_unit: BatchedFunction, U0: Tensor, maxiter: int) -> Tensor
         return f.cpu().numpy().astype(np.float64), g.cpu().numpy().astype(np.float64).reshape(x.shape)
 
     x0 = current.cpu().numpy().astype(np.float64)
-    xs, _, _ = fmin_l_bfgs_b_batched(
-        func, x0, bounds=[(0.0, 1.0)] * d, maxiter=maxiter, pass_batch_indices=True
-    )
+    xs, _, _ = fmin_l_bfgs_b_batched(func, x0, bounds=[(0.0, 1.0)] * d, maxiter=maxiter, pass_batch_indices=True)
     xs = np.asarray(xs).reshape(B * k, d)
     return torch.from_numpy(xs).to(U0).clamp(0.0, 1.0).reshape(B, k, d)
 

@@ -43,9 +43,11 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in out.items():
         if name not in allowed:
             raise ValueError(f"unknown domain option `{name}`; expected one of {sorted(allowed)}.")
-        if name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff", "num_restarts_rff", "maxiter_rff"):
-            check_int(name, value, minimum=1)
-        elif name == "max_points" and value is not None:
+        if (
+            name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff", "num_restarts_rff", "maxiter_rff")
+            or name == "max_points"
+            and value is not None
+        ):
             check_int(name, value, minimum=1)
         elif name == "refine" and value not in REFINE:
             raise ValueError(f"`refine` must be one of {[r for r in REFINE if r]} or null, got {value!r}.")
@@ -136,7 +138,9 @@ class Domain:
         cands = None if self.candidates is None else self.candidates.to(device=device, dtype=dtype)
         return dataclasses.replace(self, bounds=self.bounds.to(device=device, dtype=dtype), candidates=cands)
 
-    def random(self, batch: int, n: int, generator: torch.Generator | None = None, keys: Tensor | None = None) -> Tensor:
+    def random(
+        self, batch: int, n: int, generator: torch.Generator | None = None, keys: Tensor | None = None
+    ) -> Tensor:
         r"""``batch x n x d`` uniform random points of the domain (from ``keys``: one stream per row)."""
         dev = self.bounds.device
         if self.candidates is not None:
@@ -177,9 +181,13 @@ class Domain:
         """
         if self.candidates is not None:
             if region_bounds is None:
-                return maximize_discrete(fn, self.candidates, batch, self.max_points or default_max_points(self.bounds.device))
-            inside = ((self.candidates.unsqueeze(0) >= region_bounds[:, 0:1]) & (
-                self.candidates.unsqueeze(0) <= region_bounds[:, 1:2])).all(-1)  # batch x C
+                return maximize_discrete(
+                    fn, self.candidates, batch, self.max_points or default_max_points(self.bounds.device)
+                )
+            inside = (
+                (self.candidates.unsqueeze(0) >= region_bounds[:, 0:1])
+                & (self.candidates.unsqueeze(0) <= region_bounds[:, 1:2])
+            ).all(-1)  # batch x C
 
             def masked(X: Tensor) -> Tensor:  # called once on all candidates (no chunking below)
                 return torch.where(inside, fn(X), -torch.inf)
@@ -187,9 +195,18 @@ class Domain:
             return maximize_discrete(masked, self.candidates, batch, max_points=batch * self.candidates.shape[0])
         bounds = self.bounds if region_bounds is None else region_bounds
         return maximize_batched(
-            fn, bounds, batch_size=batch, raw_samples=raw_samples or self.raw_samples,
-            num_restarts=num_restarts or self.num_restarts, refine=self.refine, maxiter=maxiter or self.maxiter,
-            lr=self.lr, max_points=self.max_points, generator=generator, keys=keys, validate=False,
+            fn,
+            bounds,
+            batch_size=batch,
+            raw_samples=raw_samples or self.raw_samples,
+            num_restarts=num_restarts or self.num_restarts,
+            refine=self.refine,
+            maxiter=maxiter or self.maxiter,
+            lr=self.lr,
+            max_points=self.max_points,
+            generator=generator,
+            keys=keys,
+            validate=False,
             screen_dtype=self.screen_dtype,
         )
 

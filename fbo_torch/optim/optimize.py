@@ -127,8 +127,13 @@ def optimize_acqf_batched(
         acq_function.best_f = best_f.unsqueeze(-1)
     try:
         X, v = maximize_batched(
-            values, bounds, batch_size=B if bounds.ndim == 2 else None, raw_samples=raw_samples,
-            num_restarts=num_restarts, generator=generator, **opts,
+            values,
+            bounds,
+            batch_size=B if bounds.ndim == 2 else None,
+            raw_samples=raw_samples,
+            num_restarts=num_restarts,
+            generator=generator,
+            **opts,
         )
     finally:
         if as_column:

@@ -191,8 +191,11 @@ def minimize_batched(
         raise ValueError(f"`max_step` must be positive, got {max_step!r}.")
     if isinstance(init_step, Tensor):
         if init_step.shape not in ((), (B,)):
-            raise ValueError(f"`init_step` must be a number or a tensor of {B} lengths, got shape {tuple(init_step.shape)}.")
+            raise ValueError(
+                f"`init_step` must be a number or a tensor of {B} lengths, got shape {tuple(init_step.shape)}."
+            )
         init_step = init_step.to(dtype=dt, device=dev)
+
     def bound(v: Tensor | float | None, default: float) -> Tensor:
         # Python numbers become fills on the device (no host-to-device copy: CUDA-graph safe)
         if isinstance(v, Tensor):
@@ -351,7 +354,7 @@ def minimize_batched(
                 if full is None:
                     full, index = [t.clone() for t in (x, f, g, done, iters)], torch.arange(B, device=dev)
                 else:
-                    for t, v in zip(full, (x, f, g, done, iters)):
+                    for t, v in zip(full, (x, f, g, done, iters), strict=True):
                         t[index] = v
                 keep = (~group_done).repeat_interleave(group).nonzero().squeeze(-1)
                 index = index[keep]
@@ -366,7 +369,7 @@ def minimize_batched(
                 values = sub_values if sub_values is not None else _stacked(value_and_grad)
                 B = index.numel()
     if full is not None:
-        for t, v in zip(full, (x, f, g, done, iters)):
+        for t, v in zip(full, (x, f, g, done, iters), strict=True):
             t[index] = v
         x, f, g, done, iters = full
     return QNResult(x=x, fun=f, grad=g, converged=done, iterations=iters)

@@ -185,8 +185,7 @@ def num_releases(history: Iterable[tuple[float, float, int]]) -> int:
     return sum(int(n) for _, _, n in history)
 
 
-def append_release(history: Iterable[tuple[float, float, int]], noise_multiplier: float,
-                   sample_rate: float) -> History:
+def append_release(history: Iterable[tuple[float, float, int]], noise_multiplier: float, sample_rate: float) -> History:
     r"""A new history with one more release, merged as Opacus' ``RDPAccountant.step`` merges it.
 
     Consecutive releases with equal ``(z, q)`` share one segment. Unlike

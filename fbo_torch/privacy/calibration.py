@@ -142,15 +142,18 @@ def calibrate_noise(
         # answer, which is close above the PRV one, and bracket in small steps.
         try:
             z0 = calibrate_noise(
-                target, q, steps, delta, "rdp",
-                epsilon_tolerance=epsilon_tolerance, max_noise_multiplier=max_noise_multiplier,
+                target,
+                q,
+                steps,
+                delta,
+                "rdp",
+                epsilon_tolerance=epsilon_tolerance,
+                max_noise_multiplier=max_noise_multiplier,
             )
             factor = 1.25
         except ValueError:  # RDP's finite orders floor ε; PRV may still reach the target
             pass
-    return _bisect_noise(
-        eps_at, target, float(epsilon_tolerance), float(max_noise_multiplier), z0=z0, factor=factor
-    )
+    return _bisect_noise(eps_at, target, float(epsilon_tolerance), float(max_noise_multiplier), z0=z0, factor=factor)
 
 
 def _bisect_noise(

@@ -97,9 +97,14 @@ class DistributedDiscreteGaussianAccountant(IAccountant):
     def rdp(self, orders: Sequence[float] | None = None):
         """The RDP of the history at ``orders`` (default :data:`DDG_ORDERS`)."""
         c = self.constants
-        return compute_rdp_ddg_history(self.history, self.DEFAULT_ALPHAS if orders is None else orders,
-                                       l2_sensitivity=c.l2_sensitivity, l1_sensitivity=c.l1_sensitivity,
-                                       local_variance=c.local_variance, dim=c.dim)
+        return compute_rdp_ddg_history(
+            self.history,
+            self.DEFAULT_ALPHAS if orders is None else orders,
+            l2_sensitivity=c.l2_sensitivity,
+            l1_sensitivity=c.l1_sensitivity,
+            local_variance=c.local_variance,
+            dim=c.dim,
+        )
 
     def get_privacy_spent(self, *, delta: float, alphas: Sequence[float] | None = None) -> tuple[float, float]:
         r"""``(ε, best order)`` for target ``δ``; ``(0, 0)`` with no releases."""
@@ -123,9 +128,14 @@ def _register() -> None:
         register_accountant(name, DistributedDiscreteGaussianAccountant)
     except ValueError:
         existing = type(create_accountant(name))
-        if (existing.__module__, existing.__qualname__) != (__name__, DistributedDiscreteGaussianAccountant.__qualname__):
-            raise ValueError(f"Opacus already has a different accountant registered as {name!r} "
-                             f"({existing.__module__}.{existing.__qualname__}).") from None
+        if (existing.__module__, existing.__qualname__) != (
+            __name__,
+            DistributedDiscreteGaussianAccountant.__qualname__,
+        ):
+            raise ValueError(
+                f"Opacus already has a different accountant registered as {name!r} "
+                f"({existing.__module__}.{existing.__qualname__})."
+            ) from None
         register_accountant(name, DistributedDiscreteGaussianAccountant, force=True)
 
 

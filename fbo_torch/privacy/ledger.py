@@ -315,11 +315,15 @@ class PrivacyLedger:
             max_epsilon = float(max_epsilon)
         if strict:
             if delta != self._delta:
-                raise ValueError(f"`state_dict` has delta = {delta!r}, this run's is {self._delta!r}: refusing a "
-                                 "ledger of another guarantee.")
+                raise ValueError(
+                    f"`state_dict` has delta = {delta!r}, this run's is {self._delta!r}: refusing a "
+                    "ledger of another guarantee."
+                )
             if num_agents != self._num_agents:
-                raise ValueError(f"`state_dict` has num_agents = {num_agents!r}, this run's is "
-                                 f"{self._num_agents!r}: refusing a ledger of another federation.")
+                raise ValueError(
+                    f"`state_dict` has num_agents = {num_agents!r}, this run's is "
+                    f"{self._num_agents!r}: refusing a ledger of another federation."
+                )
             max_epsilon = self._max_epsilon  # the run's budget, never the state's
         try:
             epsilons = [float(e) for e in state_dict["epsilons"]]
@@ -332,7 +336,7 @@ class PrivacyLedger:
                 f"holds {num_releases(history)} steps."
             )
         expected = self._replay(history, delta)
-        for i, (got, want) in enumerate(zip(epsilons, expected)):
+        for i, (got, want) in enumerate(zip(epsilons, expected, strict=True)):
             if not (got == want or math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12)):
                 raise ValueError(
                     f"`state_dict` says epsilon = {got!r} after release {i + 1}, but its recorded releases give "

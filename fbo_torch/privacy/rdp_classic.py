@@ -44,9 +44,7 @@ class ClassicRDPAccountant(RDPAccountant):
     def mechanism(cls) -> str:
         return "rdp-classic"
 
-    def get_privacy_spent(
-        self, *, delta: float, alphas: Sequence[float] | None = None
-    ) -> tuple[float, float]:
+    def get_privacy_spent(self, *, delta: float, alphas: Sequence[float] | None = None) -> tuple[float, float]:
         r"""``(ε, best_order)`` for target ``δ``; ``(0, 0)`` with no steps, as Opacus' RDP accountant.
 
         Args:

@@ -34,8 +34,21 @@ class GPThompsonPaths:
     #: dimensions are materialized); folding them into ``C`` copies only the points.
     leading_dims = False
 
-    def __init__(self, lo: Tensor, width: Tensor, W: Tensor, w: Tensor, amp: Tensor, X: Tensor, v: Tensor,
-                 ls: Tensor, os_: Tensor, mean: Tensor, y_mean: Tensor, y_std: Tensor) -> None:
+    def __init__(
+        self,
+        lo: Tensor,
+        width: Tensor,
+        W: Tensor,
+        w: Tensor,
+        amp: Tensor,
+        X: Tensor,
+        v: Tensor,
+        ls: Tensor,
+        os_: Tensor,
+        mean: Tensor,
+        y_mean: Tensor,
+        y_std: Tensor,
+    ) -> None:
         self.lo, self.width = lo, width
         self.W, self.w, self.amp, self.Xt, self.v, self.ls, self.os, self.mean = W, w, amp, X, v, ls, os_, mean
         self.y_mean, self.y_std = y_mean, y_std
@@ -100,7 +113,9 @@ class GPThompsonPaths:
         F = w.shape[-1]
         amp = torch.sqrt(2.0 * hp["outputscale"] / F)  # B
         lin = gp.X @ W.mT  # B x n x F/2
-        prior = amp.unsqueeze(-1) * ((lin.sin() * w[:, None, : F // 2]).sum(-1) + (lin.cos() * w[:, None, F // 2 :]).sum(-1))
+        prior = amp.unsqueeze(-1) * (
+            (lin.sin() * w[:, None, : F // 2]).sum(-1) + (lin.cos() * w[:, None, F // 2 :]).sum(-1)
+        )
         resid = torch.where(gp.mask, gp.y - hp["mean"].unsqueeze(-1) - prior - eps, 0.0)
         L = gp.cholesky
         # two triangular solves: torch.cholesky_solve checks for errors on the host (a synchronization)
@@ -114,7 +129,8 @@ class GPThompsonPaths:
         """The paths ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
         shared = ("lo", "width")  # the domain's box, d
         return type(self).from_graph_state(
-            tuple(getattr(self, f) if f in shared else getattr(self, f)[index] for f in self._FIELDS), ())
+            tuple(getattr(self, f) if f in shared else getattr(self, f)[index] for f in self._FIELDS), ()
+        )
 
     @property
     def batch_size(self) -> int:
@@ -133,7 +149,7 @@ class GPThompsonPaths:
     @classmethod
     def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> GPThompsonPaths:
         obj = cls.__new__(cls)
-        for f, t in zip(cls._FIELDS, tensors):
+        for f, t in zip(cls._FIELDS, tensors, strict=True):
             setattr(obj, f, t)
         obj._ready = False
         return obj
@@ -154,8 +170,11 @@ class GPThompsonPaths:
         c = cos_(lin) if inplace else torch.cos(lin)  # [sin z, cos z]
         a = Xc * self._q1  # [x̃ / ℓ, 0]
         ab = a @ self._bt  # ... x B x C x n
-        D = ((a * a).sum(-1, keepdim=True) + self._bb).add_(ab, alpha=-2.0) if inplace else \
-            (a * a).sum(-1, keepdim=True) + self._bb - 2.0 * ab  # squared scaled distances
+        D = (
+            ((a * a).sum(-1, keepdim=True) + self._bb).add_(ab, alpha=-2.0)
+            if inplace
+            else (a * a).sum(-1, keepdim=True) + self._bb - 2.0 * ab
+        )  # squared scaled distances
         if inplace:
             k = torch.add(self._log_os, D.clamp_min_(0.0), alpha=-0.5).exp_()
         else:

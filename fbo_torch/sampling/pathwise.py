@@ -92,8 +92,9 @@ class RFFFeatureMap(FeatureMap):
     def num_outputs(self) -> int:
         if self.output_transform is None:
             return self.features.num_features
-        canary = torch.empty(self.features.num_features, dtype=self.features.spectral.dtype,
-                             device=self.features.spectral.device)
+        canary = torch.empty(
+            self.features.num_features, dtype=self.features.spectral.dtype, device=self.features.spectral.device
+        )
         return self.output_transform(canary).shape[-1]
 
     @property

@@ -160,7 +160,9 @@ class RFFSamplePaths:
         return a * dot, g
 
 
-_TINY_SQRT = {dt: math.sqrt(torch.finfo(dt).tiny) for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+_TINY_SQRT = {
+    dt: math.sqrt(torch.finfo(dt).tiny) for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+}
 
 
 __all__ = ["RFFSamplePaths"]

@@ -14,8 +14,8 @@ import torch
 from botorch.optim import optimize_acqf
 from torch import Tensor
 
-from fbo_torch.optim.domain import Domain
 from fbo_torch.optim.batched import default_max_points
+from fbo_torch.optim.domain import Domain
 
 
 def derive_seed(generator: torch.Generator) -> int:
@@ -44,7 +44,5 @@ def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator |
     with torch.random.fork_rng(enabled=seed is not None):
         if seed is not None:
             torch.manual_seed(seed)
-        X, _ = optimize_acqf(
-            acqf, domain.bounds, q=1, num_restarts=domain.num_restarts, raw_samples=domain.raw_samples
-        )
+        X, _ = optimize_acqf(acqf, domain.bounds, q=1, num_restarts=domain.num_restarts, raw_samples=domain.raw_samples)
     return X.squeeze(0).detach()

@@ -68,6 +68,7 @@ from fbo_torch.privacy import DEFAULT_ACCOUNTANT
 from fbo_torch.simulate.common import cpu_state
 from fbo_torch.utils.validation import check_int
 
+
 @dataclass
 class DPFTSDEResult:
     r"""Records of one method.
@@ -186,10 +187,17 @@ class DPFTSDERunner:
                 self.accountant_name, self.delta = self.server.ledger.mechanism, self.server.ledger.delta
             if self.server.secure:
                 master = research_master(self.seed) if agent_master is None else agent_master
-                self.agent_secrets = [agent_secret(master, r, n) for r, n in
-                                      zip(self.run_of.tolist(), self.agent_of.tolist())]
+                self.agent_secrets = [
+                    agent_secret(master, r, n)
+                    for r, n in zip(self.run_of.tolist(), self.agent_of.tolist(), strict=True)
+                ]
         self.agents, best0 = start_agents(
-            objective, settings, self.domain, self.agent_keys, self.agent_of, self.features,
+            objective,
+            settings,
+            self.domain,
+            self.agent_keys,
+            self.agent_of,
+            self.features,
             self.server.partition if self.server is not None else None,
         )
         self.best = best0.unsqueeze(-1)  # B x 1
@@ -254,16 +262,29 @@ class DPFTSDERunner:
             rec = self.server.last_record
             if broadcast is not None:
                 if self.faults.affects_messages:  # hostile rows may be non-finite: the diagnostic sees what was used
-                    omegas = torch.where(rec.valid.unsqueeze(-1) & torch.isfinite(omegas).all(-1, keepdim=True),
-                                         omegas, 0.0)
+                    omegas = torch.where(
+                        rec.valid.unsqueeze(-1) & torch.isfinite(omegas).all(-1, keepdim=True), omegas, 0.0
+                    )
                 data_norm, sample_norm = self._signal_parts(omegas, rec, t)
                 if self.server.secure:
                     rec.signal_norm, rec.noise_norm = self._secure_norms(omegas, rec, broadcast, t)
-                self._pending.append((t - 1, torch.cat([
-                    rec.fraction_clipped.unsqueeze(-1), rec.num_sampled.to(rec.fraction_clipped).unsqueeze(-1),
-                    (rec.num_reported.to(rec.fraction_clipped) / self.N).unsqueeze(-1), rec.signal_norm,
-                    rec.noise_norm, data_norm, sample_norm,
-                ], -1).mean(0)))
+                self._pending.append(
+                    (
+                        t - 1,
+                        torch.cat(
+                            [
+                                rec.fraction_clipped.unsqueeze(-1),
+                                rec.num_sampled.to(rec.fraction_clipped).unsqueeze(-1),
+                                (rec.num_reported.to(rec.fraction_clipped) / self.N).unsqueeze(-1),
+                                rec.signal_norm,
+                                rec.noise_norm,
+                                data_norm,
+                                sample_norm,
+                            ],
+                            -1,
+                        ).mean(0),
+                    )
+                )
                 X_srv = self._maximize_broadcast(broadcast, t)  # B x d
         self._stats.append([])
 
@@ -280,8 +301,9 @@ class DPFTSDERunner:
         when all did)."""
         server, mech = self.server, self.server.mechanism
         sampled, ratios = server.secure_cohort(self.R, like=omegas)
-        y, clipped = mech.contributions(omegas.reshape(self.B, -1), sampled.reshape(self.B),
-                                        ratios.T[self.agent_of], self.agent_secrets, t)
+        y, clipped = mech.contributions(
+            omegas.reshape(self.B, -1), sampled.reshape(self.B), ratios.T[self.agent_of], self.agent_secrets, t
+        )
         survivors = survivors.cpu()
         total = mech.modular_sum(y.view(self.R, self.N, -1), survivors)
         released = server.commit_secure(survivors)
@@ -329,8 +351,17 @@ class DPFTSDERunner:
 
     def _maximize_broadcast(self, broadcast: Tensor, t: int) -> Tensor:
         """Each agent's maximizer of ``φ(x)ᵀω^(i[x])``: once per federation, or per agent."""
-        return broadcast_points(self.settings, self.features, broadcast, self.server.region_bounds, self.domain, t,
-                                self.federation_keys, self.agent_keys, self.run_of)
+        return broadcast_points(
+            self.settings,
+            self.features,
+            broadcast,
+            self.server.region_bounds,
+            self.domain,
+            t,
+            self.federation_keys,
+            self.agent_keys,
+            self.run_of,
+        )
 
     def run(self, callback: Callable[[DPFTSDERunner], None] | None = None) -> DPFTSDEResult:
         while not self.done:
@@ -344,7 +375,7 @@ class DPFTSDERunner:
         device values are read once here, not inside the rounds."""
         if self._pending:
             rows = torch.stack([v for _, v in self._pending]).cpu().tolist()
-            for (i, _), row in zip(self._pending, rows):
+            for (i, _), row in zip(self._pending, rows, strict=True):
                 self._stats[i] = row
             self._pending = []
         return self._stats
@@ -380,7 +411,8 @@ class DPFTSDERunner:
             settings=asdict(self.settings),
             accountant=self.accountant_name,
             delta=self.delta,
-            epsilon_server=None if self.server is None or not self.server.secure
+            epsilon_server=None
+            if self.server is None or not self.server.secure
             else [r.epsilon_server for r in self.server.rounds],
         )
 
@@ -389,9 +421,14 @@ class DPFTSDERunner:
         """Everything needed to resume bit for bit; the privacy ledger is saved with the
         data of the same round, so a resumed run never forgets a release."""
         return {
-            "t": self.t, "best": self.best.cpu(), "used_server": self.used_server.cpu(), "failed": self.failed.cpu(),
+            "t": self.t,
+            "best": self.best.cpu(),
+            "used_server": self.used_server.cpu(),
+            "failed": self.failed.cpu(),
             "agents": cpu_state(self.agents.state_dict()),
-            "objective_rng": self.objective.rng_state(), "wall_time": self.wall_time, "stats": self.round_stats(),
+            "objective_rng": self.objective.rng_state(),
+            "wall_time": self.wall_time,
+            "stats": self.round_stats(),
             "server": None if self.server is None else self.server.state_dict(),
         }
 

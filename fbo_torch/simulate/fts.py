@@ -52,8 +52,8 @@ from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySetting
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
-from fbo_torch.simulate.common import cpu_state, maximize_acquisition
 from fbo_torch.sampling.rff_paths import RFFSamplePaths
+from fbo_torch.simulate.common import cpu_state, maximize_acquisition
 from fbo_torch.simulate.presets import apply_setup
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
@@ -76,7 +76,8 @@ class FederationHistory:
         gp_kernel: Kernel of the agents' GPs (``"ts"`` mode; ``None``: ``setup``'s, ``"botorch"`` for ``modern``).
         seed: Seed of this history.
         device: Where tensors live.
-        setup: ``"modern"`` or ``"authors"`` (:mod:`fbo_torch.simulate.presets`): how the agents' GPs are refit and sampled.
+        setup: ``"modern"`` or ``"authors"`` (:mod:`fbo_torch.simulate.presets`): how the agents'
+            GPs are refit and sampled.
     """
 
     def __init__(
@@ -102,8 +103,9 @@ class FederationHistory:
         X = domain.random(A, n0, keys=kr.fold(self.keys, "initial-points"))
         Y, _ = observe_initial(objective, X, torch.arange(A, device=X.device), self.keys)
         # the other agents ran standard TS as the target's own GP does in this setup (refits, restarts, samples)
-        self.settings = apply_setup(MethodSettings(num_iterations=1), setup,
-                                    {"gp_kernel": gp_kernel} if gp_kernel is not None else None)
+        self.settings = apply_setup(
+            MethodSettings(num_iterations=1), setup, {"gp_kernel": gp_kernel} if gp_kernel is not None else None
+        )
         self.agents = Agents(self.keys, X, Y.unsqueeze(-1), domain, self.settings, capacity=t_n - n0)
         self.rounds = t_n - n0
         for t in range(1, self.rounds + 1):
@@ -231,16 +233,19 @@ class FTSRunner:
         self.features = None
         if self.together:
             self.features = settings.features(objective.dim, device=dev)
-        self.agents = Agents(self.keys, X0, y0.unsqueeze(-1), self.domain, settings, self.features,
-                             capacity=settings.num_iterations)
+        self.agents = Agents(
+            self.keys, X0, y0.unsqueeze(-1), self.domain, settings, self.features, capacity=settings.num_iterations
+        )
         self.wall_time = 0.0
         self.elapsed: list[float] = []
 
         self.dist = None
         if settings.algorithm in FEDERATED:
             if history is None and not self.together:
-                raise ValueError("FTS needs a FederationHistory with the other agents' observations "
-                                 "(or `together=True`: the targets are each other's peers).")
+                raise ValueError(
+                    "FTS needs a FederationHistory with the other agents' observations "
+                    "(or `together=True`: the targets are each other's peers)."
+                )
             if others is None:
                 others = self._default_others(targets)
             others = torch.as_tensor(others, dtype=torch.bool).to(dev)
@@ -261,8 +266,10 @@ class FTSRunner:
             self.peer_index = torch.where(mask.gather(1, order), order, first)
             if settings.algorithm == "peer_prior":
                 if settings.peer_trust:
-                    raise ValueError("`peer_trust` scales FTS's probability of following a peer; peer_prior "
-                                     "follows none (its prior's floor and decay bound the peers' influence).")
+                    raise ValueError(
+                        "`peer_trust` scales FTS's probability of following a peer; peer_prior "
+                        "follows none (its prior's floor and decay bound the peers' influence)."
+                    )
                 self.message_average = MessageAverage(settings.message_memory)
             if self.together:
                 # run of (agent b, initialization i): targets are 0..A-1 in order, num_inits runs each
@@ -273,9 +280,15 @@ class FTSRunner:
             else:
                 self.features = settings.features(objective.dim, device=dev)
                 extra = settings.num_iterations if settings.communication == "every-round" else 0
-                self.others = Agents(history.keys.to(dev), history.train_X.to(dev), history.train_Y.to(dev),
-                                     self.domain, dataclasses.replace(settings, gp_refit_every=1, own_acquisition="ts"),
-                                     self.features, capacity=extra)  # the other agents run standard TS
+                self.others = Agents(
+                    history.keys.to(dev),
+                    history.train_X.to(dev),
+                    history.train_Y.to(dev),
+                    self.domain,
+                    dataclasses.replace(settings, gp_refit_every=1, own_acquisition="ts"),
+                    self.features,
+                    capacity=extra,
+                )  # the other agents run standard TS
                 self.others.gp_updates = history.agents.gp_updates
                 self.others.gp_params = history.agents.gp_params
                 self.history_rounds = history.rounds
@@ -284,8 +297,9 @@ class FTSRunner:
     def _check_initial_points(self, X0: Tensor, R: int) -> Tensor:
         X0 = torch.as_tensor(X0)
         if X0.ndim != 3 or X0.shape[0] != R or X0.shape[1] < 1 or X0.shape[2] != self.objective.dim:
-            raise ValueError(f"`initial_points` must be {R} x n0 x {self.objective.dim} (one design per run), "
-                             f"got {tuple(X0.shape)}.")
+            raise ValueError(
+                f"`initial_points` must be {R} x n0 x {self.objective.dim} (one design per run), got {tuple(X0.shape)}."
+            )
         X0 = X0.to(device=self.device, dtype=self.domain.bounds.dtype)
         lo, hi = self.domain.bounds
         if not bool(torch.isfinite(X0).all()) or bool(((X0 < lo) | (X0 > hi)).any()):
@@ -294,14 +308,18 @@ class FTSRunner:
 
     def _check_together(self, targets: Tensor, A: int) -> None:
         if not torch.equal(targets.cpu(), torch.arange(A)):
-            raise ValueError(f"`together=True` needs every agent as a target, in order (0..{A - 1}), "
-                             f"got targets {targets.tolist()}.")
+            raise ValueError(
+                f"`together=True` needs every agent as a target, in order (0..{A - 1}), got targets {targets.tolist()}."
+            )
         if self.settings.algorithm in ("rgpe", "taf"):
-            raise ValueError(f"`together=True` supports algorithms 'fts', 'peer_prior' (and 'ts'), not "
-                             f"{self.settings.algorithm!r}.")
+            raise ValueError(
+                f"`together=True` supports algorithms 'fts', 'peer_prior' (and 'ts'), not {self.settings.algorithm!r}."
+            )
         if self.settings.algorithm in DRAWS and self.settings.communication != "every-round":
-            raise ValueError("`together=True`: agents that optimize together send a fresh message every round; "
-                             "set `communication: every-round`.")
+            raise ValueError(
+                "`together=True`: agents that optimize together send a fresh message every round; "
+                "set `communication: every-round`."
+            )
 
     def _receive_messages(self, round: int) -> None:
         """Messages from the other agents' current posteriors: ω draws (FTS) or whole posteriors."""
@@ -317,7 +335,9 @@ class FTSRunner:
             n = rff._n
             M = self.features.num_features
             A = self.others.num_agents
-            k = kr.fold(kr.fold(kr.fold(self.keys, "message"), round).unsqueeze(-1), torch.arange(A, device=self.device))
+            k = kr.fold(
+                kr.fold(kr.fold(self.keys, "message"), round).unsqueeze(-1), torch.arange(A, device=self.device)
+            )
             base = kr.normal(k, M + n)  # R x A x (M + n)
             self.omegas = rff.sample_weights(torch.Size([self.num_runs]), base_samples=base)  # R x A x M
             if self.settings.algorithm == "peer_prior":
@@ -334,8 +354,14 @@ class FTSRunner:
         avg = self.message_average.update(messages)
         # a bump's center needs no more precision than the bump's width: a lighter search than a query's
         d = self.domain
-        centers, _ = d.maximize(RFFSamplePaths(self.features, avg), avg.shape[0], keys=keys, raw_samples=d.raw_samples,
-                                num_restarts=4, maxiter=10)
+        centers, _ = d.maximize(
+            RFFSamplePaths(self.features, avg),
+            avg.shape[0],
+            keys=keys,
+            raw_samples=d.raw_samples,
+            num_restarts=4,
+            maxiter=10,
+        )
         R, A = self.num_runs, self.objective.num_agents
         self.peer_centers = centers.view(R, A, -1) if gather is None else centers[gather]
         self._averaged_slots = avg.view(R, A, -1) if gather is None else avg[gather]
@@ -388,7 +414,9 @@ class FTSRunner:
         X_next, _ = self.agents.own_proposals(t)
         if self.settings.algorithm == "fts":
             omega = self.omegas[torch.arange(R, device=self.device), sources.clamp_min(0)]
-            X_msg, _ = maximize_rff_samples(self.features, omega, self.domain, keys=self.agents.round_keys(t, "message-maximize"))
+            X_msg, _ = maximize_rff_samples(
+                self.features, omega, self.domain, keys=self.agents.round_keys(t, "message-maximize")
+            )
             X_next = torch.where((sources >= 0).unsqueeze(-1), X_msg, X_next)
             if self.settings.communication == "one-shot":
                 self.dist.remove(sources)
@@ -402,8 +430,9 @@ class FTSRunner:
             self._p_t(t)  # re-weights P_N from the (averaged) messages' ranking of each run's data
         probs = self.dist.probs  # R x A, 0 for the run's own agent and non-peers
         log_w = torch.where(probs > 0, probs.clamp_min(1e-300).log(), -torch.inf)
-        X_next, _ = self.agents.prior_guided_proposals(t, self.peer_centers, log_w, s.prior_strength / t,
-                                                       s.prior_width, s.prior_floor)
+        X_next, _ = self.agents.prior_guided_proposals(
+            t, self.peer_centers, log_w, s.prior_strength / t, s.prior_width, s.prior_floor
+        )
         sources = torch.full((self.num_runs,), OWN, dtype=torch.long, device=self.device)
         self._observe(X_next, sources, t, t0)
 
@@ -422,11 +451,15 @@ class FTSRunner:
         preds = peer_predictions(self.features, omegas, self.X)  # R x K x n
         peer_scores = fidelity_scores(preds, self.Y.squeeze(-1), self.agents.mask)
         scores = torch.zeros_like(self.dist.base).scatter_(1, self.peer_index, peer_scores.to(self.dist.base.dtype))
-        padding = torch.cat([torch.zeros_like(self.peer_index[:, :1], dtype=torch.bool),
-                             self.peer_index[:, 1:] == self.peer_index[:, :1]], dim=1)
+        padding = torch.cat(
+            [
+                torch.zeros_like(self.peer_index[:, :1], dtype=torch.bool),
+                self.peer_index[:, 1:] == self.peer_index[:, :1],
+            ],
+            dim=1,
+        )
         copies = torch.ones_like(self.dist.base).scatter_(1, self.peer_index, redundancy(omegas, ~padding))
-        return learn_peer_choice(self.dist, scores, self.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust,
-                                 copies)
+        return learn_peer_choice(self.dist, scores, self.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust, copies)
 
     def _observe(self, X_next: Tensor, sources: Tensor, t: int, t0: float) -> None:
         _, f, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)
@@ -500,15 +533,23 @@ class FTSRunner:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly where this runner is."""
         state = {
-            "t": self.t, "best": self.best.cpu(), "sources": self.sources.cpu(), "failed": self.failed.cpu(),
-            "agents": cpu_state(self.agents.state_dict()), "objective_rng": self.objective.rng_state(),
-            "wall_time": self.wall_time, "elapsed": self.elapsed,
+            "t": self.t,
+            "best": self.best.cpu(),
+            "sources": self.sources.cpu(),
+            "failed": self.failed.cpu(),
+            "agents": cpu_state(self.agents.state_dict()),
+            "objective_rng": self.objective.rng_state(),
+            "wall_time": self.wall_time,
+            "elapsed": self.elapsed,
         }
         if self.settings.algorithm in FEDERATED:
             state.update(dist=self.dist.state_dict(), omegas=getattr(self, "omegas", None))
             if self.settings.algorithm == "peer_prior":
-                state.update(message_average=self.message_average.state_dict(), peer_centers=self.peer_centers,
-                             averaged_slots=self._averaged_slots)
+                state.update(
+                    message_average=self.message_average.state_dict(),
+                    peer_centers=self.peer_centers,
+                    averaged_slots=self._averaged_slots,
+                )
             if not self.together:
                 state["others"] = cpu_state(self.others.state_dict())
         return state

@@ -57,8 +57,10 @@ OBJECTIVE_SETUPS: dict[str, dict[str, dict[str, Any]]] = {
     "authors": {
         "landmine": {
             "scoring": "platt",
-            "search_space": {"C": {"low": 1.0e-4, "high": 10.0, "log": False},
-                             "gamma": {"low": 1.0e-2, "high": 10.0, "log": False}},
+            "search_space": {
+                "C": {"low": 1.0e-4, "high": 10.0, "log": False},
+                "gamma": {"low": 1.0e-2, "high": 10.0, "log": False},
+            },
         },
     },
 }

@@ -15,8 +15,9 @@ import torch
 from torch import Tensor
 
 
-def constant_tensor(values: Sequence[float | int | bool], dtype: torch.dtype | None = None,
-                    device: torch.device | str | None = None) -> Tensor:
+def constant_tensor(
+    values: Sequence[float | int | bool], dtype: torch.dtype | None = None, device: torch.device | str | None = None
+) -> Tensor:
     r"""A 1-d tensor holding ``values`` on ``device``, written without a host-device copy.
 
     On CPU this is ``torch.tensor(values)``; on other devices one ``fill_`` per run of

@@ -34,7 +34,6 @@ from collections.abc import Callable, Hashable
 import torch
 from torch import Tensor
 
-
 #: Prefix of the profiler range around an eager call that a CUDA graph would replay.
 GRAPH_REGION = "fbo_graph::"
 
@@ -53,7 +52,7 @@ def _signature(tensors: tuple[Tensor, ...]) -> tuple:
 
 
 def _same(a: tuple[Tensor, ...], b: tuple[Tensor, ...]) -> bool:
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x.shape != y.shape or x.dtype != y.dtype:
             return False
         if x.is_floating_point():
@@ -84,7 +83,9 @@ class GraphCache:
         self._graphs: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._failed: set[Hashable] = set()
 
-    def __call__(self, fn: Callable[..., tuple[Tensor, ...]], tensors: tuple[Tensor, ...], key: Hashable = ()) -> tuple[Tensor, ...]:
+    def __call__(
+        self, fn: Callable[..., tuple[Tensor, ...]], tensors: tuple[Tensor, ...], key: Hashable = ()
+    ) -> tuple[Tensor, ...]:
         r"""``fn(*tensors)``, replayed from a CUDA graph when possible.
 
         ``fn`` must return a tuple of tensors and depend only on ``tensors``
@@ -101,7 +102,7 @@ class GraphCache:
         if entry is None:
             return self._capture(fn, tensors, full_key)
         self._graphs.move_to_end(full_key)
-        for s, t in zip(entry.static_in, tensors):
+        for s, t in zip(entry.static_in, tensors, strict=True):
             s.copy_(t)
         entry.graph.replay()
         return tuple(o.clone() for o in entry.static_out)
@@ -121,11 +122,14 @@ class GraphCache:
             graph.replay()
             if not _same(tuple(static_out), tuple(eager)):
                 raise RuntimeError("the replayed graph differs from the eager computation")
-        except Exception as err:  # noqa: BLE001 - any capture problem means: run eagerly
+        except Exception as err:
             torch.cuda.current_stream().wait_stream(side)
             self._failed.add(full_key)
-            warnings.warn(f"CUDA graph capture of {self.name} disabled for this input shape ({err}); "
-                          "running eagerly.", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"CUDA graph capture of {self.name} disabled for this input shape ({err}); running eagerly.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return fn(*tensors)
         self._graphs[full_key] = _Entry(graph, static_in, tuple(static_out))
         while len(self._graphs) > self.max_graphs:

@@ -70,13 +70,17 @@ class WordStreams:
         more: Words drawn at once for an element that needs more than ``block``.
     """
 
-    def __init__(self, secrets: Sequence[bytes], label: tuple[int | str, ...], per_row: int, block: int = 48,
-                 more: int = 256) -> None:
+    def __init__(
+        self, secrets: Sequence[bytes], label: tuple[int | str, ...], per_row: int, block: int = 48, more: int = 256
+    ) -> None:
         self.secrets = [check_secret(s) for s in secrets]
         self.label, self.per_row, self.block, self.more = tuple(label), int(per_row), int(block), int(more)
         n = self.per_row * self.block
-        self._words = np.concatenate([secret_bits(s, self.label, n) for s in self.secrets]).reshape(-1, self.block) \
-            if self.secrets else np.zeros((0, self.block), dtype=_U64)
+        self._words = (
+            np.concatenate([secret_bits(s, self.label, n) for s in self.secrets]).reshape(-1, self.block)
+            if self.secrets
+            else np.zeros((0, self.block), dtype=_U64)
+        )
         self._used = np.zeros(len(self.secrets) * self.per_row, dtype=np.int64)
         self._more_row = np.full(len(self._used), -1, dtype=np.int64)  # element -> its row of self._more
         self._more = np.zeros((0, self.more), dtype=_U64)
@@ -211,5 +215,13 @@ def stochastic_round(x: np.ndarray, u: np.ndarray) -> np.ndarray:
     return (low + (u < (x - low))).astype(np.int64)
 
 
-__all__ = ["MAX_VARIANCE", "TAIL_SIGMAS", "WordStreams", "discrete_gaussian", "stochastic_round",
-           "truncation_bound", "uniform_below", "uniforms"]
+__all__ = [
+    "MAX_VARIANCE",
+    "TAIL_SIGMAS",
+    "WordStreams",
+    "discrete_gaussian",
+    "stochastic_round",
+    "truncation_bound",
+    "uniform_below",
+    "uniforms",
+]

@@ -59,8 +59,13 @@ def cos_(a: Tensor) -> Tensor:
     kernels round differently (both within a float32 epsilon of the cosine); float32
     path evaluations are what the maximizers screen raw points with (ranking only).
     """
-    if (a.dtype == torch.float32 and a.device.type == "cpu" and not gpu_path(a.device)
-            and a.is_contiguous() and not a.requires_grad):
+    if (
+        a.dtype == torch.float32
+        and a.device.type == "cpu"
+        and not gpu_path(a.device)
+        and a.is_contiguous()
+        and not a.requires_grad
+    ):
         out = a.numpy()
         np.cos(out, out=out)
         torch.autograd.graph.increment_version(a)  # written behind autograd's back: say so

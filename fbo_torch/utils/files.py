@@ -64,8 +64,9 @@ def _temporary(folder_fd: int, name: str, mode: int) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", name)
 
 
-def write_atomic_at(folder_fd: int, name: str, data: bytes, mode: int | None = None,
-                    shown: str | os.PathLike | None = None) -> None:
+def write_atomic_at(
+    folder_fd: int, name: str, data: bytes, mode: int | None = None, shown: str | os.PathLike | None = None
+) -> None:
     r"""Write ``data`` atomically to the file ``name`` of the folder open as ``folder_fd``.
 
     The temporary file is created in that folder exclusively and without following

@@ -120,9 +120,7 @@ def random_bits(keys: Tensor, n: int, offset: int = 0) -> Tensor:
     return mix64(keys.unsqueeze(-1) + j * _GAMMA)
 
 
-def uniform(
-    keys: Tensor, n: int, dtype: torch.dtype = torch.float64, offset: int = 0
-) -> Tensor:
+def uniform(keys: Tensor, n: int, dtype: torch.dtype = torch.float64, offset: int = 0) -> Tensor:
     r"""Uniform ``[0, 1)`` numbers, ``keys.shape x n``, 53 random bits each.
 
     Bit-identical on every device. ``dtype`` other than float64 is a cast of
@@ -156,7 +154,9 @@ def gumbel(keys: Tensor, n: int, dtype: torch.dtype = torch.float64, offset: int
     return g if dtype == torch.float64 else g.to(dtype)
 
 
-def keys_from_generator(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None, device: torch.device | str | None = None) -> Tensor:
+def keys_from_generator(
+    shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None, device: torch.device | str | None = None
+) -> Tensor:
     r"""Fresh keys drawn from a ``torch.Generator`` (or the global RNG), for callers
     that hold a generator rather than keys; moved to ``device``."""
     gdev = generator.device if generator is not None else torch.device("cpu")

@@ -37,8 +37,9 @@ def _env_limit() -> int | None:
     try:
         value = float(text[: len(text) - len(unit)])
     except ValueError:
-        raise MemoryLimitError(f"${LIMIT_ENV} must be a number of bytes (with an optional K, M, G or T), "
-                               f"got {os.environ[LIMIT_ENV]!r}.") from None
+        raise MemoryLimitError(
+            f"${LIMIT_ENV} must be a number of bytes (with an optional K, M, G or T), got {os.environ[LIMIT_ENV]!r}."
+        ) from None
     return int(value * _UNITS[unit])
 
 
@@ -56,8 +57,11 @@ def _meminfo() -> int | None:
 def _cgroup() -> int | None:
     """What the process's cgroup (v2) still allows, if it sets a limit."""
     try:
-        rel = next(line.split(":", 2)[2].strip() for line in Path("/proc/self/cgroup").read_text().splitlines()
-                   if line.startswith("0::"))
+        rel = next(
+            line.split(":", 2)[2].strip()
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.startswith("0::")
+        )
         folder = Path("/sys/fs/cgroup") / rel.lstrip("/")
         limit = (folder / "memory.max").read_text().strip()
         if limit == "max":
@@ -76,7 +80,7 @@ def _sysconf() -> int | None:
 
 def _psutil() -> int | None:
     try:
-        import psutil  # noqa: PLC0415 - optional
+        import psutil
     except ImportError:
         return None
     return int(psutil.virtual_memory().available)
@@ -131,7 +135,8 @@ def check_memory(name: str, need: float, what: str, device: torch.device | str |
         where = "" if device is None or torch.device(device).type == "cpu" else f" on {device}"
         raise MemoryLimitError(
             f"{name}: {what} needs about {show_bytes(need)}, more than the {show_bytes(have)} this machine has "
-            f"free{where}; lower it (or set ${LIMIT_ENV} if the estimate is wrong for this machine).")
+            f"free{where}; lower it (or set ${LIMIT_ENV} if the estimate is wrong for this machine)."
+        )
 
 
 __all__ = ["LIMIT_ENV", "MemoryLimitError", "available_memory", "check_memory", "show_bytes"]

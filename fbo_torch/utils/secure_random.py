@@ -52,8 +52,10 @@ def new_secret() -> bytes:
 def check_secret(secret: object, name: str = "secret") -> bytes:
     """``secret`` as bytes, or a ``TypeError`` / ``ValueError`` naming ``name``."""
     if not isinstance(secret, (bytes, bytearray)):
-        raise TypeError(f"`{name}` must be {SECRET_BYTES} bytes (e.g. fbo_torch.utils.secure_random.new_secret()), "
-                        f"got {type(secret).__name__}.")
+        raise TypeError(
+            f"`{name}` must be {SECRET_BYTES} bytes (e.g. fbo_torch.utils.secure_random.new_secret()), "
+            f"got {type(secret).__name__}."
+        )
     if len(secret) != SECRET_BYTES:
         raise ValueError(f"`{name}` must be {SECRET_BYTES} bytes, got {len(secret)}.")
     return bytes(secret)

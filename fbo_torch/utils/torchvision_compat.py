@@ -109,7 +109,7 @@ def import_torchvision() -> ModuleType:
         if module is not None and hasattr(module, "datasets"):
             return module
         try:
-            import torchvision  # noqa: F401
+            import torchvision
         except ModuleNotFoundError as err:
             if err.name is not None and err.name.split(".")[0] == "torchvision":
                 raise ImportError(_INSTALL_HINT) from err
@@ -121,7 +121,7 @@ def import_torchvision() -> ModuleType:
             _forget_torchvision_modules()
             _apply_shim()
             try:
-                import torchvision  # noqa: F401,F811
+                import torchvision
             except RuntimeError as err2:
                 _forget_torchvision_modules()
                 raise ImportError(

@@ -25,9 +25,7 @@ def check_tensor(name: str, value: object) -> Tensor:
 def check_ndim(name: str, value: Tensor, ndim: int, layout: str) -> Tensor:
     check_tensor(name, value)
     if value.ndim != ndim:
-        raise ValueError(
-            f"`{name}` must have {ndim} dimensions ({layout}), got shape {tuple(value.shape)}."
-        )
+        raise ValueError(f"`{name}` must have {ndim} dimensions ({layout}), got shape {tuple(value.shape)}.")
     return value
 
 
@@ -81,8 +79,10 @@ def check_probability(name: str, value: float, open_left: bool = False, open_rig
 
 
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
-        isinstance(value, Tensor) and value.numel() == 1 and not value.is_floating_point()
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int,))
+        and not (isinstance(value, Tensor) and value.numel() == 1 and not value.is_floating_point())
     ):
         raise TypeError(f"`{name}` must be an integer, got {type(value).__name__}.")
     v = int(value)
@@ -115,9 +115,7 @@ def check_in_bounds(name: str, X: Tensor, bounds: Tensor, atol: float = 1e-9) ->
 
 def check_last_dim(name: str, X: Tensor, dim: int) -> None:
     if X.shape[-1] != dim:
-        raise ValueError(
-            f"`{name}` must have d = {dim} features in its last dimension, got shape {tuple(X.shape)}."
-        )
+        raise ValueError(f"`{name}` must have d = {dim} features in its last dimension, got shape {tuple(X.shape)}.")
 
 
 def as_int_sequence(name: str, values: Sequence[int] | Tensor) -> list[int]:

@@ -65,7 +65,7 @@ def test_rff_thompson_sample_q3_independent_vectors(rff):
     eps = torch.finfo(f64).eps
     scale = best.abs().sum().item()
     assert got.sum().item() >= best.sum().item() - 64 * eps * scale
-    assert (got >= best - 1e7 * eps * scale).all(), (got - best)
+    assert (got >= best - 1e7 * eps * scale).all(), got - best
     # a mix-up (every candidate using omega_0) would score differently: the three maxima are distinct
     assert torch.cdist(X, X).add(torch.eye(3, dtype=f64)).min() > 0.01
     with pytest.raises(ValueError, match="q = 2"):
@@ -92,12 +92,19 @@ def test_rff_thompson_sample_message_and_errors(rff):
     with pytest.raises(ValueError, match="different random-feature map"):
         RFFThompsonSample(other, msg)
     # a message over 3 parameters sent to a 2-dimensional map: said as a dimension mismatch, not a fingerprint one
-    msg3 = AgentMessage(torch.randn(60, dtype=f64), agent_id=3, num_observations=10,
-                        fingerprint=RandomFourierFeatures(3, 60, lengthscale=0.2, seed=0).fingerprint,
-                        input_bounds=torch.tensor([[0.0] * 3, [1.0] * 3], dtype=f64))
+    msg3 = AgentMessage(
+        torch.randn(60, dtype=f64),
+        agent_id=3,
+        num_observations=10,
+        fingerprint=RandomFourierFeatures(3, 60, lengthscale=0.2, seed=0).fingerprint,
+        input_bounds=torch.tensor([[0.0] * 3, [1.0] * 3], dtype=f64),
+    )
     for make in (lambda: RFFThompsonSample(rff, msg3), lambda: stack_omegas([msg, msg3], rff.fingerprint, rff.dim)):
-        with pytest.raises(ValueError, match=r"agents \[3\] are 3-dimensional .* receiver's feature map is "
-                                             r"2-dimensional"):
+        with pytest.raises(
+            ValueError,
+            match=r"agents \[3\] are 3-dimensional .* receiver's feature map is "
+            r"2-dimensional",
+        ):
             make()
     with pytest.raises(ValueError, match="M = 60"):
         RFFThompsonSample(rff, torch.randn(59, dtype=f64))
@@ -141,7 +148,9 @@ def test_fts_source_frequencies(rff, gp):
     probs = torch.tensor([0.5, 0.0, 0.25, 0.25], dtype=f64)
     gen = torch.Generator().manual_seed(0)
     K, p = 300, 0.4
-    sources = [FederatedThompsonSampling(gp, msgs, rff, p_t=p, agent_probs=probs, generator=gen).source for _ in range(K)]
+    sources = [
+        FederatedThompsonSampling(gp, msgs, rff, p_t=p, agent_probs=probs, generator=gen).source for _ in range(K)
+    ]
     own = sum(s == "own" for s in sources)
     assert abs(own / K - p) < 4 * math.sqrt(p * (1 - p) / K)
     agents = [s for s in sources if s != "own"]
@@ -220,8 +229,9 @@ def test_fts_own_branch_takes_a_botorch_acquisition(rff, gp):
         found.append(optimize_acqf(f, BOUNDS, q=1, num_restarts=4, raw_samples=128))
     torch.testing.assert_close(found[0], found[1], atol=0, rtol=0)
     # the message branch is unchanged by it
-    msg = FederatedThompsonSampling(gp, msgs, rff, p_t=0.0, own_acquisition=logei,
-                                    generator=torch.Generator().manual_seed(0))
+    msg = FederatedThompsonSampling(
+        gp, msgs, rff, p_t=0.0, own_acquisition=logei, generator=torch.Generator().manual_seed(0)
+    )
     torch.testing.assert_close(msg(Xt), rff(Xt.squeeze(1)) @ msgs[msg.source])
     with pytest.raises(ValueError, match="`own_acquisition` is supported with q = 1"):
         FederatedThompsonSampling(gp, msgs, rff, p_t=1.0, q=2, own_acquisition=logei)
@@ -276,8 +286,10 @@ def test_messages_of_another_precision_or_kind_are_refused_naming_them():
         FederatedThompsonSampling(gp, torch.randn(3, 20), rff, p_t=0.0)
     with pytest.raises(TypeError, match="`messages` must be a floating-point tensor, got dtype torch.int64"):
         FederatedThompsonSampling(gp, torch.ones(3, 20, dtype=torch.long), rff, p_t=0.0)
-    mixed = [AgentMessage(torch.randn(20, dtype=f64), 0, 5, rff.fingerprint),
-             AgentMessage(torch.randn(20), 1, 5, rff.fingerprint)]
+    mixed = [
+        AgentMessage(torch.randn(20, dtype=f64), 0, 5, rff.fingerprint),
+        AgentMessage(torch.randn(20), 1, 5, rff.fingerprint),
+    ]
     with pytest.raises(TypeError, match="different dtypes"):
         FederatedThompsonSampling(gp, mixed, rff, p_t=0.0)
     with pytest.raises(TypeError, match="`omega` must be a floating-point tensor"):

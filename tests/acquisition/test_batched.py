@@ -80,8 +80,9 @@ def test_maximize_batched_reaches_the_grid_maximum_and_one_agent_alone_the_same(
     grid = acq(G.expand(3, -1, -1)).max(-1).values
     assert (vb >= grid - 1e-6).all(), (vb, grid)
     # one agent alone (take) finds the same point with its key: rows never mix
-    X1, v1 = maximize_batched(acq.take(torch.tensor([2])), bounds, 1, raw_samples=256, num_restarts=8, maxiter=60,
-                              keys=keys[2:])
+    X1, v1 = maximize_batched(
+        acq.take(torch.tensor([2])), bounds, 1, raw_samples=256, num_restarts=8, maxiter=60, keys=keys[2:]
+    )
     torch.testing.assert_close(X1[0], Xb[2], atol=1e-9, rtol=0)
 
 

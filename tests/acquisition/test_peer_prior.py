@@ -46,14 +46,16 @@ def test_batched_prior_guided_equals_botorch_per_agent():
     log_w = torch.where(w > 0, w.log(), -torch.inf)
     exponent = torch.tensor([0.5, 1.0, 2.0], dtype=f64)
     best = Y.squeeze(-1).amax(-1)
-    ours = BatchedPriorGuided(BatchedLogExpectedImprovement(gp.posterior_moments(), best), centers, log_w, exponent,
-                              width=0.15, floor=0.05)
+    ours = BatchedPriorGuided(
+        BatchedLogExpectedImprovement(gp.posterior_moments(), best), centers, log_w, exponent, width=0.15, floor=0.05
+    )
     X = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(B, 7, d, generator=g, dtype=f64)
     values = ours(X)
     for b in range(B):
         prior = PeerOptimumPrior(centers[b], bounds, weights=w[b], width=0.15, floor=0.05)
-        ref = PriorGuidedAcquisitionFunction(LogExpectedImprovement(gp.to_botorch(b), best_f=best[b]), prior,
-                                             log=True, prior_exponent=float(exponent[b]))
+        ref = PriorGuidedAcquisitionFunction(
+            LogExpectedImprovement(gp.to_botorch(b), best_f=best[b]), prior, log=True, prior_exponent=float(exponent[b])
+        )
         torch.testing.assert_close(values[b], ref(X[b].unsqueeze(-2)).detach(), rtol=1e-9, atol=1e-9)
 
 
@@ -62,8 +64,14 @@ def test_closed_form_gradient_equals_autograd():
     g = torch.Generator().manual_seed(3)
     centers = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(3, 5, 2, generator=g, dtype=f64)
     log_w = torch.full((3, 5), math.log(0.2), dtype=f64)
-    fn = BatchedPriorGuided(BatchedLogExpectedImprovement(gp.posterior_moments(), Y.squeeze(-1).amax(-1)), centers,
-                            log_w, 1.3, width=0.1, floor=0.02)
+    fn = BatchedPriorGuided(
+        BatchedLogExpectedImprovement(gp.posterior_moments(), Y.squeeze(-1).amax(-1)),
+        centers,
+        log_w,
+        1.3,
+        width=0.1,
+        floor=0.02,
+    )
     X = (bounds[0] + (bounds[1] - bounds[0]) * torch.rand(3, 6, 2, generator=g, dtype=f64)).requires_grad_(True)
     value, grad = fn.value_and_grad(X.detach())
     (auto,) = torch.autograd.grad(fn(X).sum(), X)
@@ -112,16 +120,29 @@ def test_from_messages_centers_are_the_message_maximizers():
     torch.testing.assert_close(prior.centers, c, rtol=0, atol=0.03)
 
 
-@pytest.mark.parametrize("kw,match", [(dict(width=0.0), "width"), (dict(floor=1.0), "floor"), (dict(floor=0), "floor"),
-                                      (dict(weights=torch.tensor([1.0, -1.0], dtype=f64)), "weights")])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(width=0.0), "width"),
+        (dict(floor=1.0), "floor"),
+        (dict(floor=0), "floor"),
+        (dict(weights=torch.tensor([1.0, -1.0], dtype=f64)), "weights"),
+    ],
+)
 def test_prior_arguments_are_checked(kw, match):
     with pytest.raises(ValueError, match=match):
         PeerOptimumPrior(torch.zeros(2, 2, dtype=f64), torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64), **kw)
 
 
 def test_log_bump_mixture_rows_without_peers_are_the_floor():
-    lp, g = log_bump_mixture(torch.rand(2, 4, 3, dtype=f64), torch.zeros(2, 2, 3, dtype=f64),
-                             torch.full((2, 2), -torch.inf, dtype=f64), 0.1, 0.2, grad=True)
+    lp, g = log_bump_mixture(
+        torch.rand(2, 4, 3, dtype=f64),
+        torch.zeros(2, 2, 3, dtype=f64),
+        torch.full((2, 2), -torch.inf, dtype=f64),
+        0.1,
+        0.2,
+        grad=True,
+    )
     torch.testing.assert_close(lp, torch.full((2, 4), math.log(0.2), dtype=f64))
     assert torch.all(g == 0)
 

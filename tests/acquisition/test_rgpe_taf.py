@@ -4,12 +4,12 @@ import warnings
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from botorch.acquisition import ExpectedImprovement, LogExpectedImprovement, qLogNoisyExpectedImprovement
 from botorch.models import SingleTaskGP
 from botorch.optim import optimize_acqf
 from botorch.posteriors.gpytorch import GPyTorchPosterior
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fbo_torch.acquisition.rgpe import (
     RGPE,
@@ -22,8 +22,8 @@ from fbo_torch.acquisition.taf import TransferAcquisitionFunction, compute_taf_w
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.messages import PosteriorMessage
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
-from fbo_torch.models.weight_posterior import psd_factor
 from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.models.weight_posterior import psd_factor
 
 f64 = torch.float64
 
@@ -107,8 +107,14 @@ def test_from_messages_equals_model_and_checks_fingerprint(rff):
     blr = make_agents(rff)
     cov = blr.weight_covariance()
     msgs = [
-        PosteriorMessage(blr.weight_mean[i], cov[i], agent_id=10 + i, num_observations=15,
-                         fingerprint=rff.fingerprint, incumbent=float(blr.train_Y[i].max()))
+        PosteriorMessage(
+            blr.weight_mean[i],
+            cov[i],
+            agent_id=10 + i,
+            num_observations=15,
+            fingerprint=rff.fingerprint,
+            incumbent=float(blr.train_Y[i].max()),
+        )
         for i in range(4)
     ]
     post = AgentRFFPosteriors.from_messages(msgs, rff)
@@ -503,7 +509,11 @@ def test_follows_device_and_cpu_generator(device):
     w = compute_rgpe_weights(gp, agents, tXd, tYd, num_samples=64, generator=torch.Generator().manual_seed(0))
     assert w.device.type == device.type
     ref = compute_rgpe_weights(
-        target_gp(tX, tY), AgentRFFPosteriors.from_model(blr), tX, tY, num_samples=64,
+        target_gp(tX, tY),
+        AgentRFFPosteriors.from_model(blr),
+        tX,
+        tY,
+        num_samples=64,
         generator=torch.Generator().manual_seed(0),
     )
     torch.testing.assert_close(w.cpu(), ref)  # the same draws whatever the device

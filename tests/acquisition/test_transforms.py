@@ -42,8 +42,9 @@ def setup():
     g = torch.Generator().manual_seed(0)
     rff = RandomFourierFeatures(2, 120, lengthscale=0.3, seed=1)
     Xp = raw(torch.rand(3, 25, 2, generator=g, dtype=f64))
-    peers = RFFBayesianLinear(rff, Xp, branin(Xp).unsqueeze(-1) / 50, 1e-2,
-                              input_transform=Normalize(2, bounds=BRANIN_BOUNDS))
+    peers = RFFBayesianLinear(
+        rff, Xp, branin(Xp).unsqueeze(-1) / 50, 1e-2, input_transform=Normalize(2, bounds=BRANIN_BOUNDS)
+    )
     X = raw(torch.rand(6, 2, generator=g, dtype=f64))
     gp = SingleTaskGP(X, branin(X).unsqueeze(-1), input_transform=Normalize(2, bounds=BRANIN_BOUNDS))
     return rff, peers, gp, raw(torch.rand(200, 2, generator=g, dtype=f64))
@@ -89,8 +90,9 @@ def test_rff_thompson_sample_and_piecewise_use_the_message_space(setup):
     want = by_hand(rff, msgs[1].omega, Xt)
     assert torch.allclose(RFFThompsonSample(rff, msgs[1])(Xt.unsqueeze(-2)), want, atol=1e-12, rtol=0)
     tf = Normalize(2, bounds=BRANIN_BOUNDS)
-    assert torch.allclose(RFFThompsonSample(rff, msgs[1].omega, input_transform=tf)(Xt.unsqueeze(-2)), want,
-                          atol=1e-12, rtol=0)
+    assert torch.allclose(
+        RFFThompsonSample(rff, msgs[1].omega, input_transform=tf)(Xt.unsqueeze(-2)), want, atol=1e-12, rtol=0
+    )
     # a raw tensor without a transform means raw inputs (no model to tell otherwise)
     assert torch.allclose(RFFThompsonSample(rff, msgs[1].omega)(Xt.unsqueeze(-2)), rff(Xt) @ msgs[1].omega)
 
@@ -98,7 +100,9 @@ def test_rff_thompson_sample_and_piecewise_use_the_message_space(setup):
     omegas = stack_omegas(msgs[:2])
     pw = PiecewiseRFFThompsonSample(rff, omegas, part, input_transform=tf)
     region = part.region_of(Xt)
-    want = torch.stack([by_hand(rff, omegas[r], x.unsqueeze(0)).squeeze(0) for r, x in zip(region.tolist(), Xt)])
+    want = torch.stack(
+        [by_hand(rff, omegas[r], x.unsqueeze(0)).squeeze(0) for r, x in zip(region.tolist(), Xt, strict=True)]
+    )
     assert torch.allclose(pw(Xt.unsqueeze(-2)), want, atol=1e-12, rtol=0)
     assert torch.allclose(pw.region_acquisition(1)(Xt.unsqueeze(-2)), by_hand(rff, omegas[1], Xt), atol=1e-12, rtol=0)
 
@@ -113,7 +117,7 @@ def test_batched_paths_fold_the_bounds_into_the_map(setup):
     values, grad = paths.value_and_grad(X)
     assert torch.allclose(paths(X), want, atol=1e-11, rtol=0) and torch.allclose(values, want, atol=1e-11, rtol=0)
     Xg = X.clone().requires_grad_(True)
-    (ref,) = torch.autograd.grad(sum(by_hand(rff, w, x).sum() for w, x in zip(omegas, Xg)), Xg)
+    (ref,) = torch.autograd.grad(sum(by_hand(rff, w, x).sum() for w, x in zip(omegas, Xg, strict=True)), Xg)
     assert torch.allclose(grad, ref, atol=1e-10, rtol=0)
     # lengthscales in raw coordinates: the box widths times the map's lengthscale
     assert torch.allclose(paths.lengthscales(), 0.3 * torch.tensor([15.0, 15.0], dtype=f64))
@@ -124,8 +128,16 @@ def test_learned_weights_score_messages_on_transformed_inputs(setup):
     omegas = stack_omegas(peers.messages(generator=torch.Generator().manual_seed(5)))
     Xs = raw(torch.rand(8, 2, generator=torch.Generator().manual_seed(6), dtype=f64))
     ys = branin(Xs)
-    acqf = FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, agent_weights="learned", train_X=Xs, train_Y=ys,
-                                     input_transform=Normalize(2, bounds=BRANIN_BOUNDS))
+    acqf = FederatedThompsonSampling(
+        gp,
+        omegas,
+        rff,
+        p_t=0.5,
+        agent_weights="learned",
+        train_X=Xs,
+        train_Y=ys,
+        input_transform=Normalize(2, bounds=BRANIN_BOUNDS),
+    )
     want = fidelity_scores(peer_predictions(rff, omegas, normalize(Xs)), ys)
     assert torch.allclose(acqf.fidelity, want, atol=1e-12)
     assert not torch.allclose(want, fidelity_scores(peer_predictions(rff, omegas, Xs), ys))
@@ -195,12 +207,18 @@ def test_readme_loop_follows_messages_to_good_points():
     shift = (torch.rand(N, 1, 2, generator=g, dtype=f64) - 0.5) * 0.6
     Xp = raw(torch.rand(N, n, 2, generator=g, dtype=f64))
     rff = RandomFourierFeatures(2, 200, lengthscale=0.3, seed=0)
-    peers = RFFBayesianLinear(rff, Xp, branin(Xp - shift).unsqueeze(-1), 1e-3,
-                              input_transform=Normalize(2, bounds=BRANIN_BOUNDS),
-                              outcome_transform=Standardize(1, batch_shape=torch.Size([N])))
+    peers = RFFBayesianLinear(
+        rff,
+        Xp,
+        branin(Xp - shift).unsqueeze(-1),
+        1e-3,
+        input_transform=Normalize(2, bounds=BRANIN_BOUNDS),
+        outcome_transform=Standardize(1, batch_shape=torch.Size([N])),
+    )
     X = raw(torch.rand(5, 2, generator=g, dtype=f64))
-    gp = SingleTaskGP(X, branin(X).unsqueeze(-1), input_transform=Normalize(2, bounds=BRANIN_BOUNDS),
-                      outcome_transform=Standardize(1))
+    gp = SingleTaskGP(
+        X, branin(X).unsqueeze(-1), input_transform=Normalize(2, bounds=BRANIN_BOUNDS), outcome_transform=Standardize(1)
+    )
     msgs = peers.messages(generator=g)
 
     def median_regret(messages, **kw):

@@ -25,7 +25,11 @@ def _run_quick(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess
     # one thread: quick and steady on a shared machine
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--out", str(tmp_path), *extra],
-        capture_output=True, text=True, timeout=180, cwd=ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [p.name for p in tmp_path.glob("*.json")] == ["baselines_scaling_cpu_quick.json"]

@@ -27,7 +27,11 @@ def test_posterior_sampling_quick(tmp_path):
     # one thread each side: quick and steady on a shared machine
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--threads", "1", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "x upd+smp" in proc.stdout  # the table was printed
@@ -56,11 +60,17 @@ def test_posterior_sampling_quick(tmp_path):
             assert math.isclose(ratio[p], ref[f"{p}_wall_s"] / o[f"{p}_wall_s"], rel_tol=1e-9)
         for pair in ("fit_sample", "update_sample"):  # the ratio of the sums, not the sum of the ratios
             a, b = pair.split("_")
-            assert math.isclose(ratio[pair], (ref[f"{a}_wall_s"] + ref[f"{b}_wall_s"])
-                                / (o[f"{a}_wall_s"] + o[f"{b}_wall_s"]), rel_tol=1e-9)
+            assert math.isclose(
+                ratio[pair],
+                (ref[f"{a}_wall_s"] + ref[f"{b}_wall_s"]) / (o[f"{a}_wall_s"] + o[f"{b}_wall_s"]),
+                rel_tol=1e-9,
+            )
         # the timed agents' phases add up to the reference's timed wall time
-        assert math.isclose(ref["timed_wall_s"], ref["agents_timed"] * sum(
-            ref[f"{p}_per_agent_mean_s"] for p in ("fit", "update", "sample")), rel_tol=1e-9)
+        assert math.isclose(
+            ref["timed_wall_s"],
+            ref["agents_timed"] * sum(ref[f"{p}_per_agent_mean_s"] for p in ("fit", "update", "sample")),
+            rel_tol=1e-9,
+        )
         assert 1 <= ref["agents_timed"] <= c["N"]
         assert ref["measured"] == (ref["agents_timed"] == c["N"]) != ref["extrapolated"]
         assert o["n_chunks"] == math.ceil(c["N"] / o["chunk_size"])
@@ -84,7 +94,11 @@ def _run_quick(script: str, tmp_path: Path) -> dict:
     env = dict(os.environ, MPLBACKEND="Agg")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = list(tmp_path.glob("*.json"))
@@ -98,11 +112,22 @@ def test_round_time_quick(tmp_path):
     cells = res["cells"]
     assert [(c["N"], c["M"], c["d"]) for c in cells] == [(8, 16, 1), (8, 16, 2)]
     for c in cells:
-        assert set(c["phases_s"]) == {"posterior_update", "sampling", "server", "acq_server", "gp_update", "acq_own", "gp_refit"}
-        expected = sum(v for k, v in c["phases_s"].items() if k != "gp_refit") + c["phases_s"]["gp_refit"] / c["refit_every"]
+        assert set(c["phases_s"]) == {
+            "posterior_update",
+            "sampling",
+            "server",
+            "acq_server",
+            "gp_update",
+            "acq_own",
+            "gp_refit",
+        }
+        expected = (
+            sum(v for k, v in c["phases_s"].items() if k != "gp_refit") + c["phases_s"]["gp_refit"] / c["refit_every"]
+        )
         assert math.isclose(c["round_s"], expected, rel_tol=1e-9)
-        assert math.isclose(c["round_without_refit_s"], c["round_s"] - c["phases_s"]["gp_refit"] / c["refit_every"],
-                            rel_tol=1e-9)
+        assert math.isclose(
+            c["round_without_refit_s"], c["round_s"] - c["phases_s"]["gp_refit"] / c["refit_every"], rel_tol=1e-9
+        )
         assert math.isclose(c["per_agent_ms"], 1000 * c["round_s"] / c["N"], rel_tol=1e-9)
         # the cell ran a warm-up round and the timed one: its wall time holds every timed phase
         assert c["cell_wall_s"] > sum(c["phases_s"].values())
@@ -128,7 +153,10 @@ def test_batched_acqf_quick(tmp_path):
     res = _run_quick("batched_acqf.py", tmp_path)
     rows = res["rows"]
     assert [(r["B"], r["acquisition"]) for r in rows] == [
-        (3, "UpperConfidenceBound"), (3, "LogExpectedImprovement"), (3, "PosteriorMean")]
+        (3, "UpperConfidenceBound"),
+        (3, "LogExpectedImprovement"),
+        (3, "PosteriorMean"),
+    ]
     for r in rows:
         assert r["values_consistent"] and len(r["diffs"]) == 3
         assert math.isclose(r["speedup"], r["seconds_optimize_acqf"] / r["seconds_batched"], rel_tol=1e-9)

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import learned_weights  # noqa: E402
+import learned_weights
 
 
 def _results(tmp_path: Path) -> Path:
@@ -21,12 +21,20 @@ def _results(tmp_path: Path) -> Path:
     learned = [[1.0, 0.4, 0.3], [1.0, 0.5, 0.3], [1.0, 0.6, 0.3]]
     methods = [
         {"name": "FTS", "runs": base, "sources": [[0, -1], [1, 1], [-1, -1]], "targets": [0, 0, 1], "inits": [0, 1, 0]},
-        {"name": "FTS learned", "runs": learned, "sources": [[1, 1], [1, -1], [-1, -1]], "targets": [0, 0, 1],
-         "inits": [0, 1, 0]},
+        {
+            "name": "FTS learned",
+            "runs": learned,
+            "sources": [[1, 1], [1, -1], [-1, -1]],
+            "targets": [0, 0, 1],
+            "inits": [0, 1, 0],
+        },
     ]
     scen = [{"name": n, "methods": methods} for n in ("a", "b")]
-    result = {"experiment": "fts", "config": {"scenarios": [{"name": "a", "objective": {"type": "landmine"}}]},
-              "scenarios": scen}
+    result = {
+        "experiment": "fts",
+        "config": {"scenarios": [{"name": "a", "objective": {"type": "landmine"}}]},
+        "scenarios": scen,
+    }
     path = tmp_path / "results.json"
     path.write_text(json.dumps(result))
     return path
@@ -57,8 +65,11 @@ def test_a_dp_fts_de_study_is_paired_by_repetition_of_agent_averaged_curves(tmp_
     every broadcast, so the pairs are the repetitions' agent-averaged curves, not the agents."""
     ts = {"name": "TS", "runs": [[1.0, 0.6], [1.0, 0.4], [1.0, 0.7], [1.0, 0.5]], "repetitions": [0, 0, 1, 1]}
     fts = {"name": "FTS", "runs": [[1.0, 0.5], [1.0, 0.3], [1.0, 0.4], [1.0, 0.4]], "repetitions": [0, 0, 1, 1]}
-    result = {"experiment": "dp_fts_de", "config": {"scenarios": [{"name": "s", "objective": {"type": "digits_cnn"}}]},
-              "scenarios": [{"name": "s", "methods": [ts, fts]}]}
+    result = {
+        "experiment": "dp_fts_de",
+        "config": {"scenarios": [{"name": "s", "objective": {"type": "digits_cnn"}}]},
+        "scenarios": [{"name": "s", "methods": [ts, fts]}],
+    }
     path = tmp_path / "results.json"
     path.write_text(json.dumps(result))
     report = learned_weights.analyze(path, ["TS"], -1)

@@ -16,12 +16,12 @@ import torch
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.models.batched_gp import BatchedExactGP
-from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim import maximize_batched
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.utils import keyed_random as kr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from op_count import count_ops  # noqa: E402  (benchmarks/op_count.py, a benchmark tool)
+from op_count import count_ops
 
 f64 = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
@@ -37,7 +37,9 @@ def _problem(kind: str, B: int):
     Y = torch.sin(5 * X).sum(-1, keepdim=True)
     gp = BatchedExactGP(X, Y, BOUNDS, validate=False).fit(maxiter=5)
     if kind == "rff":
-        paths = RFFSamplePaths(RandomFourierFeatures(2, 50, lengthscale=0.2, seed=0), torch.randn(B, 50, generator=g, dtype=f64))
+        paths = RFFSamplePaths(
+            RandomFourierFeatures(2, 50, lengthscale=0.2, seed=0), torch.randn(B, 50, generator=g, dtype=f64)
+        )
         return lambda m: maximize_batched(paths, BOUNDS, B, maxiter=m, **opts)
     if kind == "gp_path":
         paths = gp.draw_paths(kr.fold(kr.root_key(0, "budget"), keys), 64)
@@ -51,7 +53,7 @@ def test_kernel_operators_per_iteration_are_few_and_flat_in_the_batch(kind):
     for B in (4, 32):
         run = _problem(kind, B)
         run(1)  # first calls fill caches (the Sobol points)
-        counts = {m: count_ops(lambda m=m: run(m)) for m in (10, 20)}
+        counts = {m: count_ops(lambda m=m, run=run: run(m)) for m in (10, 20)}
         per_iter[B] = (counts[20]["kernel_ops"] - counts[10]["kernel_ops"]) / 10
         assert counts[10]["syncs"] == counts[20]["syncs"] == 0  # nothing read on the host
     assert per_iter[4] == per_iter[32], per_iter  # one batched operator per step, whatever the batch

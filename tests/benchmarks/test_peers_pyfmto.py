@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "peers" / "run_pyfmto.py"
 RESULTS = sorted((ROOT / "benchmarks" / "results" / "peers" / "pyfmto").glob("*.json"))
 sys.path.insert(0, str(SCRIPT.parent))
-from run_pyfmto import check_results  # noqa: E402  (numpy only at import)
+from run_pyfmto import check_results
 
 
 def _load(path):
@@ -47,8 +47,7 @@ def test_recorded_runs_are_well_formed_and_paired(path):
             assert torch.equal(designs.setdefault(run["seed"], X0), X0)
 
 
-@pytest.mark.parametrize("path", [p for p in RESULTS if p.name.startswith("tetci2019_")],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in RESULTS if p.name.startswith("tetci2019_")], ids=lambda p: p.name)
 def test_recorded_values_are_our_ports_values(path):
     data = _load(path)
     obj = Tetci2019(dim=data["dim"])
@@ -64,10 +63,18 @@ def test_recorded_values_are_our_ports_values(path):
 
 def _tiny(seed: int, label: str, command: str) -> dict:
     task = {"X": [[0.5, -1.0], [0.25, 2.0], [0.0, 0.0]], "y": [3.0, 1.0, 2.0]}
-    return {"problem": "toy", "dim": 2, "fe_init": 2, "fe_max": 3, "pyfmto_version": "0.3.4", "fmto_commit": "abc",
-            "machine": "m", "command": command,
-            "tasks": [{"name": "Sphere", "lb": [-1.0, -2.0], "ub": [1.0, 2.0], "y_global": 0.0}],
-            "runs": {label: [{"seed": seed, "wall_time": 1.5, "tasks": [task]}]}}
+    return {
+        "problem": "toy",
+        "dim": 2,
+        "fe_init": 2,
+        "fe_max": 3,
+        "pyfmto_version": "0.3.4",
+        "fmto_commit": "abc",
+        "machine": "m",
+        "command": command,
+        "tasks": [{"name": "Sphere", "lb": [-1.0, -2.0], "ub": [1.0, 2.0], "y_global": 0.0}],
+        "runs": {label: [{"seed": seed, "wall_time": 1.5, "tasks": [task]}]},
+    }
 
 
 def _run(*args):
@@ -77,8 +84,9 @@ def _run(*args):
 def test_merge_and_summary(tmp_path):
     a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "all.json"
     a.write_text(json.dumps(_tiny(0, "BO", "run a")))
-    b.write_text(json.dumps(_tiny(1, "BO", "run b") | {"runs": {**_tiny(1, "BO", "")["runs"],
-                                                                **_tiny(0, "FMTBO", "")["runs"]}}))
+    b.write_text(
+        json.dumps(_tiny(1, "BO", "run b") | {"runs": {**_tiny(1, "BO", "")["runs"], **_tiny(0, "FMTBO", "")["runs"]}})
+    )
     proc = _run("merge", "--out", str(out), str(a), str(b))
     assert proc.returncode == 0, proc.stderr
     merged = _load(out)
@@ -97,12 +105,15 @@ def test_merge_and_summary(tmp_path):
     assert proc.returncode != 0 and "differ in 'fe_max'" in proc.stderr
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d["runs"]["BO"][0]["tasks"][0]["X"].pop(), r"X \(3 x 2\)"),
-    (lambda d: d["runs"]["BO"][0]["tasks"][0]["y"].__setitem__(0, 1), r"\.y: expected 3 floats"),
-    (lambda d: d["tasks"][0].__setitem__("lb", [0.0]), r"tasks\[0\]\.lb"),
-    (lambda d: d.pop("machine"), "results keys"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d["runs"]["BO"][0]["tasks"][0]["X"].pop(), r"X \(3 x 2\)"),
+        (lambda d: d["runs"]["BO"][0]["tasks"][0]["y"].__setitem__(0, 1), r"\.y: expected 3 floats"),
+        (lambda d: d["tasks"][0].__setitem__("lb", [0.0]), r"tasks\[0\]\.lb"),
+        (lambda d: d.pop("machine"), "results keys"),
+    ],
+)
 def test_check_results_names_what_is_wrong(edit, message):
     data = copy.deepcopy(_tiny(0, "BO", "c"))
     check_results(data)
@@ -127,8 +138,11 @@ def _check_ours(data: dict) -> None:
 
 def _designs(data: dict) -> dict[int, torch.Tensor]:
     n0 = data["fe_init"]
-    return {run["seed"]: torch.tensor([t["X"][:n0] for t in run["tasks"]], dtype=torch.float64)
-            for runs in data["runs"].values() for run in runs}
+    return {
+        run["seed"]: torch.tensor([t["X"][:n0] for t in run["tasks"]], dtype=torch.float64)
+        for runs in data["runs"].values()
+        for run in runs
+    }
 
 
 @pytest.mark.parametrize("path", OURS, ids=[p.name for p in OURS])

@@ -12,8 +12,13 @@ SCRIPT = ROOT / "benchmarks" / "secure_aggregation.py"
 
 
 def _run(*args, tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args, "--out", str(tmp_path)], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

@@ -42,7 +42,7 @@ def test_tuning_across_clients_from_python(example, capsys):
     threads = str(torch.get_num_threads())  # the example sets torch's threads: keep this process's
     out = example.main(["--clients", "3", "--rounds", "2", "--steps", "10", "--threads", threads])
     assert set(out) == {"TS", "DP-FTS-DE"}
-    for name, res in out.items():
+    for res in out.values():
         assert res["errors"].shape == (3,) and ((res["errors"] >= 0) & (res["errors"] <= 1)).all()
         for cfg in res["configs"]:
             assert 1e-3 <= cfg["learning_rate"] <= 1.0 and 1e-6 <= cfg["weight_decay"] <= 1e-1
@@ -52,11 +52,16 @@ def test_tuning_across_clients_from_python(example, capsys):
 
 
 def test_the_yaml_example_names_the_class_and_runs(example, tmp_path):
-    assert load_config(EXAMPLES / "custom_objective.yaml").scenarios[0].objective["type"] == \
-        "custom_objective:DigitsMLP"
+    assert (
+        load_config(EXAMPLES / "custom_objective.yaml").scenarios[0].objective["type"] == "custom_objective:DigitsMLP"
+    )
     text = (EXAMPLES / "custom_objective.yaml").read_text()
-    for old, new in (("num_agents: 6", "num_agents: 3"), ("steps: 60", "steps: 10"), ("num_inits: 2", "num_inits: 1"),
-                     ("num_iterations: 12", "num_iterations: 2")):
+    for old, new in (
+        ("num_agents: 6", "num_agents: 3"),
+        ("steps: 60", "steps: 10"),
+        ("num_inits: 2", "num_inits: 1"),
+        ("num_iterations: 12", "num_iterations: 2"),
+    ):
         assert old in text
         text = text.replace(old, new)
     cfg = tmp_path / "tiny.yaml"

@@ -49,22 +49,28 @@ def _processes_of(work_marker: str) -> list[str]:
 @pytest.mark.skipif(shutil.which("ps") is None or not sys.platform.startswith("linux"), reason="needs Linux ps")
 def test_flower_demo_runs_three_secured_rounds_refuses_an_intruder_and_stops_every_process(tmp_path):
     port = _free_ports(7)
-    env = dict(os.environ, VENV=str(Path(sys.executable).parent.parent), PORT=str(port), TMPDIR=str(tmp_path),
-               ROGUE="1")
+    env = dict(
+        os.environ, VENV=str(Path(sys.executable).parent.parent), PORT=str(port), TMPDIR=str(tmp_path), ROGUE="1"
+    )
     env.pop("INSECURE", None)
-    proc = subprocess.run([str(ROOT / "examples/flower_app/run_demo.sh")], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [str(ROOT / "examples/flower_app/run_demo.sh")], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rounds = re.findall(r"^round (\d): epsilon = ([0-9.]+) .*reported (\d)/4 .*$", proc.stdout, re.M)
     assert [r[0] for r in rounds] == ["1", "2", "3"]
     eps = [float(r[1]) for r in rounds]
     assert 0 < eps[0] < eps[1] < eps[2]
-    assert all(len(re.findall(r"agent \d: [-0-9.]+", line)) == 4 for line in proc.stdout.splitlines()
-               if line.startswith("round "))
+    assert all(
+        len(re.findall(r"agent \d: [-0-9.]+", line)) == 4
+        for line in proc.stdout.splitlines()
+        if line.startswith("round ")
+    )
     assert "TLS + SuperNode authentication, agents bound to node keys" in proc.stdout
     # a SuperNode whose key is not registered, claiming agent 0, is refused by the SuperLink (loopback, real TLS)
-    assert re.search(r"^rogue SuperNode .*refused by the SuperLink: \[code: 2004\] Failed to activate SuperNode",
-                     proc.stdout, re.M), proc.stdout
+    assert re.search(
+        r"^rogue SuperNode .*refused by the SuperLink: \[code: 2004\] Failed to activate SuperNode", proc.stdout, re.M
+    ), proc.stdout
     assert _processes_of(str(tmp_path)) == []  # no SuperLink, SuperNode, SuperExec or app process left
     assert _processes_of(f"127.0.0.1:{port}") == []
 
@@ -76,12 +82,21 @@ def test_two_nodes_each_evaluate_the_objective_named_only_in_their_own_node_conf
     config holds only the federation's parameters. Both agents report validation accuracies of their own
     CNNs, and neither the run config nor the server's log names the class."""
     port = _free_ports(4)
-    env = dict(os.environ, VENV=str(Path(sys.executable).parent.parent), PORT=str(port), TMPDIR=str(tmp_path),
-               OWN_OBJECTIVES="1", NUM_NODES="2", ROUNDS="2", KEEP="1")
+    env = dict(
+        os.environ,
+        VENV=str(Path(sys.executable).parent.parent),
+        PORT=str(port),
+        TMPDIR=str(tmp_path),
+        OWN_OBJECTIVES="1",
+        NUM_NODES="2",
+        ROUNDS="2",
+        KEEP="1",
+    )
     for key in ("INSECURE", "ROGUE"):
         env.pop(key, None)
-    proc = subprocess.run([str(ROOT / "examples/flower_app/run_demo.sh")], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [str(ROOT / "examples/flower_app/run_demo.sh")], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rounds = re.findall(r"^round (\d): epsilon = ([0-9.]+) .*reported (\d)/2 .*$", proc.stdout, re.M)
     assert [(r[0], r[2]) for r in rounds] == [("1", "2"), ("2", "2")]

@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from fbo_torch.cli import build_parser, main
-from fbo_torch.experiments.config import ConfigError, load_config, parse_config
-from fbo_torch.federation.settings import DPFTSDESettings
-from fbo_torch.federation.settings import FTSSettings
+from fbo_torch.experiments.config import ConfigError, parse_config
+from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
 
 BASE = {
     "experiment": "dp_fts_de",
@@ -29,17 +28,26 @@ def parse(**changes):
     "changes, match",
     [
         # unknown keys: the path and the valid keys
-        ({"methods": [{"name": "a", "noise_multipler": 1.0}]},
-         r"exp.yaml: methods\[0\]: unknown key 'noise_multipler' \(did you mean 'noise_multiplier'\?\); allowed: \[.*'gp_warm_start'"),
-        ({"scenarios": [{"name": "s", "methods": [{"name": "a"}], "histroy": {}}]},
-         r"exp.yaml: scenarios\[0\]: unknown key 'histroy'.*allowed: \[.*'history'"),
+        (
+            {"methods": [{"name": "a", "noise_multipler": 1.0}]},
+            r"exp.yaml: methods\[0\]: unknown key 'noise_multipler' \(did you mean 'noise_multiplier'\?\); allowed: \[.*'gp_warm_start'",  # noqa: E501
+        ),
+        (
+            {"scenarios": [{"name": "s", "methods": [{"name": "a"}], "histroy": {}}]},
+            r"exp.yaml: scenarios\[0\]: unknown key 'histroy'.*allowed: \[.*'history'",
+        ),
         ({"privacy": {"acountant": "rdp"}}, r"exp.yaml: privacy: unknown key 'acountant'.*allowed"),
         # a typo in `defaults` is named where it is, not under the first method that inherits it
         ({"defaults": {"num_initt": 2}}, r"^exp.yaml: defaults: unknown key 'num_initt' \(did you mean 'num_init'\?\)"),
-        ({"scenarios": [{"name": "s", "methods": [{"name": "a"}], "defaults": {"p_tt": 1}}]},
-         r"^exp.yaml: scenarios\[0\]: defaults: unknown key 'p_tt' \(did you mean 'p_t'\?\)"),
+        (
+            {"scenarios": [{"name": "s", "methods": [{"name": "a"}], "defaults": {"p_tt": 1}}]},
+            r"^exp.yaml: scenarios\[0\]: defaults: unknown key 'p_tt' \(did you mean 'p_t'\?\)",
+        ),
         # method setting types, every field type-checked
-        ({"methods": [{"name": "a", "gp_warm_start": "yes"}]}, r"methods\[0\]: `gp_warm_start` must be true or false, got 'yes'"),
+        (
+            {"methods": [{"name": "a", "gp_warm_start": "yes"}]},
+            r"methods\[0\]: `gp_warm_start` must be true or false, got 'yes'",
+        ),
         ({"methods": [{"name": "a", "num_iterations": "5"}]}, r"`num_iterations` must be an integer, got '5'"),
         ({"methods": [{"name": "a", "rff_lengthscale": "0.1"}]}, r"`rff_lengthscale` must be a number, got '0.1'"),
         ({"methods": [{"name": "a", "rff_normalize": 1}]}, r"`rff_normalize` must be true or false, got 1"),
@@ -47,18 +55,30 @@ def parse(**changes):
         ({"methods": [{"name": "a", "const_rounds": 2.5}]}, r"`const_rounds` must be an integer, got 2.5"),
         ({"methods": [{"name": "a", "faults": [0.1]}]}, r"`faults` must be a mapping or null"),
         # objective arguments and their types
-        ({"objective": {"type": "gp_grid", "num_groups": "2"}}, r"objective \(gp_grid\): `num_groups` must be an integer, got '2'"),
+        (
+            {"objective": {"type": "gp_grid", "num_groups": "2"}},
+            r"objective \(gp_grid\): `num_groups` must be an integer, got '2'",
+        ),
         ({"objective": {"type": "gp_grid", "perturb_first": "no"}}, r"`perturb_first` must be true or false"),
-        ({"objective": {"type": "gp_grid", "lenghtscale": 0.1}}, r"unknown key 'lenghtscale' \(did you mean 'lengthscale'\?\)"),
+        (
+            {"objective": {"type": "gp_grid", "lenghtscale": 0.1}},
+            r"unknown key 'lenghtscale' \(did you mean 'lengthscale'\?\)",
+        ),
         # privacy
-        ({"privacy": {"accountant": "moments"}}, r"privacy: `accountant` must be one of \[.*'rdp-classic'.*got 'moments'"),
+        (
+            {"privacy": {"accountant": "moments"}},
+            r"privacy: `accountant` must be one of \[.*'rdp-classic'.*got 'moments'",
+        ),
         ({"privacy": {"extra_accountants": ["rdp", "prvv"]}}, r"privacy: `extra_accountants\[1\]` must be one of"),
         ({"privacy": {"delta": 1.5}}, r"privacy: `delta` must be a number in \(0, 1\)"),
         ({"privacy": {"max_epsilon": -1}}, r"privacy: `max_epsilon` must be a finite number > 0"),
         ({"experiment": "fts", "privacy": {"delta": 0.1}}, r"`privacy` applies to `experiment: dp_fts_de` only"),
         # setups and other sections
         ({"setup": "paper"}, r"exp.yaml: `setup` must be one of \['authors', 'modern'\], got 'paper'"),
-        ({"scenarios": [{"name": "s", "setup": "x", "methods": [{"name": "a"}]}]}, r"scenarios\[0\]: `setup` must be one of"),
+        (
+            {"scenarios": [{"name": "s", "setup": "x", "methods": [{"name": "a"}]}]},
+            r"scenarios\[0\]: `setup` must be one of",
+        ),
         ({"history": {"gp_kernel": "matern"}}, r"history: `gp_kernel` must be one of"),
         ({"runs": {"num_inits": "3"}}, r"runs: `num_inits` must be an integer"),
         ({"domain": {"lr": "fast"}}, r"domain: `lr` must be a number"),
@@ -78,16 +98,25 @@ def test_every_settings_field_is_accepted_from_yaml():
         values = dataclasses.asdict(cls())
         values.update(gp_warm_start=True, gp_sample_features=None, faults={"eval_failure_rate": 0.1})
         if cls is DPFTSDESettings:
-            values.update(noise_multiplier=1.0, clip_norm=2.0, max_epsilon=5.0, faults={
-                "eval_failure_rate": 0.1, "dropout_rate": 0.1, "byzantine_rate": 0.1, "byzantine_kind": "inf"})
+            values.update(
+                noise_multiplier=1.0,
+                clip_norm=2.0,
+                max_epsilon=5.0,
+                faults={"eval_failure_rate": 0.1, "dropout_rate": 0.1, "byzantine_rate": 0.1, "byzantine_kind": "inf"},
+            )
         cfg = parse(experiment=experiment, methods=[{"name": "all", **values}])
         assert cfg.scenarios[0].methods[0][1] == cls(**values)
 
 
 def test_setup_in_yaml_applies_the_preset_and_explicit_keys_win():
-    cfg = parse(setup="authors", defaults={"gp_restarts": 2},
-                scenarios=[{"name": "a", "methods": [{"name": "TS", "algorithm": "ts"}]},
-                           {"name": "m", "setup": "modern", "methods": [{"name": "TS", "algorithm": "ts"}]}])
+    cfg = parse(
+        setup="authors",
+        defaults={"gp_restarts": 2},
+        scenarios=[
+            {"name": "a", "methods": [{"name": "TS", "algorithm": "ts"}]},
+            {"name": "m", "setup": "modern", "methods": [{"name": "TS", "algorithm": "ts"}]},
+        ],
+    )
     authors, modern = (sc.methods[0][1] for sc in cfg.scenarios)
     assert (authors.gp_kernel, authors.gp_warm_start, authors.broadcast_maximization) == ("authors", True, "per_agent")
     assert authors.gp_restarts == 2  # `defaults` overrides the setup
@@ -98,17 +127,23 @@ def test_setup_in_yaml_applies_the_preset_and_explicit_keys_win():
 
 
 def test_privacy_max_epsilon_is_the_private_methods_default():
-    cfg = parse(privacy={"max_epsilon": 4.0}, methods=[
-        {"name": "TS", "algorithm": "ts"},
-        {"name": "DP", "noise_multiplier": 1.0, "clip_norm": 1.0},
-        {"name": "DP own", "noise_multiplier": 1.0, "clip_norm": 1.0, "max_epsilon": 9.0}])
+    cfg = parse(
+        privacy={"max_epsilon": 4.0},
+        methods=[
+            {"name": "TS", "algorithm": "ts"},
+            {"name": "DP", "noise_multiplier": 1.0, "clip_norm": 1.0},
+            {"name": "DP own", "noise_multiplier": 1.0, "clip_norm": 1.0, "max_epsilon": 9.0},
+        ],
+    )
     assert [m.max_epsilon for _, m in cfg.scenarios[0].methods] == [None, 4.0, 9.0]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
 def test_cuda_without_a_gpu_names_the_yaml_key_before_any_work(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("experiment: dp_fts_de\ndevice: cuda\nobjective: {type: gp_grid}\nmethods: [{name: TS, algorithm: ts}]\n")
+    cfg.write_text(
+        "experiment: dp_fts_de\ndevice: cuda\nobjective: {type: gp_grid}\nmethods: [{name: TS, algorithm: ts}]\n"
+    )
     out = tmp_path / "out"
     assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -126,8 +161,10 @@ def test_bad_config_fails_at_load_not_after_minutes(tmp_path, capsys, monkeypatc
 
     monkeypatch.setattr(loop, "build_objective", lambda spec, **kwargs: pytest.fail("work started"))
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("experiment: dp_fts_de\nobjective: {type: gp_grid}\nmethods:\n  - {name: TS, algorithm: ts}\n"
-                   "  - {name: DP, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 1.0, gp_warm_start: 'no'}\n")
+    cfg.write_text(
+        "experiment: dp_fts_de\nobjective: {type: gp_grid}\nmethods:\n  - {name: TS, algorithm: ts}\n"
+        "  - {name: DP, sample_rate: 0.5, noise_multiplier: 1.0, clip_norm: 1.0, gp_warm_start: 'no'}\n"
+    )
     assert main(["run", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert "methods[1]: `gp_warm_start` must be true or false" in capsys.readouterr().err
 
@@ -192,33 +229,65 @@ methods:
 @pytest.mark.parametrize(
     "text, says",
     [
-        (TINY.replace("clip_norm: 1.0", "clip_norm: .inf"),
-         "methods[0]: `clip_norm` must be finite when `noise_multiplier` > 0"),
-        (TINY.replace("agents_per_group: 4", "agents_per_group: 1"),
-         "methods[0] ('DP'): a private method (`noise_multiplier` 1.0) with `privacy.delta` null takes δ = 1/N^1.1, "
-         "which needs N >= 2 agents, but the objective has 1"),
-        (TINY.replace("num_regions: 2", "num_regions: 100"),
-         "methods[0] ('DP'): `num_regions: 100` is too many for the objective's 50 candidate points"),
-        (TINY.replace("{type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 50}",
-                      "{type: landmine, path: /no/such/LandmineData.mat}"),
-         "objective (landmine): LandmineData.mat not found (given as `path`). Looked in: /no/such/LandmineData.mat;"),
-        (TINY.replace("{type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 50}",
-                      "{type: har, path: /no/such/har}"),
-         "objective (har): UCI HAR data set not found under /no/such/har"),
+        (
+            TINY.replace("clip_norm: 1.0", "clip_norm: .inf"),
+            "methods[0]: `clip_norm` must be finite when `noise_multiplier` > 0",
+        ),
+        (
+            TINY.replace("agents_per_group: 4", "agents_per_group: 1"),
+            "methods[0] ('DP'): a private method (`noise_multiplier` 1.0) with `privacy.delta` null takes δ = 1/N^1.1, "
+            "which needs N >= 2 agents, but the objective has 1",
+        ),
+        (
+            TINY.replace("num_regions: 2", "num_regions: 100"),
+            "methods[0] ('DP'): `num_regions: 100` is too many for the objective's 50 candidate points",
+        ),
+        (
+            TINY.replace(
+                "{type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 50}",
+                "{type: landmine, path: /no/such/LandmineData.mat}",
+            ),
+            "objective (landmine): LandmineData.mat not found (given as `path`). Looked in: /no/such/LandmineData.mat;",
+        ),
+        (
+            TINY.replace(
+                "{type: gp_grid, num_groups: 1, agents_per_group: 4, grid_size: 50}", "{type: har, path: /no/such/har}"
+            ),
+            "objective (har): UCI HAR data set not found under /no/such/har",
+        ),
         (TINY.replace("num_groups: 1", "num_groups: 0"), "objective (gp_grid): `num_groups` must be >= 1, got 0."),
-        (TINY_FTS.replace("agents_per_group: 3", "agents_per_group: 1"),
-         "methods[1] ('FTS', algorithm fts): target agent(s) [0] have no other agent of its group"),
+        (
+            TINY_FTS.replace("agents_per_group: 3", "agents_per_group: 1"),
+            "methods[1] ('FTS', algorithm fts): target agent(s) [0] have no other agent of its group",
+        ),
         (TINY_FTS.replace("history:", "runs: {targets: [5]}\nhistory:"), "runs.targets [5] exceed the objective's 3"),
         # before: the process grew to 22.7 GB until the kernel killed it
-        (TINY.replace("num_iterations: 2", "num_iterations: 1000000000"),
-         "methods[0] ('DP'): `num_iterations: 1000000000`: 20 agent(s) at once (5 init(s)), 1000000000 iterations"),
-        (TINY_FTS.replace("num_features: 10", "num_features: 10000000"),
-         "methods[1] ('FTS'): `num_features: 10000000`: "),
-        (TINY.replace("clip_norm: 1.0}", "clip_norm: 1.0, aggregation: secure, dropout_tolerance: 0.9}"),
-         "methods[0] ('DP'): `dropout_tolerance` leaves min_survivors = 1; secure aggregation needs 2 <= "),
+        (
+            TINY.replace("num_iterations: 2", "num_iterations: 1000000000"),
+            "methods[0] ('DP'): `num_iterations: 1000000000`: 20 agent(s) at once (5 init(s)), 1000000000 iterations",
+        ),
+        (
+            TINY_FTS.replace("num_features: 10", "num_features: 10000000"),
+            "methods[1] ('FTS'): `num_features: 10000000`: ",
+        ),
+        (
+            TINY.replace("clip_norm: 1.0}", "clip_norm: 1.0, aggregation: secure, dropout_tolerance: 0.9}"),
+            "methods[0] ('DP'): `dropout_tolerance` leaves min_survivors = 1; secure aggregation needs 2 <= ",
+        ),
     ],
-    ids=["infinite-S", "one-agent-private", "too-many-regions", "landmine-file", "har-files", "objective-argument",
-         "fts-without-peers", "targets", "memory-iterations", "memory-features", "secure-survivors"],
+    ids=[
+        "infinite-S",
+        "one-agent-private",
+        "too-many-regions",
+        "landmine-file",
+        "har-files",
+        "objective-argument",
+        "fts-without-peers",
+        "targets",
+        "memory-iterations",
+        "memory-features",
+        "secure-survivors",
+    ],
 )
 def test_what_needs_the_objective_is_refused_before_out_exists(tmp_path, capsys, text, says):
     cfg = tmp_path / "c.yaml"
@@ -278,12 +347,16 @@ BOMB = "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10) if i else ', '.joi
         (b"experiment: fts\nname: \xff\xfe\n", "not a YAML text file (byte 22 is not UTF-8"),
         (b"experiment: fts\x00\n", "not valid YAML: unacceptable character #x0000"),
         (b"a: &a [*a]\n", "`a[0]` is a YAML alias (*name) of a value that contains it"),
-        (b"experiment: fts\nobjective: &o {type: gp_grid, num_groups: [1, *o]}\nmethods: [{name: TS}]\n",
-         "`objective.num_groups[1]` is a YAML alias (*name) of a value that contains it"),
+        (
+            b"experiment: fts\nobjective: &o {type: gp_grid, num_groups: [1, *o]}\nmethods: [{name: TS}]\n",
+            "`objective.num_groups[1]` is a YAML alias (*name) of a value that contains it",
+        ),
         (BOMB.encode(), "expands to more than 1,000,000 values through YAML aliases"),
         (b"experiment: fts\nobjective: " + b"[" * 150 + b"]" * 150 + b"\n", "is nested more than 100 levels deep"),
-        (b"experiment: fts\nobjective: {type: gp_grid\nmethods: []\n",
-         "not valid YAML: expected ',' or '}', but got ':' (line 3, column 8: methods: [])"),
+        (
+            b"experiment: fts\nobjective: {type: gp_grid\nmethods: []\n",
+            "not valid YAML: expected ',' or '}', but got ':' (line 3, column 8: methods: [])",
+        ),
     ],
     ids=["binary", "invalid-utf8", "nul", "self-alias", "alias-cycle-in-objective", "alias-bomb", "deep", "syntax"],
 )

@@ -62,8 +62,11 @@ def test_an_objective_subclass_runs_end_to_end_from_yaml(tmp_path, capsys):
     assert main(["run", str(_write(tmp_path, FTS)), "--out", str(out), "--quiet"]) == 0
     assert capsys.readouterr().out == ""  # --quiet
     res = json.loads((out / "results.json").read_text())
-    assert res["config"]["scenarios"][0]["objective"] == {"type": "user_objectives:Bowl", "num_agents": 3,
-                                                          "spread": 0.1}
+    assert res["config"]["scenarios"][0]["objective"] == {
+        "type": "user_objectives:Bowl",
+        "num_agents": 3,
+        "spread": 0.1,
+    }
     for m in res["scenarios"][0]["methods"]:
         assert m["loss_name"] == "simple regret" and m["targets"] == [0, 0, 1, 1]
         assert all(x >= 0 for run in m["runs"] for x in run)  # optimum 0: regret is -best
@@ -93,26 +96,42 @@ def _objective_error(objective):
     return text
 
 
-@pytest.mark.parametrize("objective, says", [
-    ({"type": "no_such_module_here:Thing"},
-     "exp.yaml: objective.type: cannot import module 'no_such_module_here' for 'no_such_module_here:Thing' "
-     "(no module named 'no_such_module_here')"),
-    ({"type": "user_objectives:Bowll"},
-     "exp.yaml: objective.type: module 'user_objectives' has no attribute 'Bowll' (did you mean 'Bowl'?)."),
-    ({"type": "user_objectives:Unrelated"},
-     "exp.yaml: objective.type: 'user_objectives:Unrelated' is not an objective: it neither subclasses "
-     "fbo_torch.objectives.base.Objective nor defines `_evaluate(X, agents, noise)` or `__call__(X, agents)`"),
-    ({"type": "user_objectives:Abstract"},
-     "exp.yaml: objective.type: 'user_objectives:Abstract' subclasses Objective but does not implement _evaluate."),
-    ({"type": "user_objectives:factory"}, "'user_objectives:factory' is a function, not a class"),
-    ({"type": "user_objectives:"}, "'user_objectives:' is not of the form 'package.module:ClassName'"),
-    ({"type": "my_cnn"}, "exp.yaml: objective.type: unknown objective type 'my_cnn'"),
-    ({"type": "user_objectives:Bowl", "num_agent": 3},
-     "exp.yaml: objective (user_objectives:Bowl): unknown key 'num_agent' (did you mean 'num_agents'?); "
-     "allowed: ['center', 'num_agents', 'spread']."),
-    ({"type": "user_objectives:Bowl", "spread": "wide"},
-     "exp.yaml: objective (user_objectives:Bowl): `spread` must be a number, got 'wide' (str)."),
-])
+@pytest.mark.parametrize(
+    "objective, says",
+    [
+        (
+            {"type": "no_such_module_here:Thing"},
+            "exp.yaml: objective.type: cannot import module 'no_such_module_here' for 'no_such_module_here:Thing' "
+            "(no module named 'no_such_module_here')",
+        ),
+        (
+            {"type": "user_objectives:Bowll"},
+            "exp.yaml: objective.type: module 'user_objectives' has no attribute 'Bowll' (did you mean 'Bowl'?).",
+        ),
+        (
+            {"type": "user_objectives:Unrelated"},
+            "exp.yaml: objective.type: 'user_objectives:Unrelated' is not an objective: it neither subclasses "
+            "fbo_torch.objectives.base.Objective nor defines `_evaluate(X, agents, noise)` or `__call__(X, agents)`",
+        ),
+        (
+            {"type": "user_objectives:Abstract"},
+            "exp.yaml: objective.type: 'user_objectives:Abstract' subclasses Objective but does not implement "
+            "_evaluate.",
+        ),
+        ({"type": "user_objectives:factory"}, "'user_objectives:factory' is a function, not a class"),
+        ({"type": "user_objectives:"}, "'user_objectives:' is not of the form 'package.module:ClassName'"),
+        ({"type": "my_cnn"}, "exp.yaml: objective.type: unknown objective type 'my_cnn'"),
+        (
+            {"type": "user_objectives:Bowl", "num_agent": 3},
+            "exp.yaml: objective (user_objectives:Bowl): unknown key 'num_agent' (did you mean 'num_agents'?); "
+            "allowed: ['center', 'num_agents', 'spread'].",
+        ),
+        (
+            {"type": "user_objectives:Bowl", "spread": "wide"},
+            "exp.yaml: objective (user_objectives:Bowl): `spread` must be a number, got 'wide' (str).",
+        ),
+    ],
+)
 def test_what_is_wrong_with_a_custom_type_is_one_line_naming_the_key(objective, says):
     assert says in _objective_error(objective)
 
@@ -122,10 +141,13 @@ def test_unknown_names_say_how_to_name_a_class_of_your_own():
     assert "(did you mean 'gp_grid'?)" in text and "'package.module:ClassName' for your own class" in text
 
 
-@pytest.mark.parametrize("objective, says", [
-    ("{type: 'user_objectives:NoBounds'}", "has no `bounds` (required: `bounds`, a 2 x d tensor, and `num_agents`"),
-    ("{type: 'user_objectives:DuckBowl', width: -1.0}", "every upper bound must exceed its lower bound"),
-])
+@pytest.mark.parametrize(
+    "objective, says",
+    [
+        ("{type: 'user_objectives:NoBounds'}", "has no `bounds` (required: `bounds`, a 2 x d tensor, and `num_agents`"),
+        ("{type: 'user_objectives:DuckBowl', width: -1.0}", "every upper bound must exceed its lower bound"),
+    ],
+)
 def test_an_instance_without_the_required_members_is_refused_before_out_exists(tmp_path, capsys, objective, says):
     text = DP.replace('{type: "user_objectives:DuckBowl", num_agents: 4}', objective)
     out = tmp_path / "out"
@@ -140,8 +162,13 @@ def test_register_gives_a_class_a_yaml_name(monkeypatch):
     from user_objectives import Bowl, Unrelated
 
     objectives.register("bowl", Bowl)
-    cfg = parse_config({"experiment": "fts", "objective": {"type": "bowl", "num_agents": 2},
-                        "methods": [{"name": "TS", "algorithm": "ts"}]})
+    cfg = parse_config(
+        {
+            "experiment": "fts",
+            "objective": {"type": "bowl", "num_agents": 2},
+            "methods": [{"name": "TS", "algorithm": "ts"}],
+        }
+    )
     assert objectives.build_objective(cfg.scenarios[0].objective).num_agents == 2
     with pytest.raises(ValueError, match="already registered"):
         objectives.register("bowl", Bowl)

@@ -26,14 +26,16 @@ def test_fts_experiment_with_own_acquisition_runs_end_to_end(tmp_path):
     cfg_path = tmp_path / "own.yaml"
     cfg_path.write_text(OWN_ACQUISITION)
     run_experiment(load_config(cfg_path), tmp_path / "out", progress=False, log=lambda _: None)
-    methods = {m["name"]: m for m in json.loads((tmp_path / "out" / "results.json").read_text())["scenarios"][0]["methods"]}
+    methods = {
+        m["name"]: m for m in json.loads((tmp_path / "out" / "results.json").read_text())["scenarios"][0]["methods"]
+    }
     assert list(methods) == ["TS", "TS-LogEI", "FTS-LogEI", "FTS-UCB"]
     assert [methods[k]["settings"]["own_acquisition"] for k in methods] == ["ts", "logei", "logei", "ucb"]
     assert methods["FTS-UCB"]["settings"]["ucb_beta"] == 1.0
     for m in methods.values():
         loss = m["runs"][0]
         assert len(loss) == 4 and all(math.isfinite(x) for x in loss)
-        assert all(b <= a for a, b in zip(loss, loss[1:]))  # the best so far never gets worse
+        assert all(b <= a for a, b in zip(loss, loss[1:], strict=False))  # the best so far never gets worse
     # every method starts from the same initial point; LogEI then queries elsewhere than the Thompson sample
     ts, logei = methods["TS"]["queries"][0], methods["TS-LogEI"]["queries"][0]
     assert ts[0] == logei[0] and ts[1:] != logei[1:]

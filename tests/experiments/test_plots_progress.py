@@ -11,10 +11,18 @@ from fbo_torch.experiments.report import plot_curves, plot_message_length, serie
 def _method(name, i, private=True, T=5, runs=3):
     curve = [1.0 / (t + 1 + i) for t in range(T + 1)]
     m = {
-        "name": name, "loss_name": "simple regret", "iterations": list(range(T + 1)), "loss_mean": curve,
-        "loss_stderr": [0.01] * (T + 1), "runs": [curve] * runs, "settings": {"algorithm": "fts_de"},
-        "parameters_per_agent": 100, "wall_time_s": 1.0, "stderr_over": "repetitions (agent-averaged curves)",
-        "accountant": "rdp-classic", "delta": 0.02,
+        "name": name,
+        "loss_name": "simple regret",
+        "iterations": list(range(T + 1)),
+        "loss_mean": curve,
+        "loss_stderr": [0.01] * (T + 1),
+        "runs": [curve] * runs,
+        "settings": {"algorithm": "fts_de"},
+        "parameters_per_agent": 100,
+        "wall_time_s": 1.0,
+        "stderr_over": "repetitions (agent-averaged curves)",
+        "accountant": "rdp-classic",
+        "delta": 0.02,
     }
     if private:
         m.update(epsilon=[0.5 * (t + 1) + i for t in range(T)], epsilon_final=0.5 * T + i)
@@ -24,11 +32,17 @@ def _method(name, i, private=True, T=5, runs=3):
 
 
 def _landmine_like():
-    names = ["TS", "FTS", "FTS-DE"] + [f"q=0.35, z={z}" for z in (1, 1.6, 2, 3, 4)] + [
-        f"q={q}, z=1" for q in (0.1, 0.15, 0.2, 0.25)]
+    names = (
+        ["TS", "FTS", "FTS-DE"]
+        + [f"q=0.35, z={z}" for z in (1, 1.6, 2, 3, 4)]
+        + [f"q={q}, z=1" for q in (0.1, 0.15, 0.2, 0.25)]
+    )
     methods = [_method(n, i, private=i >= 3) for i, n in enumerate(names)]
-    return {"name": "landmine_dp_fts_de", "experiment": "dp_fts_de",
-            "scenarios": [{"name": "landmine: privacy-utility", "num_runs": 3, "methods": methods}]}
+    return {
+        "name": "landmine_dp_fts_de",
+        "experiment": "dp_fts_de",
+        "scenarios": [{"name": "landmine: privacy-utility", "num_runs": 3, "methods": methods}],
+    }
 
 
 def _looks(ax):
@@ -61,11 +75,29 @@ def test_twelve_methods_never_share_a_look_and_bands_are_explained(tmp_path, fig
 
 
 def test_fts_plots_say_over_how_many_runs(tmp_path, figures):
-    res = {"name": "x", "scenarios": [{"name": "a", "num_runs": 4, "methods": [
-        {**_method("TS", 0, private=False), "stderr_over": None, "settings": {"algorithm": "ts"},
-         "parameters_per_agent": 0, "elapsed_s": [1, 2, 3, 4, 5]},
-        {**_method("FTS M=100", 1, private=False), "settings": {"algorithm": "fts"}, "elapsed_s": [1, 2, 3, 4, 5]},
-    ]}]}
+    res = {
+        "name": "x",
+        "scenarios": [
+            {
+                "name": "a",
+                "num_runs": 4,
+                "methods": [
+                    {
+                        **_method("TS", 0, private=False),
+                        "stderr_over": None,
+                        "settings": {"algorithm": "ts"},
+                        "parameters_per_agent": 0,
+                        "elapsed_s": [1, 2, 3, 4, 5],
+                    },
+                    {
+                        **_method("FTS M=100", 1, private=False),
+                        "settings": {"algorithm": "fts"},
+                        "elapsed_s": [1, 2, 3, 4, 5],
+                    },
+                ],
+            }
+        ],
+    }
     for m in res["scenarios"][0]["methods"]:
         del m["stderr_over"]
     plot_curves(res, tmp_path / "r.png", title="x")
@@ -83,8 +115,10 @@ def _texts(fig):
 
 
 def test_a_lone_panel_named_like_the_run_shows_its_title_once(tmp_path, figures):
-    res = {"name": "quickstart", "scenarios": [{"name": "quickstart", "num_runs": 3,
-                                                "methods": [_method("TS", 0, private=False)]}]}
+    res = {
+        "name": "quickstart",
+        "scenarios": [{"name": "quickstart", "num_runs": 3, "methods": [_method("TS", 0, private=False)]}],
+    }
     plot_curves(res, tmp_path / "r.png", title="quickstart")
     assert _texts(figures[0]).count("quickstart") == 1
     res["scenarios"].append({**res["scenarios"][0], "name": "other"})

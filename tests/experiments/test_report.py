@@ -23,50 +23,120 @@ from fbo_torch.experiments.report import (
 def _fts(runs=2, T=3, loss_name="simple regret"):
     curves = [[0.5 / (t + 1 + r) for t in range(T + 1)] for r in range(runs)]
     return {
-        "name": "x", "experiment": "fts",
-        "scenarios": [{"name": "panel", "num_runs": runs, "methods": [
-            {"name": "TS", "loss_name": loss_name, "iterations": list(range(T + 1)),
-             "loss_mean": [sum(c) / runs for c in zip(*curves)], "loss_stderr": [0.01] * (T + 1), "runs": curves,
-             "best_value_runs": [[1 - v for v in c] for c in curves], "targets": [4] * runs,
-             "inits": list(range(runs)), "settings": {"algorithm": "ts"}, "wall_time_s": 1.0,
-             "parameters_per_agent": 0},
-        ]}],
+        "name": "x",
+        "experiment": "fts",
+        "scenarios": [
+            {
+                "name": "panel",
+                "num_runs": runs,
+                "methods": [
+                    {
+                        "name": "TS",
+                        "loss_name": loss_name,
+                        "iterations": list(range(T + 1)),
+                        "loss_mean": [sum(c) / runs for c in zip(*curves, strict=True)],
+                        "loss_stderr": [0.01] * (T + 1),
+                        "runs": curves,
+                        "best_value_runs": [[1 - v for v in c] for c in curves],
+                        "targets": [4] * runs,
+                        "inits": list(range(runs)),
+                        "settings": {"algorithm": "ts"},
+                        "wall_time_s": 1.0,
+                        "parameters_per_agent": 0,
+                    },
+                ],
+            }
+        ],
     }
 
 
 def _dp_method(name, i, private, T=3, N=2, R=1, others=None):
     curve = [0.4 / (t + 1 + i) for t in range(T + 1)]
-    m = {"name": name, "loss_name": "simple regret", "iterations": list(range(T + 1)), "loss_mean": curve,
-         "loss_stderr": [0.02] * (T + 1), "runs": [curve] * (N * R), "num_agents": N, "num_repetitions": R,
-         "settings": {"algorithm": "fts_de"}, "wall_time_s": 1.0, "parameters_per_agent": 10,
-         "accountant": "rdp-classic", "delta": 0.1, "stderr_over": "repetitions (agent-averaged curves)",
-         "epsilon": [None] * T, "epsilon_final": None}
+    m = {
+        "name": name,
+        "loss_name": "simple regret",
+        "iterations": list(range(T + 1)),
+        "loss_mean": curve,
+        "loss_stderr": [0.02] * (T + 1),
+        "runs": [curve] * (N * R),
+        "num_agents": N,
+        "num_repetitions": R,
+        "settings": {"algorithm": "fts_de"},
+        "wall_time_s": 1.0,
+        "parameters_per_agent": 10,
+        "accountant": "rdp-classic",
+        "delta": 0.1,
+        "stderr_over": "repetitions (agent-averaged curves)",
+        "epsilon": [None] * T,
+        "epsilon_final": None,
+    }
     if private:
-        m.update(epsilon=[0.5 * (t + 1) + i for t in range(T)], epsilon_final=0.5 * T + i,
-                 epsilon_other_accountants=others or {})
+        m.update(
+            epsilon=[0.5 * (t + 1) + i for t in range(T)],
+            epsilon_final=0.5 * T + i,
+            epsilon_other_accountants=others or {},
+        )
     return m
 
 
 def _dp(R=1, others=None):
-    return {"name": "dp", "experiment": "dp_fts_de", "scenarios": [
-        {"name": "(c) impact of q", "num_runs": R, "methods": [
-            _dp_method("TS", 0, False, R=R), _dp_method("q=0.25", 1, True, R=R, others=others),
-            _dp_method("q=0.5", 2, True, R=R, others=others)]},
-        {"name": "(d) impact of z", "num_runs": R, "methods": [
-            _dp_method("z=1.0", 3, True, R=R, others=others), _dp_method("z=1.5", 4, True, R=R, others=others)]},
-    ]}
+    return {
+        "name": "dp",
+        "experiment": "dp_fts_de",
+        "scenarios": [
+            {
+                "name": "(c) impact of q",
+                "num_runs": R,
+                "methods": [
+                    _dp_method("TS", 0, False, R=R),
+                    _dp_method("q=0.25", 1, True, R=R, others=others),
+                    _dp_method("q=0.5", 2, True, R=R, others=others),
+                ],
+            },
+            {
+                "name": "(d) impact of z",
+                "num_runs": R,
+                "methods": [
+                    _dp_method("z=1.0", 3, True, R=R, others=others),
+                    _dp_method("z=1.5", 4, True, R=R, others=others),
+                ],
+            },
+        ],
+    }
 
 
 def test_the_tidy_csv_has_one_named_row_per_run_agent_and_iteration(tmp_path):
     res = _fts(runs=2, T=3)
     write_tidy_csv(res, tmp_path / "results.csv")
     rows = list(csv.DictReader(io.StringIO((tmp_path / "results.csv").read_text())))
-    assert tuple(rows[0]) == TIDY_COLUMNS == ("scenario", "method", "run", "agent", "init", "iteration", "loss_name",
-                                              "loss", "best_value", "epsilon", "delta", "accountant")
+    assert (
+        tuple(rows[0])
+        == TIDY_COLUMNS
+        == (
+            "scenario",
+            "method",
+            "run",
+            "agent",
+            "init",
+            "iteration",
+            "loss_name",
+            "loss",
+            "best_value",
+            "epsilon",
+            "delta",
+            "accountant",
+        )
+    )
     assert len(rows) == 2 * 4  # runs x (iterations + 1)
     r = rows[5]  # run 1, iteration 1
-    assert (r["scenario"], r["method"], r["run"], r["agent"], r["init"], r["iteration"]) == \
-        ("panel", "TS", "1", "4", "1", "1")
+    assert (r["scenario"], r["method"], r["run"], r["agent"], r["init"], r["iteration"]) == (
+        "panel",
+        "TS",
+        "1",
+        "4",
+        "1",
+        "1",
+    )
     assert float(r["loss"]) == res["scenarios"][0]["methods"][0]["runs"][1][1]  # full precision
     assert float(r["best_value"]) == pytest.approx(1 - float(r["loss"])) and r["epsilon"] == ""
 
@@ -83,8 +153,9 @@ def test_dp_rows_name_agent_and_repetition_and_carry_epsilon_after_each_round():
     assert [r[col["epsilon"]] for r in q25[:4]] == ["", repr(eps[0]), repr(eps[1]), repr(eps[2])]
     assert q25[1][col["accountant"]] == "rdp-classic" and q25[1][col["delta"]] == repr(0.1)
     assert q25[0][col["delta"]] == ""  # no ε before the first round, so no δ either
-    assert all(r[col["epsilon"]] == r[col["delta"]] == r[col["accountant"]] == ""
-               for r in rows if r[col["method"]] == "TS")
+    assert all(
+        r[col["epsilon"]] == r[col["delta"]] == r[col["accountant"]] == "" for r in rows if r[col["method"]] == "TS"
+    )
 
 
 def test_every_epsilon_is_printed_with_its_delta_and_accountant(tmp_path, figures):
@@ -98,8 +169,10 @@ def test_every_epsilon_is_printed_with_its_delta_and_accountant(tmp_path, figure
     for sc in res["scenarios"]:
         for m in sc["methods"]:
             m["delta"] = 0.5
-    assert "note: delta=0.5 >= 1/N = 0.5 (2 agents): such a guarantee allows releasing one agent's data in full" \
+    assert (
+        "note: delta=0.5 >= 1/N = 0.5 (2 agents): such a guarantee allows releasing one agent's data in full"
         in summary_table(res)
+    )
     # the papers' default delta = 1/N^1.1 is named as such
     res["config"] = {"privacy": {"delta": None}}
     assert "delta = 1/N^1.1 (privacy.delta: null) is the papers' choice" in summary_table(res)
@@ -108,10 +181,16 @@ def test_every_epsilon_is_printed_with_its_delta_and_accountant(tmp_path, figure
     assert all("rdp-classic, δ = 0.1" in ax.get_ylabel() for ax in figures[1].axes if ax.lines)
 
 
-@pytest.mark.parametrize("loss_name, stem", [
-    ("simple regret", "simple_regret"), ("validation error", "validation_error"), ("1 - AUC", "1_minus_auc"),
-    ("-f", "negative_f"), ("-accuracy", "negative_accuracy"),
-])
+@pytest.mark.parametrize(
+    "loss_name, stem",
+    [
+        ("simple regret", "simple_regret"),
+        ("validation error", "validation_error"),
+        ("1 - AUC", "1_minus_auc"),
+        ("-f", "negative_f"),
+        ("-accuracy", "negative_accuracy"),
+    ],
+)
 def test_the_loss_plot_is_named_after_the_loss(loss_name, stem):
     assert loss_plot_stem(_fts(loss_name=loss_name)) == stem
 
@@ -181,7 +260,13 @@ def test_the_privacy_plot_has_a_series_per_accountant(tmp_path, figures):
     # two scenarios: a legend entry per scenario (its colour) and one per accountant (its marker)
     figures.clear()
     plot_privacy(_dp(others=others), tmp_path)
-    assert _legend(figures[0].axes[0]) == ["TS (no DP)", "(c) impact of q", "(d) impact of z", "ε under rdp-classic",
-                                           "ε under rdp", "ε under prv"]
+    assert _legend(figures[0].axes[0]) == [
+        "TS (no DP)",
+        "(c) impact of q",
+        "(d) impact of z",
+        "ε under rdp-classic",
+        "ε under rdp",
+        "ε under prv",
+    ]
     eps_ax = [a for a in figures[1].axes if a.lines][0]
     assert "final ε under rdp" in _legend(eps_ax) and "final ε under prv" in _legend(eps_ax)

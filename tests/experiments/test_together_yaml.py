@@ -39,11 +39,17 @@ def test_a_together_run_records_every_agent_of_the_federation(tmp_path):
 @pytest.mark.parametrize(
     "old,new,says",
     [
-        ("  - {name: local, algorithm: ts}\n", "  - {name: R, algorithm: rgpe}\n",
-         "methods[0] ('R'): history.mode together supports algorithms fts, peer_prior and ts, not rgpe"),
+        (
+            "  - {name: local, algorithm: ts}\n",
+            "  - {name: R, algorithm: rgpe}\n",
+            "methods[0] ('R'): history.mode together supports algorithms fts, peer_prior and ts, not rgpe",
+        ),
         ("communication: every-round", "communication: one-shot", "set communication: every-round"),
-        ("runs: {num_inits: 1}", "runs: {num_inits: 1, targets: [0, 1]}",
-         "runs.targets must be all 10 agents (leave it out), got [0, 1]"),
+        (
+            "runs: {num_inits: 1}",
+            "runs: {num_inits: 1, targets: [0, 1]}",
+            "runs.targets must be all 10 agents (leave it out), got [0, 1]",
+        ),
     ],
     ids=["rgpe", "one-shot", "targets"],
 )

@@ -15,7 +15,7 @@ from fbo_torch.utils import keyed_random as kr
 
 f64 = torch.float64
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from op_count import SYNC_OPS  # noqa: E402  (benchmarks/op_count.py)
+from op_count import SYNC_OPS
 
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
 

@@ -112,7 +112,9 @@ def test_partition_thesis_layout():
     assert part.splits == (2, 2)
     pts = torch.tensor([[0.2, 0.2], [0.2, 0.7], [0.7, 0.2], [0.7, 0.7], [0.5, 0.5], [1.0, 1.0]], dtype=f64)
     assert part.region_of(pts).tolist() == [0, 1, 2, 3, 3, 3]
-    assert default_splits(4, 3) == (2, 2, 1) and default_splits(3, 1) == (3,) and default_splits(2, 5) == (2, 1, 1, 1, 1)
+    assert (
+        default_splits(4, 3) == (2, 2, 1) and default_splits(3, 1) == (3,) and default_splits(2, 5) == (2, 1, 1, 1, 1)
+    )
     assert part.assign_agents(6).tolist() == [0, 1, 2, 3, 0, 1]
     with pytest.raises(ValueError, match="num_regions"):
         SubRegionPartition(torch.tensor([[0.0], [1.0]], dtype=f64), 0)

@@ -10,36 +10,55 @@ from torch.profiler import ProfilerActivity, profile
 
 from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
-from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
-from fbo_torch.optim.domain import Domain
-from fbo_torch.federation.search import maximize_broadcast
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.search import maximize_broadcast
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
+from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
+from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 from fbo_torch.utils import keyed_random as kr
 
 f64 = torch.float64
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from op_count import SYNC_OPS  # noqa: E402  (benchmarks/op_count.py)
+from op_count import SYNC_OPS
 
 
 @pytest.fixture(scope="module")
 def objective():
-    return GPSampleContinuousFederation(dim=2, num_groups=1, agents_per_group=6, perturbation=0.05,
-                                        perturb_first=True, num_basis=128, lengthscale=0.2, seed=0)
+    return GPSampleContinuousFederation(
+        dim=2,
+        num_groups=1,
+        agents_per_group=6,
+        perturbation=0.05,
+        perturb_first=True,
+        num_basis=128,
+        lengthscale=0.2,
+        seed=0,
+    )
 
 
 def _settings(**kw):
-    base = dict(num_iterations=4, num_init=3, num_features=30, rff_lengthscale=0.2, num_regions=2, sample_rate=0.6,
-                noise_multiplier=1.0, clip_norm=5.0, gp_refit_every=2, gp_sample_features=32)
+    base = dict(
+        num_iterations=4,
+        num_init=3,
+        num_features=30,
+        rff_lengthscale=0.2,
+        num_regions=2,
+        sample_rate=0.6,
+        noise_multiplier=1.0,
+        clip_norm=5.0,
+        gp_refit_every=2,
+        gp_sample_features=32,
+    )
     base.update(kw)
     return DPFTSDESettings(**base)
 
 
 def _domain(obj):
-    return Domain(obj.bounds, raw_samples=64, num_restarts=2, maxiter=10, raw_samples_rff=64, num_restarts_rff=2,
-                  maxiter_rff=10)
+    return Domain(
+        obj.bounds, raw_samples=64, num_restarts=2, maxiter=10, raw_samples_rff=64, num_restarts_rff=2, maxiter_rff=10
+    )
 
 
 def test_a_round_reads_no_device_value_on_the_host(objective, monkeypatch):
@@ -59,8 +78,9 @@ def test_a_round_reads_no_device_value_on_the_host(objective, monkeypatch):
 
 @pytest.mark.cuda
 def test_a_round_on_cuda_never_synchronizes(objective):
-    r = DPFTSDERunner(objective, _settings(), num_inits=2, domain=_domain(objective), seed=0, device="cuda",
-                      accountant="rdp-classic")
+    r = DPFTSDERunner(
+        objective, _settings(), num_inits=2, domain=_domain(objective), seed=0, device="cuda", accountant="rdp-classic"
+    )
     r.step()  # first round: GP fit, CUDA graph captures
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -125,8 +145,9 @@ def test_federation_survives_failed_evaluations_and_dropped_agents(objective):
     assert 0.3 <= sum(reported) / len(reported) <= 0.9
     assert torch.isfinite(res.loss).all() and len(res.epsilon) == 6
     # accounting is unchanged by dropouts (each agent still joins with probability <= q)
-    clean = DPFTSDERunner(objective, _settings(num_iterations=6), num_inits=2, domain=_domain(objective), seed=1,
-                          accountant="rdp").run()
+    clean = DPFTSDERunner(
+        objective, _settings(num_iterations=6), num_inits=2, domain=_domain(objective), seed=1, accountant="rdp"
+    ).run()
     assert res.epsilon == clean.epsilon
 
 
@@ -139,7 +160,9 @@ def test_an_objective_that_raises_or_returns_nan_does_not_stop_the_run(objective
             return torch.where(agents.unsqueeze(-1) == 1, torch.nan, vals)
 
     obj = Flaky(num_groups=1, agents_per_group=4, grid_size=50, perturb_first=True, seed=0)
-    y, f, raised = evaluate_agents(obj, torch.full((4, 1), 0.5, dtype=f64), torch.arange(4), kr.fold(7, torch.arange(4)))
+    y, f, raised = evaluate_agents(
+        obj, torch.full((4, 1), 0.5, dtype=f64), torch.arange(4), kr.fold(7, torch.arange(4))
+    )
     assert raised.tolist() == [False, False, True, False]
     assert torch.isnan(y[1]) and torch.isnan(y[2]) and torch.isfinite(y[[0, 3]]).all()
     f_true = obj.evaluate_true(torch.full((2, 1, 1), 0.5, dtype=f64), torch.tensor([0, 3])).squeeze(-1)
@@ -169,7 +192,7 @@ def test_authors_gp_and_repeated_query_rule():
     dom = Domain(torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64), raw_samples=64, num_restarts=2, maxiter=10)
     keys = kr.fold(kr.root_key(0, "authors"), torch.arange(3))
     X0 = dom.random(3, 6, keys=keys)
-    Y0 = (3 * torch.sin(5 * X0).sum(-1, keepdim=True) + 2)
+    Y0 = 3 * torch.sin(5 * X0).sum(-1, keepdim=True) + 2
     agents = Agents(keys, X0, Y0, dom, s, capacity=2)
     gp = agents.gp()
     hp = gp.hyperparameters

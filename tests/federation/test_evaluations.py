@@ -13,11 +13,10 @@ from collections import Counter
 import pytest
 import torch
 
-from fbo_torch.optim.domain import Domain
-from fbo_torch.federation.settings import DPFTSDESettings
+from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
 from fbo_torch.objectives.synthetic import GPSampleGridFederation
+from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
-from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 from fbo_torch.utils import keyed_random as kr
 
@@ -64,8 +63,16 @@ def test_fts_run_evaluates_each_query_once():
     assert obj.evaluations == obj.num_agents * t_n
     obj.points.clear()
     T, num_inits = 3, 2
-    s = FTSSettings(algorithm="fts", num_iterations=T, num_init=2, num_features=20, p_t=0.5,
-                    communication="every-round", gp_sample_features=32, gp_fit_maxiter=10)
+    s = FTSSettings(
+        algorithm="fts",
+        num_iterations=T,
+        num_init=2,
+        num_features=20,
+        p_t=0.5,
+        communication="every-round",
+        gp_sample_features=32,
+        gp_fit_maxiter=10,
+    )
     runner = FTSRunner(obj, s, obj.targets, num_inits=num_inits, history=hist, seed=3)
     res = runner.run()
     R = obj.targets.numel() * num_inits
@@ -77,11 +84,17 @@ def test_fts_run_evaluates_each_query_once():
 
 @pytest.mark.parametrize("faults", [None, {"eval_failure_rate": 0.4}])
 def test_dp_fts_de_run_evaluates_each_query_once(faults):
-    obj = CountedGrid(num_groups=1, agents_per_group=6, perturbation=0.02, perturb_first=True, grid_size=100,
-                      seed=2)
+    obj = CountedGrid(num_groups=1, agents_per_group=6, perturbation=0.02, perturb_first=True, grid_size=100, seed=2)
     T, n0, num_inits = 3, 2, 2
-    s = DPFTSDESettings(num_iterations=T, num_init=n0, num_features=20, num_regions=2, gp_sample_features=32,
-                        gp_fit_maxiter=10, faults=faults)
+    s = DPFTSDESettings(
+        num_iterations=T,
+        num_init=n0,
+        num_features=20,
+        num_regions=2,
+        gp_sample_features=32,
+        gp_fit_maxiter=10,
+        faults=faults,
+    )
     res = DPFTSDERunner(obj, s, num_inits=num_inits, seed=1).run()
     assert obj.points == Counter({a: num_inits * (n0 + T) for a in range(obj.num_agents)})
     if faults is not None:
@@ -94,11 +107,23 @@ _EVALUATE = GPSampleGridFederation._evaluate
 
 def _run_config(**kw):
     base = {
-        "method": "dp-fts-de", "num-agents": 3, "num-rounds": 4, "sample-rate": 1.0, "noise-multiplier": 1.0,
-        "clip-norm": 1.0, "num-regions": 2, "seed": 3, "num-init": 2, "num-features": 16, "rff-lengthscale": 0.05,
+        "method": "dp-fts-de",
+        "num-agents": 3,
+        "num-rounds": 4,
+        "sample-rate": 1.0,
+        "noise-multiplier": 1.0,
+        "clip-norm": 1.0,
+        "num-regions": 2,
+        "seed": 3,
+        "num-init": 2,
+        "num-features": 16,
+        "rff-lengthscale": 0.05,
         "objective": json.dumps({"type": "gp_grid", "grid_size": 100, "perturbation": 0.05, "perturb_first": True}),
-        "gp-sample-features": 32, "gp-fit-maxiter": 10,
-        "round-timeout": 5.0, "min-nodes-timeout": 0.0, "report-best": True,
+        "gp-sample-features": 32,
+        "gp-fit-maxiter": 10,
+        "round-timeout": 5.0,
+        "min-nodes-timeout": 0.0,
+        "report-best": True,
     }
     base.update(kw)
     return base
@@ -154,7 +179,7 @@ def test_a_flower_node_evaluates_its_initial_points_once_per_run(monkeypatch, fa
     # a process that rebuilds each node from its stored state evaluates nothing more, and computes the same
     coord2, states2, points2 = _deploy(run_config, monkeypatch, _forgetful())
     assert points2 == points
-    for s, s2 in zip(states, states2):
+    for s, s2 in zip(states, states2, strict=True):
         assert s.keys() == s2.keys()
         for k in s:
             assert torch.equal(s[k].nan_to_num(), s2[k].nan_to_num()) and torch.equal(s[k].isnan(), s2[k].isnan()), k

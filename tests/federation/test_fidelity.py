@@ -93,12 +93,14 @@ def test_identical_peer_gets_most_weight_and_adversarial_weight_vanishes(peers):
         adversarial.append(p[1].item())
     # relative to the identical peer the adversarial weight is exp(2 tau / s(n)) with tau -> -1 and
     # s(n) ~ 2 / (3 sqrt(n)): it falls like exp(-3 sqrt(n))
-    assert all(b < a for a, b in zip(ratio, ratio[1:]))
+    assert all(b < a for a, b in zip(ratio, ratio[1:], strict=False))
     assert adversarial[-1] < 1e-8
     # two observations (one pair) rank already; with one, P_N is uniform
     X, y = target_data(1, seed=0)
-    assert torch.allclose(fidelity_weights(fidelity_scores(peer_predictions(rff, omegas, X), y)),
-                          torch.full((4,), 0.25, dtype=torch.float64))
+    assert torch.allclose(
+        fidelity_weights(fidelity_scores(peer_predictions(rff, omegas, X), y)),
+        torch.full((4,), 0.25, dtype=torch.float64),
+    )
 
 
 def test_weights_respect_support_and_batch(peers):
@@ -138,7 +140,7 @@ def test_trust_in_unrelated_peers_falls_as_observations_accumulate():
         z = fidelity_scores(torch.randn(500, 20, n, generator=g, dtype=torch.float64), y)
         means.append(peer_trust(z, fidelity_weights(z), torch.full((500,), n)).mean().item())
     assert means[0] > 0.8 and means[-1] < 0.05
-    assert all(b < a for a, b in zip(means, means[1:]))
+    assert all(b < a for a, b in zip(means, means[1:], strict=False))
 
 
 def test_agent_distribution_reweight_keeps_support_and_used_messages():
@@ -158,8 +160,9 @@ def test_fts_acquisition_learned_weights(peers):
     rff, omegas = peers
     X, y = target_data(25, seed=7)
     gp = SingleTaskGP(X, y.unsqueeze(-1))
-    acqf = FederatedThompsonSampling(gp, omegas, rff, p_t=0.0, agent_weights="learned",
-                                     generator=torch.Generator().manual_seed(0))
+    acqf = FederatedThompsonSampling(
+        gp, omegas, rff, p_t=0.0, agent_weights="learned", generator=torch.Generator().manual_seed(0)
+    )
     assert int(acqf.agent_probs.argmax()) == 0 and acqf.agent_probs[1].item() < 1e-3
     assert acqf.fidelity.shape == (4,)
     counts = torch.zeros(4)
@@ -168,8 +171,14 @@ def test_fts_acquisition_learned_weights(peers):
         counts[FederatedThompsonSampling(gp, omegas, rff, p_t=0.0, agent_weights="learned", generator=g).source] += 1
     assert counts[0] > 150 and counts[1] == 0
     # restricted by agent_probs: the identical peer excluded
-    acqf = FederatedThompsonSampling(gp, omegas, rff, p_t=0.0, agent_weights="learned",
-                                     agent_probs=torch.tensor([0.0, 0.4, 0.3, 0.3], dtype=torch.float64))
+    acqf = FederatedThompsonSampling(
+        gp,
+        omegas,
+        rff,
+        p_t=0.0,
+        agent_weights="learned",
+        agent_probs=torch.tensor([0.0, 0.4, 0.3, 0.3], dtype=torch.float64),
+    )
     assert acqf.agent_probs[0].item() == 0.0
     # trust: only the adversarial message left -> own GP
     acqf = FederatedThompsonSampling(gp, omegas[1:2], rff, p_t=0.0, peer_trust=True)
@@ -237,8 +246,9 @@ def test_simulator_learned_weights_avoid_adversarial_peers():
     from fbo_torch.optim.domain import Domain
     from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 
-    obj = GPSampleGridFederation(num_groups=4, agents_per_group=11, grid_size=200, perturbation=0.02,
-                                 adversarial_fraction=0.5, seed=1)
+    obj = GPSampleGridFederation(
+        num_groups=4, agents_per_group=11, grid_size=200, perturbation=0.02, adversarial_fraction=0.5, seed=1
+    )
     dom = Domain(obj.bounds, obj.candidates)
     hist = FederationHistory(obj, dom, t_n=30, seed=0)
     adversarial = AGENT_KINDS.index("adversarial")
@@ -280,8 +290,9 @@ def test_copies_of_a_helpful_message_count_as_one_peer():
     sybils = torch.stack([a * _spiked_copy(rff, honest[0], Xt) for a in (0.5, 1.0, 3.0)])
     gp = SingleTaskGP(Xt, yt.unsqueeze(-1))
     alone = FederatedThompsonSampling(gp, messages, rff, p_t=0.0, agent_weights="learned").agent_probs
-    attacked = FederatedThompsonSampling(gp, torch.cat([messages, sybils]), rff, p_t=0.0,
-                                         agent_weights="learned").agent_probs
+    attacked = FederatedThompsonSampling(
+        gp, torch.cat([messages, sybils]), rff, p_t=0.0, agent_weights="learned"
+    ).agent_probs
     assert alone[:2].min() > 0.2
     assert attacked[1] > 0.85 * alone[1]  # the other helpful peer keeps its weight
     assert attacked[[0, 5, 6, 7]].sum() < 1.15 * alone[0]  # the copied peer and its copies: about one peer

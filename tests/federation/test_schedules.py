@@ -20,7 +20,7 @@ def test_named_schedules_and_p1_equals_p2():
     # the papers' schedules increase to 1
     for name in ["1-1/sqrt(t)", "1-1/t^2", "1-1/t"]:
         vals = [PtSchedule(name)(t) for t in range(1, 200)]
-        assert all(a <= b for a, b in zip(vals, vals[1:])) and vals[-1] > 0.9
+        assert all(a <= b for a, b in zip(vals, vals[1:], strict=False)) and vals[-1] > 0.9
 
 
 @pytest.mark.parametrize("spec", ["nope", 1.5, -0.1])

@@ -21,8 +21,9 @@ SECRETS = [agent_secret(research_master(0), 0, n) for n in range(N)]
 
 
 def mech(**kw):
-    args = dict(num_agents=N, num_regions=P, num_features=M, clip_norm=2.0, noise_multiplier=1.0, min_survivors=N,
-                scale=1024)
+    args = dict(
+        num_agents=N, num_regions=P, num_features=M, clip_norm=2.0, noise_multiplier=1.0, min_survivors=N, scale=1024
+    )
     return SecureMechanism(**{**args, **kw})
 
 
@@ -65,8 +66,10 @@ def test_the_null_message_is_exactly_the_noise_share_and_ratios_cannot_be_inflat
     omegas = torch.randn(N, M, dtype=f64)
     ratios = torch.full((N, P), 0.5, dtype=f64)
     noise, _ = m.contributions(torch.zeros(N, M, dtype=f64), torch.ones(N, dtype=torch.bool), ratios, SECRETS, 3)
-    for sampled, om in ((torch.zeros(N, dtype=torch.bool), omegas),  # not sampled
-                        (torch.ones(N, dtype=torch.bool), torch.full((N, M), math.nan, dtype=f64))):  # invalid ω
+    for sampled, om in (
+        (torch.zeros(N, dtype=torch.bool), omegas),  # not sampled
+        (torch.ones(N, dtype=torch.bool), torch.full((N, M), math.nan, dtype=f64)),
+    ):  # invalid ω
         y, _ = m.contributions(om, sampled, ratios, SECRETS, 3)
         assert torch.equal(y, noise)
     # a server sending ratios above 1 cannot make an agent exceed the sensitivity
@@ -99,15 +102,18 @@ def test_a_hostile_agents_integers_shift_the_sum_but_cannot_cross_into_another_a
     honest_dec, out = m.decode(m.reduce(honest))
     assert int(out) == 0
     gen = torch.Generator().manual_seed(3)
-    attacks = [torch.full((m.dim,), m.modulus - 1), torch.full((m.dim,), m.modulus // 2),
-               torch.randint(0, m.modulus, (m.dim,), generator=gen)]
+    attacks = [
+        torch.full((m.dim,), m.modulus - 1),
+        torch.full((m.dim,), m.modulus // 2),
+        torch.randint(0, m.modulus, (m.dim,), generator=gen),
+    ]
     for v in attacks:
         total = m.reduce(honest + v)
         released, flagged = m.decode(total)
         # the hostile residue enters additively: removing it gives back the honest sum exactly
         assert torch.equal(m.decode(m.reduce(total - v))[0], honest_dec)
         # whatever it sent, every coordinate moved by at most 2·N·A lattice units
-        lattice = (m.clip_norm / m.scale)
+        lattice = m.clip_norm / m.scale
         assert float((released - honest_dec).abs().max()) <= 2 * m.sum_bound * lattice + 1e-9
         assert float(released.abs().max()) <= m.sum_bound * lattice
     assert int(m.decode(m.reduce(honest + attacks[1]))[1]) > 0  # an impossible sum is flagged
@@ -133,12 +139,29 @@ def test_mechanism_constants_are_checked_naming_the_setting():
 
 
 def _objective(n=6):
-    return build_objective({"type": "gp_grid", "num_groups": 1, "agents_per_group": n, "grid_size": 100,
-                            "perturbation": 0.05, "perturb_first": True})
+    return build_objective(
+        {
+            "type": "gp_grid",
+            "num_groups": 1,
+            "agents_per_group": n,
+            "grid_size": 100,
+            "perturbation": 0.05,
+            "perturb_first": True,
+        }
+    )
 
 
-SETTINGS = dict(num_iterations=4, num_init=2, num_features=M, num_regions=P, sample_rate=0.5, noise_multiplier=1.0,
-                clip_norm=1.0, gp_sample_features=16, gp_fit_maxiter=5)
+SETTINGS = dict(
+    num_iterations=4,
+    num_init=2,
+    num_features=M,
+    num_regions=P,
+    sample_rate=0.5,
+    noise_multiplier=1.0,
+    clip_norm=1.0,
+    gp_sample_features=16,
+    gp_fit_maxiter=5,
+)
 
 
 def _epsilons_by_hand(settings, mechanism, shares, delta):
@@ -146,14 +169,21 @@ def _epsilons_by_hand(settings, mechanism, shares, delta):
     orders = list(DDG_ORDERS)
 
     def base(k):
-        return lambda a: compute_rdp_ddg(a, l2_sensitivity=mechanism.l2_sensitivity,
-                                         l1_sensitivity=mechanism.l1_sensitivity,
-                                         local_variance=mechanism.local_variance, num_shares=k, dim=mechanism.dim)
+        return lambda a: compute_rdp_ddg(
+            a,
+            l2_sensitivity=mechanism.l2_sensitivity,
+            l1_sensitivity=mechanism.l1_sensitivity,
+            local_variance=mechanism.local_variance,
+            num_shares=k,
+            dim=mechanism.dim,
+        )
 
     others = sum(compute_rdp_poisson_subsampled(orders, settings.sample_rate, base(max(k - 1, 1))) for k in shares)
     server = sum(base(k)(np.asarray(orders, dtype=float)) for k in shares)
-    return (get_privacy_spent(orders=orders, rdp=others, delta=delta)[0],
-            get_privacy_spent(orders=orders, rdp=server, delta=delta)[0])
+    return (
+        get_privacy_spent(orders=orders, rdp=others, delta=delta)[0],
+        get_privacy_spent(orders=orders, rdp=server, delta=delta)[0],
+    )
 
 
 def test_the_simulator_logs_both_epsilons_and_they_match_a_recomputation():

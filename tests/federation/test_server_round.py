@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from fbo_torch.federation import DPAggregator, clip_vectors
-from fbo_torch.optim.domain import Domain
 from fbo_torch.federation.faults import BYZANTINE_KINDS, FaultInjector
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives import build_objective
+from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 f64 = torch.float64
@@ -139,17 +139,37 @@ def test_hostile_agents_send_their_attack_every_round_and_honest_agents_are_unto
             assert (torch.isfinite(sent[hostile]).sum(-1) == M - 1).all()  # one poisoned entry each
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _honest():
     return _run(None)
 
 
 def _run(faults, R=16):
-    obj = build_objective({"type": "gp_grid", "num_groups": 1, "agents_per_group": 8, "perturb_first": True,
-                           "perturbation": 0.02, "grid_size": 200, "lengthscale": 0.05})
-    s = DPFTSDESettings(num_iterations=10, num_init=3, num_features=30, rff_lengthscale=0.05, num_regions=2,
-                        sample_rate=0.75, noise_multiplier=0.5, clip_norm=2.0, gp_sample_features=32,
-                        gp_fit_maxiter=15, p1_equals_p2=False, faults=faults)
+    obj = build_objective(
+        {
+            "type": "gp_grid",
+            "num_groups": 1,
+            "agents_per_group": 8,
+            "perturb_first": True,
+            "perturbation": 0.02,
+            "grid_size": 200,
+            "lengthscale": 0.05,
+        }
+    )
+    s = DPFTSDESettings(
+        num_iterations=10,
+        num_init=3,
+        num_features=30,
+        rff_lengthscale=0.05,
+        num_regions=2,
+        sample_rate=0.75,
+        noise_multiplier=0.5,
+        clip_norm=2.0,
+        gp_sample_features=32,
+        gp_fit_maxiter=15,
+        p1_equals_p2=False,
+        faults=faults,
+    )
     runner = DPFTSDERunner(obj, s, num_inits=R, domain=Domain(obj.bounds, obj.candidates), seed=1)
     releases, release = [], runner.server.release
 
@@ -180,7 +200,6 @@ def test_a_federation_with_hostile_agents_runs_to_the_end_with_finite_broadcasts
 def test_a_non_probability_p_t_or_sample_rate_is_refused():
     """Before: plan(p_t=NaN) was accepted (NaN < threshold is False: it released), and a DPAggregator
     sample rate given as the text "0.5" was read as 0.5."""
-    from fbo_torch.federation import DPAggregator
 
     with pytest.raises(ValueError, match="`p_t` must lie in"):
         _server().plan(1, math.nan)

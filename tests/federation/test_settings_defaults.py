@@ -13,15 +13,19 @@ from fbo_torch.optim.domain import Domain
 
 
 def _yaml(experiment: str, **top):
-    raw = {"experiment": experiment, "objective": {"type": "gp_grid", "num_groups": 1, "agents_per_group": 3},
-           "methods": [{"name": "m"}], **top}
+    raw = {
+        "experiment": experiment,
+        "objective": {"type": "gp_grid", "num_groups": 1, "agents_per_group": 3},
+        "methods": [{"name": "m"}],
+        **top,
+    }
     return parse_config(raw, "exp.yaml")
 
 
 @pytest.mark.parametrize("experiment, cls", [("fts", FTSSettings), ("dp_fts_de", DPFTSDESettings)])
 def test_yaml_method_without_keys_is_the_python_default(experiment, cls):
     cfg = _yaml(experiment)
-    (_, settings), = cfg.scenarios[0].methods
+    ((_, settings),) = cfg.scenarios[0].methods
     assert settings == cls()
     assert cfg.privacy == PrivacySettings()
 
@@ -50,10 +54,19 @@ def test_every_settings_field_is_a_flower_key_and_round_trips():
     fields = {f.name for f in dataclasses.fields(DPFTSDESettings)} - {"algorithm"}
     assert {name for where, name in keys.values() if where == "settings"} == fields
     assert keys["num-rounds"] == ("settings", "num_iterations") and "num-iterations" not in keys
-    cfg = FlowerRunConfig.from_run_config({
-        "num-rounds": 7, "noise-multiplier": 0.5, "clip-norm": 2.0, "faults": '{"dropout_rate": 0.2}',
-        "p-t": 0.25, "gp-kernel": "rbf", "delta": 1e-6, "domain": '{"raw_samples": 64}', "max-epsilon": 3.0,
-    })
+    cfg = FlowerRunConfig.from_run_config(
+        {
+            "num-rounds": 7,
+            "noise-multiplier": 0.5,
+            "clip-norm": 2.0,
+            "faults": '{"dropout_rate": 0.2}',
+            "p-t": 0.25,
+            "gp-kernel": "rbf",
+            "delta": 1e-6,
+            "domain": '{"raw_samples": 64}',
+            "max-epsilon": 3.0,
+        }
+    )
     assert cfg.settings.num_iterations == 7 and cfg.settings.faults == {"dropout_rate": 0.2}
     assert cfg.settings.max_epsilon == 3.0 and cfg.privacy.delta == 1e-6 and cfg.domain == {"raw_samples": 64}
     assert FlowerRunConfig.from_run_config(cfg.to_run_config()) == cfg

@@ -14,23 +14,35 @@ import torch
 
 pytest.importorskip("flwr")
 
-from flower_grid import InProcessGrid  # noqa: E402
+from flower_grid import InProcessGrid
 
-from fbo_torch.federation.faults import FaultInjector  # noqa: E402
-from fbo_torch.federation.randomness import SecretServerRandomness  # noqa: E402
-from fbo_torch.flower import client_app, server_app  # noqa: E402
-from fbo_torch.flower.config import FlowerRunConfig  # noqa: E402
-from fbo_torch.flower.coordinator import Coordinator  # noqa: E402
-from fbo_torch.flower.records import AGENT_STATE, record_to_state  # noqa: E402
-from fbo_torch.simulate.dp_fts_de import DPFTSDERunner  # noqa: E402
+from fbo_torch.federation.faults import FaultInjector
+from fbo_torch.federation.randomness import SecretServerRandomness
+from fbo_torch.flower import client_app, server_app
+from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.coordinator import Coordinator
+from fbo_torch.flower.records import AGENT_STATE, record_to_state
+from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 N = 4
 RUN_CONFIG = {
-    "method": "dp-fts-de", "num-agents": N, "num-rounds": 3, "sample-rate": 0.75, "noise-multiplier": 1.0,
-    "clip-norm": 1.0, "num-regions": 2, "seed": 3, "num-init": 3, "num-features": 20, "rff-lengthscale": 0.05,
+    "method": "dp-fts-de",
+    "num-agents": N,
+    "num-rounds": 3,
+    "sample-rate": 0.75,
+    "noise-multiplier": 1.0,
+    "clip-norm": 1.0,
+    "num-regions": 2,
+    "seed": 3,
+    "num-init": 3,
+    "num-features": 20,
+    "rff-lengthscale": 0.05,
     "objective": json.dumps({"type": "gp_grid", "grid_size": 200, "perturbation": 0.05, "perturb_first": True}),
-    "gp-sample-features": 32, "gp-fit-maxiter": 15,
-    "round-timeout": 5.0, "min-nodes-timeout": 0.0, "report-best": True,
+    "gp-sample-features": 32,
+    "gp-fit-maxiter": 15,
+    "round-timeout": 5.0,
+    "min-nodes-timeout": 0.0,
+    "report-best": True,
 }
 #: The server's secret, given to the simulator and to the ServerApp server-side (never in the run config).
 SECRET = bytes(range(32))
@@ -62,9 +74,16 @@ def simulate(run_config, secret=SECRET):
 def _simulate(run_config, secret):
     cfg = FlowerRunConfig.from_run_config(run_config)
     obj = cfg.build_objective()
-    runner = DPFTSDERunner(obj, cfg.dp_settings(), num_inits=1, domain=cfg.build_domain(obj), seed=cfg.seed,
-                           accountant=cfg.privacy.accountant, delta=cfg.ledger_delta,
-                           server_randomness=SecretServerRandomness(secret, secure_mode=cfg.secure_mode))
+    runner = DPFTSDERunner(
+        obj,
+        cfg.dp_settings(),
+        num_inits=1,
+        domain=cfg.build_domain(obj),
+        seed=cfg.seed,
+        accountant=cfg.privacy.accountant,
+        delta=cfg.ledger_delta,
+        server_randomness=SecretServerRandomness(secret, secure_mode=cfg.secure_mode),
+    )
     releases = _record_releases(runner.server)
     runner.run()
     return runner, releases
@@ -81,10 +100,19 @@ def deploy(run_config, monkeypatch, secret=SECRET, state=None, **grid_kwargs):
     monkeypatch.setattr(Coordinator, "__init__", init_and_record)
     grid = InProcessGrid(client_app.app, run_config, N, **grid_kwargs)
     lines = []
-    coord = server_app.run_federation(grid, FlowerRunConfig.from_run_config(run_config), echo=lines.append,
-                                      poll_interval=0.0, secret=secret, state=state)
-    X = {n: record_to_state(ctx.state.array_records[AGENT_STATE]) for n, ctx in enumerate(grid.contexts.values())
-         if AGENT_STATE in ctx.state.array_records}
+    coord = server_app.run_federation(
+        grid,
+        FlowerRunConfig.from_run_config(run_config),
+        echo=lines.append,
+        poll_interval=0.0,
+        secret=secret,
+        state=state,
+    )
+    X = {
+        n: record_to_state(ctx.state.array_records[AGENT_STATE])
+        for n, ctx in enumerate(grid.contexts.values())
+        if AGENT_STATE in ctx.state.array_records
+    }
     return coord, releases[0], X, lines
 
 
@@ -130,8 +158,9 @@ def test_dropped_replies_are_aggregated_as_the_simulator_aggregates_dropouts(mon
     injector = FaultInjector(dropout_rate=0.4)
     dropped = {t: injector.dropped(keys, t) for t in range(1, fc.num_rounds + 1)}
     # the reply to exchange t - 1 carries ω for round t: lose it when the simulator drops agent n in round t
-    coord, releases, _, _ = deploy(cfg, monkeypatch,
-                                   drop_reply=lambda t, n: t + 1 in dropped and bool(dropped[t + 1][n]))
+    coord, releases, _, _ = deploy(
+        cfg, monkeypatch, drop_reply=lambda t, n: t + 1 in dropped and bool(dropped[t + 1][n])
+    )
     assert sum(int(d.sum()) for d in dropped.values()) > 0  # some agents did drop
     assert [r.num_reported for r in coord.logs] == [N - int(dropped[t].sum()) for t in range(1, fc.num_rounds + 1)]
     for t in range(fc.num_rounds):
@@ -171,10 +200,12 @@ def test_the_package_imports_without_flwr():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['flwr'] = None\n"
-            "import fbo_torch.flower, fbo_torch.flower.config, fbo_torch.flower.agent_node, "
-            "fbo_torch.flower.coordinator\n"
-            "try:\n    import fbo_torch.flower.server_app\nexcept ImportError:\n    print('lazy')\n")
+    code = (
+        "import sys; sys.modules['flwr'] = None\n"
+        "import fbo_torch.flower, fbo_torch.flower.config, fbo_torch.flower.agent_node, "
+        "fbo_torch.flower.coordinator\n"
+        "try:\n    import fbo_torch.flower.server_app\nexcept ImportError:\n    print('lazy')\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "lazy"
 
@@ -185,19 +216,21 @@ def test_the_deployment_imports_no_simulator_code():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['fbo_torch.simulate'] = None\n"
-            "import json, torch\n"
-            "from fbo_torch.flower.config import FlowerRunConfig\n"
-            "from fbo_torch.flower.agent_node import AgentNode\n"
-            "from fbo_torch.flower.coordinator import Coordinator\n"
-            f"cfg = FlowerRunConfig.from_run_config({RUN_CONFIG!r})\n"
-            "obj = cfg.build_objective()\n"
-            "coord = Coordinator(cfg, obj.bounds, obj.dim)\n"
-            "plan = coord.plan()\n"
-            "node = AgentNode(cfg, 1)\n"
-            "reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)\n"
-            "assert reply.omega.shape == (cfg.settings.num_features,)\n"
-            "print('ok')\n")
+    code = (
+        "import sys; sys.modules['fbo_torch.simulate'] = None\n"
+        "import json, torch\n"
+        "from fbo_torch.flower.config import FlowerRunConfig\n"
+        "from fbo_torch.flower.agent_node import AgentNode\n"
+        "from fbo_torch.flower.coordinator import Coordinator\n"
+        f"cfg = FlowerRunConfig.from_run_config({RUN_CONFIG!r})\n"
+        "obj = cfg.build_objective()\n"
+        "coord = Coordinator(cfg, obj.bounds, obj.dim)\n"
+        "plan = coord.plan()\n"
+        "node = AgentNode(cfg, 1)\n"
+        "reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)\n"
+        "assert reply.omega.shape == (cfg.settings.num_features,)\n"
+        "print('ok')\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
@@ -208,7 +241,8 @@ def test_two_nodes_claiming_one_agent_keep_the_first(monkeypatch):
     grid = Grid(client_app.app, RUN_CONFIG, N)
     grid.contexts[103].node_config["partition-id"] = 1  # a misconfigured SuperNode: agent 1 twice, no agent 3
     lines = []
-    coord = server_app.run_federation(grid, FlowerRunConfig.from_run_config(RUN_CONFIG), echo=lines.append,
-                                      poll_interval=0.0)
+    coord = server_app.run_federation(
+        grid, FlowerRunConfig.from_run_config(RUN_CONFIG), echo=lines.append, poll_interval=0.0
+    )
     assert [r.num_reported for r in coord.logs] == [N - 1] * RUN_CONFIG["num-rounds"]
     assert sum("claims agent 1, played by node 101" in line for line in lines) == RUN_CONFIG["num-rounds"] + 1

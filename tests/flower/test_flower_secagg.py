@@ -15,29 +15,35 @@ from scipy import stats
 
 pytest.importorskip("flwr")
 
-from flower_grid import InProcessGrid  # noqa: E402
-from flwr.app import ConfigRecord, Message  # noqa: E402
-from flwr.common.serde import recorddict_to_proto  # noqa: E402
-from test_flower import N, SECRET  # noqa: E402
-from test_flower import RUN_CONFIG as CENTRAL  # noqa: E402
-from test_flower_security import _keys  # noqa: E402
+from flower_grid import InProcessGrid
+from flwr.app import ConfigRecord, Message
+from flwr.common.serde import recorddict_to_proto
+from test_flower import RUN_CONFIG as CENTRAL
+from test_flower import SECRET, N
+from test_flower_security import _keys
 
-from fbo_torch.federation.randomness import SecretServerRandomness  # noqa: E402
-from fbo_torch.federation.secure import SecureMechanism, agent_secret  # noqa: E402
-from fbo_torch.flower import client_app, server_app  # noqa: E402
-from fbo_torch.flower.config import FlowerRunConfig  # noqa: E402
-from fbo_torch.flower.coordinator import Coordinator, InvalidReply  # noqa: E402
-from fbo_torch.flower.records import OMEGA, SECAGG, secagg_reply  # noqa: E402
-from fbo_torch.flower.roster import AgentRoster  # noqa: E402
-from fbo_torch.flower.secagg import SecAggClient, SecAggError, SecAggServer, mask  # noqa: E402
-from fbo_torch.flower.server_state import ServerState  # noqa: E402
-from fbo_torch.simulate.dp_fts_de import DPFTSDERunner  # noqa: E402
+from fbo_torch.federation.randomness import SecretServerRandomness
+from fbo_torch.federation.secure import SecureMechanism, agent_secret
+from fbo_torch.flower import client_app, server_app
+from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.coordinator import Coordinator, InvalidReply
+from fbo_torch.flower.records import OMEGA, SECAGG, secagg_reply
+from fbo_torch.flower.roster import AgentRoster
+from fbo_torch.flower.secagg import SecAggClient, SecAggError, SecAggServer, mask
+from fbo_torch.flower.server_state import ServerState
+from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
-RUN_CONFIG = dict(CENTRAL, **{
-    "gp-sample-features": 16, "gp-fit-maxiter": 5, "report-best": False,
-    "round-timeout": 0.5,  # in process every reply is there at once: only a lost one waits this long
-    "aggregation": "secure", "dropout-tolerance": 0.25,
-})
+RUN_CONFIG = dict(
+    CENTRAL,
+    **{
+        "gp-sample-features": 16,
+        "gp-fit-maxiter": 5,
+        "report-best": False,
+        "round-timeout": 0.5,  # in process every reply is there at once: only a lost one waits this long
+        "aggregation": "secure",
+        "dropout-tolerance": 0.25,
+    },
+)
 MASTER = bytes(range(32, 64))  # the agents' secrets derive from it, in the simulator and in the node states
 
 
@@ -48,9 +54,16 @@ ROSTER = AgentRoster({n: SSH[n] for n in range(N)}, N)
 def simulate(run_config):
     cfg = FlowerRunConfig.from_run_config(run_config)
     obj = cfg.build_objective()
-    runner = DPFTSDERunner(obj, cfg.dp_settings(), num_inits=1, domain=cfg.build_domain(obj), seed=cfg.seed,
-                           delta=cfg.ledger_delta, server_randomness=SecretServerRandomness(SECRET),
-                           agent_master=MASTER)
+    runner = DPFTSDERunner(
+        obj,
+        cfg.dp_settings(),
+        num_inits=1,
+        domain=cfg.build_domain(obj),
+        seed=cfg.seed,
+        delta=cfg.ledger_delta,
+        server_randomness=SecretServerRandomness(SECRET),
+        agent_master=MASTER,
+    )
     releases, reveal = [], runner.server.reveal_secure
     runner.server.reveal_secure = lambda total: releases.append(reveal(total)) or releases[-1]
     runner.run()
@@ -86,8 +99,15 @@ def deploy(run_config, monkeypatch=None, state=None, **grid_kwargs):
     for n, ctx in enumerate(grid.contexts.values()):  # the agents' own secrets, as the simulator derives them
         ctx.state["fbo.agent-secret"] = ConfigRecord({"secret": agent_secret(MASTER, 0, n)})
     lines = []
-    coord = server_app.run_federation(grid, FlowerRunConfig.from_run_config(run_config), echo=lines.append,
-                                      poll_interval=0.0, secret=SECRET, roster=ROSTER, state=state)
+    coord = server_app.run_federation(
+        grid,
+        FlowerRunConfig.from_run_config(run_config),
+        echo=lines.append,
+        poll_interval=0.0,
+        secret=SECRET,
+        roster=ROSTER,
+        state=state,
+    )
     return coord, grid, lines, rec
 
 
@@ -149,9 +169,11 @@ def test_a_masked_vector_has_one_distribution_whatever_the_vector():
     out = {}
     for name, vec in (("zero", np.zeros(d, dtype=np.int64)), ("large", np.full(d, 2**22, dtype=np.int64))):
         draws = []
-        for rep in range(40):
-            clients = {100 + i: SecAggClient.setup(100 + i, 1, m, vec if i == 0 else np.zeros(d, dtype=np.int64))
-                       for i in range(3)}
+        for _ in range(40):
+            clients = {
+                100 + i: SecAggClient.setup(100 + i, 1, m, vec if i == 0 else np.zeros(d, dtype=np.int64))
+                for i in range(3)
+            }
             server = SecAggServer(1, {i: (c.pk1, c.pk2) for i, c in clients.items()}, d, m, 3, 3)
             req, _ = server.share_keys_requests()
             server.receive_shares({i: clients[i].share_keys(1, k, 3) for i, k in req.items()})
@@ -175,10 +197,14 @@ def test_masks_come_from_the_whole_seed_unlike_flowers_32_bit_fold():
 
 def _drop_stage(stage, round, node):
     def tamper(msg, reply):
-        if msg.metadata.message_type == f"train.{stage}" and msg.metadata.group_id == str(round - 1) \
-                and msg.metadata.dst_node_id == 100 + node:
+        if (
+            msg.metadata.message_type == f"train.{stage}"
+            and msg.metadata.group_id == str(round - 1)
+            and msg.metadata.dst_node_id == 100 + node
+        ):
             return None
         return reply
+
     return tamper
 
 
@@ -227,6 +253,7 @@ def _hostile_masked(node, kind):
                 bad = (v + np.random.default_rng(1).integers(0, 2**20, len(v))) % _modulus()
             return Message(secagg_reply(masked=bad.astype("<i8").tobytes()), reply_to=msg)
         return reply
+
     return tamper
 
 
@@ -254,12 +281,18 @@ def test_a_hostile_nodes_vector_harms_only_its_own_contribution(monkeypatch, kin
 
 def test_a_reconstruction_that_does_not_verify_fails_the_round_and_keeps_its_charge(monkeypatch):
     def tamper(msg, reply):  # node 1 sends garbage shares in the unmask stage of round 2
-        if msg.metadata.message_type == "train.unmask" and msg.metadata.dst_node_id == 101 \
-                and msg.metadata.group_id == "1":
+        if (
+            msg.metadata.message_type == "train.unmask"
+            and msg.metadata.dst_node_id == 101
+            and msg.metadata.group_id == "1"
+        ):
             r = reply.content.config_records[SECAGG]
-            return Message(secagg_reply(**{"node-ids": list(r["node-ids"]),
-                                           "shares": [s[:4] + bytes(len(s) - 4) for s in r["shares"]]}),
-                           reply_to=msg)
+            return Message(
+                secagg_reply(
+                    **{"node-ids": list(r["node-ids"]), "shares": [s[:4] + bytes(len(s) - 4) for s in r["shares"]]}
+                ),
+                reply_to=msg,
+            )
         return reply
 
     cfg = dict(RUN_CONFIG, **{"num-rounds": 3, "dropout-tolerance": 0.0})  # t = 4: node 1's shares are needed
@@ -291,8 +324,15 @@ def test_a_crash_between_the_charge_and_the_unmasking_never_under_counts(monkeyp
 
     grid.push_messages = push_or_die
     with pytest.raises(Crash):
-        server_app.run_federation(grid, FlowerRunConfig.from_run_config(cfg), echo=lambda _: None, poll_interval=0.0,
-                                  secret=SECRET, roster=ROSTER, state=ServerState(folder))
+        server_app.run_federation(
+            grid,
+            FlowerRunConfig.from_run_config(cfg),
+            echo=lambda _: None,
+            poll_interval=0.0,
+            secret=SECRET,
+            roster=ROSTER,
+            state=ServerState(folder),
+        )
     saved = json.loads((folder / "server.json").read_text())
     assert saved["state"]["server"]["ledger"]["epsilons"][-1] == saved["epsilon"]  # round 2 charged, then the crash
     assert len(saved["state"]["server"]["ledger"]["epsilons"]) == 2

@@ -14,17 +14,17 @@ import torch
 
 pytest.importorskip("flwr")
 
-from flower_grid import InProcessGrid  # noqa: E402
-from flwr.app import ArrayRecord, ConfigRecord, Message  # noqa: E402
-from test_flower import N, RUN_CONFIG, SECRET, deploy, simulate  # noqa: E402
+from flower_grid import InProcessGrid
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from test_flower import RUN_CONFIG, SECRET, N, simulate
 
-from fbo_torch.federation import clip_vectors  # noqa: E402
-from fbo_torch.federation.randomness import KeyedServerRandomness  # noqa: E402
-from fbo_torch.flower import client_app, server_app  # noqa: E402
-from fbo_torch.flower.config import FlowerRunConfig  # noqa: E402
-from fbo_torch.flower.coordinator import Coordinator  # noqa: E402
-from fbo_torch.flower.records import OMEGA, REPLY, records_to_plan  # noqa: E402
-from fbo_torch.flower.server_state import ServerState, ServerStateError  # noqa: E402
+from fbo_torch.federation import clip_vectors
+from fbo_torch.federation.randomness import KeyedServerRandomness
+from fbo_torch.flower import client_app, server_app
+from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.coordinator import Coordinator
+from fbo_torch.flower.records import OMEGA, REPLY, records_to_plan
+from fbo_torch.flower.server_state import ServerState, ServerStateError
 
 CFG = FlowerRunConfig.from_run_config(RUN_CONFIG)
 
@@ -43,8 +43,9 @@ def _watch(server):
     return out
 
 
-def _run(run_config=RUN_CONFIG, client=client_app.app, num_nodes=N, secret=None, state=None, on_push=None,
-         **grid_kwargs):
+def _run(
+    run_config=RUN_CONFIG, client=client_app.app, num_nodes=N, secret=None, state=None, on_push=None, **grid_kwargs
+):
     cfg = FlowerRunConfig.from_run_config(run_config)
     seen, init = [], Coordinator.__init__
 
@@ -70,8 +71,7 @@ def test_an_agent_holding_the_run_config_cannot_remove_the_noise_or_learn_the_sa
     pushed = []
     summary_path = tmp_path / "summary.json"
     cfg = dict(RUN_CONFIG, **{"summary-path": str(summary_path)})
-    coord, releases, lines, grid = _run(run_config=cfg, state=ServerState(tmp_path / "server"),
-                                        on_push=pushed.extend)
+    coord, releases, lines, grid = _run(run_config=cfg, state=ServerState(tmp_path / "server"), on_push=pushed.extend)
     server = coord.server
     guess = KeyedServerRandomness(CFG.federation_key())  # everything an agent knows
     like = torch.zeros((), dtype=torch.float64)
@@ -110,7 +110,7 @@ def test_an_agent_holding_the_run_config_cannot_remove_the_noise_or_learn_the_sa
 def test_two_deployments_of_one_run_config_release_different_noise():
     (_, a, _, _), (_, b, _, _) = _run(), _run()
     assert len(a) == len(b) == CFG.num_rounds
-    for (ba, *_), (bb, *_) in zip(a, b):
+    for (ba, *_), (bb, *_) in zip(a, b, strict=True):
         assert not torch.equal(ba, bb)
     # and two coordinators given the same messages release different broadcasts
     obj = CFG.build_objective()
@@ -131,7 +131,7 @@ def test_the_server_secret_given_server_side_reproduces_the_simulator_bit_for_bi
     secret = bytes.fromhex(json.loads((folder / "server.json").read_text())["secret"])
     runner, sim = simulate(RUN_CONFIG, secret)
     assert len(sim) == len(releases) == CFG.num_rounds
-    for (b, *_), s in zip(releases, sim):
+    for (b, *_), s in zip(releases, sim, strict=True):
         assert torch.equal(b, s)
     assert [r.epsilon for r in coord.logs] == runner.epsilons
 
@@ -171,8 +171,10 @@ def _hostile(kind, agent=1):
     return app
 
 
-@pytest.mark.parametrize("kind", ["nan", "inf", "shape", "dtype", "extra", "no-omega", "no-reply-record",
-                                  "agent-id-text", "agent-id-out-of-range"])
+@pytest.mark.parametrize(
+    "kind",
+    ["nan", "inf", "shape", "dtype", "extra", "no-omega", "no-reply-record", "agent-id-text", "agent-id-out-of-range"],
+)
 def test_a_bad_reply_is_left_out_and_the_server_runs_to_the_end(kind):
     """Before: a NaN made every broadcast entry NaN (and was charged as 'reported 4/4'); a missing record or a
     non-integer agent-id raised outside the server's try (the ServerApp died without a summary)."""
@@ -209,7 +211,7 @@ def test_a_reply_flower_cannot_rebuild_costs_only_its_node_the_round():
     def pushing(msgs):
         msgs = list(msgs)
         ids = push(msgs)
-        bad.update(i for i, m in zip(ids, msgs) if m.metadata.dst_node_id == 102)  # agent 2's node
+        bad.update(i for i, m in zip(ids, msgs, strict=True) if m.metadata.dst_node_id == 102)  # agent 2's node
         return ids
 
     grid.pull_messages, grid.push_messages = pulling, pushing
@@ -222,6 +224,7 @@ def test_a_reply_flower_cannot_rebuild_costs_only_its_node_the_round():
 
 def test_without_a_roster_a_node_plays_only_the_agent_it_first_claimed():
     """Before: a node could claim agent 1, then agent 2, and the honest node of agent 2 was ignored for good."""
+
     def fickle(msg, ctx):
         reply = client_app.app(msg, ctx)
         if ctx.node_id == 100 and msg.metadata.group_id != "0":  # agent 1 in exchange 0, then it claims agent 2
@@ -256,12 +259,15 @@ def test_run_config_values_are_what_they_say_or_refused():
         FlowerRunConfig.from_run_config({"noise-multiplier": 1.0})
 
 
-@pytest.mark.parametrize("key, value, says", [
-    ("round-timeout", -1.0, "`round-timeout` must be a finite number of seconds > 0"),
-    ("round-timeout", math.nan, "`round-timeout` must be a finite number of seconds > 0"),
-    ("min-nodes-timeout", -1.0, "`min-nodes-timeout` must be a finite number of seconds >= 0"),
-    ("seed", 2**64, r"`seed` must be an integer in \[0, 2\^63\)"),
-])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("round-timeout", -1.0, "`round-timeout` must be a finite number of seconds > 0"),
+        ("round-timeout", math.nan, "`round-timeout` must be a finite number of seconds > 0"),
+        ("min-nodes-timeout", -1.0, "`min-nodes-timeout` must be a finite number of seconds >= 0"),
+        ("seed", 2**64, r"`seed` must be an integer in \[0, 2\^63\)"),
+    ],
+)
 def test_run_config_timeouts_and_seeds_out_of_range_are_refused(key, value, says):
     """Before: negative or NaN timeouts were accepted, and a seed >= 2^64 ran with the streams of seed mod 2^64."""
     with pytest.raises(ValueError, match=says):
@@ -279,10 +285,12 @@ def test_impossible_metrics_and_a_device_omega_are_invalid_replies():
     M = CFG.settings.num_features
     omega = torch.zeros(M, dtype=torch.float64)
     most = CFG.settings.num_init + CFG.num_rounds
-    for kwargs, says in ((dict(best_value=math.inf), "best value inf is not a finite number"),
-                         (dict(num_observations=2**80), f"observation count {2**80} is not an integer in 0..{most}"),
-                         (dict(num_observations=most + 1), "is not an integer in"),
-                         (dict(omega=torch.zeros(M, dtype=torch.float64, device="meta")), "on device 'meta'")):
+    for kwargs, says in (
+        (dict(best_value=math.inf), "best value inf is not a finite number"),
+        (dict(num_observations=2**80), f"observation count {2**80} is not an integer in 0..{most}"),
+        (dict(num_observations=most + 1), "is not an integer in"),
+        (dict(omega=torch.zeros(M, dtype=torch.float64, device="meta")), "on device 'meta'"),
+    ):
         with pytest.raises(InvalidReply, match=says):
             coord.receive(0, coord.fingerprint, **{"omega": omega, **kwargs})
     coord.receive(0, coord.fingerprint, omega, best_value=0.5, num_observations=most)
@@ -322,8 +330,9 @@ def test_a_crashed_server_resumes_its_ledger_and_never_under_reports(tmp_path):
     runner, sim = simulate(RUN_CONFIG)
     folder = tmp_path / "server"
     with pytest.raises(Crash):
-        server_app.run_federation(_crash_at(2), CFG, echo=lambda _: None, poll_interval=0.0, secret=SECRET,
-                                  state=ServerState(folder))
+        server_app.run_federation(
+            _crash_at(2), CFG, echo=lambda _: None, poll_interval=0.0, secret=SECRET, state=ServerState(folder)
+        )
     saved = json.loads((folder / "server.json").read_text())
     # round 2's broadcast was written, with its ε, before it was sent
     assert saved["epsilon"] == runner.epsilons[1] and saved["state"]["plan"]["round"] == 2
@@ -343,8 +352,7 @@ def test_a_crashed_server_resumes_its_ledger_and_never_under_reports(tmp_path):
 def test_a_state_folder_that_does_not_verify_or_belongs_elsewhere_is_refused(tmp_path):
     folder = tmp_path / "server"
     with pytest.raises(Crash):
-        server_app.run_federation(_crash_at(3), CFG, echo=lambda _: None, poll_interval=0.0,
-                                  state=ServerState(folder))
+        server_app.run_federation(_crash_at(3), CFG, echo=lambda _: None, poll_interval=0.0, state=ServerState(folder))
     path = folder / "server.json"
     good = path.read_text()
     journal = _journal(folder).read_text() if _journal(folder).exists() else None
@@ -382,19 +390,30 @@ def _rewrite(folder, edit):
         from fbo_torch.flower.server_state import ReleaseJournal
 
         entries = ReleaseJournal(journal).entries()
-        data["journal"] = ReleaseJournal.next_entry(entries[-2] if len(entries) > 1 else None, data["federation"],
-                                                    data["state"], data["finished"], data["epsilon"])
+        data["journal"] = ReleaseJournal.next_entry(
+            entries[-2] if len(entries) > 1 else None,
+            data["federation"],
+            data["state"],
+            data["finished"],
+            data["epsilon"],
+        )
         lines = journal.read_text().splitlines()[:-1]
-        journal.write_text("\n".join(lines + [json.dumps(data["journal"], sort_keys=True, separators=(",", ":"))])
-                           + "\n")
+        journal.write_text(
+            "\n".join(lines + [json.dumps(data["journal"], sort_keys=True, separators=(",", ":"))]) + "\n"
+        )
     path.write_text(json.dumps(data))
 
 
 def _crashed(t, folder, run_config=RUN_CONFIG):
     """A federation whose server died sending exchange ``t``, its state in ``folder``."""
     with pytest.raises(Crash):
-        server_app.run_federation(_crash_at(t, run_config), FlowerRunConfig.from_run_config(run_config), echo=lambda _: None,
-                                  poll_interval=0.0, state=ServerState(folder))
+        server_app.run_federation(
+            _crash_at(t, run_config),
+            FlowerRunConfig.from_run_config(run_config),
+            echo=lambda _: None,
+            poll_interval=0.0,
+            state=ServerState(folder),
+        )
 
 
 def _resume(folder, run_config=RUN_CONFIG):
@@ -419,7 +438,7 @@ def test_a_state_edited_to_other_privacy_parameters_is_refused(tmp_path, edit):
         assert eps[-1] < saved["epsilon"]
         server["ledger"] = dict(ledger.state_dict(), num_agents=N)
         server.get("mechanism", {}).update(delta=delta, noise_multiplier=z_new)
-        for r, e in zip(server["rounds"], eps):
+        for r, e in zip(server["rounds"], eps, strict=True):
             r["epsilon"] = e
         saved["epsilon"] = eps[-1]
 
@@ -452,8 +471,7 @@ def test_a_rolled_back_state_is_refused(tmp_path):
     backup = tmp_path / "backup"
     shutil.copytree(folder, backup)
     with pytest.raises(Crash):  # the restarted server gets to exchange 3 before it dies again
-        server_app.run_federation(_crash_at(3), CFG, echo=lambda _: None, poll_interval=0.0,
-                                  state=ServerState(folder))
+        server_app.run_federation(_crash_at(3), CFG, echo=lambda _: None, poll_interval=0.0, state=ServerState(folder))
     late = (folder / "server.json").read_text()
     (folder / "server.json").write_text(early)
     (folder / "server.json").chmod(0o600)
@@ -498,7 +516,8 @@ def test_a_run_config_cannot_make_nodes_or_the_server_import_code_they_did_not_a
     marker = tmp_path / "ran"
     (tmp_path / "fbo_test_planted.py").write_text(
         f"open({str(marker)!r}, 'w').write('ran')\n"
-        "from fbo_torch.objectives.synthetic import GPSampleGridFederation as Planted\n")
+        "from fbo_torch.objectives.synthetic import GPSampleGridFederation as Planted\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("FBO_ALLOW_OBJECTIVES", raising=False)
     name = "fbo_test_planted:Planted"
@@ -594,8 +613,12 @@ def test_an_agent_refuses_a_malformed_plan():
     bad = RecordDict()
     for k in list(content.keys()):
         bad[k] = content[k]
-    bad[BROADCAST] = ArrayRecord({"broadcast": torch.full((2, CFG.settings.num_features), math.nan, dtype=torch.float64),
-                                  "region-bounds": plan.region_bounds})
+    bad[BROADCAST] = ArrayRecord(
+        {
+            "broadcast": torch.full((2, CFG.settings.num_features), math.nan, dtype=torch.float64),
+            "region-bounds": plan.region_bounds,
+        }
+    )
     with pytest.raises(ValueError, match="broadcast"):
         records_to_plan(bad)
 

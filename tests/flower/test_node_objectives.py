@@ -12,10 +12,10 @@ import torch
 
 pytest.importorskip("flwr")
 
-from test_flower import N, RUN_CONFIG, deploy, simulate  # noqa: E402
+from test_flower import RUN_CONFIG, N, deploy, simulate
 
-from fbo_torch.flower.agent_node import AgentNode  # noqa: E402
-from fbo_torch.flower.config import FlowerRunConfig, ObjectiveMismatch, node_objective_spec  # noqa: E402
+from fbo_torch.flower.agent_node import AgentNode
+from fbo_torch.flower.config import FlowerRunConfig, ObjectiveMismatch, node_objective_spec
 
 FEDERATION = json.loads(RUN_CONFIG["objective"])
 BOUNDS = FlowerRunConfig.from_run_config(RUN_CONFIG).build_objective().bounds.tolist()
@@ -34,7 +34,7 @@ def test_nodes_with_their_own_objectives_compute_what_the_simulator_computes(mon
     runner, sim_releases = simulate(RUN_CONFIG)
     coord, releases, states, lines = deploy(NODE_LOCAL, monkeypatch, node_configs={n: own(n) for n in range(N)})
     assert len(releases) == RUN_CONFIG["num-rounds"]
-    for t, (got, want) in enumerate(zip(releases, sim_releases)):
+    for got, want in zip(releases, sim_releases, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)  # as in test_flower.py
     for n in range(N):
         n_obs = int(states[n]["n"])
@@ -55,13 +55,16 @@ def test_the_server_never_builds_a_node_objective(monkeypatch):
 def test_a_node_whose_objective_does_not_fit_is_refused_for_good_with_one_line(monkeypatch):
     """Node 1 names a 2-dimensional objective, node 2 none, node 3 an objective on other bounds: each is
     refused once (one line naming what differs) and left out of every round; node 0 runs."""
-    configs = {0: own(0),
-               1: {"objective": "node_objectives:Shifted", "objective.dim": 2},
-               2: {},
-               3: {"objective.type": "node_objectives:Shifted", "objective.high": 2.0}}
+    configs = {
+        0: own(0),
+        1: {"objective": "node_objectives:Shifted", "objective.dim": 2},
+        2: {},
+        3: {"objective.type": "node_objectives:Shifted", "objective.high": 2.0},
+    }
     coord, _, states, lines = deploy(NODE_LOCAL, monkeypatch, node_configs=configs)
-    refused = {n: [line for line in lines if f"node {100 + n} " in line and "refused for good" in line]
-               for n in (1, 2, 3)}
+    refused = {
+        n: [line for line in lines if f"node {100 + n} " in line and "refused for good" in line] for n in (1, 2, 3)
+    }
     assert all(len(v) == 1 for v in refused.values()), lines
     assert "ObjectiveMismatch" in refused[1][0] and "is 2-dimensional" in refused[1][0]
     assert "federation's domain is 1-dimensional, bounds [[0.0], [1.0]]" in refused[1][0]
@@ -75,14 +78,17 @@ def test_a_node_whose_objective_does_not_fit_is_refused_for_good_with_one_line(m
 
 def test_a_node_objective_in_a_federation_of_the_run_configs_objective_is_refused():
     cfg = FlowerRunConfig.from_run_config(RUN_CONFIG)
-    with pytest.raises(ObjectiveMismatch, match="names its own objective 'node_objectives:Shifted'.*\"type\": \"node\""):
+    with pytest.raises(ObjectiveMismatch, match='names its own objective \'node_objectives:Shifted\'.*"type": "node"'):
         AgentNode(cfg, 1, node_config={"objective": "node_objectives:Shifted"})
 
 
 def test_node_objectives_are_validated_like_yaml_custom_objectives():
     cfg = FlowerRunConfig.from_run_config(NODE_LOCAL)
-    with pytest.raises(ValueError, match=r"agent 0: node config `objective` \(node_objectives:Shiftd\): module "
-                                         r"'node_objectives' has no attribute 'Shiftd' \(did you mean 'Shifted'\?\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"agent 0: node config `objective` \(node_objectives:Shiftd\): module "
+        r"'node_objectives' has no attribute 'Shiftd' \(did you mean 'Shifted'\?\)",
+    ):
         cfg.node_objective({"objective": "node_objectives:Shiftd"}, 0)
     with pytest.raises(ValueError, match="unknown objective type 'Shifted'.*'package.module:ClassName'"):
         cfg.node_objective({"objective": "Shifted"}, 0)
@@ -100,19 +106,24 @@ def test_node_objectives_are_validated_like_yaml_custom_objectives():
 def test_a_node_must_fit_the_named_parameters_of_the_federation():
     """With `parameters` in the run config, a node's objective must search exactly that space."""
     params = {"learning_rate": {"low": 1e-4, "high": 1.0, "log": True}}
-    cfg = FlowerRunConfig.from_run_config(dict(NODE_LOCAL, objective=json.dumps({"type": "node", "parameters": params})))
+    cfg = FlowerRunConfig.from_run_config(
+        dict(NODE_LOCAL, objective=json.dumps({"type": "node", "parameters": params}))
+    )
     assert cfg.build_objective().bounds.tolist() == [[0.0], [1.0]]
     with pytest.raises(ObjectiveMismatch, match="searches no named search space; the federation's parameters are"):
         cfg.node_objective({"objective": "node_objectives:Shifted"}, 0)  # [0, 1]: same bounds, no names
 
 
-@pytest.mark.parametrize("objective, message", [
-    ({"type": "node"}, "exactly one of `bounds`"),
-    ({"type": "node", "bounds": [[0, 0], [1, 1]], "parameters": {}}, "exactly one of `bounds`"),
-    ({"type": "node", "bounds": [[0, 1], [1, 0]]}, "every upper bound above its lower bound"),
-    ({"type": "node", "bounds": [0, 1]}, "2 x d finite numbers"),
-    ({"type": "node", "parameters": {"lr": {"low": 1}}}, r"`parameters`: Search-space entry `lr` is missing"),
-])
+@pytest.mark.parametrize(
+    "objective, message",
+    [
+        ({"type": "node"}, "exactly one of `bounds`"),
+        ({"type": "node", "bounds": [[0, 0], [1, 1]], "parameters": {}}, "exactly one of `bounds`"),
+        ({"type": "node", "bounds": [[0, 1], [1, 0]]}, "every upper bound above its lower bound"),
+        ({"type": "node", "bounds": [0, 1]}, "2 x d finite numbers"),
+        ({"type": "node", "parameters": {"lr": {"low": 1}}}, r"`parameters`: Search-space entry `lr` is missing"),
+    ],
+)
 def test_a_bad_node_local_run_config_is_one_line(objective, message):
     with pytest.raises(ValueError, match=message):
         FlowerRunConfig.from_run_config(dict(RUN_CONFIG, objective=json.dumps(objective)))

@@ -13,19 +13,19 @@ import torch
 
 pytest.importorskip("ax")
 
-from ax.api.client import Client  # noqa: E402
-from ax.api.configs import ChoiceParameterConfig, RangeParameterConfig  # noqa: E402
-from ax.core.data import Data  # noqa: E402
-from ax.core.experiment import Experiment  # noqa: E402
-from ax.core.objective import Objective  # noqa: E402
-from ax.core.optimization_config import OptimizationConfig  # noqa: E402
-from ax.core.parameter import FixedParameter, ParameterType, RangeParameter  # noqa: E402
-from ax.core.search_space import SearchSpace  # noqa: E402
-from ax.utils.common.logger import set_stderr_log_level  # noqa: E402
+from ax.api.client import Client
+from ax.api.configs import ChoiceParameterConfig, RangeParameterConfig
+from ax.core.data import Data
+from ax.core.experiment import Experiment
+from ax.core.objective import Objective
+from ax.core.optimization_config import OptimizationConfig
+from ax.core.parameter import FixedParameter, ParameterType, RangeParameter
+from ax.core.search_space import SearchSpace
+from ax.utils.common.logger import set_stderr_log_level
 
-from fbo_torch import RandomFourierFeatures  # noqa: E402
-from fbo_torch.federation import AgentMessage  # noqa: E402
-from fbo_torch.integrations.ax import (  # noqa: E402
+from fbo_torch import RandomFourierFeatures
+from fbo_torch.federation import AgentMessage
+from fbo_torch.integrations.ax import (
     AxFederation,
     UnitCube,
     agent_message,
@@ -39,10 +39,12 @@ set_stderr_log_level(logging.WARNING)
 def _client(bounds=((0.0, 1.0),), objective="-f", seed=0, scalings=None) -> Client:
     scalings = scalings or [None] * len(bounds)
     client = Client(random_seed=seed)
-    client.configure_experiment(parameters=[
-        RangeParameterConfig(name=f"x{i}", parameter_type="float", bounds=b, scaling=sc)
-        for i, (b, sc) in enumerate(zip(bounds, scalings))
-    ])
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name=f"x{i}", parameter_type="float", bounds=b, scaling=sc)
+            for i, (b, sc) in enumerate(zip(bounds, scalings, strict=True))
+        ]
+    )
     client.configure_optimization(objective=objective)
     return client
 
@@ -94,11 +96,13 @@ def test_sobol_then_fts_trials_lie_in_the_search_space():
 
 
 def test_unit_cube_maps_log_and_linear_parameters_and_passes_fixed_ones():
-    space = SearchSpace(parameters=[
-        RangeParameter("lr", ParameterType.FLOAT, 1e-4, 1e-1, log_scale=True),
-        RangeParameter("m", ParameterType.FLOAT, -1.0, 3.0),
-        FixedParameter("tag", ParameterType.STRING, "a"),
-    ])
+    space = SearchSpace(
+        parameters=[
+            RangeParameter("lr", ParameterType.FLOAT, 1e-4, 1e-1, log_scale=True),
+            RangeParameter("m", ParameterType.FLOAT, -1.0, 3.0),
+            FixedParameter("tag", ParameterType.STRING, "a"),
+        ]
+    )
     cube = UnitCube.from_search_space(space)
     assert cube.names == ("lr", "m") and cube.dim == 2
     X = cube.to_unit([{"lr": 1e-4, "m": -1.0}, {"lr": 1e-1, "m": 3.0}, {"lr": 10**-2.5, "m": 1.0}])
@@ -113,13 +117,15 @@ def test_unit_cube_relaxes_integers_and_choices_and_rounds_them_back():
     the largest coordinate wins; log-scaled integers by their logarithm. Every point maps to a valid arm."""
     from ax.core.parameter import ChoiceParameter
 
-    space = SearchSpace(parameters=[
-        RangeParameter("n", ParameterType.INT, 0, 3),
-        RangeParameter("width", ParameterType.INT, 1, 64, log_scale=True),
-        ChoiceParameter("act", ParameterType.STRING, ["relu", "tanh", "gelu"], is_ordered=False, sort_values=False),
-        ChoiceParameter("lr", ParameterType.FLOAT, [0.01, 0.1, 1.0], is_ordered=True),
-        FixedParameter("tag", ParameterType.STRING, "a"),
-    ])
+    space = SearchSpace(
+        parameters=[
+            RangeParameter("n", ParameterType.INT, 0, 3),
+            RangeParameter("width", ParameterType.INT, 1, 64, log_scale=True),
+            ChoiceParameter("act", ParameterType.STRING, ["relu", "tanh", "gelu"], is_ordered=False, sort_values=False),
+            ChoiceParameter("lr", ParameterType.FLOAT, [0.01, 0.1, 1.0], is_ordered=True),
+            FixedParameter("tag", ParameterType.STRING, "a"),
+        ]
+    )
     cube = UnitCube.from_search_space(space)
     assert cube.names == ("n", "width", "act=relu", "act=tanh", "act=gelu", "lr") and cube.dim == 6
     X = cube.to_unit([{"n": 0, "width": 1, "act": "tanh", "lr": 0.01}, {"n": 3, "width": 64, "act": "gelu", "lr": 1.0}])
@@ -127,11 +133,17 @@ def test_unit_cube_relaxes_integers_and_choices_and_rounds_them_back():
     torch.testing.assert_close(X[:, 0], torch.tensor([0.125, 0.875], dtype=torch.float64))
     torch.testing.assert_close(X[:, 2:5], torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64))
     torch.testing.assert_close(X[:, 5], torch.tensor([1 / 6, 5 / 6], dtype=torch.float64))
-    for row, arm in zip(X, [{"n": 0, "width": 1, "act": "tanh", "lr": 0.01}, {"n": 3, "width": 64, "act": "gelu", "lr": 1.0}]):
+    for row, arm in zip(
+        X,
+        [{"n": 0, "width": 1, "act": "tanh", "lr": 0.01}, {"n": 3, "width": 64, "act": "gelu", "lr": 1.0}],
+        strict=True,
+    ):
         assert cube.from_unit(row) == {**arm, "tag": "a"}  # round trip
     # every cell of n is a quarter of [0, 1]; any point of the relaxed cube is a member of the search space
-    assert [cube.from_unit(torch.tensor([u, 0.5, 0.2, 0.3, 0.1, 0.5], dtype=torch.float64))["n"]
-            for u in (0.0, 0.24, 0.26, 0.74, 0.76, 1.0)] == [0, 0, 1, 2, 3, 3]
+    assert [
+        cube.from_unit(torch.tensor([u, 0.5, 0.2, 0.3, 0.1, 0.5], dtype=torch.float64))["n"]
+        for u in (0.0, 0.24, 0.26, 0.74, 0.76, 1.0)
+    ] == [0, 0, 1, 2, 3, 3]
     g = torch.Generator().manual_seed(0)
     for u in torch.rand(200, 6, generator=g, dtype=torch.float64):
         arm = cube.from_unit(u)
@@ -146,11 +158,13 @@ def test_a_mixed_space_federation_generates_valid_trials_that_use_messages():
     clients = []
     for n in range(2):
         client = Client(random_seed=n)
-        client.configure_experiment(parameters=[
-            RangeParameterConfig(name="x", parameter_type="float", bounds=(-1.0, 1.0)),
-            RangeParameterConfig(name="k", parameter_type="int", bounds=(1, 5)),
-            ChoiceParameterConfig(name="c", parameter_type="str", values=["u", "v", "w"], is_ordered=False),
-        ])
+        client.configure_experiment(
+            parameters=[
+                RangeParameterConfig(name="x", parameter_type="float", bounds=(-1.0, 1.0)),
+                RangeParameterConfig(name="k", parameter_type="int", bounds=(1, 5)),
+                ChoiceParameterConfig(name="c", parameter_type="str", values=["u", "v", "w"], is_ordered=False),
+            ]
+        )
         client.configure_optimization(objective="-f")
         federation.add_agent(client, num_initial_trials=2)
         clients.append(client)
@@ -263,10 +277,12 @@ def test_bad_inputs_are_refused_with_clear_errors():
     federation = AxFederation(features)
 
     client = Client()
-    client.configure_experiment(parameters=[
-        RangeParameterConfig(name="x0", parameter_type="float", bounds=(0.0, 1.0)),
-        ChoiceParameterConfig(name="kind", parameter_type="str", values=["a", "b", "c"], is_ordered=False),
-    ])
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name="x0", parameter_type="float", bounds=(0.0, 1.0)),
+            ChoiceParameterConfig(name="kind", parameter_type="str", values=["a", "b", "c"], is_ordered=False),
+        ]
+    )
     client.configure_optimization(objective="f")
     with pytest.raises(ValueError, match=r"4 coordinates \['x0', 'kind=a', 'kind=b', 'kind=c'\].*dim=4"):
         federation.add_agent(client)  # a one-hot choice takes a coordinate per value
@@ -307,10 +323,16 @@ def test_an_experiment_without_client_runs_through_its_generation_strategy():
         trial = experiment.new_trial(generator_run=run)
         trial.mark_running(no_runner_required=True)
         x = trial.arm.parameters["x0"]
-        row = {"trial_index": trial.index, "arm_name": trial.arm.name, "metric_name": "f",
-               "metric_signature": "f", "mean": (x - 0.3) ** 2, "sem": 0.0}
+        row = {
+            "trial_index": trial.index,
+            "arm_name": trial.arm.name,
+            "metric_name": "f",
+            "metric_signature": "f",
+            "mean": (x - 0.3) ** 2,
+            "sem": 0.0,
+        }
         experiment.attach_data(Data(df=pd.DataFrame([row])))
         trial.mark_completed()
     assert len(node.history) == 1 and node.history[0].source == "own"
     X, Y = objective_data(experiment)
-    torch.testing.assert_close(Y.squeeze(-1), -(X.squeeze(-1) - 0.3) ** 2)
+    torch.testing.assert_close(Y.squeeze(-1), -((X.squeeze(-1) - 0.3) ** 2))

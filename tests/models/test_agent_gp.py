@@ -43,7 +43,9 @@ def test_batched_export_has_the_engines_posterior(spec):
     gp = BatchedExactGP(X, Y, bounds, spec=spec).fit(maxiter=30)
     model = gp.to_botorch()
     assert isinstance(model, SingleTaskGP) and model.batch_shape == torch.Size([4])
-    Xs = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(4, 7, 2, generator=torch.Generator().manual_seed(1), dtype=f64)
+    Xs = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(
+        4, 7, 2, generator=torch.Generator().manual_seed(1), dtype=f64
+    )
     with torch.no_grad():
         post = model.posterior(Xs)
     mean, var = _engine_posterior(gp, Xs)

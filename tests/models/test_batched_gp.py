@@ -122,10 +122,22 @@ def test_paths_evaluate_like_botorch_matheron_paths():
     v = paths.paths.update_paths.weight
     hp = gp.hyperparameters
     ours = GPThompsonPaths(
-        bounds[0], bounds[1] - bounds[0], W, w, torch.sqrt(2.0 * hp["outputscale"] / 64), gp.X, v,
-        hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std,
+        bounds[0],
+        bounds[1] - bounds[0],
+        W,
+        w,
+        torch.sqrt(2.0 * hp["outputscale"] / 64),
+        gp.X,
+        v,
+        hp["lengthscale"],
+        hp["outputscale"],
+        hp["mean"],
+        gp.y_mean,
+        gp.y_std,
     )
-    Xt = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(3, 7, 2, generator=torch.Generator().manual_seed(5), dtype=f64)
+    Xt = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(
+        3, 7, 2, generator=torch.Generator().manual_seed(5), dtype=f64
+    )
     with torch.no_grad():
         ref = paths(Xt)
     torch.testing.assert_close(ours(Xt), ref, atol=1e-10, rtol=1e-10)
@@ -167,8 +179,9 @@ def test_mll_closed_form_gradient_equals_autograd(spec):
     X, Y, bounds = _data(B=5, n=12, d=3, seed=11)
     mask = torch.rand(5, 12, generator=torch.Generator().manual_seed(3)) > 0.3
     gp = BatchedExactGP(X, Y, bounds, spec=spec, mask=mask)
-    p = gp.initial_params(5) + 0.3 * torch.randn(5, gp.params.shape[-1], generator=torch.Generator().manual_seed(4),
-                                                 dtype=f64)
+    p = gp.initial_params(5) + 0.3 * torch.randn(
+        5, gp.params.shape[-1], generator=torch.Generator().manual_seed(4), dtype=f64
+    )
     x = p.clone().requires_grad_(True)
     (g_ref,) = torch.autograd.grad(gp.mll(x).sum(), x)
     f, g = gp.mll_and_grad(p)
@@ -176,8 +189,9 @@ def test_mll_closed_form_gradient_equals_autograd(spec):
     torch.testing.assert_close(g, g_ref, atol=1e-8 * g_ref.abs().max().item(), rtol=0)
     # not positive definite (all inputs equal, zero noise: K is a matrix of ones): -inf and a zero gradient
     bad = BatchedExactGP(torch.full_like(X, -1.0), Y, bounds, spec=GPSpec(noise_lower=0.0), mask=mask)
-    fb, gb = bad.mll_and_grad(torch.cat([torch.zeros(5, 3, dtype=f64), torch.full((5, 1), -1e3, dtype=f64),
-                                         torch.zeros(5, 1, dtype=f64)], -1))
+    fb, gb = bad.mll_and_grad(
+        torch.cat([torch.zeros(5, 3, dtype=f64), torch.full((5, 1), -1e3, dtype=f64), torch.zeros(5, 1, dtype=f64)], -1)
+    )
     assert torch.isneginf(fb).all() and (gb == 0).all()
 
 
@@ -219,7 +233,7 @@ def test_paths_differentiate_in_every_tensor_they_are_built_from():
     fields = GPThompsonPaths._FIELDS
 
     def total(i, t):
-        return GPThompsonPaths.from_graph_state(tensors[:i] + (t,) + tensors[i + 1:], config)(Xq).sum()
+        return GPThompsonPaths.from_graph_state(tensors[:i] + (t,) + tensors[i + 1 :], config)(Xq).sum()
 
     for name in ("ls", "os", "w", "v", "mean", "W"):
         i = fields.index(name)
@@ -298,8 +312,13 @@ def test_posterior_equals_botorch_posterior(spec):
         torch.testing.assert_close(var[b], post.variance.squeeze(-1).detach(), atol=1e-11, rtol=1e-11)
     # the failed observation does not enter: agent 1's posterior equals a GP without those points
     keep = gp.mask[1]
-    alone = BatchedExactGP(X[1:2, keep], gp.y_mean[1] + gp.y_std[1] * gp.y[1:2, keep].unsqueeze(-1), bounds,
-                           spec=spec, params=gp.params[1:2])
+    alone = BatchedExactGP(
+        X[1:2, keep],
+        gp.y_mean[1] + gp.y_std[1] * gp.y[1:2, keep].unsqueeze(-1),
+        bounds,
+        spec=spec,
+        params=gp.params[1:2],
+    )
     m1, v1 = alone.posterior(Xt[1:2])
     torch.testing.assert_close(m1[0], mean[1], atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(v1[0], var[1], atol=1e-12, rtol=1e-12)

@@ -233,8 +233,9 @@ def test_update_with_masked_nan_without_validation(rff, rep):
     Yn[1] = float("nan")
     mask = torch.tensor([[True], [False], [True]])
     m.update(X[:, 8:9], Yn, mask=mask, validate=False)
-    ref = RFFBayesianLinear(rff, X[:, :9], Y[:, :9], 0.05, mask=torch.cat([torch.ones(3, 8, dtype=torch.bool), mask], 1),
-                            representation=rep)
+    ref = RFFBayesianLinear(
+        rff, X[:, :9], Y[:, :9], 0.05, mask=torch.cat([torch.ones(3, 8, dtype=torch.bool), mask], 1), representation=rep
+    )
     torch.testing.assert_close(m.weight_mean, ref.weight_mean, atol=1e-10, rtol=1e-8)
     assert torch.isfinite(m.weight_mean).all()
 
@@ -257,7 +258,9 @@ def test_device_dtype_follow_inputs(device, rff, rep):
 def test_cuda_batched_matches_cpu(rff):
     X, Y = make_data(N=6, n=20)
     mc = RFFBayesianLinear(rff, X, Y, 0.01)
-    mg = RFFBayesianLinear(RandomFourierFeatures(2, 40, lengthscale=0.25, seed=3, device="cuda"), X.cuda(), Y.cuda(), 0.01)
+    mg = RFFBayesianLinear(
+        RandomFourierFeatures(2, 40, lengthscale=0.25, seed=3, device="cuda"), X.cuda(), Y.cuda(), 0.01
+    )
     torch.testing.assert_close(mg.weight_mean.cpu(), mc.weight_mean, atol=1e-9, rtol=0)
 
 
@@ -358,7 +361,9 @@ def test_no_data_is_the_prior_and_bad_sizes_are_clear(rff, rep):
     assert m.sample_weights(torch.Size([2])).shape == (2, 3, 40)
     for j in range(6):
         m.update(X[:, j : j + 1], Y[:, j : j + 1])
-    torch.testing.assert_close(m.weight_mean, RFFBayesianLinear(rff, X, Y, 0.01, representation=rep).weight_mean, **EXACT)
+    torch.testing.assert_close(
+        m.weight_mean, RFFBayesianLinear(rff, X, Y, 0.01, representation=rep).weight_mean, **EXACT
+    )
     with pytest.raises(ValueError, match="N = 0 agents"):
         RFFBayesianLinear(rff, X[:0], Y[:0], 0.01)
     with pytest.raises(TypeError, match="noise_variance"):
@@ -415,9 +420,15 @@ def test_transforms_are_honoured(rff, rep):
     X, Y = make_data(N=2, n=10)
     Xr, Yr = 3.0 + 4.0 * X, 10.0 + 5.0 * Y  # raw scale
     bounds = torch.tensor([[3.0, 3.0], [7.0, 7.0]], dtype=f64)
-    m = RFFBayesianLinear(rff, Xr[:, :8], Yr[:, :8], 0.01, representation=rep,
-                          input_transform=Normalize(2, bounds=bounds),
-                          outcome_transform=Standardize(1, batch_shape=torch.Size([2])))
+    m = RFFBayesianLinear(
+        rff,
+        Xr[:, :8],
+        Yr[:, :8],
+        0.01,
+        representation=rep,
+        input_transform=Normalize(2, bounds=bounds),
+        outcome_transform=Standardize(1, batch_shape=torch.Size([2])),
+    )
     mu, sd = Yr[:, :8].mean(-2, keepdim=True), Yr[:, :8].std(-2, keepdim=True)
     plain = RFFBayesianLinear(rff, X[:, :8], (Yr[:, :8] - mu) / sd, 0.01, representation=rep)
     Xs = torch.rand(2, 4, 2, dtype=f64)
@@ -494,10 +505,10 @@ def test_fantasize_batch_shapes(rff, rep):
 
 def test_rff_kernel_fits_and_is_renamed(rff):
     # issue 13.1: fit_gpytorch_mll failed on SingleTaskGP(RFFKernel) ('dict' object has no attribute 'detach')
-    import fbo_torch
     from botorch.fit import fit_gpytorch_mll
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
+    import fbo_torch
     from fbo_torch.kernels import SharedRFFKernel
 
     X, Y = make_data(N=1, n=15)
@@ -521,8 +532,15 @@ def test_contract_runs_on_the_models_device(device, rep):
 
     rff_d = RandomFourierFeatures(dim=2, num_features=40, lengthscale=0.25, seed=3, device=device)
     X, Y = (t.to(device) for t in make_data(N=2, n=8))
-    m = RFFBayesianLinear(rff_d, X, Y, 0.01, representation=rep, input_transform=Normalize(2),
-                          outcome_transform=Standardize(1, batch_shape=torch.Size([2])))
+    m = RFFBayesianLinear(
+        rff_d,
+        X,
+        Y,
+        0.01,
+        representation=rep,
+        input_transform=Normalize(2),
+        outcome_transform=Standardize(1, batch_shape=torch.Size([2])),
+    )
     Xq = torch.rand(3, 2, 2, 2, dtype=f64, device=device)
     fm = m.fantasize(Xq, SobolQMCNormalSampler(torch.Size([4]), seed=0))
     post = fm.posterior(torch.rand(3, 2, 5, 2, dtype=f64, device=device))
@@ -530,8 +548,15 @@ def test_contract_runs_on_the_models_device(device, rep):
     paths = draw_matheron_paths(m, sample_shape=torch.Size([6]))
     values = paths(torch.rand(2, 5, 2, dtype=f64, device=device))
     assert values.shape == (6, 2, 5) and values.device.type == device.type and torch.isfinite(values).all()
-    fresh = RFFBayesianLinear(rff_d, X, Y, 0.01, representation=rep, input_transform=Normalize(2),
-                              outcome_transform=Standardize(1, batch_shape=torch.Size([2])))
+    fresh = RFFBayesianLinear(
+        rff_d,
+        X,
+        Y,
+        0.01,
+        representation=rep,
+        input_transform=Normalize(2),
+        outcome_transform=Standardize(1, batch_shape=torch.Size([2])),
+    )
     m.update(X[:, :1], Y[:, :1])
     fresh.load_state_dict(m.state_dict())
     assert fresh.train_X.device.type == device.type and fresh.train_X.shape == (2, 9, 2)
@@ -558,7 +583,7 @@ def test_one_weight_posterior_from_data_messages_and_models():
     # a message (ν, C) gives the same Gaussian, hence the same predictive
     msg = RFFWeightPosterior.from_covariance(post.mean, post.covariance())
     phi = rff(torch.rand(3, 4, 2, generator=g, dtype=torch.float64))
-    for a, b in zip(msg.predict(phi), post.predict(phi)):
+    for a, b in zip(msg.predict(phi), post.predict(phi), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
     mean, cov = post.predict(phi)
     torch.testing.assert_close(mean, (phi @ post.mean.unsqueeze(-1)).squeeze(-1))
@@ -569,5 +594,6 @@ def test_one_weight_posterior_from_data_messages_and_models():
     w = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
     comb = post.combine(w)
     torch.testing.assert_close(comb.mean, w @ post.mean)
-    torch.testing.assert_close(comb.covariance(), (w.square().view(3, 1, 1) * post.covariance()).sum(0),
-                               rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(
+        comb.covariance(), (w.square().view(3, 1, 1) * post.covariance()).sum(0), rtol=1e-9, atol=1e-12
+    )

@@ -81,15 +81,18 @@ def test_the_ducks_own_evaluate_and_observe_win():
     torch.testing.assert_close(Y, F + 1.0)
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda d: delattr(d, "num_agents"), "has no `num_agents`"),
-    (lambda d: setattr(d, "bounds", [[0.0], [1.0]]), "bounds` must be a torch.Tensor"),
-    (lambda d: setattr(d, "bounds", torch.tensor([[0], [1]])), "must be a floating-point tensor"),
-    (lambda d: setattr(d, "bounds", torch.tensor([[0.0, 1.0]])), "must have shape 2 x d"),
-    (lambda d: setattr(d, "num_agents", 0), "num_agents` must be >= 1"),
-    (lambda d: setattr(d, "optimum", torch.zeros(3)), r"optimum` must be None or a tensor of shape \(2,\)"),
-    (lambda d: setattr(d, "candidates", torch.zeros(5, 2)), r"candidates` must be None or a C x 1 tensor"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda d: delattr(d, "num_agents"), "has no `num_agents`"),
+        (lambda d: setattr(d, "bounds", [[0.0], [1.0]]), "bounds` must be a torch.Tensor"),
+        (lambda d: setattr(d, "bounds", torch.tensor([[0], [1]])), "must be a floating-point tensor"),
+        (lambda d: setattr(d, "bounds", torch.tensor([[0.0, 1.0]])), "must have shape 2 x d"),
+        (lambda d: setattr(d, "num_agents", 0), "num_agents` must be >= 1"),
+        (lambda d: setattr(d, "optimum", torch.zeros(3)), r"optimum` must be None or a tensor of shape \(2,\)"),
+        (lambda d: setattr(d, "candidates", torch.zeros(5, 2)), r"candidates` must be None or a C x 1 tensor"),
+    ],
+)
 def test_missing_or_malformed_members_are_named(change, says):
     duck = Duck()
     change(duck)

@@ -34,10 +34,11 @@ def test_each_family_peaks_at_its_shifted_optimizer(dim):
     # the optimizers are inside their family's range, and the shifts differ between agents of a family
     lo, hi = torch.tensor([OPTIMIZER_RANGE.get(n, OPTIMIZER_RANGE[None]) for n in obj.family_names]).T
     assert ((obj.optimizers >= lo.unsqueeze(-1)) & (obj.optimizers <= hi.unsqueeze(-1))).all()
-    assert (obj.optimizers[: len(families)] != obj.optimizers[len(families):]).all()
+    assert (obj.optimizers[: len(families)] != obj.optimizers[len(families) :]).all()
     # the maximum: 0 (minus the family's minimum), Schwefel's standard form 1.2728e-5 d above it
-    expected = torch.tensor([-1.2728e-5 * dim if n == "schwefel" else 0.0 for n in obj.family_names],
-                            dtype=torch.float64)
+    expected = torch.tensor(
+        [-1.2728e-5 * dim if n == "schwefel" else 0.0 for n in obj.family_names], dtype=torch.float64
+    )
     assert torch.allclose(obj.optimum, expected, atol=1e-12, rtol=1e-4)
     at_opt = obj(obj.optimizers.unsqueeze(1))
     assert torch.equal(at_opt.squeeze(-1), obj.optimum)
@@ -76,11 +77,15 @@ def test_the_shift_maps_the_box_onto_the_family_domain():
         elif name == "sphere":
             ref = -(z**2).sum(-1)
         elif name == "schwefel":
-            ref = torch.tensor([-(418.9829 * 3 - sum(x * math.sin(math.sqrt(abs(x))) for x in row))
-                                for row in z.tolist()], dtype=torch.float64)
+            ref = torch.tensor(
+                [-(418.9829 * 3 - sum(x * math.sin(math.sqrt(abs(x))) for x in row)) for row in z.tolist()],
+                dtype=torch.float64,
+            )
         else:  # weierstrass, term by term
+
             def w(x):
                 return sum(0.5**k * math.cos(2 * math.pi * 3**k * (x + 0.5)) for k in range(21))
+
             ref = torch.tensor([-(sum(w(x) for x in row) - 3 * w(0.0)) for row in z.tolist()], dtype=torch.float64)
         assert torch.allclose(values[n], ref, rtol=1e-10, atol=1e-10), name
 

@@ -68,7 +68,7 @@ def test_load(root, obj):
     assert X[0, 0] == pytest.approx(float((root / "train/X_train.txt").read_text().split()[0]))
     assert obj.num_agents == 4 and obj.subjects == [1, 2, 3, 6]  # sorted ids, train + test pooled
     assert obj.subject_sizes == [40, 42, 44, 42]
-    assert all(abs(a - b) <= 3 for a, b in zip(obj.train_sizes, obj.val_sizes))
+    assert all(abs(a - b) <= 3 for a, b in zip(obj.train_sizes, obj.val_sizes, strict=True))
     assert obj.num_features == P and obj.num_classes == 6 and obj.classes == [1, 2, 3, 4, 5, 6]
     assert obj.dim == 3 and obj.bounds.shape == (2, 3)
     assert obj.search_space.names == ["batch_size", "l2", "learning_rate"]
@@ -151,8 +151,14 @@ def test_options_and_errors(root, obj):
         [{"learning_rate": 0.5, "batch_size": 16, "l2": 1e-2}]
     ]
     with pytest.raises(ValueError, match="Integer parameter"):
-        HARLogReg(root, search_space={"batch_size": {"low": 8, "high": 16}, "l2": {"low": 0, "high": 1},
-                                      "learning_rate": {"low": 0.01, "high": 0.1}})
+        HARLogReg(
+            root,
+            search_space={
+                "batch_size": {"low": 8, "high": 16},
+                "l2": {"low": 0, "high": 1},
+                "learning_rate": {"low": 0.01, "high": 0.1},
+            },
+        )
     with pytest.raises(ValueError, match="exactly the parameters"):
         HARLogReg(root, search_space={"C": {"low": 1, "high": 2}})
     with pytest.raises(ValueError, match=r"`subjects` \[7\] are not in the data"):

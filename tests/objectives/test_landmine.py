@@ -29,7 +29,7 @@ def test_all_fields_load(obj):
     assert obj.num_features == 9 and obj.dim == 2
     sizes = obj.field_sizes
     assert len(sizes) == 29 and min(sizes) == 445 and max(sizes) == 690
-    assert all(a + b == n and abs(a - b) <= 1 for a, b, n in zip(obj.train_sizes, obj.val_sizes, sizes))
+    assert all(a + b == n and abs(a - b) <= 1 for a, b, n in zip(obj.train_sizes, obj.val_sizes, sizes, strict=True))
     rates = np.array(obj.positive_rates)
     assert rates.min() > 0.02 and rates.max() < 0.1 and abs(rates.mean() - 0.062) < 0.005
     Xtr, ytr, Xva, yva = obj.field_data(0)
@@ -113,7 +113,9 @@ def test_search_space_config():
     X = torch.tensor([[[0.0, 0.5]]], dtype=f64)
     assert lin.native_configs(X) == [[{"C": 1e-4, "gamma": pytest.approx(5.005)}]]
     rev = LandmineSVM(
-        path=DATA, fields=[0], search_space=SearchSpace.from_dict({"gamma": {"low": 0.1, "high": 1}, "C": {"low": 1, "high": 2}})
+        path=DATA,
+        fields=[0],
+        search_space=SearchSpace.from_dict({"gamma": {"low": 0.1, "high": 1}, "C": {"low": 1, "high": 2}}),
     )
     assert rev.native_configs(torch.zeros(1, 1, 2, dtype=f64)) == [[{"gamma": 0.1, "C": 1.0}]]
     with pytest.raises(ValueError, match="exactly the parameters \\['C', 'gamma'\\]"):

@@ -38,8 +38,9 @@ def test_which_agents_follow_the_seed_differ_by_group_and_nest():
     obj = grid(useless_fraction=0.3, adversarial_fraction=0.2)
     kinds = obj.kind_of_agent.view(3, 11)
     assert torch.equal(grid(useless_fraction=0.3, adversarial_fraction=0.2).kind_of_agent, obj.kind_of_agent)
-    assert not torch.equal(grid(useless_fraction=0.3, adversarial_fraction=0.2, seed=4).kind_of_agent,
-                           obj.kind_of_agent)
+    assert not torch.equal(
+        grid(useless_fraction=0.3, adversarial_fraction=0.2, seed=4).kind_of_agent, obj.kind_of_agent
+    )
     assert not (torch.equal(kinds[0], kinds[1]) and torch.equal(kinds[1], kinds[2]))  # a ranking per group
     # raising a fraction only adds agents to its kind
     small, large = grid(useless_fraction=0.2), grid(useless_fraction=0.5, adversarial_fraction=0.3)
@@ -77,7 +78,7 @@ def test_grid_functions_of_each_kind():
     assert torch.allclose(u.amin(-1), torch.zeros(9, dtype=u.dtype), atol=1e-12)
     assert torch.allclose(u.amax(-1), torch.ones(9, dtype=u.dtype), atol=1e-12)
     assert ((u - f[useless]).abs().amax(-1) > 0.3).all()
-    corr = torch.stack([torch.corrcoef(torch.stack([a, b]))[0, 1] for a, b in zip(u, f[useless])])
+    corr = torch.stack([torch.corrcoef(torch.stack([a, b]))[0, 1] for a, b in zip(u, f[useless], strict=True)])
     assert corr.abs().mean() < 0.5
     # an agent's own sample does not depend on the fractions
     more = grid(useless_fraction=0.6)
@@ -113,8 +114,10 @@ def test_continuous_functions_of_each_kind():
     [
         ({"useless_fraction": -0.1}, r"`useless_fraction` must lie in \[0, 1\], got -0.1"),
         ({"adversarial_fraction": 1.5}, r"`adversarial_fraction` must lie in \[0, 1\], got 1.5"),
-        ({"useless_fraction": 0.6, "adversarial_fraction": 0.5},
-         r"`useless_fraction` \+ `adversarial_fraction` must be <= 1, got 0.6 \+ 0.5"),
+        (
+            {"useless_fraction": 0.6, "adversarial_fraction": 0.5},
+            r"`useless_fraction` \+ `adversarial_fraction` must be <= 1, got 0.6 \+ 0.5",
+        ),
     ],
 )
 def test_bad_fractions_are_refused_by_name(kw, says):
@@ -125,9 +128,18 @@ def test_bad_fractions_are_refused_by_name(kw, says):
 
 
 def test_yaml_passes_the_fractions_to_the_objective():
-    raw = {"experiment": "fts", "methods": [{"name": "TS", "algorithm": "ts"}],
-           "objective": {"type": "gp_grid", "num_groups": 2, "agents_per_group": 5, "grid_size": 50,
-                         "useless_fraction": 0.5, "adversarial_fraction": 0.25}}
+    raw = {
+        "experiment": "fts",
+        "methods": [{"name": "TS", "algorithm": "ts"}],
+        "objective": {
+            "type": "gp_grid",
+            "num_groups": 2,
+            "agents_per_group": 5,
+            "grid_size": 50,
+            "useless_fraction": 0.5,
+            "adversarial_fraction": 0.25,
+        },
+    }
     obj = build_objective(parse_config(raw).scenarios[0].objective)
     kinds = obj.kind_of_agent.view(2, 5)
     assert ((kinds == USELESS).sum(-1) == 2).all() and ((kinds == ADVERSARIAL).sum(-1) == 1).all()

@@ -36,13 +36,27 @@ PYFMTO = {
 }
 # pyfmto's `task.y_global` at d = 3 (its value at the optimizer it records)
 PYFMTO_Y_GLOBAL_D3 = [0.0, 0.0, 0.0, 0.0, 0.0, 4.440892098500626e-16, 0.0, 3.818351251538843e-05, 0.0, 0.0]
-NAMES = ["sphere", "sphere", "sphere", "weierstrass", "rosenbrock", "ackley", "weierstrass", "schwefel",
-         "griewank", "rastrigin"]
+NAMES = [
+    "sphere",
+    "sphere",
+    "sphere",
+    "weierstrass",
+    "rosenbrock",
+    "ackley",
+    "weierstrass",
+    "schwefel",
+    "griewank",
+    "rastrigin",
+]
 
 
 def _points(d):
-    return [[((3 * i + 1) % 11 + 0.37) / 11.5 for i in range(d)], [((5 * i + 2) % 13 + 0.71) / 13.9 for i in range(d)],
-            [0.0] * d, [1.0] * d]
+    return [
+        [((3 * i + 1) % 11 + 0.37) / 11.5 for i in range(d)],
+        [((5 * i + 2) % 13 + 0.71) / 13.9 for i in range(d)],
+        [0.0] * d,
+        [1.0] * d,
+    ]
 
 
 def _rand(*shape, seed=0):

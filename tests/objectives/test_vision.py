@@ -18,9 +18,9 @@ from fbo_torch.objectives.cnn import (
     train_cnn_single,
 )
 from fbo_torch.objectives.vision import (
+    EMNISTCNN,
     HYPERPARAMETER_RANGE,
     DigitsCNN,
-    EMNISTCNN,
     dirichlet_label_partition,
 )
 from fbo_torch.utils.torchvision_compat import import_torchvision
@@ -193,9 +193,9 @@ def test_the_run_device_reaches_image_objectives_unless_the_config_names_one(mon
     seen = []
     monkeypatch.setattr(vision, "_check_device", lambda d: seen.append(d) or torch.device("cpu"))
     spec = {"type": "digits_cnn", "num_agents": 2, "steps": 5, "channels": [4, 8]}
-    build_objective(spec, device="cuda")                     # `--device cuda` / `device: cuda`
+    build_objective(spec, device="cuda")  # `--device cuda` / `device: cuda`
     build_objective({**spec, "device": "cpu"}, device="cuda")  # objective.device wins
-    build_objective(spec)                                    # no run device: the objective's default
+    build_objective(spec)  # no run device: the objective's default
     assert seen == ["cuda", "cpu", None]
     # objectives without a device argument are built as before
     assert build_objective({"type": "gp_grid", "agents_per_group": 2, "grid_size": 20}, device="cuda").num_agents == 2
@@ -252,7 +252,17 @@ def test_batched_single_configuration_equals_plain_loop(digits):
         net, X, y, tr, va, lr=0.02, lr_decay=1e-3, l2=1e-4, seed=7, steps=60, dtype=torch.float64
     )
     acc_b, params = train_cnn_batched(
-        net, X, y, [tr], [va], lr=[0.02], lr_decay=[1e-3], l2=[1e-4], seeds=[7], steps=60, return_params=True,
+        net,
+        X,
+        y,
+        [tr],
+        [va],
+        lr=[0.02],
+        lr_decay=[1e-3],
+        l2=[1e-4],
+        seeds=[7],
+        steps=60,
+        return_params=True,
         options=F64,
     )
     assert acc_b.dtype == torch.float64 and all(p.dtype == torch.float64 for p in params.values())
@@ -270,8 +280,19 @@ def test_batched_k_configurations_equal_separate_runs(digits):
     splits = [_split(len(y), s, nt, nv) for s, nt, nv in ((0, 80, 20), (1, 150, 37), (2, 45, 11))]
     lr, decay, l2, seeds = [0.02, 0.005, 1e-7], [0.01, 1e-7, 1e-3], [1e-3, 0.02, 1e-7], [3, 4, 3]
     acc_b, params = train_cnn_batched(
-        net, X, y, [s[0] for s in splits], [s[1] for s in splits], lr, decay, l2, seeds, steps=40, batch_size=16,
-        return_params=True, options=F64,
+        net,
+        X,
+        y,
+        [s[0] for s in splits],
+        [s[1] for s in splits],
+        lr,
+        decay,
+        l2,
+        seeds,
+        steps=40,
+        batch_size=16,
+        return_params=True,
+        options=F64,
     )
     assert acc_b.shape == (3,)
     for k, (tr, va) in enumerate(splits):
@@ -324,8 +345,14 @@ def _reference_run(digits) -> _Reference:
     tr, va = [s[0] for s in splits], [s[1] for s in splits]
     steps, batch, u = 50, 32, 2.0**-24
     lr = torch.tensor([0.02, 0.01, 1e-3, 1e-7], dtype=torch.float64)
-    kw = dict(lr_decay=[1e-3, 0.0, 0.01, 1e-4], l2=[1e-4, 1e-6, 0.0, 1e-3], seeds=[0, 1, 2, 3], steps=steps,
-              batch_size=batch, return_params=True)
+    kw = dict(
+        lr_decay=[1e-3, 0.0, 0.01, 1e-4],
+        l2=[1e-4, 1e-6, 0.0, 1e-3],
+        seeds=[0, 1, 2, 3],
+        steps=steps,
+        batch_size=batch,
+        return_params=True,
+    )
     acc64, p64 = train_cnn_batched(net, X, y, tr, va, lr=lr, options=F64, **kw)
     _, pert = train_cnn_batched(net, X, y, tr, va, lr=lr * (1 + u), options=F64, **kw)
     return _Reference(net, X, y, tr, va, lr, kw, acc64, p64, pert)
@@ -356,8 +383,13 @@ def test_bf16_autocast_accuracy_close_to_float32(digits):
     X, y = digits
     net = SmallCNN(image_size=8)
     splits = [_split(len(y), s, 300, 60) for s in range(4)]
-    args = dict(lr=[0.02, 0.02, 0.015, 0.02], lr_decay=[1e-4, 1e-3, 0.0, 1e-4], l2=[1e-6, 1e-5, 0.0, 1e-4],
-                seeds=[0, 1, 2, 3], steps=120)
+    args = dict(
+        lr=[0.02, 0.02, 0.015, 0.02],
+        lr_decay=[1e-4, 1e-3, 0.0, 1e-4],
+        l2=[1e-6, 1e-5, 0.0, 1e-4],
+        seeds=[0, 1, 2, 3],
+        steps=120,
+    )
     tr, va = [s[0] for s in splits], [s[1] for s in splits]
     acc32 = train_cnn_batched(net, X, y, tr, va, **args)
     acc16 = train_cnn_batched(net, X, y, tr, va, options=TrainerOptions(autocast_dtype=torch.bfloat16), **args)
@@ -367,8 +399,22 @@ def test_bf16_autocast_accuracy_close_to_float32(digits):
     assert abs(acc16.mean() - acc32.mean()) <= 0.05 + 1e-6
 
 
-_HOST_READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero",
-               "masked_select", "unique", "argwhere", "any", "all"}
+_HOST_READS = {
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "nonzero",
+    "masked_select",
+    "unique",
+    "argwhere",
+    "any",
+    "all",
+}
 
 
 def test_training_steps_never_read_back_to_the_host(digits, monkeypatch):
@@ -422,8 +468,18 @@ def test_trainer_options_check_arguments():
     with pytest.raises(TypeError, match="allow_tf32"):
         TrainerOptions(allow_tf32="yes")
     with pytest.raises(TypeError, match="options"):
-        train_cnn_batched(SmallCNN(image_size=8), torch.rand(4, 1, 8, 8), torch.zeros(4, dtype=torch.long),
-                          [torch.arange(2)], [torch.arange(2, 4)], 0.01, 0.0, 0.0, [0], options={"dtype": "float64"})
+        train_cnn_batched(
+            SmallCNN(image_size=8),
+            torch.rand(4, 1, 8, 8),
+            torch.zeros(4, dtype=torch.long),
+            [torch.arange(2)],
+            [torch.arange(2, 4)],
+            0.01,
+            0.0,
+            0.0,
+            [0],
+            options={"dtype": "float64"},
+        )
     cpu = torch.device("cpu")
     assert TrainerOptions().use_channels_last(cpu) and not TrainerOptions().use_cuda_graph(cpu)
 
@@ -466,9 +522,9 @@ def test_partition_disjoint_skewed_deterministic(digits):
     tv = 0.5 * (dist - pooled).abs().sum(-1)
     assert tv.mean() > 0.3
     again = dirichlet_label_partition(y, **kw)
-    assert all(torch.equal(p.train, q.train) and torch.equal(p.val, q.val) for p, q in zip(parts, again))
+    assert all(torch.equal(p.train, q.train) and torch.equal(p.val, q.val) for p, q in zip(parts, again, strict=True))
     other = dirichlet_label_partition(y, **{**kw, "seed": 6})
-    assert not all(torch.equal(p.train, q.train) for p, q in zip(parts, other))
+    assert not all(torch.equal(p.train, q.train) for p, q in zip(parts, other, strict=True))
     # Large alpha: close to the pooled label mix.
     iid = dirichlet_label_partition(y, **{**kw, "alpha": 1e4})
     h = torch.stack([torch.bincount(y[torch.cat([p.train, p.val])], minlength=10) for p in iid]).double()
@@ -569,8 +625,16 @@ def test_batched_trainer_cuda_matches_cpu(digits, cuda_graph):
     _assert_within_float32_roundoff(p32, p_c, pert, kw["steps"], n_terms=kw["batch_size"] * 8 * 8)
     # The fast settings (bf16 autocast, TF32, channels-last) run; accuracies stay near the
     # float64 ones (0.25 = 10 of 40 validation images: loose, these networks train 50 steps).
-    acc_fast = train_cnn_batched(net, Xg, yg, tr, va, lr=lr, options=TrainerOptions(autocast_dtype="bf16",
-                                 allow_tf32=True, cuda_graph=cuda_graph), **{**kw, "return_params": False})
+    acc_fast = train_cnn_batched(
+        net,
+        Xg,
+        yg,
+        tr,
+        va,
+        lr=lr,
+        options=TrainerOptions(autocast_dtype="bf16", allow_tf32=True, cuda_graph=cuda_graph),
+        **{**kw, "return_params": False},
+    )
     assert (acc_fast.cpu() - acc_c.float()).abs().max() <= 0.25
 
 
@@ -586,8 +650,13 @@ def test_digits_objective_trains_on_cuda():
 def test_custom_search_space_and_native_configs():
     from fbo_torch.objectives.search_space import Real, SearchSpace
 
-    space = SearchSpace([Real("l2", 1e-6, 1e-2, log=True), Real("learning_rate", 1e-3, 0.1, log=True),
-                         Real("lr_decay", 1e-6, 1e-2, log=True)])
+    space = SearchSpace(
+        [
+            Real("l2", 1e-6, 1e-2, log=True),
+            Real("learning_rate", 1e-3, 0.1, log=True),
+            Real("lr_decay", 1e-6, 1e-2, log=True),
+        ]
+    )
     f = DigitsCNN(num_agents=2, steps=5, channels=(4, 8), search_space=space)
     X = torch.tensor([[[0.0, 1.0, 0.5]], [[1.0, 0.0, 0.0]]], dtype=torch.float64)
     H = f.hyperparameters(X)  # (learning_rate, lr_decay, l2) order
@@ -609,9 +678,20 @@ def test_cnn_training_benchmark_quick(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / "cnn_training.py"), "--quick", "--threads", "1",
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, cwd=root, env=dict(os.environ, MPLBACKEND="Agg"),
+        [
+            sys.executable,
+            str(root / "benchmarks" / "cnn_training.py"),
+            "--quick",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env=dict(os.environ, MPLBACKEND="Agg"),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "cnn_training_cpu_quick.json").read_text())

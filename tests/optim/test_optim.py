@@ -4,12 +4,12 @@ from botorch.optim import optimize_acqf
 
 from fbo_torch.acquisition import RFFThompsonSample
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.sampling.rff_paths import RFFSamplePaths
+from fbo_torch.federation.search import maximize_rff_samples
 from fbo_torch.optim import maximize_batched, maximize_discrete, score_chunked
 from fbo_torch.optim.batched import boltzmann_restarts, raw_points, sobol_points
-from fbo_torch.utils import keyed_random as kr
 from fbo_torch.optim.domain import Domain
-from fbo_torch.federation.search import maximize_rff_samples
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
+from fbo_torch.utils import keyed_random as kr
 
 f64 = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
@@ -48,8 +48,16 @@ def test_discrete_maximization_is_exact(problem):
 def test_batched_maximizer_matches_optimize_acqf(problem, refine):
     # each of the 6 problems solved at once reaches what optimize_acqf reaches one by one
     rff, omegas, fn = problem
-    X, v = maximize_batched(fn, BOUNDS, 6, raw_samples=2048, num_restarts=6, refine=refine, maxiter=200,
-                            generator=torch.Generator().manual_seed(1))
+    X, v = maximize_batched(
+        fn,
+        BOUNDS,
+        6,
+        raw_samples=2048,
+        num_restarts=6,
+        refine=refine,
+        maxiter=200,
+        generator=torch.Generator().manual_seed(1),
+    )
     assert X.shape == (6, 2) and ((X >= 0) & (X <= 1)).all()
     torch.testing.assert_close(v, fn(X.unsqueeze(1)).squeeze(1))
     for b in range(6):
@@ -119,7 +127,9 @@ def test_keyed_maximization_of_one_problem_does_not_depend_on_the_batch(problem)
     rff, omegas, _ = problem
     keys = kr.fold(kr.root_key(0, "test"), torch.arange(6))
     X, v = maximize_batched(RFFSamplePaths(rff, omegas), BOUNDS, 6, raw_samples=256, num_restarts=4, keys=keys)
-    X3, v3 = maximize_batched(RFFSamplePaths(rff, omegas[3:4]), BOUNDS, 1, raw_samples=256, num_restarts=4, keys=keys[3:4])
+    X3, v3 = maximize_batched(
+        RFFSamplePaths(rff, omegas[3:4]), BOUNDS, 1, raw_samples=256, num_restarts=4, keys=keys[3:4]
+    )
     torch.testing.assert_close(X3[0], X[3], atol=1e-12, rtol=0)
     torch.testing.assert_close(v3[0], v[3], atol=1e-12, rtol=0)
 
@@ -148,7 +158,9 @@ def test_dropping_converged_functions_changes_no_maximizer(problem, monkeypatch)
     taken = []
     for fn in (RFFSamplePaths(rff, omegas), paths):
         orig = type(fn).take
-        monkeypatch.setattr(type(fn), "take", lambda self, index: (taken.append(index.numel()), orig(self, index))[1])
+        monkeypatch.setattr(
+            type(fn), "take", lambda self, index, orig=orig: (taken.append(index.numel()), orig(self, index))[1]
+        )
         keys = kr.fold(kr.root_key(0, "drop"), torch.arange(6))
         Xa, va = maximize_batched(fn, BOUNDS, 6, raw_samples=128, num_restarts=4, keys=keys, maxiter=60)
         Xb, vb = maximize_batched(_NoTake(fn), BOUNDS, 6, raw_samples=128, num_restarts=4, keys=keys, maxiter=60)
@@ -165,13 +177,14 @@ def test_take_selects_functions(problem):
     g = torch.Generator().manual_seed(4)
     X = torch.rand(6, 10, 2, generator=g, dtype=f64)
     paths = BatchedExactGP(X, X.sum(-1, keepdim=True), BOUNDS).draw_paths(
-        kr.fold(kr.root_key(2, "own"), torch.arange(6)), 32)
+        kr.fold(kr.root_key(2, "own"), torch.arange(6)), 32
+    )
     index = torch.tensor([4, 1, 1, 5])
     pts = torch.rand(6, 3, 2, generator=g, dtype=f64)
     for fn in (RFFSamplePaths(rff, omegas), paths):
         sub = fn.take(index)
         torch.testing.assert_close(sub(pts[index]), fn(pts)[index], atol=1e-12, rtol=0)
-        for a, b in zip(sub.value_and_grad(pts[index]), fn.value_and_grad(pts)):
+        for a, b in zip(sub.value_and_grad(pts[index]), fn.value_and_grad(pts), strict=True):
             torch.testing.assert_close(a, b[index], atol=1e-12, rtol=0)
         torch.testing.assert_close(sub.lengthscales().expand(4, 2), fn.lengthscales().expand(6, 2)[index])
 

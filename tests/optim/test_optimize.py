@@ -40,8 +40,9 @@ def setup():
 def test_values_at_least_those_of_per_problem_optimize_acqf(setup, name):
     batched, singles, Y, bounds = setup
     make = ACQFS[name]
-    X, values = optimize_acqf_batched(make(batched, Y.amax((-2, -1))), bounds, num_restarts=4, raw_samples=128,
-                                      options={"seed": 0})
+    X, values = optimize_acqf_batched(
+        make(batched, Y.amax((-2, -1))), bounds, num_restarts=4, raw_samples=128, options={"seed": 0}
+    )
     assert X.shape == (B, 1, D) and values.shape == (B,)
     for b, model in enumerate(singles):
         acqf = make(model, Y[b].max())
@@ -66,12 +67,14 @@ def test_shapes_bounds_and_best_f_shapes(setup):
     assert Xc.dtype == f64 and vc.dtype == f64 and Xc.device == bounds.device
     # per-problem boxes
     boxes = torch.stack([torch.tensor([[0.1 * b, 0.0], [0.1 * b + 0.2, 0.3]], dtype=f64) for b in range(B)])
-    X, v = optimize_acqf_batched(UpperConfidenceBound(batched, beta=1.0), boxes, num_restarts=2, raw_samples=32,
-                                 options={"seed": 2})
+    X, v = optimize_acqf_batched(
+        UpperConfidenceBound(batched, beta=1.0), boxes, num_restarts=2, raw_samples=32, options={"seed": 2}
+    )
     assert ((X[:, 0] >= boxes[:, 0]) & (X[:, 0] <= boxes[:, 1])).all()
     # float32 bounds follow the model (float64), and seeds reproduce
-    X2, v2 = optimize_acqf_batched(UpperConfidenceBound(batched, beta=1.0), boxes.float(), num_restarts=2,
-                                   raw_samples=32, options={"seed": 2})
+    X2, v2 = optimize_acqf_batched(
+        UpperConfidenceBound(batched, beta=1.0), boxes.float(), num_restarts=2, raw_samples=32, options={"seed": 2}
+    )
     assert X2.dtype == f64 and torch.allclose(X2, X, atol=1e-6)
 
 
@@ -99,6 +102,7 @@ def test_runs_on_cuda():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     batched, _, Y, bounds = problems("cuda")
-    X, v = optimize_acqf_batched(UpperConfidenceBound(batched, beta=2.0), bounds.cpu(), num_restarts=2,
-                                 raw_samples=32, options={"seed": 0})
+    X, v = optimize_acqf_batched(
+        UpperConfidenceBound(batched, beta=2.0), bounds.cpu(), num_restarts=2, raw_samples=32, options={"seed": 0}
+    )
     assert X.device.type == "cuda" and v.device.type == "cuda" and X.shape == (B, 1, D)

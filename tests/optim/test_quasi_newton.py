@@ -39,11 +39,19 @@ def test_box_constrained_rosenbrock_no_worse_than_scipy_lbfgsb():
     res = minimize_batched(autograd_value_and_grad(rosen), x0, lower=-0.5, upper=0.5, maxiter=200)
     assert res.converged.all()
     assert ((res.x >= -0.5) & (res.x <= 0.5)).all()
-    ref = torch.tensor([
-        minimize(lambda z: rosen(torch.tensor(z)).item(), x0[i].numpy(), bounds=[(-0.5, 0.5)] * 4,
-                 method="L-BFGS-B", options={"ftol": 1e-14, "gtol": 1e-10}).fun
-        for i in range(32)
-    ], dtype=f64)
+    ref = torch.tensor(
+        [
+            minimize(
+                lambda z: rosen(torch.tensor(z)).item(),
+                x0[i].numpy(),
+                bounds=[(-0.5, 0.5)] * 4,
+                method="L-BFGS-B",
+                options={"ftol": 1e-14, "gtol": 1e-10},
+            ).fun
+            for i in range(32)
+        ],
+        dtype=f64,
+    )
     # both reach a stationary point; ours may find a lower one, and is never above SciPy's beyond
     # the function's round-off at the solution (values ~ 1, float64)
     assert (res.fun <= ref + 1e-9).all(), (res.fun - ref).max()
@@ -78,16 +86,22 @@ def test_dropping_converged_problems_changes_no_result(with_values, line_search)
         assert torch.equal(index, index.sort().values) and index.unique().numel() == index.numel()
         return functions(c[index])
 
-    kw = dict(lower=-1.5, upper=1.5, maxiter=120, init_step=torch.linspace(0.05, 0.5, 24, dtype=f64),
-              line_search=line_search)
+    kw = dict(
+        lower=-1.5, upper=1.5, maxiter=120, init_step=torch.linspace(0.05, 0.5, 24, dtype=f64), line_search=line_search
+    )
     plain = minimize_batched(*functions(c)[:1], x0, values=functions(c)[1], check_every=None, **kw)
     fast = minimize_batched(*functions(c)[:1], x0, values=functions(c)[1], restrict=restrict, **kw)
     if line_search == "parallel":  # restrict only drops problems: ever smaller batches
         assert sizes and sizes[0] <= 24 - 6 and sizes == sorted(sizes, reverse=True)
     else:  # it also line-searches sub-batches (at most 3/4 of the batch)
         assert sizes and max(sizes) <= 24 - 6
-    for a, b in ((fast.x, plain.x), (fast.fun, plain.fun), (fast.grad, plain.grad),
-                 (fast.converged, plain.converged), (fast.iterations, plain.iterations)):
+    for a, b in (
+        (fast.x, plain.x),
+        (fast.fun, plain.fun),
+        (fast.grad, plain.grad),
+        (fast.converged, plain.converged),
+        (fast.iterations, plain.iterations),
+    ):
         assert torch.equal(a, b)
     assert plain.converged.all()
 
@@ -107,8 +121,9 @@ def test_groups_leave_the_batch_together():
     vg = autograd_value_and_grad(lambda x: rosen(x - c))
     res = minimize_batched(vg, x0, maxiter=100, restrict=restrict, group=3)
     plain = minimize_batched(vg, x0, maxiter=100, check_every=None)
-    assert seen and all(i.numel() % 3 == 0 and torch.equal(i.view(-1, 3) % 3, torch.arange(3).expand(i.numel() // 3, 3))
-                        for i in seen)
+    assert seen and all(
+        i.numel() % 3 == 0 and torch.equal(i.view(-1, 3) % 3, torch.arange(3).expand(i.numel() // 3, 3)) for i in seen
+    )
     assert torch.equal(res.x, plain.x) and torch.equal(res.iterations, plain.iterations)
     with pytest.raises(ValueError, match="group"):
         minimize_batched(vg, x0, restrict=restrict, group=5)
@@ -162,8 +177,7 @@ def test_extrapolating_line_search_keeps_exact_convergence():
     # converges to the gradient tolerance: |x - x*| <= 1e-8 / lambda_min(Q), lambda_min >= 0.5
     vg, x_star = _quadratics(3)
     steps = torch.linspace(0.01, 1.0, 8, dtype=f64)  # one first-step length per problem
-    res = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=100, init_step=steps, max_step=4.0,
-                           num_steps=6)
+    res = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=100, init_step=steps, max_step=4.0, num_steps=6)
     assert res.converged.all()
     torch.testing.assert_close(res.x, x_star, atol=1e-7, rtol=0)
 
@@ -177,8 +191,7 @@ def test_extrapolation_takes_the_long_step_far_from_a_minimum():
 
     x0 = torch.full((1, 1), 3.0, dtype=f64)
     plain = minimize_batched(vg, x0, maxiter=200, init_step=0.1, check_every=None, gtol=1e-10)
-    ext = minimize_batched(vg, x0, maxiter=200, init_step=0.1, max_step=4.0, num_steps=6, check_every=None,
-                           gtol=1e-10)
+    ext = minimize_batched(vg, x0, maxiter=200, init_step=0.1, max_step=4.0, num_steps=6, check_every=None, gtol=1e-10)
     for r in (plain, ext):
         torch.testing.assert_close(r.x, torch.zeros(1, 1, dtype=f64), atol=1e-8, rtol=0)
     assert ext.iterations[0] < plain.iterations[0]
@@ -190,8 +203,16 @@ def test_max_step_scales_the_candidate_steps():
     def vg(x):
         return ((x - 0.3) ** 2).sum(-1), 2 * (x - 0.3)
 
-    r = minimize_batched(vg, torch.zeros(1, 1, dtype=f64), maxiter=1, init_step=1.0, max_step=2.0, num_steps=3,
-                         shrink=0.25, check_every=None)
+    r = minimize_batched(
+        vg,
+        torch.zeros(1, 1, dtype=f64),
+        maxiter=1,
+        init_step=1.0,
+        max_step=2.0,
+        num_steps=3,
+        shrink=0.25,
+        check_every=None,
+    )
     torch.testing.assert_close(r.x, torch.full((1, 1), 0.5, dtype=f64), atol=0, rtol=0)
 
 
@@ -290,12 +311,25 @@ def test_late_gradients_of_extrapolated_steps_in_dropped_batches():
 
         return value_and_grad, (lambda xs: rosen(xs - shift))
 
-    kw = dict(lower=-1.5, upper=1.5, maxiter=60, line_search="sequential", check_every=4, group=2,
-              max_step=4.0, num_steps=5, init_step=0.05)
+    kw = dict(
+        lower=-1.5,
+        upper=1.5,
+        maxiter=60,
+        line_search="sequential",
+        check_every=4,
+        group=2,
+        max_step=4.0,
+        num_steps=5,
+        init_step=0.05,
+    )
     vg, values = functions(c)
     plain = minimize_batched(vg, x0, values=values, **kw)
     fast = minimize_batched(vg, x0, values=values, restrict=lambda index: functions(c[index], True), **kw)
     par = minimize_batched(vg, x0, values=values, **{**kw, "line_search": "parallel", "check_every": None})
     assert sub_calls and min(sub_calls) < 40  # sub-batches were evaluated with their gradients
-    for a, b, p in ((fast.x, plain.x, par.x), (fast.fun, plain.fun, par.fun), (fast.iterations, plain.iterations, par.iterations)):
+    for a, b, p in (
+        (fast.x, plain.x, par.x),
+        (fast.fun, plain.fun, par.fun),
+        (fast.iterations, plain.iterations, par.iterations),
+    ):
         assert torch.equal(a, b) and torch.equal(a, p)

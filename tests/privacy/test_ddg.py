@@ -65,8 +65,9 @@ def test_the_closed_form_bounds_the_renyi_divergence_of_the_sum_of_discrete_gaus
         d2, d1 = math.sqrt(sum(s * s for s in shift)), sum(abs(s) for s in shift)
         for alpha in (2, 3, 5, 10):
             direct = sum(renyi(shifted(lp, s), lp, alpha) for s in shift)  # a product over coordinates
-            bound = compute_rdp_ddg([alpha], l2_sensitivity=d2, l1_sensitivity=d1, local_variance=var,
-                                    num_shares=n, dim=len(shift))[0]
+            bound = compute_rdp_ddg(
+                [alpha], l2_sensitivity=d2, l1_sensitivity=d1, local_variance=var, num_shares=n, dim=len(shift)
+            )[0]
             assert direct <= bound * (1 + 1e-9), (shift, alpha, direct, bound)
             if var >= 1 and ddg_tau(var, n) < 1e-3:  # the bound is the continuous Gaussian's, and tight
                 assert bound == pytest.approx(alpha * d2**2 / (2 * n * var), rel=2e-3)
@@ -78,6 +79,7 @@ def test_the_subsampled_bound_holds_in_both_directions_of_the_mixture(var, n):
     """Poisson subsampling: the output is the mixture (1-q) Z + q (Z + Δ) against Z, and the reverse."""
     lp = log_pmf_of_sum(var, n, width(var, n))
     for s in (1, 2):
+
         def base(a, s=s):
             return compute_rdp_ddg(a, l2_sensitivity=s, l1_sensitivity=s, local_variance=var, num_shares=n, dim=1)
 

@@ -125,7 +125,7 @@ def test_gdp_monotone_property(q, z, steps, dq, dz):
 def test_classic_conversion_matches_definition(rdp, d1, d2):
     orders = [2, 8, 64]
     eps, order = get_privacy_spent_classic(orders=orders, rdp=rdp, delta=d1)
-    brute = [r + math.log(1 / d1) / (a - 1) for r, a in zip(rdp, orders)]
+    brute = [r + math.log(1 / d1) / (a - 1) for r, a in zip(rdp, orders, strict=True)]
     assert eps == pytest.approx(min(brute), rel=1e-12)
     assert order == orders[int(np.argmin(brute))]
     # smaller delta -> larger epsilon
@@ -376,8 +376,9 @@ def test_a_forged_ledger_is_refused(accountant):
     one = dict(state, epsilons=state["epsilons"][:2] + [state["epsilons"][2] * 0.999] + state["epsilons"][3:])
     with pytest.raises(ValueError, match="after release 3"):
         PrivacyLedger(accountant, num_agents=N).load_state_dict(one)
-    fewer = dict(state, accountant={"history": [(1.0, 0.35, 2)], "mechanism": ledger.mechanism},
-                 epsilons=state["epsilons"][:2])  # consistent, but a history cut short...
+    fewer = dict(
+        state, accountant={"history": [(1.0, 0.35, 2)], "mechanism": ledger.mechanism}, epsilons=state["epsilons"][:2]
+    )  # consistent, but a history cut short...
     resumed = PrivacyLedger(accountant, num_agents=N)
     resumed.load_state_dict(fewer)  # ...is a valid ledger of 2 releases: the server checks its own round count
     assert resumed.rounds == 2
@@ -569,8 +570,9 @@ def test_calibrate_noise_agrees_with_opacus_get_noise_multiplier(name):
 
     q, steps, target, tol = 0.02, 100, 1.0, 0.01
     ours = calibrate_noise(target, q, steps, DELTA, accountant=name, epsilon_tolerance=tol)
-    theirs = get_noise_multiplier(target_epsilon=target, target_delta=DELTA, sample_rate=q, steps=steps,
-                                  accountant=name, epsilon_tolerance=tol)
+    theirs = get_noise_multiplier(
+        target_epsilon=target, target_delta=DELTA, sample_rate=q, steps=steps, accountant=name, epsilon_tolerance=tol
+    )
     for z in (ours, theirs):
         assert target - tol <= compute_epsilon(q, z, steps, DELTA, accountant=name) <= target
 
@@ -586,8 +588,11 @@ def test_opacus_privacy_engine_trains_with_rdp_classic():
     loader = torch.utils.data.DataLoader(data, batch_size=16)
     engine = PrivacyEngine(accountant="rdp-classic")
     model, opt, loader = engine.make_private(
-        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
-        noise_multiplier=1.1, max_grad_norm=1.0,
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=loader,
+        noise_multiplier=1.1,
+        max_grad_norm=1.0,
     )
     steps = 0
     for X, Y in loader:
@@ -641,7 +646,9 @@ def test_analysis_imports_nothing_from_the_package_above():
                 mod = node.module or ""
                 assert node.level == 0, path
                 assert not mod.startswith("fbo_torch.privacy") or mod.startswith("fbo_torch.privacy.analysis"), (
-                    path, mod)
+                    path,
+                    mod,
+                )
             elif isinstance(node, ast.Import):
                 assert not any(a.name.startswith("fbo_torch.privacy") for a in node.names), path
 

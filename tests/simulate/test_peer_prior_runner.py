@@ -3,11 +3,11 @@
 import pytest
 import torch
 
+from fbo_torch.acquisition.peer_prior import BatchedPriorGuided
 from fbo_torch.federation.message_average import MessageAverage
 from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.objectives.base import Objective
 from fbo_torch.sampling.rff_paths import RFFSamplePaths
-from fbo_torch.acquisition.peer_prior import BatchedPriorGuided
 from fbo_torch.simulate.fts import FTSRunner
 
 f64 = torch.float64
@@ -30,8 +30,17 @@ class SharedOptimum(Objective):
 
 
 def settings(**kw):
-    base = dict(algorithm="peer_prior", communication="every-round", num_init=4, num_iterations=6, num_features=200,
-                rff_lengthscale=0.3, gp_warp="auto", message_outputs="warped", gp_kernel="fbo")
+    base = dict(
+        algorithm="peer_prior",
+        communication="every-round",
+        num_init=4,
+        num_iterations=6,
+        num_features=200,
+        rff_lengthscale=0.3,
+        gp_warp="auto",
+        message_outputs="warped",
+        gp_kernel="fbo",
+    )
     return FTSSettings(**{**base, **kw})
 
 
@@ -44,8 +53,14 @@ def test_centers_are_the_maximizers_of_each_senders_averaged_messages():
     means = avg.update(r.agents.message(1))
     torch.testing.assert_close(r._averaged_slots, means[r.peer_runs], rtol=0, atol=0)
     d = r.domain
-    centers, _ = d.maximize(RFFSamplePaths(r.features, means), means.shape[0], keys=r.agents.round_keys(1, "peer-optima"),
-                            raw_samples=d.raw_samples, num_restarts=4, maxiter=10)
+    centers, _ = d.maximize(
+        RFFSamplePaths(r.features, means),
+        means.shape[0],
+        keys=r.agents.round_keys(1, "peer-optima"),
+        raw_samples=d.raw_samples,
+        num_restarts=4,
+        maxiter=10,
+    )
     torch.testing.assert_close(r.peer_centers, centers[r.peer_runs], rtol=0, atol=0)
     assert (r.sources == -1).all()  # every query is the agent's own acquisition's
 
@@ -78,7 +93,9 @@ def test_a_vanishing_prior_is_the_local_acquisition():
     log_w = torch.where(probs > 0, probs.clamp_min(1e-300).log(), -torch.inf)
     s = r.settings
     guided = BatchedPriorGuided(own, r.peer_centers, log_w, s.prior_strength / 2, s.prior_width, s.prior_floor)
-    X = torch.rand(r.num_runs, 64, obj.bounds.shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    X = torch.rand(
+        r.num_runs, 64, obj.bounds.shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
     a, b = guided(X), own(X)
     # |beta/t * log prior| <= 1e-12 * |log floor| / 2 ~ 1.5e-12 on top of float64 roundoff of LogEI
     torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-11)
@@ -87,14 +104,17 @@ def test_a_vanishing_prior_is_the_local_acquisition():
 
 def test_resume_is_exact():
     obj = SharedOptimum()
-    full = FTSRunner(obj, settings(num_iterations=3, agent_weights="learned"), torch.arange(5), 2, seed=0,
-                     together=True)
+    full = FTSRunner(
+        obj, settings(num_iterations=3, agent_weights="learned"), torch.arange(5), 2, seed=0, together=True
+    )
     full.run()
-    half = FTSRunner(obj, settings(num_iterations=3, agent_weights="learned"), torch.arange(5), 2, seed=0,
-                     together=True)
+    half = FTSRunner(
+        obj, settings(num_iterations=3, agent_weights="learned"), torch.arange(5), 2, seed=0, together=True
+    )
     half.step()
-    again = FTSRunner(obj, settings(num_iterations=3, agent_weights="learned"), torch.arange(5), 2, seed=0,
-                      together=True)
+    again = FTSRunner(
+        obj, settings(num_iterations=3, agent_weights="learned"), torch.arange(5), 2, seed=0, together=True
+    )
     again.load_state_dict(half.state_dict())
     again.run()
     assert torch.equal(again.X, full.X)

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fbo_torch.federation.settings import DPFTSDESettings
-from fbo_torch.federation.settings import FTSSettings
+from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
 from fbo_torch.simulate.presets import SETUPS, apply_setup, objective_setup
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,17 +34,22 @@ def test_authors_setup_sets_the_authors_choices_and_overrides_win():
 @pytest.mark.skipif(not DATA.is_file(), reason=f"landmine data not at {DATA}")
 def test_both_setups_run_a_tiny_landmine_study(tmp_path):
     out = tmp_path / "study"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "landmine_setups.py"), "--quick", "--out", str(out)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "landmine_setups.py"), "--quick", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     res = json.loads((out / "results.json").read_text())
     assert {(r["setup"], r["method"]) for r in res["records"]} == {
-        (s, m) for s in ("modern", "authors") for m in ("TS", "DP q=0.35 z=1")}
+        (s, m) for s in ("modern", "authors") for m in ("TS", "DP q=0.35 z=1")
+    }
     rows = {(r["setup"], r["method"]): r for r in res["paired_final"]}
     assert rows[("modern", "TS")]["diff_to_ts"] == 0.0
     for (setup, method), r in rows.items():  # paired differences are per repetition: mean of (method - TS)
         rec = next(x for x in res["records"] if x["setup"] == setup and x["method"] == method)
         ts = next(x for x in res["records"] if x["setup"] == setup and x["method"] == "TS")
-        d = [a[-1] - b[-1] for a, b in zip(rec["per_rep_curves"], ts["per_rep_curves"])]
+        d = [a[-1] - b[-1] for a, b in zip(rec["per_rep_curves"], ts["per_rep_curves"], strict=True)]
         assert r["diff_to_ts"] == pytest.approx(sum(d) / len(d), abs=1e-12)
     dp = next(x for x in res["records"] if x["method"] == "DP q=0.35 z=1")
     assert dp["epsilon_final"] > 0 and len(dp["noise_norm"]) == res["rounds"]
@@ -91,8 +95,12 @@ def test_both_setups_run_end_to_end_from_yaml_without_data(tmp_path):
 
 def test_dp_regime_study_quick(tmp_path):
     out = tmp_path / "regime"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dp_regime.py"), "--quick", "--threads", "1",
-                    "--out", str(out)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "dp_regime.py"), "--quick", "--threads", "1", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     res = json.loads((out / "results.json").read_text())
     cells = {(r["cell_name"], r["method"]) for r in res["records"]}
     assert cells == {("base", "TS"), ("base", "DP-FTS-DE"), ("base", "FTS-DE"), ("z=2.0", "DP-FTS-DE"), ("z=2.0", "TS")}
@@ -100,7 +108,7 @@ def test_dp_regime_study_quick(tmp_path):
     for (cell, method), r in rows.items():  # paired per repetition against the cell's TS
         rec = next(x for x in res["records"] if x["cell_name"] == cell and x["method"] == method)
         ts = next(x for x in res["records"] if x["cell_name"] == cell and x["method"] == "TS")
-        d = [a[-1] - b[-1] for a, b in zip(rec["per_rep_curves"], ts["per_rep_curves"])]
+        d = [a[-1] - b[-1] for a, b in zip(rec["per_rep_curves"], ts["per_rep_curves"], strict=True)]
         assert r["diff_to_ts"] == pytest.approx(sum(d) / len(d), abs=1e-12)
     eps = {c: rows[(c, "DP-FTS-DE")]["epsilon_final"] for c in ("base", "z=2.0")}
     assert eps["z=2.0"] < eps["base"]  # more noise, less privacy loss at the same q, T, N
@@ -123,10 +131,15 @@ def test_fts_history_follows_the_scenario_setup():
     dom = Domain(obj.bounds, obj.candidates)
     authors = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None, setup="authors")
     assert (authors.settings.gp_kernel, authors.settings.gp_restarts, authors.settings.gp_sample_features) == (
-        "authors", SETUPS["authors"]["gp_restarts"], SETUPS["authors"]["gp_sample_features"])
+        "authors",
+        SETUPS["authors"]["gp_restarts"],
+        SETUPS["authors"]["gp_sample_features"],
+    )
     assert authors.agents.gp_spec == GP_SPECS["authors"]
     override = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel="botorch", setup="authors")
-    assert override.settings.gp_kernel == "botorch" and override.settings.gp_restarts == SETUPS["authors"]["gp_restarts"]
+    assert (
+        override.settings.gp_kernel == "botorch" and override.settings.gp_restarts == SETUPS["authors"]["gp_restarts"]
+    )
     modern = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None)
     assert modern.settings.gp_kernel == "botorch" and modern.settings.gp_restarts == 0
     assert torch.isfinite(authors.train_Y).all() and authors.train_X.shape == (3, 4, 1)
@@ -163,7 +176,7 @@ def test_fts_two_setups_run_and_pair_per_run(tmp_path):
     assert set(rows) == {(s, m) for s in ("authors", "modern") for m in ("TS", "FTS")}
     for sc in res["scenarios"]:
         curves = {m["name"]: m["runs"] for m in sc["methods"]}
-        d = [a[-1] - b[-1] for a, b in zip(curves["FTS"], curves["TS"])]
+        d = [a[-1] - b[-1] for a, b in zip(curves["FTS"], curves["TS"], strict=True)]
         targets = sc["methods"][0]["targets"]
         assert len(d) == len(targets) == 3 * len(set(targets))  # 3 initializations per target
         assert rows[(sc["name"], "FTS")]["diff_to_ts"] == pytest.approx(sum(d) / len(d), abs=1e-12)

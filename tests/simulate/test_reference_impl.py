@@ -126,7 +126,10 @@ def test_gp_nll_gradient_matches_finite_differences():
     _, g = R.gp_neg_log_marginal_likelihood(p, X, y)
     eps = 1e-6
     fd = [
-        (R.gp_neg_log_marginal_likelihood(p + eps * e, X, y)[0] - R.gp_neg_log_marginal_likelihood(p - eps * e, X, y)[0])
+        (
+            R.gp_neg_log_marginal_likelihood(p + eps * e, X, y)[0]
+            - R.gp_neg_log_marginal_likelihood(p - eps * e, X, y)[0]
+        )
         / (2 * eps)
         for e in np.eye(3)
     ]
@@ -212,7 +215,9 @@ def test_reference_round_tiny_problem():
         return float(-np.sum((x - 0.2 * (n + 1)) ** 2))
 
     part = R.BoxPartition(D, P)
-    agents = R.make_agents([lambda x, n=n: obj(n, x) for n in range(N)], part, 4, rng, M_own=M, n_random=100, n_restarts=3)
+    agents = R.make_agents(
+        [lambda x, n=n: obj(n, x) for n in range(N)], part, 4, rng, M_own=M, n_random=100, n_restarts=3
+    )
     assert [a.region for a in agents] == [0, 1, 0]
     assert all(part.region_of(x) == a.region for a in agents for x in a.X)
     feats = R.ReferenceRFF(D, M, 0.01, 1.0, rng)
@@ -226,7 +231,7 @@ def test_reference_round_tiny_problem():
         assert res.timings["total"] >= res.timings["acquisition"] > 0
         assert len(res.branches) == N and len(res.x_new) == N
         seen.update(res.branches)
-        for x, y, n in zip(res.x_new, res.y_new, range(N)):
+        for x, y, n in zip(res.x_new, res.y_new, range(N), strict=True):
             assert np.all((x >= 0) & (x <= 1)) and y == pytest.approx(obj(n, x))
     assert all(a.X.shape == (6, D) and a.y.shape == (6,) and a.n_iter == 2 for a in agents)
     # round 1 re-fits on schedule (n_iter 0); round 2 does not

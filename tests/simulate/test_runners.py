@@ -3,12 +3,11 @@ import math
 import pytest
 import torch
 
+from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
-from fbo_torch.privacy import compute_epsilon, default_delta
 from fbo_torch.optim.domain import Domain
-from fbo_torch.federation.settings import DPFTSDESettings
+from fbo_torch.privacy import compute_epsilon, default_delta
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
-from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 
 
@@ -84,7 +83,9 @@ def dp_runner(obj, **kw):
 
 @pytest.fixture(scope="module")
 def dp_objective():
-    return GPSampleGridFederation(num_groups=1, agents_per_group=8, perturbation=0.02, perturb_first=True, grid_size=200, seed=2)
+    return GPSampleGridFederation(
+        num_groups=1, agents_per_group=8, perturbation=0.02, perturb_first=True, grid_size=200, seed=2
+    )
 
 
 def test_dp_runner_tiny_end_to_end_reproducible(dp_objective):
@@ -155,5 +156,3 @@ def test_settings_validation():
         FTSSettings(algorithm="rgpe-ish")
     with pytest.raises(ValueError, match="p_t"):
         FTSSettings(p_t=2.0)
-
-

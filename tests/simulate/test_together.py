@@ -18,8 +18,15 @@ def objective():
 
 
 def settings(**kw):
-    base = dict(algorithm="fts", communication="every-round", num_init=4, num_iterations=3, num_features=20,
-                rff_lengthscale=0.2, p_t=0.0)
+    base = dict(
+        algorithm="fts",
+        communication="every-round",
+        num_init=4,
+        num_iterations=3,
+        num_features=20,
+        rff_lengthscale=0.2,
+        p_t=0.0,
+    )
     return FTSSettings(**{**base, **kw})
 
 

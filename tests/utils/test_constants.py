@@ -1,10 +1,9 @@
 import pytest
 import torch
-
-from fbo_torch.utils.constants import _runs, constant_tensor
-from fbo_torch.utils import keyed_random as kr
-
 from conftest import DEVICES
+
+from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.constants import _runs, constant_tensor
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -6,9 +6,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.models.batched_gp import BatchedExactGP
-from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.optim import batched as ob
 from fbo_torch.optim.batched import maximize_batched
+from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.cuda_graphs import GRAPH_REGION, GraphCache
 
@@ -49,11 +49,13 @@ def test_graphed_maximizer_and_fit_equal_the_eager_ones(monkeypatch):
     keys = kr.fold(kr.root_key(0, "g"), torch.arange(16, device="cuda"))
     X, v = maximize_batched(RFFSamplePaths(rff, om), b, 16, raw_samples=256, num_restarts=4, maxiter=20, keys=keys)
     assert len(ob._GRAPHS._graphs) >= 1
-    X2, v2 = maximize_batched(RFFSamplePaths(rff, om * 1.5), b, 16, raw_samples=256, num_restarts=4, maxiter=20,
-                              keys=keys)  # replay with new ω
+    X2, v2 = maximize_batched(
+        RFFSamplePaths(rff, om * 1.5), b, 16, raw_samples=256, num_restarts=4, maxiter=20, keys=keys
+    )  # replay with new ω
     monkeypatch.setenv("FBO_CUDA_GRAPHS", "0")
-    Xe, ve = maximize_batched(RFFSamplePaths(rff, om * 1.5), b, 16, raw_samples=256, num_restarts=4, maxiter=20,
-                              keys=keys)
+    Xe, ve = maximize_batched(
+        RFFSamplePaths(rff, om * 1.5), b, 16, raw_samples=256, num_restarts=4, maxiter=20, keys=keys
+    )
     torch.testing.assert_close(X2, Xe, atol=1e-12, rtol=0)
     torch.testing.assert_close(v2, ve, atol=1e-12, rtol=0)
     Xg = torch.rand(8, 12, 2, dtype=f64, device="cuda")
@@ -73,6 +75,7 @@ def test_cuda_and_cpu_maximizers_agree():
     b = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
     keys = kr.fold(kr.root_key(0, "dev"), torch.arange(8))
     _, v_cpu = maximize_batched(RFFSamplePaths(rff, om), b, 8, raw_samples=512, num_restarts=8, keys=keys)
-    _, v_gpu = maximize_batched(RFFSamplePaths(rff.cuda(), om.cuda()), b.cuda(), 8, raw_samples=512,
-                                num_restarts=8, keys=keys.cuda())
+    _, v_gpu = maximize_batched(
+        RFFSamplePaths(rff.cuda(), om.cuda()), b.cuda(), 8, raw_samples=512, num_restarts=8, keys=keys.cuda()
+    )
     torch.testing.assert_close(v_gpu.cpu(), v_cpu, atol=1e-8, rtol=1e-8)

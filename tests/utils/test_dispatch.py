@@ -59,7 +59,9 @@ def test_cos_in_place_is_the_cosine(dtype, threads, monkeypatch):
             out = cos_(a)
             assert out is a and out.dtype == dtype
             # |cos| <= 1: a few units in the last place of 1 are an absolute error of ~eps
-            assert (out.double() - (exact if out.shape == z.shape else exact.mT)).abs().max() <= 2 * torch.finfo(dtype).eps
+            assert (out.double() - (exact if out.shape == z.shape else exact.mT)).abs().max() <= 2 * torch.finfo(
+                dtype
+            ).eps
         # NumPy's kernel exactly for the contiguous float32 tensor, whatever the number of threads
         assert len(numpy_calls) == (1 if dtype == torch.float32 else 0)
         v = torch.zeros(3)
@@ -96,19 +98,37 @@ def test_cos_and_rowdot_do_not_depend_on_the_number_of_threads(dtype, monkeypatc
 def test_a_simulation_is_bit_identical_at_one_and_two_threads(monkeypatch):
     # a few DP-FTS-DE rounds (float32 screening of raw points, float64 refinement, GP fits):
     # the same points queried and the same losses whatever torch.set_num_threads says
-    from fbo_torch.optim.domain import Domain
     from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
+    from fbo_torch.optim.domain import Domain
     from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
     monkeypatch.delenv("FBO_SYNC_FREE", raising=False)
-    obj = GPSampleContinuousFederation(dim=2, num_groups=1, agents_per_group=4, perturbation=0.05,
-                                       perturb_first=True, num_basis=64, lengthscale=0.2, seed=0)
-    settings = DPFTSDESettings(num_iterations=3, num_init=3, num_features=30, rff_lengthscale=0.2, num_regions=2,
-                               sample_rate=0.6, noise_multiplier=1.0, clip_norm=5.0, gp_refit_every=2,
-                               gp_sample_features=32)
-    domain = Domain(obj.bounds, raw_samples=64, num_restarts=2, maxiter=10, raw_samples_rff=64,
-                    num_restarts_rff=2, maxiter_rff=10)
+    obj = GPSampleContinuousFederation(
+        dim=2,
+        num_groups=1,
+        agents_per_group=4,
+        perturbation=0.05,
+        perturb_first=True,
+        num_basis=64,
+        lengthscale=0.2,
+        seed=0,
+    )
+    settings = DPFTSDESettings(
+        num_iterations=3,
+        num_init=3,
+        num_features=30,
+        rff_lengthscale=0.2,
+        num_regions=2,
+        sample_rate=0.6,
+        noise_multiplier=1.0,
+        clip_norm=5.0,
+        gp_refit_every=2,
+        gp_sample_features=32,
+    )
+    domain = Domain(
+        obj.bounds, raw_samples=64, num_restarts=2, maxiter=10, raw_samples_rff=64, num_restarts_rff=2, maxiter_rff=10
+    )
 
     def run():
         r = DPFTSDERunner(obj, settings, num_inits=2, domain=domain, seed=0, accountant="rdp")
@@ -116,5 +136,5 @@ def test_a_simulation_is_bit_identical_at_one_and_two_threads(monkeypatch):
         return r.agents.train_X.clone(), res.loss, res.used_server
 
     one, two = _at_threads(1, run), _at_threads(2, run)
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         assert torch.equal(a, b)

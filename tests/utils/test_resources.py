@@ -35,6 +35,9 @@ def test_a_cgroup_limit_lowers_what_the_machine_reports(monkeypatch):
     monkeypatch.setattr(resources, "_meminfo", lambda: 8 << 30)
     monkeypatch.setattr(resources, "_cgroup", lambda: 1 << 30)
     assert available_memory() == 1 << 30
-    with pytest.raises(MemoryLimitError, match=r"^`num_iterations`: 7 things needs about 2.0 GiB, more than the "
-                                               r"1.0 GiB this machine has free"):
+    with pytest.raises(
+        MemoryLimitError,
+        match=r"^`num_iterations`: 7 things needs about 2.0 GiB, more than the "
+        r"1.0 GiB this machine has free",
+    ):
         check_memory("`num_iterations`", 2 << 30, "7 things")

@@ -137,11 +137,19 @@ def compute_rdp_poisson_subsampled(orders: Sequence[float], sample_rate: float, 
     out_int = np.empty(len(ints))
     for i, a in enumerate(ints):
         a_int = int(a)
-        terms = [(a - 1) * log_1q + math.log(a * q - q + 1),
-                 _log_binom(a, 2.0) + 2 * log_q + (a - 2) * log_1q + eps_int[0]]
+        terms = [
+            (a - 1) * log_1q + math.log(a * q - q + 1),
+            _log_binom(a, 2.0) + 2 * log_q + (a - 2) * log_1q + eps_int[0],
+        ]
         if a_int >= 3:
             ls = np.arange(3, a_int + 1, dtype=float)
-            terms.extend(math.log(3.0) + _log_binom(a, ls) + ls * log_q + (a - ls) * log_1q + (ls - 1) * eps_int[ls.astype(int) - 2])
+            terms.extend(
+                math.log(3.0)
+                + _log_binom(a, ls)
+                + ls * log_q
+                + (a - ls) * log_1q
+                + (ls - 1) * eps_int[ls.astype(int) - 2]
+            )
         out_int[i] = logsumexp(np.asarray(terms, dtype=float)) / (a - 1)
     sub = out_int[np.ceil(alpha).astype(int) - 2]
     return np.minimum(sub, base)

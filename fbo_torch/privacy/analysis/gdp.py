@@ -35,9 +35,7 @@ def compute_mu_history(history: Iterable[tuple[float, float, int]]) -> float:
     history = list(history)
     if any(z == 0.0 for z, _, _ in history):
         return math.inf
-    mu_sq = sum(
-        float(compute_mu_poisson(steps=n, noise_multiplier=z, sample_rate=q)) ** 2 for z, q, n in history
-    )
+    mu_sq = sum(float(compute_mu_poisson(steps=n, noise_multiplier=z, sample_rate=q)) ** 2 for z, q, n in history)
     return math.sqrt(mu_sq)
 
 

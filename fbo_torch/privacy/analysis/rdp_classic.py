@@ -54,9 +54,7 @@ def compute_rdp_classic(
     return compute_rdp_history(history, orders)
 
 
-def get_privacy_spent_classic(
-    *, orders: Sequence[float], rdp: Sequence[float], delta: float
-) -> tuple[float, float]:
+def get_privacy_spent_classic(*, orders: Sequence[float], rdp: Sequence[float], delta: float) -> tuple[float, float]:
     r"""Classic RDP → (ε, δ) conversion, minimised over the orders.
 
     ``ε = min_α [rdp(α) + log(1/δ) / (α - 1)]``. This is looser than the
@@ -80,9 +78,7 @@ def get_privacy_spent_classic(
     orders_vec = check_orders(orders)
     rdp_vec = np.atleast_1d(np.asarray(rdp, dtype=float))
     if rdp_vec.shape != orders_vec.shape:
-        raise ValueError(
-            f"`orders` and `rdp` must have the same length, got {orders_vec.size} and {rdp_vec.size}."
-        )
+        raise ValueError(f"`orders` and `rdp` must have the same length, got {orders_vec.size} and {rdp_vec.size}.")
     delta = float(delta)
     if not (0.0 < delta < 1.0):
         raise ValueError(f"`delta` must lie in (0, 1), got {delta}.")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+#: The one source of the version: the build reads it (pyproject.toml), as do ``fbo-torch --version``,
+#: run manifests and ``results.json``. A release changes it here and in CHANGELOG.md.
 __version__ = "0.1.0"
 
 #: Public name -> the module that defines it (imported on first use).

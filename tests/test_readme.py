@@ -7,9 +7,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-#: Markdown files whose relative links must resolve: the README, docs/ and the results' READMEs.
+#: Markdown files whose relative links must resolve: the README, the changelog, docs/ and the results' READMEs.
 LINKED_DOCS = [
     README,
+    ROOT / "CHANGELOG.md",
     *sorted((ROOT / "docs").glob("*.md")),
     *sorted((ROOT / "benchmarks" / "results").glob("*/README.md")),
 ]

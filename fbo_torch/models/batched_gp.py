@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fbo_torch.models.gp_posterior import BatchedGPPosterior
+from fbo_torch.models.gp_posterior import BatchedGPPosterior, FactoredGPs
 from fbo_torch.optim.quasi_newton import minimize_batched
 from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
@@ -610,11 +610,17 @@ class BatchedExactGP:
             self._chol = torch.where((info == 0).view(-1, 1, 1), L, L2)
         return self._chol
 
+    def factored(self) -> FactoredGPs:
+        """The agents' GPs at the current hyperparameters, factored (what posteriors and paths are built from)."""
+        return FactoredGPs(
+            self.bounds, self.X, self.y, self.mask, self.cholesky, self.hyperparameters, self.y_mean, self.y_std
+        )
+
     def posterior_moments(self) -> BatchedGPPosterior:
         r"""The agents' posteriors at the current hyperparameters, factored once: a
         :class:`~fbo_torch.models.gp_posterior.BatchedGPPosterior`, callable on ``B x C x d``
         points (mean, variance and their input gradients)."""
-        return BatchedGPPosterior.from_gp(self)
+        return BatchedGPPosterior.from_factor(self.factored())
 
     def posterior(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Posterior mean and variance of the latent function at ``B x C x d`` domain points.
@@ -646,7 +652,7 @@ class BatchedExactGP:
         W = z[:, : (F // 2) * d].view(B, F // 2, d) / hp["lengthscale"].unsqueeze(-2)
         w = z[:, (F // 2) * d : (F // 2) * d + F]
         eps = z[:, (F // 2) * d + F :] * hp["noise"].sqrt().unsqueeze(-1)
-        return GPThompsonPaths.from_draws(self, W, w, eps)
+        return GPThompsonPaths.from_draws(self.factored(), W, w, eps)
 
     def to_botorch(self, index: int | None = None):
         r"""The equal BoTorch ``SingleTaskGP``, hyperparameters loaded: the export for users.

@@ -12,6 +12,11 @@ else ``fbo_torch.a``). Three graphs, each without a cycle:
   cycle, it does not remove it); the deployment check below reads this one;
 * *every import*: also those under ``if TYPE_CHECKING:`` — the type checker and a
   reader follow them, so a cycle there still ties two concepts into one.
+
+An import that runs also reaches the ``__init__`` of every package above its target
+that does not hold the importing file (Python runs it first): ``sampling.gp_paths``
+importing ``models.gp_posterior`` at run time would run ``models/__init__``, which
+imports ``models.batched_gp``, which imports ``sampling.gp_paths``.
 """
 
 from __future__ import annotations
@@ -45,24 +50,27 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST, functions: bool = True, type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
-    """The import statements of ``tree``: those inside functions with ``functions``, those under
-    ``if TYPE_CHECKING:`` with ``type_checking``."""
+def _imports(tree: ast.AST, functions: bool = True, type_checking: bool = False) -> list[tuple[ast.stmt, bool]]:
+    """The import statements of ``tree``, each with whether it runs: those inside functions with
+    ``functions``, those under ``if TYPE_CHECKING:`` (which never run) with ``type_checking``."""
     found = []
 
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
+    def visit(node: ast.AST, runs: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
             for child in node.orelse:
-                visit(child)
+                visit(child, runs)
+            if type_checking:
+                for child in node.body:
+                    visit(child, False)
             return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and not functions:
             return
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
+            found.append((node, runs))
         for child in ast.iter_child_nodes(node):
-            visit(child)
+            visit(child, runs)
 
-    visit(tree)
+    visit(tree, True)
     return found
 
 
@@ -80,7 +88,7 @@ def _import_graph(functions: bool = True, type_checking: bool = False) -> dict[s
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
     for module, path in MODULES.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in _imports(TREES[module], functions, type_checking):
+        for node, runs in _imports(TREES[module], functions, type_checking):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             else:
@@ -93,8 +101,15 @@ def _import_graph(functions: bool = True, type_checking: bool = False) -> dict[s
             for name in names:
                 if name == "fbo_torch" or name.startswith("fbo_torch."):
                     target = _resolve(name)
-                    if target is not None and target != module:
-                        graph[module].add(target)
+                    if target is None or target == module:
+                        continue
+                    graph[module].add(target)
+                    if runs:  # importing fbo_torch.a.b first runs fbo_torch.a's __init__ (unless it is ours)
+                        parts = target.split(".")
+                        for k in range(2, len(parts)):
+                            parent = ".".join(parts[:k])
+                            if not (module == parent or module.startswith(parent + ".")):
+                                graph[module].add(parent)
     return graph
 
 
@@ -167,10 +182,10 @@ def test_the_graphs_see_the_right_imports():
         "if TYPE_CHECKING:\n    import fbo_torch.cli\n"
         "class C:\n    import fbo_torch.b\n"
     )
-    names = [ast.unparse(n) for n in _imports(tree)]
+    names = [ast.unparse(n) for n, _ in _imports(tree)]
     assert names == ["import fbo_torch.a", "from fbo_torch.privacy import ledger", "import fbo_torch.b"]
-    assert [ast.unparse(n) for n in _imports(tree, functions=False)] == ["import fbo_torch.a", "import fbo_torch.b"]
-    assert len(_imports(tree, type_checking=True)) == 4
+    assert [ast.unparse(n) for n, _ in _imports(tree, functions=False)] == ["import fbo_torch.a", "import fbo_torch.b"]
+    assert [runs for _, runs in _imports(tree, type_checking=True)] == [True, True, False, True]
     # a function-local import (the CLI's lazy ones) is in the run-time graph only
     assert "fbo_torch.experiments.loop" in GRAPHS["run time"]["fbo_torch.cli"]
     assert "fbo_torch.experiments.loop" not in GRAPHS["module level"]["fbo_torch.cli"]
@@ -179,6 +194,9 @@ def test_the_graphs_see_the_right_imports():
     # an import under TYPE_CHECKING only: federation.input_space names AgentMessage in annotations
     assert "fbo_torch.federation.messages" in GRAPHS["every import"]["fbo_torch.federation.input_space"]
     assert "fbo_torch.federation.messages" not in GRAPHS["run time"]["fbo_torch.federation.input_space"]
+    # importing a module of another subpackage runs that subpackage's __init__ first: an edge to it
+    assert "fbo_torch.optim" in GRAPHS["module level"]["fbo_torch.models.batched_gp"]
+    assert "fbo_torch.models" not in GRAPHS["module level"]["fbo_torch.models.batched_gp"]
 
 
 def test_cycles_are_found_and_printed():
@@ -188,10 +206,21 @@ def test_cycles_are_found_and_printed():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
+#: The one cycle through package ``__init__`` files left, and why: BoTorch's pathwise sampling must
+#: know RFFBayesianLinear and SharedRFFKernel as soon as either is imported, so both packages'
+#: ``__init__`` import the registrations (last, after their own names exist), and the registrations
+#: import both classes. Any other cycle, or this one grown, fails.
+KNOWN_CYCLES = [["fbo_torch.kernels", "fbo_torch.models", "fbo_torch.sampling.pathwise"]]
+
+
 @pytest.mark.parametrize("kind", list(GRAPHS))
 def test_no_import_cycle_between_files(kind):
     graph = GRAPHS[kind]
-    cycles = [" -> ".join(_cycle_path(graph, c)) for c in _cycles(graph)]
+    cycles = [
+        " -> ".join(_cycle_path(graph, c)) + (f" (all of {c})" if len(c) > 2 else "")
+        for c in _cycles(graph)
+        if c not in KNOWN_CYCLES
+    ]
     assert not cycles, f"import cycles ({kind}): " + "; ".join(cycles)
 
 

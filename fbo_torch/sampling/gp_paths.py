@@ -8,12 +8,15 @@ evaluate them and their input gradients as a few batched tensor operations.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from fbo_torch.models.gp_posterior import FactoredGPs
 from fbo_torch.utils.dispatch import cos_, rowdot
+
+if TYPE_CHECKING:  # an annotation only: importing fbo_torch.models here would run its __init__, which imports this
+    from fbo_torch.models.gp_posterior import FactoredGPs
 
 
 class GPThompsonPaths:

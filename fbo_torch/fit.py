@@ -46,8 +46,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.input_space import check_input_bounds
-from fbo_torch.utils.validation import check_finite, check_int, check_positive, check_tensor
+from fbo_torch.utils.validation import check_finite, check_input_bounds, check_int, check_positive, check_tensor
 
 Dataset = tuple[Tensor, Tensor]
 

@@ -48,7 +48,8 @@ from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.federation.search import broadcast_queries
 from fbo_torch.federation.settings import MethodSettings
-from fbo_torch.models.batched_gp import BatchedExactGP, get_spec
+from fbo_torch.models.batched_gp import BatchedExactGP
+from fbo_torch.models.gp_spec import get_spec
 from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain

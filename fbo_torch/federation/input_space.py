@@ -43,27 +43,13 @@ from botorch.models.transforms.input import AffineInputTransform, ChainedInputTr
 from torch import Tensor
 from torch.nn import Identity, Module
 
-from fbo_torch.utils.validation import check_finite, check_tensor
+from fbo_torch.utils.validation import check_input_bounds
 
 if TYPE_CHECKING:  # pragma: no cover
     from fbo_torch.federation.messages import AgentMessage
 
 #: Relative tolerance within which two declared input spaces are the same.
 SAME_SPACE_RTOL = 1e-9
-
-
-def check_input_bounds(name: str, bounds: Tensor, dim: int | None = None) -> Tensor:
-    r"""Check ``bounds`` is ``2 x d`` (``... x 2 x d`` allowed), finite, with ``upper > lower``."""
-    check_tensor(name, bounds)
-    if bounds.ndim < 2 or bounds.shape[-2] != 2 or (dim is not None and bounds.shape[-1] != dim):
-        d = "d" if dim is None else f"d = {dim}"
-        raise ValueError(f"`{name}` must be 2 x {d} (lower and upper bounds), got shape {tuple(bounds.shape)}.")
-    if not bounds.is_floating_point():
-        raise TypeError(f"`{name}` must be a floating-point tensor, got dtype {bounds.dtype}.")
-    check_finite(name, bounds)
-    if not bool((bounds[..., 1, :] > bounds[..., 0, :]).all()):
-        raise ValueError(f"`{name}`: every upper bound must exceed its lower bound.")
-    return bounds
 
 
 def unit_bounds(dim: int, like: Tensor | None = None) -> Tensor:

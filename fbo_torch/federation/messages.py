@@ -14,8 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.input_space import check_input_bounds
-from fbo_torch.utils.validation import check_finite, check_floating, check_tensor
+from fbo_torch.utils.validation import check_finite, check_floating, check_input_bounds, check_tensor
 
 
 def _check_fingerprint(name: str, fingerprint: str) -> None:

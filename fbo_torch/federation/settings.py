@@ -43,7 +43,7 @@ from fbo_torch.federation.fidelity import check_agent_weights
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.secure import check_aggregation
 from fbo_torch.federation.weights import ExplorationWeights
-from fbo_torch.models.batched_gp import GP_SPECS
+from fbo_torch.models.gp_spec import GP_SPECS
 from fbo_torch.privacy import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from fbo_torch.utils.validation import check_int, check_probability
 

@@ -1,6 +1,7 @@
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
-from fbo_torch.models.batched_gp import GP_SPECS, BatchedExactGP, GPSpec
+from fbo_torch.models.batched_gp import BatchedExactGP
 from fbo_torch.models.gp_posterior import BatchedGPPosterior
+from fbo_torch.models.gp_spec import GP_SPECS, GPSpec
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.models.weight_posterior import RFFWeightPosterior, cholesky_rank_one_update
 

@@ -40,12 +40,13 @@ BoTorch's: :meth:`BatchedExactGP.to_botorch` returns the equal ``SingleTaskGP``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from fbo_torch.models.gp_posterior import BatchedGPPosterior
+from fbo_torch.models.gp_export import to_single_task_gp
+from fbo_torch.models.gp_posterior import BatchedGPPosterior, FactoredGPs
+from fbo_torch.models.gp_spec import GP_SPECS, GPSpec, get_spec
 from fbo_torch.optim.quasi_newton import minimize_batched
 from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
@@ -55,111 +56,6 @@ from fbo_torch.utils.validation import check_bounds, check_int, check_tensor
 
 _LOG2PI = math.log(2.0 * math.pi)
 _FIT_GRAPHS = GraphCache("BatchedExactGP.fit")
-
-
-@dataclass(frozen=True)
-class GPSpec:
-    r"""Which exact GP the agents use.
-
-    Attributes:
-        ard: One lengthscale per input dimension (else one shared).
-        outputscale: Learn a signal variance (``ScaleKernel``); else it is 1 in
-            standardized units (BoTorch's default ``SingleTaskGP``).
-        mean: ``"constant"`` (learned) or ``"zero"``.
-        priors: BoTorch's priors (LogNormal on lengthscales and noise) — a MAP
-            fit; without, maximum likelihood.
-        standardize: Fit on per-agent standardized outcomes (BoTorch's ``Standardize``).
-        lengthscale_lower / noise_lower: Lower bounds (constraints).
-        lengthscale_init / outputscale_init / noise_init: Starting values
-            (``None``: the prior's mode, as BoTorch initializes).
-    """
-
-    ard: bool = True
-    outputscale: bool = False
-    mean: str = "constant"
-    priors: bool = True
-    standardize: bool = True
-    lengthscale_lower: float = 0.025
-    noise_lower: float = 1e-4
-    lengthscale_init: float | None = None
-    outputscale_init: float = 1.0
-    noise_init: float | None = None
-    ls_prior_median: float | None = None
-    ls_prior_scale: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.mean not in ("constant", "zero"):
-            raise ValueError(f"`mean` must be 'constant' or 'zero', got {self.mean!r}.")
-        if not (self.lengthscale_lower >= 0 and self.noise_lower >= 0):
-            raise ValueError("`lengthscale_lower` and `noise_lower` must be >= 0.")
-
-    def num_params(self, dim: int) -> int:
-        """Length of the unconstrained parameter vector for ``dim`` inputs."""
-        return (dim if self.ard else 1) + int(self.outputscale) + 1 + int(self.mean == "constant")
-
-    def ls_prior(self, dim: int) -> tuple[float, float]:
-        """The LogNormal lengthscale prior (loc, scale): BoTorch's dimension-scaled one
-        (median ``e^√2·√d``, scale ``√3``) unless ``ls_prior_median`` (the median is
-        ``ls_prior_median·√d``) / ``ls_prior_scale`` are set."""
-        if self.ls_prior_median is None:
-            loc = math.sqrt(2.0) + 0.5 * math.log(dim)
-        else:
-            loc = math.log(self.ls_prior_median) + 0.5 * math.log(dim)
-        scale = math.sqrt(3.0) if self.ls_prior_scale is None else self.ls_prior_scale
-        return loc, scale
-
-
-#: Named GP configurations. ``"botorch"``: BoTorch's default ``SingleTaskGP``
-#: (RBF/ARD, dimension-scaled LogNormal lengthscale prior, LogNormal(-4, 1)
-#: noise prior, constant mean, standardized outcomes). ``"rbf"``: a scaled
-#: RBF/ARD kernel fitted by maximum likelihood (GPyTorch's default
-#: constraints), like the authors' GPy models but with ARD. ``"authors"``: the
-#: authors' GPy ``GPRegression`` — isotropic RBF with a signal variance, zero
-#: mean, raw (unstandardized) outputs, maximum likelihood, GPy's starting
-#: values (variance 1, lengthscale 1, noise 1). ``"fbo"``: BoTorch's model with a
-#: noise floor of ``1e-6`` instead of ``1e-4`` (standardized units) and a LogNormal
-#: lengthscale prior of median ``0.115·√d`` (unit-cube units) and scale ``0.75``
-#: instead of BoTorch's median ``e^√2·√d`` and scale ``√3``. On a noiseless black
-#: box whose values span orders of magnitude BoTorch's floor (1% of the outputs'
-#: standard deviation) hides the last orders of improvement near the optimum, and
-#: with 10–30 points BoTorch's long-lengthscale prior fits a smooth trend and
-#: explores the box's corners; the noise prior is BoTorch's, so noisy data still
-#: fit their noise (``docs/design.md``, "The local engine", has the measurements).
-GP_SPECS: dict[str, GPSpec] = {
-    "botorch": GPSpec(),
-    "rbf": GPSpec(
-        ard=True,
-        outputscale=True,
-        priors=False,
-        lengthscale_lower=1e-3,
-        noise_lower=1e-4,
-        lengthscale_init=math.log(2.0) + 1e-3,
-        outputscale_init=math.log(2.0),
-        noise_init=math.log(2.0) + 1e-4,
-    ),
-    "fbo": GPSpec(noise_lower=1e-6, ls_prior_median=0.115, ls_prior_scale=0.75),
-    "authors": GPSpec(
-        ard=False,
-        outputscale=True,
-        mean="zero",
-        priors=False,
-        standardize=False,
-        lengthscale_lower=1e-4,
-        noise_lower=1e-6,
-        lengthscale_init=1.0,
-        outputscale_init=1.0,
-        noise_init=1.0,
-    ),
-}
-
-
-def get_spec(spec: str | GPSpec) -> GPSpec:
-    """A :class:`GPSpec` from a name in :data:`GP_SPECS` or a spec."""
-    if isinstance(spec, GPSpec):
-        return spec
-    if spec not in GP_SPECS:
-        raise ValueError(f"Unknown GP spec {spec!r}; expected one of {sorted(GP_SPECS)} or a GPSpec.")
-    return GP_SPECS[spec]
 
 
 class BatchedExactGP:
@@ -610,11 +506,17 @@ class BatchedExactGP:
             self._chol = torch.where((info == 0).view(-1, 1, 1), L, L2)
         return self._chol
 
+    def factored(self) -> FactoredGPs:
+        """The agents' GPs at the current hyperparameters, factored (what posteriors and paths are built from)."""
+        return FactoredGPs(
+            self.bounds, self.X, self.y, self.mask, self.cholesky, self.hyperparameters, self.y_mean, self.y_std
+        )
+
     def posterior_moments(self) -> BatchedGPPosterior:
         r"""The agents' posteriors at the current hyperparameters, factored once: a
         :class:`~fbo_torch.models.gp_posterior.BatchedGPPosterior`, callable on ``B x C x d``
         points (mean, variance and their input gradients)."""
-        return BatchedGPPosterior.from_gp(self)
+        return BatchedGPPosterior.from_factor(self.factored())
 
     def posterior(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Posterior mean and variance of the latent function at ``B x C x d`` domain points.
@@ -646,7 +548,7 @@ class BatchedExactGP:
         W = z[:, : (F // 2) * d].view(B, F // 2, d) / hp["lengthscale"].unsqueeze(-2)
         w = z[:, (F // 2) * d : (F // 2) * d + F]
         eps = z[:, (F // 2) * d + F :] * hp["noise"].sqrt().unsqueeze(-1)
-        return GPThompsonPaths.from_draws(self, W, w, eps)
+        return GPThompsonPaths.from_draws(self.factored(), W, w, eps)
 
     def to_botorch(self, index: int | None = None):
         r"""The equal BoTorch ``SingleTaskGP``, hyperparameters loaded: the export for users.
@@ -663,82 +565,8 @@ class BatchedExactGP:
                 must be valid, a batched ``SingleTaskGP`` has no masks). An
                 integer: agent ``index`` alone, unbatched, on its valid observations.
         """
-        from botorch.models import SingleTaskGP
-        from botorch.models.transforms.input import Normalize
-        from botorch.models.transforms.outcome import Standardize
-        from gpytorch.constraints import GreaterThan
-        from gpytorch.kernels import RBFKernel, ScaleKernel
-        from gpytorch.likelihoods import GaussianLikelihood
-        from gpytorch.means import ConstantMean, ZeroMean
-
-        s, d = self.spec, self.dim
-        hp = self.hyperparameters
-        if index is None:
-            if not bool(self.mask.all()):
-                raise ValueError(
-                    "to_botorch() needs every observation valid; this GP has masked entries "
-                    "(use to_botorch(index) for one agent)."
-                )
-            X, y, y_mean, y_std = self.X, self.y, self.y_mean.unsqueeze(-1), self.y_std.unsqueeze(-1)
-            bs = torch.Size([self.X.shape[0]])
-        else:
-            keep = self.mask[index]
-            X, y = self.X[index, keep], self.y[index, keep]
-            y_mean, y_std = self.y_mean[index], self.y_std[index]
-            hp = {k: v[index] for k, v in hp.items()}
-            bs = torch.Size([])
-        Xo = self.bounds[0] + X * (self.bounds[1] - self.bounds[0])
-        Yo = (y * y_std + y_mean).unsqueeze(-1)
-        kwargs = {}
-        botorch_default = (
-            s.priors
-            and not s.outputscale
-            and s.ard
-            and s.lengthscale_lower == 0.025
-            and s.noise_lower == 1e-4
-            and s.ls_prior_median is None
-            and s.ls_prior_scale is None
-        )
-        if not botorch_default:
-            ls_prior = noise_prior = None
-            if s.priors:  # the spec's LogNormal priors, as BoTorch's default model attaches its own
-                from gpytorch.priors import LogNormalPrior
-
-                loc, scale = s.ls_prior(d)
-                ls_prior, noise_prior = LogNormalPrior(loc, scale), LogNormalPrior(-4.0, 1.0)
-            base = RBFKernel(
-                ard_num_dims=d if s.ard else None,
-                batch_shape=bs,
-                lengthscale_prior=ls_prior,
-                lengthscale_constraint=GreaterThan(s.lengthscale_lower),
-            )
-            kwargs["covar_module"] = ScaleKernel(base, batch_shape=bs) if s.outputscale else base
-            kwargs["likelihood"] = GaussianLikelihood(
-                batch_shape=bs, noise_prior=noise_prior, noise_constraint=GreaterThan(s.noise_lower)
-            )
-        if s.mean == "zero":
-            kwargs["mean_module"] = ZeroMean(batch_shape=bs)
-        elif "covar_module" in kwargs:
-            kwargs["mean_module"] = ConstantMean(batch_shape=bs)
-        lo, hi = self.bounds[0], self.bounds[1]
-        unit = bool((lo == 0).all()) and bool((hi == 1).all())
-        model = SingleTaskGP(
-            Xo,
-            Yo,
-            outcome_transform=Standardize(m=1, batch_shape=bs) if s.standardize else None,
-            input_transform=None if unit else Normalize(d=d, bounds=self.bounds),
-            **kwargs,
-        )
-        covar = model.covar_module
-        base = covar.base_kernel if s.outputscale else covar
-        ls = hp["lengthscale"] if s.ard else hp["lengthscale"][..., :1]
-        base.lengthscale = ls.unsqueeze(-2)
-        if s.outputscale:
-            covar.outputscale = hp["outputscale"]
-        model.likelihood.noise = hp["noise"].unsqueeze(-1)
-        if s.mean == "constant":
-            model.mean_module.constant = hp["mean"].reshape(model.mean_module.constant.shape)
-        return model.eval()
+        return to_single_task_gp(self.spec, self.factored(), index)
 
 
+# GPSpec, GP_SPECS and get_spec live in fbo_torch.models.gp_spec; imported from here they still work
 __all__ = ["GP_SPECS", "BatchedExactGP", "GPSpec", "get_spec"]

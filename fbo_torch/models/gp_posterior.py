@@ -13,13 +13,30 @@ noise) in the original outcome units, per agent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from fbo_torch.models.batched_gp import BatchedExactGP
+
+class FactoredGPs(NamedTuple):
+    r"""``B`` exact GPs at fixed hyperparameters, factored: what a posterior or a path is built from.
+
+    ``bounds``: ``2 x d`` domain box; ``X``: ``B x n x d`` normalized training inputs;
+    ``y``: ``B x n`` standardized outcomes; ``mask``: ``B x n`` bool, the valid observations;
+    ``L``: ``B x n x n`` Cholesky factor of ``K + σ²I``; ``hyperparameters``: constrained
+    ``lengthscale`` (``B x d``), ``outputscale``, ``noise`` and ``mean`` (``B``);
+    ``y_mean``, ``y_std``: ``B`` each, the outcome standardization.
+    """
+
+    bounds: Tensor
+    X: Tensor
+    y: Tensor
+    mask: Tensor
+    L: Tensor
+    hyperparameters: dict[str, Tensor]
+    y_mean: Tensor
+    y_std: Tensor
 
 
 class BatchedGPPosterior:
@@ -30,7 +47,7 @@ class BatchedGPPosterior:
     standardized mean ``c_b + k_b(x)ᵀα_b`` and variance ``σ_f² − ‖L_b⁻¹k_b(x)‖²``,
     returned as ``y_mean + y_std · mean`` and ``y_std² · variance``.
 
-    Build it with :meth:`from_gp` (or ``gp.posterior_moments()``).
+    Build it with ``gp.posterior_moments()`` (or :meth:`from_factor`).
     """
 
     #: ``maximize_batched`` folds the line search's candidates into ``C`` (the per-agent
@@ -58,18 +75,17 @@ class BatchedGPPosterior:
         self.ls, self.os, self.mean, self.y_mean, self.y_std = ls, os_, mean, y_mean, y_std
 
     @classmethod
-    def from_gp(cls, gp: BatchedExactGP) -> BatchedGPPosterior:
-        """The posteriors of ``gp`` at its current hyperparameters (one Cholesky factor, two solves)."""
+    def from_factor(cls, gp: FactoredGPs) -> BatchedGPPosterior:
+        """The posteriors of factored GPs (two triangular solves)."""
         hp = gp.hyperparameters
-        L = gp.cholesky
         r = torch.where(gp.mask, gp.y - hp["mean"].unsqueeze(-1), 0.0).unsqueeze(-1)
         # two triangular solves: torch.cholesky_solve checks for errors on the host (a synchronization)
-        z = torch.linalg.solve_triangular(L, r, upper=False)
-        alpha = torch.linalg.solve_triangular(L.mT, z, upper=True).squeeze(-1)
+        z = torch.linalg.solve_triangular(gp.L, r, upper=False)
+        alpha = torch.linalg.solve_triangular(gp.L.mT, z, upper=True).squeeze(-1)
         alpha = torch.where(gp.mask, alpha, 0.0)
         lo, width = gp.bounds[0], gp.bounds[1] - gp.bounds[0]
         return cls(
-            lo, width, gp.X, gp.mask, L, alpha, hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std
+            lo, width, gp.X, gp.mask, gp.L, alpha, hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std
         )
 
     @property
@@ -138,4 +154,4 @@ class BatchedGPPosterior:
         return mean, var
 
 
-__all__ = ["BatchedGPPosterior"]
+__all__ = ["BatchedGPPosterior", "FactoredGPs"]

@@ -1,4 +1,4 @@
-r"""A small CNN and a trainer that trains many hyperparameter configurations at once.
+r"""The CNN trainer: many configurations of the small CNN (:mod:`fbo_torch.objectives.cnn_model`) at once.
 
 The image-tuning objectives (:mod:`fbo_torch.objectives.vision`) evaluate one
 round of queries, ``k`` agents x ``q`` points, as ``K = k * q`` CNN trainings.
@@ -102,17 +102,24 @@ On CUDA, cuDNN may pick non-deterministic backward kernels unless
 from __future__ import annotations
 
 import copy
-import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from fbo_torch.objectives.cnn_model import (
+    SmallCNN,
+    _check_model,
+    _grouped_forward,
+    init_cnn_parameters,
+    stacked_cnn_forward,
+)
+from fbo_torch.objectives.cnn_options import TrainerOptions, _as_dtype, _autocast, cuda_backend_flags
 from fbo_torch.utils.validation import check_int, check_ndim, check_tensor
 
+# SmallCNN, init_cnn_parameters, stacked_cnn_forward live in fbo_torch.objectives.cnn_model, TrainerOptions
+# and cuda_backend_flags in fbo_torch.objectives.cnn_options; imported from here they still work
 __all__ = [
     "SmallCNN",
     "TrainerOptions",
@@ -126,235 +133,8 @@ __all__ = [
 ]
 
 
-class SmallCNN(nn.Module):
-    r"""``conv-relu-maxpool-conv-relu-maxpool-linear`` image classifier.
-
-    Both convolutions are ``kernel_size x kernel_size`` with "same" padding, each
-    followed by ReLU and 2 x 2 max pooling (floor), so an ``s x s`` image ends as
-    a ``channels[1] x (s//2//2) x (s//2//2)`` feature map before the linear
-    layer. With ``channels=(16, 32)`` the network has about 20k parameters for
-    28 x 28 inputs (EMNIST) and 6k for 8 x 8 inputs (scikit-learn digits).
-
-    Args:
-        image_size: Side length ``s`` of the square input images (``>= 4``).
-        in_channels: Number of input channels.
-        num_classes: Number of output classes.
-        channels: Output channels of the two convolutions.
-        kernel_size: Odd convolution kernel size.
-
-    Example:
-        >>> net = SmallCNN(image_size=28)
-        >>> net(torch.rand(5, 1, 28, 28)).shape
-        torch.Size([5, 10])
-    """
-
-    def __init__(
-        self,
-        image_size: int = 28,
-        in_channels: int = 1,
-        num_classes: int = 10,
-        channels: Sequence[int] = (16, 32),
-        kernel_size: int = 3,
-    ) -> None:
-        super().__init__()
-        image_size = check_int("image_size", image_size, minimum=4)
-        in_channels = check_int("in_channels", in_channels, minimum=1)
-        num_classes = check_int("num_classes", num_classes, minimum=2)
-        kernel_size = check_int("kernel_size", kernel_size, minimum=1)
-        if kernel_size % 2 == 0:
-            raise ValueError(f"`kernel_size` must be odd ('same' padding), got {kernel_size}.")
-        channels = tuple(channels)
-        if len(channels) != 2:
-            raise ValueError(f"`channels` must hold two convolution widths, got {channels}.")
-        c1, c2 = (check_int(f"channels[{i}]", c, minimum=1) for i, c in enumerate(channels))
-        self.image_size = image_size
-        self.in_channels = in_channels
-        self.num_classes = num_classes
-        self.channels = (c1, c2)
-        self.kernel_size = kernel_size
-        pad = kernel_size // 2
-        self.conv1 = nn.Conv2d(in_channels, c1, kernel_size, padding=pad)
-        self.conv2 = nn.Conv2d(c1, c2, kernel_size, padding=pad)
-        side = image_size // 2 // 2
-        self.fc = nn.Linear(c2 * side * side, num_classes)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Logits ``n x num_classes`` for images ``n x in_channels x s x s``."""
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc(x.flatten(1))
-
-
-# --------------------------------------------------------------------------- options
-_DTYPES = {
-    "float32": torch.float32,
-    "float": torch.float32,
-    "fp32": torch.float32,
-    "float64": torch.float64,
-    "double": torch.float64,
-    "fp64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "half": torch.float16,
-    "fp16": torch.float16,
-}
-
-
-def _as_dtype(name: str, value: object, allowed: tuple[torch.dtype, ...]) -> torch.dtype:
-    dtype = _DTYPES.get(value.lower()) if isinstance(value, str) else value
-    if dtype not in allowed:
-        names = sorted({k for k, v in _DTYPES.items() if v in allowed})
-        raise ValueError(f"`{name}` must be one of {names} (or the torch dtypes), got {value!r}.")
-    return dtype
-
-
-def _optional_bool(name: str, value: object) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    raise TypeError(f"`{name}` must be true, false or null (automatic), got {value!r}.")
-
-
-@dataclass(frozen=True)
-class TrainerOptions:
-    r"""How :func:`train_cnn_batched` executes (see the module docstring).
-
-    Args:
-        dtype: Parameters, gradients and loss (``torch.float32`` or
-            ``torch.float64``; strings such as ``"float64"`` are accepted).
-        autocast_dtype: ``None`` (off) or ``torch.bfloat16`` / ``torch.float16``:
-            the convolutions and the output layer run under
-            :func:`torch.autocast` with float32 master weights. Changes results
-            (bf16 has an 8-bit mantissa); validation accuracy stays close to
-            float32 (``tests/objectives/test_vision.py`` states the tolerance).
-            ``float16`` on CUDA only, and unscaled: bf16 is the supported choice.
-        allow_tf32: Let cuDNN convolutions and cuBLAS matmuls use TF32 tensor
-            cores on CUDA (changes results at the ~1e-3 level; off by default).
-        channels_last: Channels-last activations; ``None`` picks: on for CPU, on
-            for CUDA with autocast or TF32, off for plain float32/float64 CUDA.
-        cuda_graph: Capture one training step as a CUDA graph and replay it;
-            ``None``: on for CUDA. Ignored on CPU.
-        cudnn_benchmark: cuDNN autotuning of convolution algorithms (CUDA).
-        deterministic: Only deterministic cuDNN kernels, no autotuning (CUDA);
-            bitwise reproducible runs at some cost in speed.
-
-    Example:
-        >>> TrainerOptions(dtype="float64").dtype
-        torch.float64
-    """
-
-    dtype: torch.dtype = torch.float32
-    autocast_dtype: torch.dtype | None = None
-    allow_tf32: bool = False
-    channels_last: bool | None = None
-    cuda_graph: bool | None = None
-    cudnn_benchmark: bool = True
-    deterministic: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "dtype", _as_dtype("dtype", self.dtype, (torch.float32, torch.float64)))
-        if self.autocast_dtype is not None:
-            ac = _as_dtype("autocast_dtype", self.autocast_dtype, (torch.bfloat16, torch.float16))
-            if self.dtype != torch.float32:
-                raise ValueError(f"`autocast_dtype` needs dtype float32 master weights, got dtype {self.dtype}.")
-            object.__setattr__(self, "autocast_dtype", ac)
-        for name in ("allow_tf32", "cudnn_benchmark", "deterministic"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
-        for name in ("channels_last", "cuda_graph"):
-            _optional_bool(name, getattr(self, name))
-
-    def use_channels_last(self, device: torch.device) -> bool:
-        """Whether activations are channels-last on ``device``."""
-        if self.channels_last is not None:
-            return self.channels_last
-        return device.type == "cpu" or self.autocast_dtype is not None or self.allow_tf32
-
-    def use_cuda_graph(self, device: torch.device) -> bool:
-        """Whether the training steps are replayed from a CUDA graph on ``device``."""
-        return device.type == "cuda" and (self.cuda_graph is None or self.cuda_graph)
-
-
-@contextmanager
-def cuda_backend_flags(device: torch.device, options: TrainerOptions) -> Iterator[None]:
-    r"""Set cuDNN autotuning/determinism and the TF32 policy of ``options`` for a block (CUDA only).
-
-    Uses PyTorch's per-backend ``fp32_precision`` flags (``"ieee"`` or
-    ``"tf32"`` for ``torch.backends.cudnn.conv`` and
-    ``torch.backends.cuda.matmul``) where they exist (torch >= 2.9; mixing them
-    with the legacy ``allow_tf32`` flags is an error there), the legacy flags
-    otherwise. Everything is restored on exit. A no-op for other devices.
-    """
-    if device.type != "cuda":
-        yield
-        return
-    cudnn = torch.backends.cudnn
-    saved = (cudnn.benchmark, cudnn.deterministic)
-    precision = "tf32" if options.allow_tf32 else "ieee"
-    try:
-        targets = [cudnn.conv, torch.backends.cuda.matmul]
-        old = [t.fp32_precision for t in targets]
-    except AttributeError:  # torch < 2.9: only the legacy flags
-        targets, old = None, (cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    try:
-        cudnn.benchmark = options.cudnn_benchmark and not options.deterministic
-        cudnn.deterministic = options.deterministic
-        if targets is not None:
-            for t in targets:
-                t.fp32_precision = precision
-        else:
-            cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = options.allow_tf32
-        yield
-    finally:
-        cudnn.benchmark, cudnn.deterministic = saved
-        if targets is not None:
-            for t, value in zip(targets, old, strict=True):
-                t.fp32_precision = value
-        else:
-            cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
-
-
-def _autocast(device: torch.device, options: TrainerOptions):
-    if options.autocast_dtype is None:
-        return nullcontext()
-    # cache_enabled=False: autocast's weight-cast cache must be off under CUDA graph capture.
-    return torch.autocast(device.type, dtype=options.autocast_dtype, cache_enabled=False)
-
-
-# --------------------------------------------------------------------------- helpers
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int(seed))
-
-
-def init_cnn_parameters(model: SmallCNN, generator: torch.Generator) -> dict[str, Tensor]:
-    r"""Seeded initial parameters for ``model`` (float32, CPU).
-
-    Convolution kernels are He-uniform ``U(±sqrt(6 / fan_in))``, the output
-    layer's weight Glorot-uniform ``U(±sqrt(6 / (fan_in + fan_out)))`` (fans
-    include the receptive field), biases zero. Tensors are drawn in
-    ``model.named_parameters()`` order. Trainers cast them to their ``dtype``,
-    so float32 and float64 runs start from the same weights.
-
-    Args:
-        model: The architecture (its own parameter values are not used).
-        generator: A CPU ``torch.Generator``.
-
-    Returns:
-        Parameter name -> fresh tensor.
-    """
-    params = {}
-    for name, p in model.named_parameters():
-        if name.endswith("weight"):
-            fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(p)
-            if p.ndim > 2:  # convolution followed by ReLU
-                bound = math.sqrt(6.0 / fan_in)
-            else:
-                bound = math.sqrt(6.0 / (fan_in + fan_out))
-            u = torch.rand(p.shape, generator=generator, dtype=torch.float32)
-            params[name] = u.mul_(2 * bound).sub_(bound)
-        else:
-            params[name] = torch.zeros(p.shape, dtype=torch.float32)
-    return params
 
 
 def sample_minibatch_indices(num_samples: int, steps: int, batch_size: int, generator: torch.Generator) -> Tensor:
@@ -389,12 +169,6 @@ def _as_config_vector(name: str, value: float | Tensor | Sequence[float], K: int
     if not torch.isfinite(v).all() or (v < 0).any():
         raise ValueError(f"`{name}` must be finite and >= 0, got {v.tolist()}.")
     return v
-
-
-def _check_model(model: object) -> SmallCNN:
-    if not isinstance(model, SmallCNN):
-        raise TypeError(f"`model` must be a SmallCNN (the architecture template), got {type(model).__name__}.")
-    return model
 
 
 def _check_data(model: SmallCNN, images: Tensor, labels: Tensor) -> None:
@@ -503,46 +277,6 @@ def train_cnn_single(
 
 
 # --------------------------------------------------------------------------- batched
-def _grouped_forward(
-    model: SmallCNN, params: dict[str, Tensor], x: Tensor, K: int, channels_last: bool = False
-) -> Tensor:
-    """Logits ``K x B x classes`` of the stacked networks for inputs ``B x (K*C) x H x W``."""
-    pad = model.kernel_size // 2
-    h = x.contiguous(memory_format=torch.channels_last) if channels_last else x
-    for name in ("conv1", "conv2"):
-        w = params[f"{name}.weight"]  # K x O x C x k x k
-        h = F.conv2d(h, w.flatten(0, 1), params[f"{name}.bias"].flatten(), padding=pad, groups=K)
-        h = F.relu(F.max_pool2d(h, 2))  # = max_pool(relu(h)): ReLU is monotone
-    B = h.shape[0]
-    feats = h.reshape(B, K, -1).transpose(0, 1)  # K x B x F, per-config flatten(1) order
-    return torch.baddbmm(params["fc.bias"].unsqueeze(1), feats, params["fc.weight"].transpose(1, 2))
-
-
-def stacked_cnn_forward(
-    model: SmallCNN, params: dict[str, Tensor], x: Tensor, channels_last: bool | None = None
-) -> Tensor:
-    r"""Evaluate ``K`` stacked copies of ``model`` on their own inputs.
-
-    Args:
-        model: Architecture template (:class:`SmallCNN`).
-        params: Stacked parameters, ``name -> K x ...`` (as returned by
-            :func:`train_cnn_batched` with ``return_params=True`` or by
-            :func:`torch.func.stack_module_state`).
-        x: ``K x B x C x H x W`` inputs, ``x[k]`` for network ``k``.
-        channels_last: Activation layout (default: :class:`TrainerOptions`' choice).
-
-    Returns:
-        ``K x B x num_classes`` logits; ``out[k]`` equals
-        ``model_k(x[k])`` for the network ``model_k`` with parameters ``params[·][k]``.
-    """
-    _check_model(model)
-    check_ndim("x", x, 5, "K x B x C x H x W")
-    K, B = x.shape[:2]
-    if channels_last is None:
-        channels_last = TrainerOptions().use_channels_last(x.device)
-    return _grouped_forward(model, params, x.transpose(0, 1).reshape(B, -1, *x.shape[-2:]), K, channels_last)
-
-
 #: Eager steps before a CUDA graph is captured (cuDNN autotuning, allocator warm-up).
 _GRAPH_WARMUP_STEPS = 3
 

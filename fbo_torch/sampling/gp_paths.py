@@ -15,8 +15,8 @@ from torch import Tensor
 
 from fbo_torch.utils.dispatch import cos_, rowdot
 
-if TYPE_CHECKING:
-    from fbo_torch.models.batched_gp import BatchedExactGP
+if TYPE_CHECKING:  # an annotation only: importing fbo_torch.models here would run its __init__, which imports this
+    from fbo_torch.models.gp_posterior import FactoredGPs
 
 
 class GPThompsonPaths:
@@ -106,8 +106,8 @@ class GPThompsonPaths:
         self._ready = not any(getattr(self, f).requires_grad for f in self._FIELDS)
 
     @classmethod
-    def from_draws(cls, gp: BatchedExactGP, W: Tensor, w: Tensor, eps: Tensor) -> GPThompsonPaths:
-        r"""Paths from given random draws: ``W`` (``B x F/2 x d``, already divided by the
+    def from_draws(cls, gp: FactoredGPs, W: Tensor, w: Tensor, eps: Tensor) -> GPThompsonPaths:
+        r"""Paths of factored GPs from given random draws: ``W`` (``B x F/2 x d``, already divided by the
         lengthscales), ``w`` (``B x F`` standard normals), ``eps`` (``B x n`` noise draws)."""
         hp = gp.hyperparameters
         F = w.shape[-1]
@@ -117,7 +117,7 @@ class GPThompsonPaths:
             (lin.sin() * w[:, None, : F // 2]).sum(-1) + (lin.cos() * w[:, None, F // 2 :]).sum(-1)
         )
         resid = torch.where(gp.mask, gp.y - hp["mean"].unsqueeze(-1) - prior - eps, 0.0)
-        L = gp.cholesky
+        L = gp.L
         # two triangular solves: torch.cholesky_solve checks for errors on the host (a synchronization)
         w_ = torch.linalg.solve_triangular(L, resid.unsqueeze(-1), upper=False)
         v = torch.linalg.solve_triangular(L.mT, w_, upper=True).squeeze(-1)

@@ -29,9 +29,8 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.input_space import check_input_bounds
 from fbo_torch.utils.dispatch import cos_, rowdot
-from fbo_torch.utils.validation import check_last_dim, check_tensor
+from fbo_torch.utils.validation import check_input_bounds, check_last_dim, check_tensor
 
 
 class RFFSamplePaths:

@@ -103,6 +103,20 @@ def check_bounds(name: str, bounds: Tensor, dim: int | None = None) -> Tensor:
     return bounds
 
 
+def check_input_bounds(name: str, bounds: Tensor, dim: int | None = None) -> Tensor:
+    r"""Check ``bounds`` is ``2 x d`` (``... x 2 x d`` allowed), finite, with ``upper > lower``."""
+    check_tensor(name, bounds)
+    if bounds.ndim < 2 or bounds.shape[-2] != 2 or (dim is not None and bounds.shape[-1] != dim):
+        d = "d" if dim is None else f"d = {dim}"
+        raise ValueError(f"`{name}` must be 2 x {d} (lower and upper bounds), got shape {tuple(bounds.shape)}.")
+    if not bounds.is_floating_point():
+        raise TypeError(f"`{name}` must be a floating-point tensor, got dtype {bounds.dtype}.")
+    check_finite(name, bounds)
+    if not bool((bounds[..., 1, :] > bounds[..., 0, :]).all()):
+        raise ValueError(f"`{name}`: every upper bound must exceed its lower bound.")
+    return bounds
+
+
 def check_in_bounds(name: str, X: Tensor, bounds: Tensor, atol: float = 1e-9) -> None:
     lo = bounds[0].to(X)
     hi = bounds[1].to(X)

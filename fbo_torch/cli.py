@@ -426,7 +426,7 @@ def _cmd_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Download a dataset (EMNIST); errors are one line on stderr."""
     if args.dataset != "emnist":
         parser.error("give a DATASET: emnist")
-    from fbo_torch.objectives.vision import EMNIST_ROOT_ENV, download_emnist
+    from fbo_torch.objectives.emnist import EMNIST_ROOT_ENV, download_emnist
 
     try:
         n_train, n_test = download_emnist(args.root, args.url)

@@ -12,8 +12,10 @@ onto the hyperparameter box (:meth:`AgentImageCNN.hyperparameters`).
 
 Agents. The paper uses the first 50 writers of TensorFlow Federated's EMNIST;
 torchvision's EMNIST carries no writer ids, so agents are built by Dirichlet
-label skew instead (:func:`dirichlet_label_partition`): every agent gets its
-own label distribution and data size, and its own train/validation split.
+label skew instead
+(:func:`~fbo_torch.objectives.label_partition.dirichlet_label_partition`):
+every agent gets its own label distribution and data size, and its own
+train/validation split.
 
 Evaluation. One call ``objective(X)`` with ``X: k x q x 3`` trains all
 ``K = k q`` configurations as one stacked model with
@@ -22,8 +24,9 @@ the whole federation costs about one training run, not ``K``.
 
 Two objectives:
 
-* :class:`EMNISTCNN` — torchvision's EMNIST "digits" split (28 x 28). It must be
-  downloaded beforehand (``fbo-torch data emnist --root DIR``, :func:`download_emnist`).
+* :class:`EMNISTCNN` — torchvision's EMNIST "digits" split (28 x 28), read by
+  :mod:`fbo_torch.objectives.emnist`. It must be downloaded beforehand
+  (``fbo-torch data emnist --root DIR``, :func:`~fbo_torch.objectives.emnist.download_emnist`).
 * :class:`DigitsCNN` — scikit-learn's 1,797 real 8 x 8 digit images, shipped
   with scikit-learn: the offline image task for CPU runs and CI.
 """
@@ -33,23 +36,26 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from fbo_torch.objectives.cnn import SmallCNN, TrainerOptions, train_cnn_batched
+from fbo_torch.objectives.emnist import EMNIST_ROOT_ENV, download_emnist, emnist_to_float, load_emnist_digits
+from fbo_torch.objectives.label_partition import _TRAINING_STREAM, AgentSplit, dirichlet_label_partition
 from fbo_torch.objectives.search_space import Real, SearchSpace, TuningObjective, as_search_space
 from fbo_torch.utils.validation import (
     check_int,
     check_ndim,
-    check_positive,
-    check_probability,
     check_tensor,
 )
 
+# AgentSplit and dirichlet_label_partition live in fbo_torch.objectives.label_partition, EMNIST_ROOT_ENV and
+# download_emnist in fbo_torch.objectives.emnist; imported from here they still work
 __all__ = [
+    "EMNIST_ROOT_ENV",
     "HYPERPARAMETER_NAMES",
     "HYPERPARAMETER_RANGE",
     "AgentSplit",
@@ -66,10 +72,6 @@ HYPERPARAMETER_NAMES = ("learning_rate", "lr_decay", "l2")
 #: Range of every hyperparameter (thesis appendix C.2.2).
 HYPERPARAMETER_RANGE = (1e-7, 0.02)
 
-# Stream tags so that the partition and the training seeds never share random numbers.
-_PARTITION_STREAM = 0
-_TRAINING_STREAM = 1
-
 
 def default_cnn_search_space() -> SearchSpace:
     r"""Learning rate, learning-rate decay and L2 coefficient, each in ``[1e-7, 0.02]`` on a log scale."""
@@ -79,128 +81,6 @@ def default_cnn_search_space() -> SearchSpace:
 
 def _derive_seed(seed: int, *keys: int) -> int:
     return int(np.random.SeedSequence([int(seed), *keys]).generate_state(1, dtype=np.uint32)[0])
-
-
-# --------------------------------------------------------------------------- partition
-class AgentSplit(NamedTuple):
-    """One agent's data: indices (into the partitioned dataset) of its training and validation samples."""
-
-    train: Tensor
-    val: Tensor
-
-
-def dirichlet_label_partition(
-    labels: Tensor,
-    num_agents: int,
-    alpha: float = 0.5,
-    samples_per_agent: int = 200,
-    min_samples_per_agent: int = 20,
-    size_spread: float = 0.3,
-    val_fraction: float = 0.2,
-    seed: int = 0,
-) -> list[AgentSplit]:
-    r"""Split a labelled dataset into heterogeneous agents by Dirichlet label skew.
-
-    Scheme (all draws from ``numpy.random.default_rng`` seeded by ``seed``):
-
-    1. **Sizes.** Agent ``n`` asks for
-       ``m_n = max(min_samples_per_agent, round(samples_per_agent · e^{σ z_n - σ²/2}))``
-       samples with ``z_n ~ N(0, 1)`` and ``σ = size_spread`` (log-normal around
-       the mean; ``σ = 0`` gives equal sizes). If ``Σ m_n`` exceeds the dataset,
-       the sizes are scaled down proportionally (never below the minimum).
-    2. **Label distributions.** ``p_n ~ Dir(α · 1_C)`` over the ``C`` classes:
-       small ``α`` (e.g. 0.1) gives agents dominated by one or two digits,
-       large ``α`` (e.g. 100) nearly the global label mix.
-    3. **Sampling without replacement.** Agents are filled in order
-       ``n = 0, 1, ...``: class counts ``~ Multinomial(m_n, p_n)``, taken from
-       per-class shuffled pools; if a class pool runs out, the shortfall is
-       redrawn from the classes with samples left, again in proportion to
-       ``p_n``. Every sample is used by at most one agent. (Late agents may be
-       pushed towards the leftover classes when ``Σ m_n`` is close to the
-       dataset size.)
-    4. **Train/validation.** Each agent's samples are shuffled and the first
-       ``max(1, round(val_fraction · m_n))`` become its validation set (at
-       least one sample stays for training).
-
-    Args:
-        labels: ``n`` integer class labels.
-        num_agents: Number of agents ``N``.
-        alpha: Dirichlet concentration ``α > 0``.
-        samples_per_agent: Mean number of samples per agent (train + validation).
-        min_samples_per_agent: Minimum samples per agent (``>= 2``).
-        size_spread: Log-normal spread ``σ >= 0`` of the agents' sizes.
-        val_fraction: Fraction of each agent's samples used for validation, in ``(0, 1)``.
-        seed: Seed of the partition.
-
-    Returns:
-        ``num_agents`` :class:`AgentSplit` s of long index tensors (CPU) into ``labels``.
-
-    Example:
-        >>> parts = dirichlet_label_partition(torch.randint(10, (1000,)), num_agents=5, alpha=0.3,
-        ...                                   samples_per_agent=100, seed=0)
-        >>> len(parts), parts[0].train.dtype
-        (5, torch.int64)
-    """
-    check_tensor("labels", labels)
-    if labels.ndim != 1 or labels.is_floating_point() or labels.dtype == torch.bool:
-        raise ValueError(
-            f"`labels` must be a 1-d tensor of integer classes, got {labels.dtype} of shape {tuple(labels.shape)}."
-        )
-    num_agents = check_int("num_agents", num_agents, minimum=1)
-    check_positive("alpha", alpha)
-    samples_per_agent = check_int("samples_per_agent", samples_per_agent, minimum=2)
-    min_samples_per_agent = check_int("min_samples_per_agent", min_samples_per_agent, minimum=2)
-    check_positive("size_spread", size_spread, allow_zero=True)
-    val_fraction = check_probability("val_fraction", val_fraction, open_left=True, open_right=True)
-    n = labels.numel()
-    if num_agents * min_samples_per_agent > n:
-        raise ValueError(
-            f"The dataset has {n} samples, fewer than num_agents x min_samples_per_agent = "
-            f"{num_agents} x {min_samples_per_agent}; lower one of them."
-        )
-
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), _PARTITION_STREAM]))
-    y = labels.detach().cpu().numpy()
-    classes = np.unique(y)
-    pools = [rng.permutation(np.flatnonzero(y == c)) for c in classes]
-    used = np.zeros(len(classes), dtype=np.int64)
-    available = np.array([len(p) for p in pools], dtype=np.int64)
-
-    sigma = float(size_spread)
-    z = rng.standard_normal(num_agents)
-    sizes = np.maximum(min_samples_per_agent, np.rint(samples_per_agent * np.exp(sigma * z - 0.5 * sigma**2))).astype(
-        np.int64
-    )
-    if sizes.sum() > n:
-        sizes = np.maximum(min_samples_per_agent, np.floor(sizes * (n / sizes.sum()))).astype(np.int64)
-        while sizes.sum() > n:  # rounding at the minimum: trim the largest agents
-            sizes[np.argmax(sizes)] -= 1
-    props = rng.dirichlet(np.full(len(classes), float(alpha)), size=num_agents)
-
-    splits = []
-    for i in range(num_agents):
-        room = available - used
-        take = np.minimum(rng.multinomial(sizes[i], props[i]), room)
-        deficit = int(sizes[i] - take.sum())
-        while deficit > 0:
-            left = room - take
-            weight = props[i] * (left > 0)
-            if weight.sum() <= 0:
-                weight = (left > 0).astype(float)
-            extra = np.minimum(rng.multinomial(deficit, weight / weight.sum()), left)
-            take += extra
-            deficit -= int(extra.sum())
-        idx = np.concatenate([pools[c][used[c] : used[c] + take[c]] for c in range(len(classes))])
-        used += take
-        idx = rng.permutation(idx)
-        n_val = min(max(1, int(round(val_fraction * idx.size))), idx.size - 1)
-        splits.append(
-            AgentSplit(
-                train=torch.as_tensor(idx[n_val:], dtype=torch.long),
-                val=torch.as_tensor(idx[:n_val], dtype=torch.long),
-            )
-        )
-    return splits
 
 
 # --------------------------------------------------------------------------- objective
@@ -249,8 +129,8 @@ class AgentImageCNN(TuningObjective):
     numbers across queries); ``__call__`` and :meth:`evaluate_true` agree.
 
     Subclasses load the images; this class partitions them
-    (:func:`dirichlet_label_partition`) and keeps only the samples the agents
-    use, on ``device``.
+    (:func:`~fbo_torch.objectives.label_partition.dirichlet_label_partition`)
+    and keeps only the samples the agents use, on ``device``.
 
     Args:
         images: ``n x C x s x s`` float images with pixels in ``[0, 1]`` (any
@@ -445,7 +325,8 @@ class DigitsCNN(AgentImageCNN):
 
     ``sklearn.datasets.load_digits()`` (1,797 real images of the digits 0-9,
     16 gray levels, shipped with scikit-learn) with pixels scaled to ``[0, 1]``,
-    partitioned into ``num_agents`` agents by :func:`dirichlet_label_partition`.
+    partitioned into ``num_agents`` agents by
+    :func:`~fbo_torch.objectives.label_partition.dirichlet_label_partition`.
     The offline stand-in for :class:`EMNISTCNN`. The defaults are sized for a
     CPU: one call for 10 agents x 1 configuration (120 SGD steps each) takes
     about a second of one core (see docs/design.md). With seed 0, the mean
@@ -502,31 +383,18 @@ class DigitsCNN(AgentImageCNN):
         super().__init__(**federation_arguments(locals()), num_classes=10)
 
 
-#: Environment variable naming the folder that holds ``EMNIST/raw`` (used when ``root`` is not given).
-EMNIST_ROOT_ENV = "FBO_EMNIST_ROOT"
-
-_EMNIST_HOW_TO = (
-    "Download it with `fbo-torch data emnist --root <folder>` (NIST's gzip.zip, about 540 MB, through "
-    "torchvision) and set FBO_EMNIST_ROOT=<folder> (or pass root=<folder>); on a machine without internet "
-    "access, run that command on one with it and copy <folder>/EMNIST/raw/emnist-digits-* to "
-    "<folder>/EMNIST/raw/ here."
-)
-_EMNIST_HELP = (
-    "EMNIST 'digits' was not found under {root!r} (torchvision reads "
-    "{root}/EMNIST/raw/emnist-digits-{{train,test}}-{{images-idx3,labels-idx1}}-ubyte). "
-) + _EMNIST_HOW_TO
-
-
 class EMNISTCNN(AgentImageCNN):
     r"""CNN tuning on EMNIST digits for ``N`` label-skewed agents (DP-FTS-DE's third experiment).
 
     Loads ``torchvision.datasets.EMNIST(root, split="digits", train=train)``
-    (via :func:`~fbo_torch.utils.torchvision_compat.import_torchvision`), scales
+    (:func:`~fbo_torch.objectives.emnist.load_emnist_digits`, through
+    :func:`~fbo_torch.utils.torchvision_compat.import_torchvision`), scales
     pixels to ``[0, 1]``, transposes the images to upright (EMNIST's idx files
     store them transposed; this does not change what a CNN can learn) and
     partitions the labels into ``num_agents`` agents by
-    :func:`dirichlet_label_partition`. Only the agents' samples are kept (a
-    50-agent federation with 200 samples each holds 10,000 images, ~31 MB).
+    :func:`~fbo_torch.objectives.label_partition.dirichlet_label_partition`.
+    Only the agents' samples are kept (a 50-agent federation with 200 samples
+    each holds 10,000 images, ~31 MB).
 
     The paper's agents are the first 50 writers of TensorFlow Federated's EMNIST
     (about 100 digits each, ~10% held out); writer ids are not in torchvision's
@@ -581,55 +449,6 @@ class EMNISTCNN(AgentImageCNN):
         search_space: SearchSpace | dict | None = None,
         trainer: TrainerOptions | dict | None = None,
     ) -> None:
-        from fbo_torch.utils.torchvision_compat import import_torchvision
-
-        tv = import_torchvision()
-        if root is None:
-            root = os.environ.get(EMNIST_ROOT_ENV)
-            if not root:
-                raise FileNotFoundError(
-                    f"EMNISTCNN needs the EMNIST files: `root` was not given and {EMNIST_ROOT_ENV} is not set. "
-                    + _EMNIST_HOW_TO
-                )
-        root = os.fspath(root)
-        try:
-            ds = tv.datasets.EMNIST(root, split="digits", train=bool(train), download=bool(download))
-        except RuntimeError as err:
-            if "not found" in str(err).lower():
-                raise FileNotFoundError(_EMNIST_HELP.format(root=root)) from err
-            raise
-        images, labels = ds.data, ds.targets.long()
-        if images.ndim != 3 or images.shape[0] != labels.shape[0]:
-            raise ValueError(f"Unexpected EMNIST arrays: images {tuple(images.shape)}, labels {tuple(labels.shape)}.")
-        super().__init__(**federation_arguments(locals()), num_classes=10, transform=_emnist_to_float)
+        images, labels, root = load_emnist_digits(root, train, download)
+        super().__init__(**federation_arguments(locals()), num_classes=10, transform=emnist_to_float)
         self.root = root
-
-
-def download_emnist(root: str | os.PathLike, url: str | None = None) -> tuple[int, int]:
-    r"""Download EMNIST into ``root/EMNIST/raw`` (torchvision's layout) and check its "digits" split.
-
-    Goes through :func:`~fbo_torch.utils.torchvision_compat.import_torchvision`, so it works
-    where a plain ``import torchvision`` fails (a CUDA torchvision beside a CPU torch). The
-    archive's MD5 is checked (torchvision's); files already there are not fetched again.
-
-    Args:
-        root: The folder (``FBO_EMNIST_ROOT`` / :class:`EMNISTCNN`'s ``root``).
-        url: A mirror of NIST's ``gzip.zip`` (default: torchvision's URL).
-
-    Returns:
-        The numbers of training and test images of the "digits" split.
-    """
-    from fbo_torch.utils.torchvision_compat import import_torchvision
-
-    emnist = import_torchvision().datasets.EMNIST
-    if url is not None:
-        emnist = type("EMNIST", (emnist,), {"url": str(url)})  # same files, same layout, another address
-    root = os.fspath(root)
-    train = emnist(root, split="digits", train=True, download=True)
-    test = emnist(root, split="digits", train=False, download=False)
-    return len(train), len(test)
-
-
-def _emnist_to_float(data: Tensor) -> Tensor:
-    """``m x 28 x 28`` uint8 EMNIST images -> upright ``m x 1 x 28 x 28`` float32 in ``[0, 1]``."""
-    return data.transpose(-1, -2).unsqueeze(1).to(torch.float32) / 255.0

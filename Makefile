@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.fbo-installed
 OUT ?= runs/quickstart
 
-.PHONY: install quickstart test lint format bench clean flower-demo
+.PHONY: install quickstart test lint typecheck format bench clean flower-demo
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+
+# mypy (configured in pyproject.toml: strict, with the third-party packages that lack types named)
+typecheck: $(STAMP)
+	$(PY) -m mypy
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix .

@@ -23,6 +23,7 @@ import shlex
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _float_in(low: float, high: float, closed_high: bool, what: str):
+def _float_in(low: float, high: float, closed_high: bool, what: str) -> Callable[[str], float]:
     """argparse type: a finite float in (low, high] or (low, high)."""
 
     def parse(text: str) -> float:
@@ -442,9 +443,11 @@ def _cmd_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def parser_for(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     """The sub-parser of ``command`` (so its errors read ``fbo-torch COMMAND: error: ...``)."""
-    for action in parser._subparsers._group_actions:
-        if command in getattr(action, "choices", {}):
-            return action.choices[command]
+    if parser._subparsers is not None:
+        for action in parser._subparsers._group_actions:
+            choices = getattr(action, "choices", None) or {}
+            if command in choices:
+                return choices[command]
     return parser
 
 
@@ -504,7 +507,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "data":
         return _cmd_data(args, parser_for(parser, "data"))
     parser.error(f"unknown command {args.command!r}")
-    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -68,6 +68,14 @@ class RandomFourierFeatures(nn.Module):
         >>> phi = rff(torch.rand(5, 2, dtype=torch.float64))  # 5 x 100
     """
 
+    # buffers (registered in __init__; declared so a type checker knows them as tensors)
+    spectral: Tensor
+    phase: Tensor
+    lengthscale: Tensor
+    outputscale: Tensor
+    seed_: Tensor
+    normalize_: Tensor
+
     def __init__(
         self,
         dim: int,
@@ -110,11 +118,10 @@ class RandomFourierFeatures(nn.Module):
         self.normalize = normalize
         # the float64 arguments, for config() (the buffers may be float32)
         self._config_scales = (ls.tolist(), float(outputscale))
-        factory = {"dtype": dtype, "device": device}
-        self.register_buffer("spectral", spectral.to(**factory))
-        self.register_buffer("phase", phase.to(**factory))
-        self.register_buffer("lengthscale", ls.expand(dim).clone().to(**factory))
-        self.register_buffer("outputscale", torch.tensor(float(outputscale), **factory))
+        self.register_buffer("spectral", spectral.to(dtype=dtype, device=device))
+        self.register_buffer("phase", phase.to(dtype=dtype, device=device))
+        self.register_buffer("lengthscale", ls.expand(dim).clone().to(dtype=dtype, device=device))
+        self.register_buffer("outputscale", torch.tensor(float(outputscale), dtype=dtype, device=device))
         # integer/bool buffers: not cast by .to(dtype); they make the state dict self-contained
         self.register_buffer("seed_", torch.tensor(seed, dtype=torch.int64, device=device))
         self.register_buffer("normalize_", torch.tensor(normalize, device=device))
@@ -176,7 +183,7 @@ class RandomFourierFeatures(nn.Module):
         self,
         state_dict: dict[str, Any],
         prefix: str,
-        local_metadata: dict,
+        local_metadata: dict[str, Any],
         strict: bool,
         missing_keys: list[str],
         unexpected_keys: list[str],

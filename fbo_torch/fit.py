@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 import torch
 from botorch.fit import fit_gpytorch_mll
@@ -265,14 +266,14 @@ def suggest_num_features(
 def _as_datasets(data: Dataset | Sequence[Dataset]) -> list[tuple[Tensor, Tensor]]:
     """A list of ``(X n x d, y n)`` float64 pairs."""
     if isinstance(data, tuple) and len(data) == 2 and all(isinstance(t, Tensor) for t in data):
-        X, Y = data
+        X, Y = cast("tuple[Tensor, Tensor]", data)  # checked just above
         if X.ndim == 3:
             Y = Y.reshape(*X.shape[:2]) if Y.numel() == X.shape[0] * X.shape[1] else Y
             return _as_datasets([(X[b], Y[b]) for b in range(X.shape[0])])
-        data = [data]
+        data = [(X, Y)]
     if not isinstance(data, Sequence) or len(data) == 0:
         raise ValueError("`data` must be an (X, Y) pair or a non-empty sequence of (X, Y) pairs.")
-    out = []
+    out: list[tuple[Tensor, Tensor]] = []
     for i, pair in enumerate(data):
         if not (isinstance(pair, tuple) and len(pair) == 2):
             raise ValueError(f"`data[{i}]` must be an (X, Y) pair of tensors.")

@@ -33,7 +33,7 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.transforms.outcome import Standardize
-from botorch.optim import optimize_acqf
+from botorch.optim.optimize import optimize_acqf
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from fbo_torch.acquisition.fts import FederatedThompsonSampling
@@ -217,7 +217,7 @@ class FTSGenerationNode(ExternalGenerationNode):
         bounds = torch.stack([torch.zeros(self._cube.dim), torch.ones(self._cube.dim)]).to(torch.float64)
         X, _ = optimize_acqf(acqf, bounds=bounds, q=1, num_restarts=self.num_restarts, raw_samples=self.raw_samples)
         source = acqf.source
-        if source != "own":
+        if isinstance(source, int):  # else "own"
             source = senders[source]
             if self.one_shot:
                 del self._inbox[source]

@@ -81,7 +81,9 @@ class UnitCube:
             )
         if search_space.is_hierarchical:
             raise ValueError("The search space is hierarchical; FTS on Ax supports flat search spaces only.")
-        names, params, fixed = [], [], {}
+        names: list[str] = []
+        params: list[RangeParameter | ChoiceParameter] = []
+        fixed: dict[str, Any] = {}
         for name, p in search_space.parameters.items():
             if isinstance(p, FixedParameter):
                 fixed[name] = p.value

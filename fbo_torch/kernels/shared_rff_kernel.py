@@ -5,9 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import Kernel
+from gpytorch.likelihoods import Likelihood
 from gpytorch.models.exact_prediction_strategies import LinearPredictionStrategy
-from linear_operator.operators import LowRankRootLinearOperator, MatmulLinearOperator, RootLinearOperator
+from linear_operator.operators import (
+    LinearOperator,
+    LowRankRootLinearOperator,
+    MatmulLinearOperator,
+    RootLinearOperator,
+)
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
@@ -66,7 +73,7 @@ class SharedRFFKernel(Kernel):
 
     def forward(
         self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False, **params: Any
-    ) -> Tensor:
+    ) -> Tensor | LinearOperator:
         if last_dim_is_batch:
             raise NotImplementedError("SharedRFFKernel does not support last_dim_is_batch.")
         if not self._scaling_checked:  # once: the first call sees the training inputs
@@ -83,7 +90,13 @@ class SharedRFFKernel(Kernel):
             return RootLinearOperator(z1)
         return MatmulLinearOperator(z1, z2.transpose(-1, -2))
 
-    def prediction_strategy(self, train_inputs, train_prior_dist, train_labels, likelihood):
+    def prediction_strategy(
+        self,
+        train_inputs: tuple[Tensor, ...],
+        train_prior_dist: MultivariateNormal,
+        train_labels: Tensor,
+        likelihood: Likelihood,
+    ) -> LinearPredictionStrategy:
         return LinearPredictionStrategy(train_inputs, train_prior_dist, train_labels, likelihood)
 
     @property

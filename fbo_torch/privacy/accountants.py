@@ -109,7 +109,7 @@ def check_delta(value: Any, name: str = "delta") -> float:
 
 def check_steps(value: Any, name: str = "steps", minimum: int = 0) -> int:
     r"""A number of releases ``≥ minimum`` as an int (numpy / torch integer scalars accepted)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if not isinstance(value, bool) and isinstance(value, numbers.Integral):
         value = int(value)
     return check_int(name, value, minimum=minimum)
 
@@ -297,7 +297,8 @@ def get_epsilon(
         return 0.0
     if any(z == 0.0 for z, _, _ in history):
         return math.inf
-    return float(_EPSILON.get(type(accountant), _epsilon_opacus)(accountant, history, delta, **kwargs))
+    epsilon_of: Callable[..., float] = _EPSILON.get(type(accountant), _epsilon_opacus)
+    return float(epsilon_of(accountant, history, delta, **kwargs))
 
 
 __all__ = [

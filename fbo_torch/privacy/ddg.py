@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from opacus.accountants import IAccountant, RDPAccountant, create_accountant, register_accountant
 from opacus.accountants.analysis.rdp import get_privacy_spent
 
@@ -94,7 +95,7 @@ class DistributedDiscreteGaussianAccountant(IAccountant):
         else:
             self.history.append((noise_multiplier, sample_rate, 1))
 
-    def rdp(self, orders: Sequence[float] | None = None):
+    def rdp(self, orders: Sequence[float] | None = None) -> np.ndarray:
         """The RDP of the history at ``orders`` (default :data:`DDG_ORDERS`)."""
         c = self.constants
         return compute_rdp_ddg_history(

@@ -129,7 +129,7 @@ class PrivacyLedger:
             self._accountant = create_accountant(check_accountant_name(accountant))
         self._epsilons: list[float] = []
         # (history before the release, z, q, history after it, ε after it) of the last can_release query
-        self._pending: tuple[tuple, float, float, History, float] | None = None
+        self._pending: tuple[tuple[tuple[float, float, int], ...], float, float, History, float] | None = None
 
     # -- properties -------------------------------------------------------- #
 

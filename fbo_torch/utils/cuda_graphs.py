@@ -47,7 +47,7 @@ def graphs_enabled(tensors: tuple[Tensor, ...]) -> bool:
     return not torch.cuda.is_current_stream_capturing()
 
 
-def _signature(tensors: tuple[Tensor, ...]) -> tuple:
+def _signature(tensors: tuple[Tensor, ...]) -> tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]:
     return tuple((tuple(t.shape), t.dtype, t.device) for t in tensors)
 
 
@@ -66,7 +66,9 @@ def _same(a: tuple[Tensor, ...], b: tuple[Tensor, ...]) -> bool:
 
 
 class _Entry:
-    def __init__(self, graph, static_in: tuple[Tensor, ...], static_out: tuple[Tensor, ...]) -> None:
+    def __init__(
+        self, graph: torch.cuda.CUDAGraph, static_in: tuple[Tensor, ...], static_out: tuple[Tensor, ...]
+    ) -> None:
         self.graph, self.static_in, self.static_out = graph, static_in, static_out
 
 
@@ -107,7 +109,9 @@ class GraphCache:
         entry.graph.replay()
         return tuple(o.clone() for o in entry.static_out)
 
-    def _capture(self, fn, tensors, full_key) -> tuple[Tensor, ...]:
+    def _capture(
+        self, fn: Callable[..., tuple[Tensor, ...]], tensors: tuple[Tensor, ...], full_key: Hashable
+    ) -> tuple[Tensor, ...]:
         static_in = tuple(t.clone() for t in tensors)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -117,12 +117,12 @@ class WordStreams:
 def uniform_below(streams: WordStreams, idx: np.ndarray, n: np.ndarray | int) -> np.ndarray:
     r"""Exactly uniform integers in ``[0, n)`` (``1 ≤ n ≤ 2⁶³``), one per element of ``idx``: a word
     ``w`` is accepted when ``w < 2⁶⁴ − (2⁶⁴ mod n)`` and mapped to ``w mod n`` (``n = 1`` spends no word)."""
-    n = np.broadcast_to(np.asarray(n, dtype=_U64), idx.shape).copy()
+    n_all = np.broadcast_to(np.asarray(n, dtype=_U64), idx.shape).copy()
     out = np.zeros(len(idx), dtype=np.int64)
-    todo = np.flatnonzero(n > 1)  # [0, 1) holds only 0: no word is spent on it
+    todo = np.flatnonzero(n_all > 1)  # [0, 1) holds only 0: no word is spent on it
     while todo.size:
         w = streams.take(idx[todo])
-        m = n[todo]
+        m = n_all[todo]
         rem = (_U64(0) - m) % m  # 2^64 mod m (uint64 arithmetic wraps)
         ok = w <= _MAX64 - rem
         out[todo[ok]] = (w[ok] % m[ok]).astype(np.int64)

@@ -65,7 +65,7 @@ def _temporary(folder_fd: int, name: str, mode: int) -> tuple[int, str]:
 
 
 def write_atomic_at(
-    folder_fd: int, name: str, data: bytes, mode: int | None = None, shown: str | os.PathLike | None = None
+    folder_fd: int, name: str, data: bytes, mode: int | None = None, shown: str | os.PathLike[str] | None = None
 ) -> None:
     r"""Write ``data`` atomically to the file ``name`` of the folder open as ``folder_fd``.
 
@@ -120,7 +120,7 @@ def sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, mode: int | None = None) -> None:
+def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
     r"""Write ``data`` to ``path`` atomically (see the module docstring and :func:`write_atomic_at`).
 
     Args:

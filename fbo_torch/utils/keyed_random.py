@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import overload
 
 import torch
 from torch import Tensor
@@ -92,6 +93,14 @@ def root_key(seed: int, *parts: int | str) -> int:
     return _signed(k)
 
 
+@overload
+def fold(keys: int, value: int | str) -> int: ...
+@overload
+def fold(keys: Tensor, value: Tensor | int | str) -> Tensor: ...
+@overload
+def fold(keys: Tensor | int, value: Tensor) -> Tensor: ...
+@overload
+def fold(keys: Tensor | int, value: Tensor | int | str) -> Tensor | int: ...
 def fold(keys: Tensor | int, value: Tensor | int | str) -> Tensor | int:
     r"""Child keys: ``keys`` (int64 tensor, or a Python int) combined with ``value``.
 
@@ -103,8 +112,10 @@ def fold(keys: Tensor | int, value: Tensor | int | str) -> Tensor | int:
         value = stream_id(value)
     if not isinstance(keys, Tensor) and not isinstance(value, Tensor):
         return _signed(_mix64_int((keys & _M64) ^ ((_mix64_int(int(value)) + 0x9E3779B97F4A7C15) & _M64)))
-    if not isinstance(keys, Tensor):
+    if not isinstance(keys, Tensor) and isinstance(value, Tensor):  # (both ints returned above)
         keys = torch.full((), _signed(keys), dtype=torch.int64, device=value.device)  # a fill: no host copy
+    assert isinstance(keys, Tensor)
+    v: Tensor | int
     if isinstance(value, Tensor):
         v = mix64(value.to(device=keys.device, dtype=torch.int64)) + _GAMMA
     else:

@@ -44,6 +44,8 @@ def check_floating(name: str, value: Tensor) -> Tensor:
 
 def check_positive(name: str, value: float | Tensor, allow_zero: bool = False) -> None:
     """Check a scalar or every entry of a tensor is positive (or >= 0)."""
+    ok: Tensor | bool
+    shown: object
     if isinstance(value, Tensor):
         ok = (value >= 0).all() if allow_zero else (value > 0).all()
         finite = torch.isfinite(value).all()

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
@@ -69,7 +69,7 @@ def ddg_tau(local_variance: float, num_shares: int) -> float:
 
 
 def compute_rdp_ddg(
-    orders: Sequence[float],
+    orders: Sequence[float] | np.ndarray,
     *,
     l2_sensitivity: float,
     l1_sensitivity: float,
@@ -107,11 +107,13 @@ def compute_rdp_ddg(
     return np.minimum(np.minimum(b1, b2), b3)
 
 
-def _log_binom(n: np.ndarray | int, k: np.ndarray) -> np.ndarray:
+def _log_binom(n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
     return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
 
 
-def compute_rdp_poisson_subsampled(orders: Sequence[float], sample_rate: float, base_rdp) -> np.ndarray:
+def compute_rdp_poisson_subsampled(
+    orders: Sequence[float] | np.ndarray, sample_rate: float, base_rdp: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
     r"""Zhu & Wang's (2019, Thm. 6) RDP of a Poisson-subsampled mechanism whose RDP is ``base_rdp``.
 
     Args:
@@ -156,7 +158,9 @@ def compute_rdp_poisson_subsampled(orders: Sequence[float], sample_rate: float, 
 
 
 @functools.lru_cache(maxsize=1024)
-def _step_rdp(noise_multiplier: float, sample_rate: float, constants: tuple, orders: tuple[float, ...]) -> np.ndarray:
+def _step_rdp(
+    noise_multiplier: float, sample_rate: float, constants: tuple[float, float, float, int], orders: tuple[float, ...]
+) -> np.ndarray:
     l2, l1, var, dim = constants
     shares = num_shares_of(noise_multiplier, l2, var)
 

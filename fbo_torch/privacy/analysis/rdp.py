@@ -20,7 +20,7 @@ import numpy as np
 from opacus.accountants.analysis.rdp import compute_rdp
 
 
-def check_orders(orders: Sequence[float]) -> np.ndarray:
+def check_orders(orders: Sequence[float] | np.ndarray) -> np.ndarray:
     r"""``orders`` as a 1-d float64 array, checked.
 
     Args:

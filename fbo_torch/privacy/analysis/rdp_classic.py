@@ -54,7 +54,9 @@ def compute_rdp_classic(
     return compute_rdp_history(history, orders)
 
 
-def get_privacy_spent_classic(*, orders: Sequence[float], rdp: Sequence[float], delta: float) -> tuple[float, float]:
+def get_privacy_spent_classic(
+    *, orders: Sequence[float], rdp: Sequence[float] | np.ndarray, delta: float
+) -> tuple[float, float]:
     r"""Classic RDP → (ε, δ) conversion, minimised over the orders.
 
     ``ε = min_α [rdp(α) + log(1/δ) / (α - 1)]``. This is looser than the

@@ -25,6 +25,7 @@ from typing import Any
 from docutils import nodes
 from sphinx import addnodes
 from sphinx.application import Sphinx
+from sphinx.ext.napoleon.docstring import GoogleDocstring
 from sphinx.transforms.post_transforms import SphinxPostTransform
 
 PACKAGE = "fbo_torch"
@@ -135,11 +136,17 @@ def document_private_bases(app: Sphinx, what: str, name: str, obj: Any, skip: bo
     return None
 
 
-def prose_attribute_docstrings(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
-    """Keep napoleon from reading an attribute docstring's "Words: text" as "type: text"."""
-    words_then_colon = bool(lines) and ":" in lines[0] and " " in lines[0].split(":", 1)[0].strip()
-    if what in ("attribute", "property", "data") and words_then_colon:  # words, not a type
-        lines.insert(0, "")
+def _consume_prose_attribute(self: GoogleDocstring) -> tuple[str, list[str]]:
+    """Napoleon's reading of an attribute docstring, except that "Words with spaces: text" is prose."""
+    first = self._lines.get(0)  # a sentinel object when the docstring is empty
+    first = first if isinstance(first, str) else ""
+    head = first.split(":", 1)[0].strip() if ":" in first else ""
+    if " " in head and not any(c in head for c in "[]|`"):  # words, not a type such as ``list[int] | None``
+        return "", self.__class__(list(self._consume_to_end()), self._config).lines()
+    return _consume_inline_attribute(self)
+
+
+_consume_inline_attribute = GoogleDocstring._consume_inline_attribute
 
 
 class RepositoryLinks(SphinxPostTransform):
@@ -178,6 +185,6 @@ class RepositoryLinks(SphinxPostTransform):
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("missing-reference", resolve_python_name, priority=900)  # after intersphinx (500)
     app.connect("autodoc-skip-member", document_private_bases)
-    app.connect("autodoc-process-docstring", prose_attribute_docstrings, priority=400)  # before napoleon
+    GoogleDocstring._consume_inline_attribute = _consume_prose_attribute  # Sphinx 8.2 (pinned)
     app.add_post_transform(RepositoryLinks)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

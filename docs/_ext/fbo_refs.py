@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,18 @@ def _consume_prose_attribute(self: GoogleDocstring) -> tuple[str, list[str]]:
 _consume_inline_attribute = GoogleDocstring._consume_inline_attribute
 
 
+_IVAR_NAMES = re.compile(r"^(\s*:ivar )([^:]*\s[^:]*):")
+
+
+def joined_attribute_names(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+    """An "Attributes:" entry for several names (``lb, ub:``, ``p_t / p1_equals_p2:``) stays one entry.
+
+    Sphinx reads a field ``:ivar a / b:`` as the type ``a /`` of the name ``b``; without spaces it is a name.
+    """
+    for i, line in enumerate(lines):
+        lines[i] = _IVAR_NAMES.sub(lambda m: m.group(1) + re.sub(r"\s+", "", m.group(2)) + ":", line)
+
+
 class RepositoryLinks(SphinxPostTransform):
     """A guide's link to a repository path outside docs/ links to that path in the checkout."""
 
@@ -186,5 +199,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("missing-reference", resolve_python_name, priority=900)  # after intersphinx (500)
     app.connect("autodoc-skip-member", document_private_bases)
     GoogleDocstring._consume_inline_attribute = _consume_prose_attribute  # Sphinx 8.2 (pinned)
+    app.connect("autodoc-process-docstring", joined_attribute_names, priority=600)  # after napoleon (500)
     app.add_post_transform(RepositoryLinks)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

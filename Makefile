@@ -10,13 +10,13 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.fbo-installed
 OUT ?= runs/quickstart
 
-.PHONY: install quickstart test lint typecheck format bench clean flower-demo
+.PHONY: install quickstart test lint typecheck format bench clean flower-demo docs
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so no other requirement can pick a CUDA build
 	$(PIP) install -q -c constraints.txt torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e '.[dev,vision,flower,ax]'
+	$(PIP) install -q -c constraints.txt -e '.[dev,vision,flower,ax,docs]'
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: nvidia-* wheels were installed; check constraints.txt" >&2; exit 1; fi
 	touch $(STAMP)
@@ -47,6 +47,11 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
+# The API reference (from the docstrings) and docs/*.md as one site in docs/_build/html; every
+# warning is an error and every cross-reference must resolve (-n)
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -n -b html docs docs/_build/html
+
 # DP-FTS-DE on Flower's deployment engine: a SuperLink and 4 SuperNodes on 127.0.0.1 with
 # TLS and SuperNode authentication (credentials generated in a temporary folder), 3 rounds on
 # the synthetic objective; every process is stopped at the end. ROGUE=1 adds a node with an
@@ -56,4 +61,4 @@ flower-demo: $(STAMP)
 	VENV=$(abspath $(VENV)) examples/flower_app/run_demo.sh
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache docs/_build docs/_autosummary

@@ -65,6 +65,7 @@ from fbo_torch.federation.randomness import (
 )
 from fbo_torch.utils.validation import check_finite, check_int, check_probability, check_tensor
 
+#: The exploration weights of a round: a tensor, or a function of the round number that returns one.
 RegionWeights = Tensor | Callable[[int], Tensor]
 
 

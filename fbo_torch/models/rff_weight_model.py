@@ -210,10 +210,10 @@ class _RFFWeightModel(Model, FantasizeMixin):
 
 
 class ConditionedRFFBayesianLinear(_RFFWeightModel):
-    r"""An :class:`RFFBayesianLinear` conditioned on further, possibly batched, observations.
+    r"""An :class:`~fbo_torch.models.rff_blr.RFFBayesianLinear` conditioned on further, possibly batched, observations.
 
-    What :meth:`RFFBayesianLinear.fantasize` and
-    :meth:`~RFFBayesianLinear.condition_on_observations` return for BoTorch's
+    What :meth:`RFFBayesianLinear.fantasize <fbo_torch.models.rff_blr.RFFBayesianLinear.fantasize>` and
+    :meth:`~fbo_torch.models.rff_blr.RFFBayesianLinear.condition_on_observations` return for BoTorch's
     batch layouts (knowledge gradient, integrated posterior variance): the
     weight posterior ``N(ν', C − WᵀW)`` with ``C`` the base model's covariance
     and ``W`` (``batch x k x M``) the whitened rows of the new observations.

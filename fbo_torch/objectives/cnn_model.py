@@ -141,7 +141,7 @@ def stacked_cnn_forward(
     Args:
         model: Architecture template (:class:`SmallCNN`).
         params: Stacked parameters, ``name -> K x ...`` (as returned by
-            :func:`train_cnn_batched` with ``return_params=True`` or by
+            :func:`~fbo_torch.objectives.cnn.train_cnn_batched` with ``return_params=True`` or by
             :func:`torch.func.stack_module_state`).
         x: ``K x B x C x H x W`` inputs, ``x[k]`` for network ``k``.
         channels_last: Activation layout (default: :class:`TrainerOptions`' choice).

@@ -44,7 +44,7 @@ def _optional_bool(name: str, value: object) -> bool | None:
 
 @dataclass(frozen=True)
 class TrainerOptions:
-    r"""How :func:`train_cnn_batched` executes (see the module docstring).
+    r"""How :func:`~fbo_torch.objectives.cnn.train_cnn_batched` executes (see the module docstring).
 
     Args:
         dtype: Parameters, gradients and loss (``torch.float32`` or

@@ -169,6 +169,7 @@ class Integer:
         return a, b
 
 
+#: A parameter of a search space: :class:`Real` or :class:`Integer`.
 Parameter = Real | Integer
 
 

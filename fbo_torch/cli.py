@@ -1,6 +1,7 @@
 r"""The ``fbo-torch`` command line.
 
-Commands:
+Commands::
+
     run CONFIG --out DIR [--resume | --overwrite] [--inits K] [--plot-format png,pdf,svg] [--quiet]
                              run a YAML experiment (see ``configs/``)
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary

@@ -108,7 +108,7 @@ def fit_shared_features(
     (no lengthscale prior: the marginal likelihood alone) is fitted with
     ``fit_gpytorch_mll``, datasets of equal size in one batched model, each started
     from the best point of a (lengthscale, noise) grid (:data:`SCREEN_LENGTHSCALES`,
-    :data:`SCREEN_NOISES`) so the fit lands in the basin of the global maximum.
+    ``SCREEN_NOISES``) so the fit lands in the basin of the global maximum.
 
     Args:
         data: One ``(X, Y)`` pair (``n x d`` and ``n`` or ``n x 1``; ``X`` may be

@@ -37,7 +37,7 @@ MIN_VAR = 1e-12
 
 class BatchedAnalyticAcquisition:
     r"""Base of the batched analytic acquisitions: ``B`` GP posteriors and one ``B``-vector
-    parameter (``best_f`` or ``beta``). Subclasses define :meth:`_value` (and its derivatives)."""
+    parameter (``best_f`` or ``beta``). Subclasses define ``_value`` (and its derivatives)."""
 
     leading_dims = False
     _PARAM = ""

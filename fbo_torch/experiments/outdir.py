@@ -207,7 +207,7 @@ class OutputFolder:
     takes the exclusive lock on ``OUT/.lock`` (refused while another run holds
     it) and then, when the folder already holds files: with ``overwrite`` deletes
     the files and folders that ``OUT/run.json`` lists as written by fbo-torch
-    runs and keeps every other one (:attr:`deleted`, :attr:`kept`); a folder
+    runs and keeps every other one (``deleted``, ``kept``); a folder
     without that list (no ``run.json``, or one written before fbo-torch kept
     it) is refused, so nothing is deleted that a run cannot be shown to have
     written. With ``resume`` the files stay for :meth:`check_resume`; otherwise

@@ -21,7 +21,7 @@ the subsample, which the privacy analysis already covers; substituting
 anything else (the authors' code substitutes a random vector) would either be
 equivalent to more noise or depend on data outside the sample. The server
 does not tell agents that the sample was empty: the sample size is itself
-private information. Such rounds are visible in :attr:`DPAggregator.history`.
+private information. Such rounds are visible in ``DPAggregator.history``.
 
 **Invalid messages are dropped, never mixed in.** A row of ``omegas`` with a
 non-finite entry (NaN, ±inf: a malfunction or an attack) is treated like a

@@ -34,10 +34,10 @@ vectors reveal nothing; otherwise both ledgers are charged *here*, before the
 server can learn the sum) and :meth:`~DPFTSDEServer.reveal_secure` (decode,
 clamp what only a hostile agent can send, broadcast; an unmasking that fails
 after the charge releases nothing and keeps the charge: ε is never
-under-counted). Two ledgers: :attr:`~DPFTSDEServer.ledger`, ε against other
+under-counted). Two ledgers: ``DPFTSDEServer.ledger``, ε against other
 agents and outsiders — the sum of ``k − 1`` shares (a curious agent knows its
 own), amplified by the Poisson sample they do not know, with the budget
-``max_epsilon`` — and :attr:`~DPFTSDEServer.server_ledger`, ε against the
+``max_epsilon`` — and ``DPFTSDEServer.server_ledger``, ε against the
 server, which knows the sample: ``k`` shares, no amplification.
 
 **A round without a valid message releases nothing and costs nothing.** When

@@ -1,4 +1,4 @@
-r"""FTS as an Ax generation node: :class:`FTSGenerationNode` and the Sobol + FTS strategy.
+r"""FTS as an Ax generation node: ``FTSGenerationNode`` and the Sobol + FTS strategy.
 
 Requires the ``ax`` extra (``pip install 'fbo_torch[ax]'``, Python >= 3.11).
 """
@@ -93,7 +93,7 @@ class FTSGenerationNode(ExternalGenerationNode):
     the messages held (``p_t`` from the schedule at the agent's FTS iteration
     ``t``; ``P_N`` uniform over the held messages), maximizes it over the unit
     cube with BoTorch's ``optimize_acqf``, records the source in
-    :attr:`history` and, in one-shot mode, drops the message it used. A
+    ``history`` and, in one-shot mode, drops the message it used. A
     maximizer that repeats an arm of the experiment (a Thompson sample often
     peaks on the boundary) is replaced by a uniform random point, the rule of
     the FTS authors' code (``repeated_query: random`` in the simulator); Ax's

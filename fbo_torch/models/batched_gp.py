@@ -3,8 +3,8 @@ r"""Every agent's exact GP as plain batched tensors: fitted and sampled on the d
 On its own branch of FTS / DP-FTS-DE an agent maximizes a Thompson sample of
 its exact GP posterior. :class:`BatchedExactGP` holds ``B`` independent GPs
 (one per agent, or per agent and restart) with the model BoTorch's
-``SingleTaskGP`` defines — same kernel, priors, constraints, ``Normalize``d
-inputs and ``Standardize``d outcomes (:data:`GP_SPECS`) — but computes its
+``SingleTaskGP`` defines — same kernel, priors, constraints, ``Normalize``\ d
+inputs and ``Standardize``\ d outcomes (:data:`GP_SPECS`) — but computes its
 marginal likelihood, fit and Thompson samples as a few batched tensor
 operations:
 

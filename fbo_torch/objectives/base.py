@@ -67,7 +67,7 @@ from fbo_torch.utils.validation import check_bounds, check_finite, check_in_boun
 class Objective(ABC):
     r"""Black-box functions of ``num_agents`` agents on a common domain.
 
-    Subclasses implement :meth:`_evaluate` and set ``bounds`` (``2 x d``) and
+    Subclasses implement ``_evaluate`` and set ``bounds`` (``2 x d``) and
     ``num_agents``; they may set ``optimum`` (per-agent maximum of the
     noiseless function) and ``candidates`` (a finite domain ``C x d``).
 
@@ -126,9 +126,9 @@ class Objective(ABC):
         both values are the same.
 
         Args:
-            X: ``k x q x d`` inputs (as in :meth:`__call__`). keys: ``k`` int64
+            X: ``k x q x d`` inputs (as in ``__call__``). keys: ``k`` int64
                 noise keys. agents: Optional ``k`` agent indices. validate: As in
-                :meth:`__call__`.
+                ``__call__``.
 
         Returns:
             ``(Y, F)``: ``k x q`` observations (equal to ``self(X, agents, keys)``)
@@ -142,7 +142,7 @@ class Objective(ABC):
         return values + var**0.5 * kr.normal(keys.to(X.device), X.shape[1], dtype=values.dtype), values
 
     def evaluate_true(self, X: Tensor, agents: Tensor | None = None, validate: bool = True) -> Tensor:
-        """Noiseless values (same shapes as :meth:`__call__`)."""
+        """Noiseless values (same shapes as ``__call__``)."""
         X, agents = self._check(X, agents) if validate else (X, self._agents(X, agents))
         return self._evaluate(X, agents, noise=False)
 

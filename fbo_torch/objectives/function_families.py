@@ -28,7 +28,7 @@ minimizer sits near the domain's corner (its deceptive feature) and the function
 is unbounded below outside ``[-525.1, 666.3]`` per coordinate, so a larger shift
 would move a deeper minimum into the box. Every other family has its global
 minimum over all of ``R^d`` at ``z*`` (Weierstrass: at the integer points, one
-period apart; the box spans one period), so :attr:`optimum` is exact.
+period apart; the box spans one period), so ``optimum`` is exact.
 
 The families from BoTorch (:mod:`botorch.test_functions.synthetic`: Ackley,
 Rastrigin, Rosenbrock, Griewank, Levy) are evaluated by their own code; Sphere,
@@ -100,7 +100,7 @@ class Sphere(_StandardFunction):
 class Schwefel(_StandardFunction):
     r"""Schwefel function (Schwefel's problem 2.26, shifted to a minimum near 0).
 
-    d-dimensional function (usually evaluated on ``[-500, 500]^d``):
+    d-dimensional function (usually evaluated on ``[-500, 500]^d``)::
 
         f(x) = 418.9829 d - sum_{i=1}^d x_i sin(sqrt(|x_i|))
 
@@ -170,9 +170,9 @@ class FunctionFamilyFederation(Objective):
     r"""``num_agents`` agents, each maximizing a shifted classic function of its own family.
 
     Agent ``n``'s family is ``families[n % len(families)]``; its optimizer
-    :attr:`optimizers` ``[n]`` (in ``[0, 1]^d``) and its shift are drawn from
+    ``optimizers[n]`` (in ``[0, 1]^d``) and its shift are drawn from
     ``seed``; its value at ``u ∈ [0, 1]^d`` is ``-φ(z* + w (u - u*_n))`` (module
-    docstring). Every agent can be a target (:attr:`targets` holds them all) and
+    docstring). Every agent can be a target (``targets`` holds them all) and
     the peers of a target are all the other agents (there are no groups).
 
     Args:

@@ -5,7 +5,7 @@ kernel and normalized to ``[0, 1]``, and agents whose functions are perturbed
 copies ``g_n = f ± d_n`` (FTS: agent 0 of each group is the target and keeps
 ``f`` itself; DP-FTS-DE: every agent is perturbed). Several groups (different
 sampled ``f``) live in one objective so that independent repetitions run as one
-batch; :attr:`group_of_agent` and :attr:`targets` describe the layout.
+batch; ``group_of_agent`` and ``targets`` describe the layout.
 
 * :class:`GPSampleGridFederation` — the papers' setting: a 1-D grid of
   ``|X| = 1000`` points in ``[0, 1]``; ``g_n(x) = f(x) + s_n(x) d_n`` with an
@@ -37,7 +37,7 @@ agents in DP-FTS-DE mode (``perturb_first=True``: no agent is special, so agent
 0 may be useless or adversarial too). Which agents: a seeded random ranking of
 each group's pool (different per group); the first ``n_useless`` of the ranking
 are useless and the last ``n_adversarial`` adversarial, so raising a fraction only
-adds agents to its kind. :attr:`kind_of_agent` holds each agent's kind (an index
+adds agents to its kind. ``kind_of_agent`` holds each agent's kind (an index
 into :data:`AGENT_KINDS`). All of it is drawn from generators of its own, so the
 helpful agents' functions, the coin flips and the noise do not depend on the
 fractions (at ``0.0``, the default, every value is as without them).
@@ -57,7 +57,7 @@ from fbo_torch.optim.batched import maximize_batched
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_positive, check_probability
 
-#: Names of the agent kinds; :attr:`kind_of_agent` holds indices into it.
+#: Names of the agent kinds; ``kind_of_agent`` holds indices into it.
 AGENT_KINDS = ("helpful", "useless", "adversarial")
 HELPFUL, USELESS, ADVERSARIAL = range(3)
 
@@ -232,11 +232,12 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
 
     Args:
         dim: ``D``.
-        num_groups, agents_per_group, perturbation, perturb_first,
-        noise_variance, seed, useless_fraction, adversarial_fraction: as in
-        :class:`GPSampleGridFederation`.
         lengthscale: SE lengthscale of ``f``.
         num_basis: Random features representing each sampled function.
+
+    The other arguments (``num_groups``, ``agents_per_group``, ``perturbation``,
+    ``perturb_first``, ``noise_variance``, ``seed``, ``useless_fraction``,
+    ``adversarial_fraction``) are those of :class:`GPSampleGridFederation`.
     """
 
     def __init__(

@@ -42,7 +42,7 @@ is not always the textbook form:
 
 fbo_torch's conventions: all agents share the unit box ``[0, 1]^d``, task
 ``n``'s box mapped affinely onto it (``x = lb_n + (ub_n - lb_n) u``), and values
-are maximized: ``value_n(u) = -f_n(lb_n + (ub_n - lb_n) u)``. :attr:`optimum` is
+are maximized: ``value_n(u) = -f_n(lb_n + (ub_n - lb_n) u)``. ``optimum`` is
 ``-y_global`` with pyfmto's ``y_global = f_n(x*_n)`` at its recorded optimizer
 (``s_n`` plus 0, or 1 for Rosenbrock, or 420.9687 for Schwefel, whose true
 minimum lies 2.7e-10 d lower), so :meth:`~fbo_torch.objectives.base.Objective.loss`
@@ -167,7 +167,7 @@ class Tetci2019(Objective):
 
     Agent ``n`` is pyfmto's task ``n + 1`` (module docstring); its value at
     ``u ∈ [0, 1]^d`` is ``-f_n(lb_n + (ub_n - lb_n) u)``. Every agent can be a
-    target (:attr:`targets` holds them all); there are no groups.
+    target (``targets`` holds them all); there are no groups.
 
     Args:
         dim: ``d``, 1 to 50 (pyfmto's range; at ``d = 1`` Rosenbrock's sums are

@@ -86,6 +86,7 @@ class RFFFeatureMap(FeatureMap):
         self._batch_shape = Size(batch_shape)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The features ``phi(x)``: ``... x d`` inputs to ``... x M`` features."""
         return self.features(x)
 
     @property

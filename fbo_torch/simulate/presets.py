@@ -4,27 +4,27 @@ The DP-FTS-DE and FTS algorithms are the same in both; what differs is how each
 agent models and searches its own function, and how the landmine objective is
 scored. ``setup: authors`` reproduces the choices of the authors' released code
 (the FTS code of 2020 and the DP-FTS-DE code of 2021; ``docs/design.md``, "Experiments",
-says where each comes from):
+says where each comes from)::
 
-=====================================  =====================================  ==========================================
-choice                                 ``modern`` (default)                   ``authors``
-=====================================  =====================================  ==========================================
-agent's GP                             BoTorch's ``SingleTaskGP`` model: RBF  isotropic RBF, zero mean, raw outputs,
-                                       with ARD and BoTorch's priors,         maximum likelihood (``gp_kernel="authors"``)
-                                       standardized outputs, MAP fit
-                                       (``"botorch"``)
-hyperparameter refit                   the method's ``gp_refit_every`` (FTS:  every 5 evaluations, from the current
-                                       every evaluation; DP-FTS-DE: every 5;  values and 10 random restarts
-                                       see :mod:`~fbo_torch.federation.settings`),
-                                       from the default initialization
-                                       (as BoTorch)
-own Thompson sample                    Matheron path, 256 random features     100 fresh random features
-broadcast maximization                 one search per region, shared by all   each agent searches the broadcast with its
-                                       agents following it (``"shared"``)      own random restarts (``"per_agent"``)
-a query that repeats an observed one   kept                                   replaced by a uniform random point
-landmine SVM score                     AUC of ``decision_function``           AUC of Platt-scaled ``predict_proba``
-landmine search space                  log-scale ``C``, ``γ``                  linear ``C ∈ [1e-4, 10]``, ``γ ∈ [1e-2, 10]``
-=====================================  =====================================  ==========================================
+    =====================================  =====================================  ==========================================
+    choice                                 ``modern`` (default)                   ``authors``
+    =====================================  =====================================  ==========================================
+    agent's GP                             BoTorch's ``SingleTaskGP`` model: RBF  isotropic RBF, zero mean, raw outputs,
+                                           with ARD and BoTorch's priors,         maximum likelihood (``gp_kernel="authors"``)
+                                           standardized outputs, MAP fit
+                                           (``"botorch"``)
+    hyperparameter refit                   the method's ``gp_refit_every`` (FTS:  every 5 evaluations, from the current
+                                           every evaluation; DP-FTS-DE: every 5;  values and 10 random restarts
+                                           see :mod:`~fbo_torch.federation.settings`),
+                                           from the default initialization
+                                           (as BoTorch)
+    own Thompson sample                    Matheron path, 256 random features     100 fresh random features
+    broadcast maximization                 one search per region, shared by all   each agent searches the broadcast with its
+                                           agents following it (``"shared"``)      own random restarts (``"per_agent"``)
+    a query that repeats an observed one   kept                                   replaced by a uniform random point
+    landmine SVM score                     AUC of ``decision_function``           AUC of Platt-scaled ``predict_proba``
+    landmine search space                  log-scale ``C``, ``γ``                  linear ``C ∈ [1e-4, 10]``, ``γ ∈ [1e-2, 10]``
+    =====================================  =====================================  ==========================================
 
 Everything else (RFF features, weights, clipping, noise, accounting, ``p_t``,
 initial points) is the same in both. In FTS experiments the other agents' TS

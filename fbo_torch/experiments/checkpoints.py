@@ -71,7 +71,9 @@ class Checkpoints:
         for tmp in self.folder.glob(".*.tmp"):
             tmp.unlink()
         for path in sorted(self.folder.glob("*.pt")):
-            self._verified[path] = self.load(path)
+            state = self.load(path)
+            if state is not None:  # None only if the file vanished since the glob: load says so again
+                self._verified[path] = state
 
     def save(self, path: Path, state: dict[str, Any]) -> None:
         buf = io.BytesIO()

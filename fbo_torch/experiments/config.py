@@ -39,7 +39,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import yaml
@@ -171,7 +171,9 @@ def _describe(hint: Any) -> str:
 
 def _hints(fn: Any) -> dict[str, Any]:
     try:
-        return typing.get_type_hints(fn.__init__ if isinstance(fn, type) and not dataclasses.is_dataclass(fn) else fn)
+        return typing.get_type_hints(
+            cast(Any, fn).__init__ if isinstance(fn, type) and not dataclasses.is_dataclass(fn) else fn
+        )
     except Exception:  # unresolvable forward references: leave those arguments unchecked
         return {}
 

@@ -79,14 +79,15 @@ def check_scenario(ctx: ScenarioContext) -> None:
             except ValueError as err:
                 raise ConfigError(f"{where}: {err}") from None
         P = s.num_regions
-        if not (s.algorithm == "fts_de" and s.distributed_init and P > 1 and objective.candidates is not None):
+        candidates = domain.candidates  # the objective's (config.py builds the domain from them)
+        if not (s.algorithm == "fts_de" and s.distributed_init and P > 1 and candidates is not None):
             continue
-        filled = set(SubRegionPartition(domain.bounds, P).region_of(domain.candidates).unique().tolist())
+        filled = set(SubRegionPartition(domain.bounds, P).region_of(candidates).unique().tolist())
         empty = sorted({n % P for n in range(N)} - filled)
         if empty:
             shown = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")
             raise ConfigError(
-                f"{where}: `num_regions: {P}` is too many for the objective's {objective.candidates.shape[0]} "
+                f"{where}: `num_regions: {P}` is too many for the objective's {candidates.shape[0]} "
                 f"candidate points: sub-region(s) {shown}, where agents start (`distributed_init`), hold none; "
                 "use fewer regions or `distributed_init: false`."
             )
@@ -206,7 +207,7 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
     seen: dict[str, Any] = {}
     for _, m in public:
         seen.setdefault(m["name"], m)
-    groups: dict[str, list] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     scenario_of: dict[str, dict[str, Any]] = {}
     for sc, m in private:
         groups.setdefault(sc["name"], []).append(m)
@@ -231,7 +232,7 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
             label = (name if len(groups) == 1 else "_nolegend_") if several else sc_name
             marker = _ACCOUNTANT_MARKERS[(ai if several else (i // 10)) % len(_ACCOUNTANT_MARKERS)]
             ax.errorbar(
-                [eps[k] for k in keep],
+                [e for e in eps if e is not None],  # eps[k] for k in keep, narrowed
                 [y[k] for k in keep],
                 yerr=[yerr[k] for k in keep] if yerr else None,
                 capsize=3,

@@ -340,7 +340,7 @@ def run_experiment(
         t_start = time.perf_counter()
         for si, sc in enumerate(cfg.scenarios):
             log(f"scenario {si + 1}/{len(cfg.scenarios)}: {sc.name}")
-            ctx, contexts[si] = contexts[si], None  # its objective is held no longer than the scenario runs
+            ctx = contexts.pop(0)  # handed over: its objective is held no longer than the scenario runs
             with warnings.catch_warnings():  # said once in YAML words by prepare_scenarios (and the kind's check)
                 warnings.filterwarnings("ignore", message=_RFF_INPUTS_WARNING, category=InputDataWarning)
                 warnings.filterwarnings("ignore", message=_LARGE_DELTA_WARNING, category=UserWarning)

@@ -41,7 +41,7 @@ import os
 import stat
 import threading
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 import fbo_torch
 from fbo_torch.utils.files import WriteError, current_umask, write_atomic, write_atomic_at
@@ -377,9 +377,8 @@ class OutputFolder:
             "others; nothing was deleted: delete the old run's files yourself or choose another --out.",
         )
         files, written = manifest.get("files"), manifest.get("written")
-        if files is not None and not isinstance(written, dict):
-            files = None  # an older run.json: names without what the files held
-        if files is None:
+        # an older run.json: no names, or names without what the files held (`written`)
+        if files is None or not isinstance(written, dict):
             raise OutputError(
                 f"--overwrite: {path} does not list the files its run wrote (it was written by an older "
                 "fbo_torch), so --overwrite cannot tell them from yours and deletes nothing: delete the old run's "
@@ -398,7 +397,7 @@ class OutputFolder:
                     f"--overwrite: {path} lists {name!r}, which is not a file inside {out}; "
                     "nothing was deleted: delete the old run's files yourself or choose another --out."
                 )
-        return files, written
+        return cast(list[str], files), written  # checked above: a list of names
 
     def _clear(self, files: list[str]) -> None:
         r"""Delete the listed files that still hold exactly what ``run.json`` recorded (size and SHA-256),

@@ -42,7 +42,7 @@ def environment(device: str | torch.device = "cpu") -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "botorch": botorch.__version__,
+        "botorch": botorch.__version__,  # type: ignore[attr-defined]  # botorch imports __version__ without re-exporting it
         "gpytorch": gpytorch.__version__,
         "device": str(device),
     }
@@ -61,7 +61,7 @@ def mean_stderr(curves: Tensor) -> tuple[list[float], list[float]]:
     return mean.tolist(), se.tolist()
 
 
-def _tolist(t: Tensor) -> list:
+def _tolist(t: Tensor) -> list[Any]:
     return t.detach().cpu().tolist()
 
 
@@ -256,7 +256,7 @@ def plot_message_length(results: dict[str, Any], path: Path, formats: Sequence[s
     sc = results["scenarios"][0]
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
-    fams: dict[str, list] = {}
+    fams: dict[str, list[dict[str, Any]]] = {}
     for m in sc["methods"]:
         fams.setdefault(m["settings"].get("algorithm", m["name"]).upper(), []).append(m)
     timed = [m for fam, ms in fams.items() for m in ms if m.get("elapsed_s") and ("M=100" in m["name"] or fam == "TS")]
@@ -388,7 +388,7 @@ def _cell(value: Any) -> Any:
     return repr(value) if isinstance(value, float) else value
 
 
-def tidy_rows(results: dict[str, Any]) -> Iterator[tuple]:
+def tidy_rows(results: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
     r"""The rows of ``results.csv`` (:data:`TIDY_COLUMNS`) from a ``results.json`` dictionary.
 
     Methods without per-run curves (``runs``; e.g. a compacted DP record) give no rows.

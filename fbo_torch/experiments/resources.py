@@ -67,7 +67,7 @@ def check_scenario_memory(ctx: Any, agents: int, runs: int, history: int = 0) ->
     C = domain.candidates.shape[0] if domain.candidates is not None else max(domain.raw_samples, domain.raw_samples_rff)
     for j, (label, settings) in enumerate(sc.methods):
         terms = method_memory(settings, agents, runs, history, objective.dim, C)
-        key = max(terms, key=terms.get)
+        key = max(terms, key=terms.__getitem__)
         value = getattr(settings, key, None)
         name = (
             f"`{key}: {value}`"

@@ -33,20 +33,28 @@ each problem's unit cube so one set of bounds serves them all.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fbo_torch.optim.quasi_newton import minimize_batched
+from fbo_torch.optim.quasi_newton import ValueAndGrad, Values, minimize_batched
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.cuda_graphs import GraphCache
 from fbo_torch.utils.validation import check_int, check_tensor
 
-try:  # BoTorch's batched L-BFGS-B (guarded by BoTorch for supported SciPy versions)
-    from botorch.optim.batched_lbfgs_b import fmin_l_bfgs_b_batched
-except Exception:  # pragma: no cover - depends on the SciPy version
-    fmin_l_bfgs_b_batched = None
+
+def _load_lbfgsb() -> Callable[..., Any] | None:
+    """BoTorch's batched L-BFGS-B (guarded by BoTorch for supported SciPy versions), or None."""
+    try:
+        from botorch.optim.batched_lbfgs_b import fmin_l_bfgs_b_batched
+    except Exception:  # pragma: no cover - depends on the SciPy version
+        return None
+    return cast("Callable[..., Any]", fmin_l_bfgs_b_batched)
+
+
+fmin_l_bfgs_b_batched = _load_lbfgsb()
 
 BatchedFunction = Callable[[Tensor], Tensor]
 
@@ -64,7 +72,7 @@ def default_max_points(device: torch.device | str) -> int:
     return DEFAULT_MAX_POINTS_CUDA if torch.device(device).type == "cuda" else DEFAULT_MAX_POINTS
 
 
-_SOBOL_CACHE: dict[tuple, Tensor] = {}
+_SOBOL_CACHE: dict[tuple[int, int, torch.dtype, str], Tensor] = {}
 
 
 def sobol_points(n: int, d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -201,7 +209,7 @@ def maximize_batched(
     if state is not None and refine in ("qn", None):
         # a pure function of tensors: the whole maximization is one CUDA graph replay
         tensors, config = state()
-        cls = type(fn)
+        cls: Any = type(fn)  # a class with graph_state() and from_graph_state(tensors, config)
 
         def pure(keys_: Tensor, bounds_: Tensor, *ts: Tensor) -> tuple[Tensor, Tensor]:
             return _maximize(cls.from_graph_state(ts, config), bounds_, keys_, *settings)
@@ -215,12 +223,12 @@ _GRAPHS = GraphCache("maximize_batched")
 
 
 def _maximize(
-    fn,
+    fn: BatchedFunction,
     bounds: Tensor,
     keys: Tensor,
     raw_samples: int,
     k: int,
-    refine,
+    refine: str | None,
     maxiter: int,
     lr: float,
     max_points: int,
@@ -239,7 +247,7 @@ def _maximize(
     if screen_dtype is None:
         vals = score_chunked(fn_unit, U_raw, max_points)
     else:  # rank the raw points in lower precision (the same points, rounded)
-        fn_low = fn.astype(screen_dtype)
+        fn_low: BatchedFunction = cast(Any, fn).astype(screen_dtype)  # kept only for functions with astype
         lo_l, width_l = lo.to(screen_dtype), width.to(screen_dtype)
         vals = score_chunked(lambda U: fn_low(lo_l + U * width_l), U_raw.to(screen_dtype), max_points)
     top_idx = boltzmann_restarts(vals, k, keys, eta)
@@ -305,13 +313,14 @@ def _refine_qn(
     ``maxiter`` iterations and only a few reach the cap (see docs/design.md).
     """
     B, k, d = U0.shape
+    step: dict[str, Any]  # minimize_batched's step options
     if lengthscales is None:
         step = dict(init_step=0.05)
     else:
         init = lengthscales.amin(-1).clamp(max=1.0).unsqueeze(-1).expand(B, k).reshape(B * k)
         step = dict(init_step=init, max_step=4.0, num_steps=5)
 
-    def functions(f: BatchedFunction, lo: Tensor, width: Tensor, B: int, k: int):
+    def functions(f: BatchedFunction, lo: Tensor, width: Tensor, B: int, k: int) -> tuple[ValueAndGrad, Values]:
         """value-and-gradient and line-search values of the ``B * k`` problems (``k`` restarts of ``f``'s ``B``)."""
         vg = getattr(f, "value_and_grad", None)
         neg_width = -width  # B x 1 x d: the chain rule and the sign of the minimized -f in one product
@@ -357,7 +366,8 @@ def _refine_qn(
     restrict = None
     if hasattr(fn, "take"):
 
-        def restrict(index: Tensor):  # problem b * k + j is restart j of function b; whole functions leave
+        def restrict(index: Tensor) -> tuple[ValueAndGrad, Values | None]:
+            # problem b * k + j is restart j of function b; whole functions leave
             agent = torch.div(index[::k], k, rounding_mode="floor")
             return functions(fn.take(agent), lo[agent], width[agent], agent.numel(), k)
 
@@ -446,6 +456,8 @@ def _refine_lbfgsb(fn_unit: BatchedFunction, U0: Tensor, maxiter: int) -> Tensor
         g = (-grad).detach().reshape(B * k, d)[idx]
         return f.cpu().numpy().astype(np.float64), g.cpu().numpy().astype(np.float64).reshape(x.shape)
 
+    if fmin_l_bfgs_b_batched is None:  # the caller falls back to Adam first
+        raise RuntimeError("BoTorch's batched L-BFGS-B is not available with this SciPy version.")
     x0 = current.cpu().numpy().astype(np.float64)
     xs, _, _ = fmin_l_bfgs_b_batched(func, x0, bounds=[(0.0, 1.0)] * d, maxiter=maxiter, pass_batch_indices=True)
     xs = np.asarray(xs).reshape(B * k, d)

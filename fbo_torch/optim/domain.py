@@ -10,12 +10,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from fbo_torch.optim.batched import REFINE, default_max_points, maximize_batched, maximize_discrete
+from fbo_torch.optim.batched import (
+    REFINE,
+    BatchedFunction,
+    default_max_points,
+    maximize_batched,
+    maximize_discrete,
+)
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_bounds, check_finite, check_int, check_last_dim, check_ndim
 
@@ -163,7 +169,7 @@ class Domain:
 
     def maximize(
         self,
-        fn,
+        fn: BatchedFunction,
         batch: int,
         generator: torch.Generator | None = None,
         region_bounds: Tensor | None = None,
@@ -207,7 +213,7 @@ class Domain:
             generator=generator,
             keys=keys,
             validate=False,
-            screen_dtype=self.screen_dtype,
+            screen_dtype=cast("torch.dtype | None", self.screen_dtype),  # a dtype after __post_init__
         )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from botorch.acquisition import AcquisitionFunction
+from botorch.acquisition.acquisition import AcquisitionFunction
 from torch import Tensor
 
 from fbo_torch.optim.batched import REFINE, maximize_batched
@@ -112,7 +112,7 @@ def optimize_acqf_batched(
         raise TypeError(f"`bounds` must be a floating-point tensor, got dtype {bounds.dtype}.")
 
     best_f = getattr(acq_function, "best_f", None)
-    as_column = isinstance(best_f, Tensor) and best_f.shape == (B,)
+    column_best_f = best_f if isinstance(best_f, Tensor) and best_f.shape == (B,) else None
 
     def values(X: Tensor) -> Tensor:  # B x C x d -> B x C
         out = acq_function(X.transpose(0, 1).unsqueeze(-2))  # C x B x 1 x d: t-batch C x B, model batch B
@@ -123,8 +123,8 @@ def optimize_acqf_batched(
             )
         return out.transpose(0, 1)
 
-    if as_column:  # mean is t-batch x B x 1: problem b's incumbent must sit in row b
-        acq_function.best_f = best_f.unsqueeze(-1)
+    if column_best_f is not None:  # mean is t-batch x B x 1: problem b's incumbent must sit in row b
+        acq_function.best_f = column_best_f.unsqueeze(-1)
     try:
         X, v = maximize_batched(
             values,
@@ -136,8 +136,8 @@ def optimize_acqf_batched(
             **opts,
         )
     finally:
-        if as_column:
-            acq_function.best_f = best_f
+        if column_best_f is not None:
+            acq_function.best_f = column_best_f
     return X.unsqueeze(-2), v
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -181,6 +182,8 @@ def minimize_batched(
     sync_free = gpu_path(dev)
     if check_every == "auto":
         check_every = None if sync_free else 4
+    elif isinstance(check_every, str):
+        raise ValueError(f"`check_every` must be an int, None or 'auto', got {check_every!r}.")
     if line_search == "auto":
         line_search = "parallel" if sync_free else "sequential"
     if line_search not in ("parallel", "sequential"):
@@ -204,8 +207,8 @@ def minimize_batched(
 
     lo, hi = bound(lower, -torch.inf), bound(upper, torch.inf)
     bounded = lower is not None or upper is not None  # without bounds no coordinate is ever held
-    if values is None:  # K calls; pass `values` for one batched call
-        values = _stacked(value_and_grad)
+    # K calls without `values`; pass `values` for one batched call
+    batch_values: Values = _stacked(value_and_grad) if values is None else values
     full: list[Tensor] | None = None  # x, f, g, done, iters of the whole batch once problems were dropped
     index: Tensor | None = None  # then: the problems still in the batch
 
@@ -226,10 +229,12 @@ def minimize_batched(
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     iters = torch.zeros(B, dtype=torch.long, device=dev)
     failed = torch.zeros(B, dtype=torch.bool, device=dev)
-    held = None
+    held: Tensor | None = None  # set at the top of every iteration when bounded
     tiny = torch.finfo(dt).tiny
 
-    def _on_groups(mask: Tensor, pts: Tensor, with_grad: bool, may_restrict: bool):
+    def _on_groups(
+        mask: Tensor, pts: Tensor, with_grad: bool, may_restrict: bool
+    ) -> tuple[Tensor, Tensor | None] | None:
         """Values (and gradients) at ``pts`` (``B x p``) for the groups with a problem in ``mask``
         (sequential line search): ``None`` if there are none; with ``restrict``, once they are at
         most three quarters of the batch, evaluated on those whole groups only (so every
@@ -250,7 +255,7 @@ def minimize_batched(
             return fs.index_copy_(0, pos, sub), None
         if with_grad:
             return value_and_grad(pts)
-        return values(pts.unsqueeze(0))[0], None
+        return batch_values(pts.unsqueeze(0))[0], None
 
     for it in range(maxiter):
         if bounded:
@@ -271,7 +276,7 @@ def minimize_batched(
         sd = pg * (neg_step / gnorm.clamp_min(tiny)).unsqueeze(-1)
         d = (nH @ pg.unsqueeze(-1)).squeeze(-1)
         if bounded:
-            d = torch.where(held, zero, d)
+            d = torch.where(cast(Tensor, held), zero, d)  # set above: bounded
         d = torch.where(first.unsqueeze(-1), sd, d)
         descent = (pg.unsqueeze(-2) @ d.unsqueeze(-1)).view(B) < 0  # False also for NaN
         d = torch.where(descent.unsqueeze(-1), d, sd)
@@ -282,7 +287,7 @@ def minimize_batched(
         decrease = (g * (cand - x)).sum(-1)  # K x B, projected-path Armijo
         moving = ~done
         if line_search == "parallel":  # all K candidate steps in one evaluation
-            fc = values(cand)  # K x B
+            fc = batch_values(cand)  # K x B
             # finite (|fc| < inf, also false for NaN): with f = +inf the threshold alone accepts +inf
             ok = (fc <= torch.add(f, decrease, alpha=armijo)) & (fc.abs() < torch.inf) & moving
         else:  # one step size at a time until every moving problem has accepted one
@@ -304,7 +309,7 @@ def minimize_batched(
                 ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj.abs() < torch.inf)
                 if with_grad:
                     f_new = torch.where(ok[j], fj, f_new)
-                    g_new = torch.where(ok[j].unsqueeze(-1), gj, g_new)
+                    g_new = torch.where(ok[j].unsqueeze(-1), cast(Tensor, gj), g_new)  # with_grad
                 need = need & ~ok[j]
         # a moving problem that accepted a step, and the largest accepted step (the first True)
         move, k = ok.max(0)
@@ -319,7 +324,7 @@ def minimize_batched(
             ev = _on_groups(late, x_new, True, True)
             if ev is not None:
                 f_new = torch.where(late, ev[0], f_new)
-                g_new = torch.where(late.unsqueeze(-1), ev[1], g_new)
+                g_new = torch.where(late.unsqueeze(-1), cast(Tensor, ev[1]), g_new)  # with_grad
         # BFGS update of the inverse Hessian where the curvature condition holds
         s = x_new - x
         y = g_new - g
@@ -351,7 +356,7 @@ def minimize_batched(
             if num_done == group_done.numel():
                 break
             if restrict is not None and 4 * num_done >= group_done.numel():  # go on with the groups still moving
-                if full is None:
+                if full is None or index is None:  # both set together
                     full, index = [t.clone() for t in (x, f, g, done, iters)], torch.arange(B, device=dev)
                 else:
                     for t, v in zip(full, (x, f, g, done, iters), strict=True):
@@ -366,7 +371,7 @@ def minimize_batched(
                 if neg_step.ndim == 1:
                     neg_step = neg_step[keep]
                 value_and_grad, sub_values = restrict(index)
-                values = sub_values if sub_values is not None else _stacked(value_and_grad)
+                batch_values = sub_values if sub_values is not None else _stacked(value_and_grad)
                 B = index.numel()
     if full is not None:
         for t, v in zip(full, (x, f, g, done, iters), strict=True):

@@ -8,7 +8,7 @@ evaluate them and their input gradients as a few batched tensor operations.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 from torch import Tensor
@@ -143,11 +143,11 @@ class GPThompsonPaths:
     # a pure function of tensors: maximizers may capture it as a CUDA graph
     _FIELDS = ("lo", "width", "W", "w", "amp", "Xt", "v", "ls", "os", "mean", "y_mean", "y_std")
 
-    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
+    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
         return tuple(getattr(self, f) for f in self._FIELDS), ()
 
     @classmethod
-    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> GPThompsonPaths:
+    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple[Any, ...]) -> GPThompsonPaths:
         obj = cls.__new__(cls)
         for f, t in zip(cls._FIELDS, tensors, strict=True):
             setattr(obj, f, t)
@@ -158,7 +158,11 @@ class GPThompsonPaths:
         """The same paths computed in ``dtype`` (e.g. float32 for screening raw points)."""
         return type(self).from_graph_state(tuple(getattr(self, f).to(dtype) for f in self._FIELDS), ())
 
-    def _parts(self, X: Tensor, grad: bool):
+    @overload
+    def _parts(self, X: Tensor, grad: Literal[False]) -> tuple[Tensor, None]: ...
+    @overload
+    def _parts(self, X: Tensor, grad: Literal[True]) -> tuple[Tensor, Tensor]: ...
+    def _parts(self, X: Tensor, grad: bool) -> tuple[Tensor, Tensor | None]:
         # every reduction over features or data points is a batched matrix product (no
         # elementwise pass over B x C x F): weights are folded into the matrices (_prepare)
         if not self._ready:

@@ -89,8 +89,10 @@ class RFFFeatureMap(FeatureMap):
         """The features ``phi(x)``: ``... x d`` inputs to ``... x M`` features."""
         return self.features(x)
 
+    # botorch's FeatureMap annotates num_outputs and batch_shape as plain attributes; its own maps
+    # define them as read-only properties too
     @property
-    def num_outputs(self) -> int:
+    def num_outputs(self) -> int:  # type: ignore[override]
         if self.output_transform is None:
             return self.features.num_features
         canary = torch.empty(
@@ -99,7 +101,7 @@ class RFFFeatureMap(FeatureMap):
         return self.output_transform(canary).shape[-1]
 
     @property
-    def batch_shape(self) -> Size:
+    def batch_shape(self) -> Size:  # type: ignore[override]  # as num_outputs
         return self._batch_shape
 
 
@@ -107,7 +109,8 @@ class _Identity(TensorTransform):
     r"""Output transform that changes nothing: BoTorch's ``ScaleKernel`` feature generator
     chains its output scale in front of the base map's output transform, which must exist."""
 
-    def forward(self, values: Tensor) -> Tensor:
+    # botorch's TensorTransform.forward declares **kwargs, which its own transforms do not take
+    def forward(self, values: Tensor) -> Tensor:  # type: ignore[override]
         return values
 
 
@@ -139,5 +142,7 @@ def _draw_matheron_paths_rff_blr(
         feature_map=fmap,
         weight=omega,
         input_transform=model.transform_inputs if uses_input_transform else None,
-        output_transform=get_output_transform(model),
+        # botorch annotates get_output_transform's model as GPyTorchModel, but it reads only
+        # `outcome_transform` and `num_outputs`, which RFFBayesianLinear has
+        output_transform=get_output_transform(model),  # type: ignore[arg-type]
     )

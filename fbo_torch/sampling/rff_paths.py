@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -93,11 +94,11 @@ class RFFSamplePaths:
         self._ready = not any(t.requires_grad for t in (self.omegas, self.spectral, self.outputscale))
 
     # a pure function of tensors: maximizers may capture it as a CUDA graph
-    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
+    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
         return (self.spectral, self.phase, self.outputscale, self.lengthscale, self.omegas), (self.normalize,)
 
     @classmethod
-    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> RFFSamplePaths:
+    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple[Any, ...]) -> RFFSamplePaths:
         obj = cls.__new__(cls)
         obj.spectral, obj.phase, obj.outputscale, obj.lengthscale, obj.omegas = tensors
         (obj.normalize,) = config

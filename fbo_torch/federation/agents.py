@@ -47,7 +47,7 @@ from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.federation.search import broadcast_queries
-from fbo_torch.federation.settings import MethodSettings
+from fbo_torch.federation.settings import DPFTSDESettings, MethodSettings
 from fbo_torch.models.batched_gp import BatchedExactGP
 from fbo_torch.models.gp_spec import get_spec
 from fbo_torch.models.outcome_warp import log_gap_warps
@@ -105,7 +105,7 @@ class Agents:
         self.gp_updates = 0
         #: ``B`` indices of each agent's output warp at its last GP (``gp_warp="auto"``; 0 is the identity).
         self.warp_choice: Tensor | None = None
-        self.rff = None
+        self.rff: RFFBayesianLinear | None = None
         if features is not None:
             self.rff = RFFBayesianLinear(
                 features,
@@ -170,7 +170,7 @@ class Agents:
     # -------------------------------------------------------------- messages
     def message(self, round: int) -> Tensor:
         r"""``B x M`` draws ``ω_n ~ N(ν_n, σ²Σ_n⁻¹)`` of round ``round`` (the agents' messages)."""
-        if self.rff is None:
+        if self.rff is None or self.features is None:  # both or neither (__init__)
             raise RuntimeError("These agents have no shared feature map (`features=None`): they send no messages.")
         M = self.features.num_features
         rff = self.rff if self.settings.message_outputs == "raw" else self.message_model()
@@ -184,6 +184,8 @@ class Agents:
         not a value far above every observation of a function whose values are all large and
         negative) or ``"warped"`` (standardized after the agent's GP output warp, see
         :mod:`~fbo_torch.models.outcome_warp`; standardized until its GP has chosen one)."""
+        if self.rff is None or self.features is None:  # both or neither (__init__)
+            raise RuntimeError("These agents have no shared feature map (`features=None`): they send no messages.")
         mode = self.settings.message_outputs
         y, mask = self.train_Y.squeeze(-1), self.mask
         if mode == "raw":
@@ -357,7 +359,7 @@ class Agents:
         own = draw_sources(p_eff, None, keys=kr.fold(self.keys, round)) == OWN
         if received is not None and X_broadcast is not None:
             own = own | ~received
-        if p_eff <= 0 and received is None:
+        if p_eff <= 0 and received is None and X_broadcast is not None:  # p_eff < 1 only with a broadcast
             X, used = X_broadcast, ~own
         else:
             X_own, _ = self.own_proposals(round)
@@ -433,7 +435,7 @@ class Agents:
 
 def start_agents(
     objective: Any,
-    settings: MethodSettings,
+    settings: DPFTSDESettings,
     domain: Domain,
     keys: Tensor,
     agent_ids: Tensor,
@@ -498,7 +500,7 @@ def agent_round(
 
 
 def broadcast_points(
-    settings: MethodSettings,
+    settings: DPFTSDESettings,
     features: RandomFourierFeatures,
     broadcast: Tensor,
     region_bounds: Tensor,
@@ -523,7 +525,13 @@ def broadcast_points(
     return broadcast_queries(features, broadcast[run_of], region_bounds, domain, round, agent_keys)
 
 
-def initial_points(domain: Domain, keys: Tensor, num: int, partition=None, agents: Tensor | None = None) -> Tensor:
+def initial_points(
+    domain: Domain,
+    keys: Tensor,
+    num: int,
+    partition: SubRegionPartition | None = None,
+    agents: Tensor | None = None,
+) -> Tensor:
     r"""``B x num x d`` initial points of each agent, from its key.
 
     With a ``partition`` (distributed exploration), agent ``n`` draws inside
@@ -532,6 +540,8 @@ def initial_points(domain: Domain, keys: Tensor, num: int, partition=None, agent
     init_keys = kr.fold(keys, "initial-points")
     if partition is None:
         return domain.random(keys.shape[0], num, keys=init_keys)
+    if agents is None:
+        raise ValueError("`agents` (each agent's index) is required with a `partition`.")
     regions = agents % partition.num_regions  # the papers' assignment: agent n explores region n mod P
     if domain.candidates is None:
         rb = partition.region_bounds()[regions]  # B x 2 x d

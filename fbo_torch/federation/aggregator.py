@@ -253,7 +253,7 @@ class DPAggregator:
                 )
             randomness = KeyedServerRandomness(keys)
         checked = randomness is None
-        if checked:
+        if randomness is None:
             randomness = GeneratorServerRandomness(generator)
             W = self.weights(round)
             self._check_weights(W, num_agents=N)
@@ -273,6 +273,7 @@ class DPAggregator:
         clipped, was_clipped = clip_vectors(omegas, self.clip_norm / math.sqrt(P))
         masked = clipped * sampled.unsqueeze(-1).to(omegas.dtype)
         signal = (W @ masked) / self.sample_rate  # ... x P x M
+        std: float | Tensor
         if checked:
             std = self.noise_std(W)
             positive = std > 0

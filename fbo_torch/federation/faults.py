@@ -25,13 +25,16 @@ deployed agent (:mod:`fbo_torch.flower`) inject the same faults.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_probability
+
+if TYPE_CHECKING:
+    from fbo_torch.objectives.base import Objective
 
 #: What a hostile agent sends instead of its ``ω`` (see the module docstring).
 BYZANTINE_KINDS = ("nan", "inf", "huge", "random")
@@ -115,7 +118,7 @@ class FaultInjector:
         return torch.where(hostile, attack, omegas)
 
 
-def evaluate_agents(objective, X: Tensor, agents: Tensor, keys: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def evaluate_agents(objective: Objective, X: Tensor, agents: Tensor, keys: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     r"""Observe ``y_bj = f_{agents[b]}(X[b, j]) + noise`` for every agent, surviving failures.
 
     The batch is evaluated in one call of

@@ -36,7 +36,7 @@ with ``T(x) = (x − lower) / (upper − lower)``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from botorch.models.transforms.input import AffineInputTransform, ChainedInputTransform
@@ -135,6 +135,10 @@ class MessageSpace(Module):
         >>> value = rff(space(X_raw)) @ omega         # phi(T(x))^T omega
     """
 
+    # a buffer (registered in __init__; declared so a type checker knows it) and a submodule
+    bounds: Tensor | None
+    transform: Module | None
+
     def __init__(self, bounds: Tensor | None = None, transform: Module | None = None) -> None:
         super().__init__()
         if (bounds is None) == (transform is None):
@@ -159,6 +163,8 @@ class MessageSpace(Module):
             lo, hi = self.bounds.to(X)
             return (X - lo) / (hi - lo)
         tf = self.transform
+        if tf is None:  # __init__ sets exactly one of `bounds` and `transform`
+            raise RuntimeError("MessageSpace has neither `bounds` nor `transform`.")
         was_training = tf.training
         tf.eval()  # a fitted transform: never update its coefficients here
         try:
@@ -227,10 +233,13 @@ def resolve_message_space(
         >>> space = resolve_message_space(peers.messages(), None, dim=2, model=gp)
         >>> phi = rff(space(X))   # the inputs the senders' features saw
     """
-    if isinstance(messages, Tensor):
-        message_bounds, ids = [], []
-    else:
-        seq = [messages] if hasattr(messages, "input_bounds") else list(messages)
+    message_bounds: list[Tensor | None] = []
+    ids: list[int] = []
+    if not isinstance(messages, Tensor):
+        if hasattr(messages, "input_bounds"):
+            seq = [cast("AgentMessage", messages)]
+        else:
+            seq = list(messages)
         message_bounds = [m.input_bounds for m in seq]
         ids = [m.agent_id for m in seq]
     declared: list[tuple[str, MessageSpace]] = []
@@ -245,6 +254,7 @@ def resolve_message_space(
             spaces = [
                 MessageSpace(check_input_bounds(f"messages[{j}].input_bounds", b, dim))
                 for j, b in enumerate(message_bounds)
+                if b is not None  # all of them
             ]
             odd = [i for i, s in zip(ids, spaces, strict=True) if not s.same_as(spaces[0])]
             if odd:

@@ -18,6 +18,9 @@ receiver's post-processing of what it was sent: nothing more is shared.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -56,10 +59,10 @@ class MessageAverage:
             self.mean = torch.lerp(self.mean, messages, a)
         return self.mean
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"memory": self.memory, "count": self.count, "mean": self.mean}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.memory, self.count, self.mean = int(state["memory"]), int(state["count"]), state["mean"]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -70,7 +71,7 @@ class AgentMessage:
         """Numbers sent: ``M``."""
         return self.omega.numel()
 
-    def to(self, *args, **kwargs) -> AgentMessage:
+    def to(self, *args: Any, **kwargs: Any) -> AgentMessage:
         bounds = None if self.input_bounds is None else self.input_bounds.to(*args, **kwargs)
         return replace(self, omega=self.omega.to(*args, **kwargs), input_bounds=bounds)
 

@@ -30,6 +30,7 @@ leading dimensions are independent federations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -131,7 +132,7 @@ class GeneratorServerRandomness:
     def __init__(self, generator: torch.Generator | None = None) -> None:
         self.generator = generator
 
-    def _draw(self, fn, shape: torch.Size, like: Tensor) -> Tensor:
+    def _draw(self, fn: Callable[..., Tensor], shape: torch.Size, like: Tensor) -> Tensor:
         g = self.generator
         if g is None:
             return fn(tuple(shape), dtype=like.dtype, device=like.device)

@@ -31,7 +31,7 @@ from fbo_torch.utils.validation import check_int, check_probability, check_tenso
 #: Source code meaning "the agent's own GP sample" in :func:`draw_sources`.
 OWN = -1
 
-_NAMED = {
+_NAMED: dict[str, Callable[[int], float]] = {
     "1-1/sqrt(t)": lambda t: 1.0 - 1.0 / math.sqrt(t),
     "1-1/t^2": lambda t: 1.0 - 1.0 / t**2,
     "1-1/t": lambda t: 1.0 - 1.0 / t,
@@ -79,7 +79,7 @@ class PtSchedule:
         else:
             p = check_probability("p_t", spec)
             self.name = f"constant({p:g})"
-            self._fn = lambda t, p=p: p
+            self._fn = lambda t: p
             self.p1_equals_p2 = False
 
     def __call__(self, t: int) -> float:

@@ -188,20 +188,21 @@ class SecureMechanism:
         sensitivity by ``√d / c``, ~0.1% for ``d = 200``).
         """
         clip = settings.clip_norm if settings.clip_norm is not None else math.inf
-        base = dict(
-            num_agents=int(num_agents),
-            num_regions=int(settings.num_regions),
-            num_features=int(settings.num_features),
-            clip_norm=float(clip),
-            noise_multiplier=float(settings.noise_multiplier),
-            min_survivors=min_survivors(num_agents, settings.dropout_tolerance),
-        )
+        N, P, M = int(num_agents), int(settings.num_regions), int(settings.num_features)
+        z = float(settings.noise_multiplier)
+        k_min = min_survivors(num_agents, settings.dropout_tolerance)
         scale = settings.lattice_scale
         if scale is None:
-            scale = auto_scale(
-                base["noise_multiplier"], base["num_regions"] * base["num_features"], base["min_survivors"]
-            )
-        return cls(**base, scale=scale)
+            scale = auto_scale(z, P * M, k_min)
+        return cls(
+            num_agents=N,
+            num_regions=P,
+            num_features=M,
+            clip_norm=float(clip),
+            noise_multiplier=z,
+            min_survivors=k_min,
+            scale=scale,
+        )
 
     # ------------------------------------------------------------------ derived constants
     @property

@@ -186,10 +186,11 @@ class DPFTSDEServer:
         self.private = settings.noise_multiplier > 0
         if self.private and accountant is not None:
             if self.secure:
+                mechanism = self._secure_mechanism
 
                 def ledger(budget: float | None) -> PrivacyLedger:
                     return PrivacyLedger(
-                        DistributedDiscreteGaussianAccountant(self.mechanism.ddg_constants()),
+                        DistributedDiscreteGaussianAccountant(mechanism.ddg_constants()),
                         delta=delta,
                         num_agents=N,
                         max_epsilon=budget,
@@ -205,6 +206,13 @@ class DPFTSDEServer:
         self.stop_reason = ""  # why the server stopped releasing for good ("" while it has not)
         self.rounds: list[ServerRound] = []
         self._planned: int | None = None  # the round plan() said releases, until release() takes it
+
+    @property
+    def _secure_mechanism(self) -> SecureMechanism:
+        """The secure mechanism: only a secure server has one."""
+        if self.mechanism is None:
+            raise RuntimeError("a central server has no secure mechanism.")
+        return self.mechanism
 
     @property
     def keys(self) -> Tensor | None:
@@ -261,8 +269,8 @@ class DPFTSDEServer:
         s = self.settings
         if not self.secure:
             return s.noise_multiplier, s.sample_rate
-        k = self.mechanism.min_survivors if num_shares is None else num_shares
-        return self.mechanism.noise_multiplier_of(max(k - 1, 1)), s.sample_rate
+        k = self._secure_mechanism.min_survivors if num_shares is None else num_shares
+        return self._secure_mechanism.noise_multiplier_of(max(k - 1, 1)), s.sample_rate
 
     def release(self, omegas: Tensor, reported: Tensor | None = None, num_valid: int | None = None) -> Tensor | None:
         r"""Release the planned round: validate, sample, clip, weight, noise, account, record.
@@ -330,7 +338,7 @@ class DPFTSDEServer:
             raise RuntimeError("commit_secure() needs the planned round's secure_cohort() first.")
         t, self._planned = self._planned, None
         counts = survivors.to(torch.bool).sum(-1)
-        released = counts >= self.mechanism.min_survivors
+        released = counts >= self._secure_mechanism.min_survivors
         if not bool(released.any()):
             self.rounds.append(
                 ServerRound(t, False, self.epsilon, "too few survivors", epsilon_server=self.epsilon_server)
@@ -340,8 +348,10 @@ class DPFTSDEServer:
         k = int(counts[released].min())
         eps = eps_server = math.inf
         if self.ledger is not None:
+            if self.server_ledger is None:  # __init__ makes both ledgers or neither
+                raise RuntimeError("a private secure server must have a ledger against the server.")
             eps = self.ledger.record(*self._release_parameters(k))
-            eps_server = self.server_ledger.record(self.mechanism.noise_multiplier_of(k), 1.0)
+            eps_server = self.server_ledger.record(self._secure_mechanism.noise_multiplier_of(k), 1.0)
         self.rounds.append(ServerRound(t, False, eps, UNMASKING, epsilon_server=eps_server))
         self._committed = (t, released, survivors.to(torch.bool), k)
         return released
@@ -357,26 +367,22 @@ class DPFTSDEServer:
             The ``R x P x M`` broadcast (rows of federations that do not release are
             zero), or ``None``.
         """
-        if self._committed is None:
+        if self._committed is None or self._cohort is None:
             raise RuntimeError("reveal_secure() without a committed round: call commit_secure(survivors) first.")
         (t, released, survivors, k), self._committed = self._committed, None
         rec = self.rounds[-1]
         if total is None:
             rec.reason = "unmask failed"
             return None
-        vec, out_of_range = self.mechanism.decode(total)
+        mechanism = self._secure_mechanism
+        vec, out_of_range = mechanism.decode(total)
         W = self.aggregator.weights(t)
         q = self.settings.sample_rate
         out = torch.where(released.view(-1, 1, 1).to(vec.device), vec * (float(W.max()) / q), 0.0)
         sampled = self._cohort[1].to(survivors.device) & survivors
         num = sampled.sum(-1)
         zero = torch.zeros_like(num, dtype=torch.float64)
-        std = (
-            float(W.max())
-            / q
-            * (self.mechanism.clip_norm / self.mechanism.scale)
-            * math.sqrt(k * self.mechanism.local_variance)
-        )
+        std = float(W.max()) / q * (mechanism.clip_norm / mechanism.scale) * math.sqrt(k * mechanism.local_variance)
         rec.released, rec.reason = True, ""
         rec.record = AggregationRecord(
             t,
@@ -452,8 +458,9 @@ class DPFTSDEServer:
         s = self.settings
         if not self.secure:
             return lambda z, q: (z, q) == (s.noise_multiplier, s.sample_rate)
-        ks = range(self.mechanism.min_survivors, self.num_agents + 1)
-        zs = {self.mechanism.noise_multiplier_of(k if server else max(k - 1, 1)) for k in ks}
+        mechanism = self._secure_mechanism
+        ks = range(mechanism.min_survivors, self.num_agents + 1)
+        zs = {mechanism.noise_multiplier_of(k if server else max(k - 1, 1)) for k in ks}
         q_ok = 1.0 if server else s.sample_rate
         return lambda z, q: q == q_ok and any(math.isclose(z, zk, rel_tol=1e-12) for zk in zs)
 

@@ -139,7 +139,7 @@ class MethodSettings:
     repeated_query: str = "keep"
     own_acquisition: str | None = None
     ucb_beta: float = 2.0
-    faults: dict | None = None
+    faults: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for key in ("rff_lengthscale", "rff_outputscale", "rff_noise_variance"):
@@ -364,7 +364,7 @@ class DPFTSDESettings(MethodSettings):
             raise ValueError(f"`clip_norm` S must be > 0 (or null for no clipping), got {self.clip_norm!r}.")
         if z > 0 and self.clip_norm is None:
             raise ValueError("`clip_norm` is required when `noise_multiplier` > 0.")
-        if z > 0 and not math.isfinite(self.clip_norm):
+        if z > 0 and self.clip_norm is not None and not math.isfinite(self.clip_norm):
             raise ValueError(
                 "`clip_norm` must be finite when `noise_multiplier` > 0 (the noise std is "
                 f"noise_multiplier × clip_norm), got {self.clip_norm!r}."

@@ -264,12 +264,16 @@ class DPFTSDEServer:
         self._planned = round
         return True
 
-    def _release_parameters(self, num_shares: int | None = None) -> tuple[float, float]:
-        """``(z, q)`` the ledger records for a release (secure: of ``num_shares`` shares, ``k_min`` by default)."""
+    def _release_parameters(self, num_shares: int | None = None, server: bool = False) -> tuple[float, float]:
+        """``(z, q)`` a ledger records for a release (secure: of ``num_shares`` shares, ``k_min`` by
+        default; against the other agents ``k - 1`` shares, amplified by ``q``; against the server
+        (``server=True``) all ``k`` shares, no amplification)."""
         s = self.settings
         if not self.secure:
             return s.noise_multiplier, s.sample_rate
         k = self._secure_mechanism.min_survivors if num_shares is None else num_shares
+        if server:
+            return self._secure_mechanism.noise_multiplier_of(k), 1.0
         return self._secure_mechanism.noise_multiplier_of(max(k - 1, 1)), s.sample_rate
 
     def release(self, omegas: Tensor, reported: Tensor | None = None, num_valid: int | None = None) -> Tensor | None:
@@ -351,7 +355,7 @@ class DPFTSDEServer:
             if self.server_ledger is None:  # __init__ makes both ledgers or neither
                 raise RuntimeError("a private secure server must have a ledger against the server.")
             eps = self.ledger.record(*self._release_parameters(k))
-            eps_server = self.server_ledger.record(self._secure_mechanism.noise_multiplier_of(k), 1.0)
+            eps_server = self.server_ledger.record(*self._release_parameters(k, server=True))
         self.rounds.append(ServerRound(t, False, eps, UNMASKING, epsilon_server=eps_server))
         self._committed = (t, released, survivors.to(torch.bool), k)
         return released
@@ -455,14 +459,12 @@ class DPFTSDEServer:
         r"""Whether a ledger entry ``(z, q)`` is one this server's mechanism records: central ``(z, q)``
         of the settings; secure, ``z`` of a sum of ``k`` shares (``k - 1`` against the other agents,
         ``q``; ``k`` against the server, ``q = 1``) for a ``k`` from ``min_survivors`` to ``N``."""
-        s = self.settings
         if not self.secure:
-            return lambda z, q: (z, q) == (s.noise_multiplier, s.sample_rate)
-        mechanism = self._secure_mechanism
-        ks = range(mechanism.min_survivors, self.num_agents + 1)
-        zs = {mechanism.noise_multiplier_of(k if server else max(k - 1, 1)) for k in ks}
-        q_ok = 1.0 if server else s.sample_rate
-        return lambda z, q: q == q_ok and any(math.isclose(z, zk, rel_tol=1e-12) for zk in zs)
+            z0, q0 = self._release_parameters()
+            return lambda z, q: (z, q) == (z0, q0)
+        ks = range(self._secure_mechanism.min_survivors, self.num_agents + 1)
+        made = [self._release_parameters(k, server=server) for k in ks]
+        return lambda z, q: any(q == qk and math.isclose(z, zk, rel_tol=1e-12) for zk, qk in made)
 
     def state_dict(self) -> dict[str, Any]:
         """The rounds, why it stopped, the planned round, the mechanism's parameters and the ledger

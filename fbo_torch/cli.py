@@ -42,6 +42,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _memory_size(text: str) -> int:
+    """argparse type: a memory size (bytes, or with a K/M/G/T suffix: ``4GiB``)."""
+    from fbo_torch.utils.resources import parse_bytes
+
+    try:
+        return parse_bytes("the size", text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _float_in(low: float, high: float, closed_high: bool, what: str) -> Callable[[str], float]:
     """argparse type: a finite float in (low, high] or (low, high)."""
 
@@ -157,6 +167,14 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="torch CPU threads (1 is often faster for these many small operations, "
         "and much faster when other processes share the cores)",
+    )
+    p.add_argument(
+        "--max-memory",
+        type=_memory_size,
+        default=None,
+        metavar="SIZE",
+        help="working-memory budget of a round (e.g. 4GiB; overrides the config's max_memory; default: half "
+        "the free memory): agents beyond it run in chunks, with the same results",
     )
 
 
@@ -294,6 +312,7 @@ def _cmd_run(
     again: list[str] | None = None,
     quiet: bool = False,
     plot_formats: tuple[str, ...] = ("png",),
+    max_memory: int | None = None,
 ) -> int:
     r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
     config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
@@ -309,6 +328,7 @@ def _cmd_run(
             ["run", str(config)]
             + (["--device", device] if device else [])
             + (["--inits", str(num_inits)] if num_inits is not None else [])
+            + (["--max-memory", str(max_memory)] if max_memory is not None else [])
         )
 
     def resume_hint() -> str:
@@ -341,6 +361,7 @@ def _cmd_run(
                 overwrite=overwrite,
                 log=log,
                 plot_formats=plot_formats,
+                max_memory=max_memory,
             )
     except KeyboardInterrupt:
         print(f"interrupted; {resume_hint()}", file=sys.stderr)
@@ -482,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
             args.overwrite,
             quiet=args.quiet,
             plot_formats=args.plot_format,
+            max_memory=args.max_memory,
         )
     if args.command == "quickstart":
         cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")

@@ -570,3 +570,24 @@ def test_a_run_writes_its_files_with_the_umask(tmp_path, umask):
     assert modes["results.json"] == modes["run.json"] == modes["checkpoints/scenario0_method0.pt"] == 0o640
     assert modes["simple_regret.png"] == modes["results.csv"] == modes["summary.txt"] == modes[".lock"] == 0o640
     assert modes["checkpoints"] == 0o750
+
+
+def test_a_memory_budget_chunks_agents_without_changing_results_and_a_resume_may_change_it(finished, tmp_path):
+    _, cfg, src = finished
+    out = tmp_path / "chunked"
+    assert _run(cfg, "--out", out, "--max-memory", "1") == 0  # chunks of two agents
+    a = json.loads((src / "results.json").read_text())["scenarios"][0]["methods"]
+    b = json.loads((out / "results.json").read_text())["scenarios"][0]["methods"]
+    assert [m["runs"] for m in a] == [m["runs"] for m in b] and a[1]["epsilon"] == b[1]["epsilon"]
+    again = _copy(src, tmp_path / "again")
+    assert _run(cfg, "--out", again, "--resume", "--max-memory", "2GiB") == 0  # not part of the fingerprint
+
+
+@pytest.mark.parametrize("value", ["lots", "-2G", "0", "[1]"])
+def test_a_bad_memory_budget_is_one_line_naming_the_key_or_flag(tmp_path, capsys, value):
+    assert _run(_cfg(tmp_path, DP + f"max_memory: {value}\n"), "--out", tmp_path / "o") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "max_memory" in err and len(err.splitlines()) == 1
+    with pytest.raises(SystemExit):
+        _run(_cfg(tmp_path), "--out", tmp_path / "o2", "--max-memory", value)
+    assert "--max-memory" in capsys.readouterr().err

@@ -48,6 +48,7 @@ from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, HistoryS
 from fbo_torch.objectives import objective_class
 from fbo_torch.optim.domain import Domain, check_options, dtype_name
 from fbo_torch.simulate.presets import check_setup, objective_setup, setup_choices
+from fbo_torch.utils.resources import parse_bytes
 
 TOP_KEYS = (
     "experiment",
@@ -55,6 +56,7 @@ TOP_KEYS = (
     "description",
     "seed",
     "device",
+    "max_memory",
     "setup",
     "checkpoint_every",
     "objective",
@@ -306,6 +308,8 @@ class ExperimentConfig:
     scenarios: list[Scenario]
     raw: dict[str, Any]
     source: str = "config"
+    #: Working-memory budget of a round in bytes (``max_memory``; ``None``: half the free memory).
+    max_memory: int | None = None
 
     def build_domain(self, objective: Any) -> Domain:
         """The :class:`~fbo_torch.optim.domain.Domain` of ``objective`` with this file's options (on the CPU)."""
@@ -318,6 +322,7 @@ class ExperimentConfig:
             "name": self.name,
             "seed": self.seed,
             "device": self.device,
+            "max_memory": self.max_memory,
             "checkpoint_every": self.checkpoint_every,
             "domain": dict(self.domain),
             "privacy": dataclasses.asdict(self.privacy),
@@ -372,6 +377,12 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     device = raw.get("device", "cpu")
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"{source}: `device` must be 'cpu' or 'cuda', got {device!r}.")
+    max_memory = raw.get("max_memory")
+    if max_memory is not None:
+        try:
+            max_memory = parse_bytes("`max_memory`", max_memory)
+        except ValueError as err:
+            raise ConfigError(f"{source}: {err}") from None
     checkpoint_every = raw.get("checkpoint_every", 5)
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"{source}: `checkpoint_every` must be an integer >= 0, got {checkpoint_every!r}.")
@@ -453,7 +464,9 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         scenarios.append(
             Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods, setup, where)
         )
-    return ExperimentConfig(experiment, name, seed, device, checkpoint_every, domain, privacy, scenarios, raw, source)
+    return ExperimentConfig(
+        experiment, name, seed, device, checkpoint_every, domain, privacy, scenarios, raw, source, max_memory
+    )
 
 
 def _expand_env(value: Any, where: str) -> Any:

@@ -114,6 +114,7 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
             name=label,
             accountant=accountant,
             delta=delta,
+            max_memory=ctx.max_memory,
         )
 
     def make_record(label: str, settings: Any, runner: DPFTSDERunner) -> dict[str, Any]:

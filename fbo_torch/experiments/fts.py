@@ -120,6 +120,7 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
             device=device,
             name=label,
             together=together,
+            max_memory=ctx.max_memory,
         )
 
     def make_record(label: str, settings: Any, runner: FTSRunner) -> dict[str, Any]:

@@ -34,6 +34,7 @@ class ScenarioContext:
         seed: Its seed, ``cfg.seed + 1000 * index`` (shared by its methods).
         device: The device the run uses.
         num_inits: Initializations per target (``runs.num_inits`` or the run's ``num_inits`` override).
+        max_memory: The round's working-memory budget in bytes (``max_memory``; ``None``: by the device).
         log: Where status lines go.
     """
 
@@ -46,6 +47,7 @@ class ScenarioContext:
     device: str
     num_inits: int
     log: Callable[[str], None]
+    max_memory: int | None = None
 
 
 @dataclass(frozen=True)

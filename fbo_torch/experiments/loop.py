@@ -45,6 +45,7 @@ from fbo_torch.experiments.report import (
     write_tidy_csv,
 )
 from fbo_torch.objectives import build_objective
+from fbo_torch.utils.resources import parse_bytes
 
 #: The experiment kinds by their YAML name (``experiment:``).
 EXPERIMENTS: dict[str, ExperimentKind] = {"fts": fts.KIND, "dp_fts_de": dp_fts_de.KIND}
@@ -166,6 +167,7 @@ def prepare_scenarios(
             device=device,
             num_inits=num_inits if num_inits is not None else sc.runs.num_inits,
             log=log,
+            max_memory=cfg.max_memory,
         )
         kind.check(ctx)
         note = unit_cube_note(ctx)
@@ -236,6 +238,7 @@ def run_experiment(
     echo_config: bool = False,
     plot_formats: str | Sequence[str] = ("png",),
     num_inits: int | None = None,
+    max_memory: int | str | None = None,
 ) -> dict[str, Any]:
     r"""Run every scenario and method of ``cfg``; write results and plots to ``out_dir``.
 
@@ -263,6 +266,9 @@ def run_experiment(
             :data:`~fbo_torch.experiments.report.PLOT_FORMATS` (a list, or one comma-separated string).
         num_inits: Overrides every scenario's ``runs.num_inits``: random initializations per target
             (FTS) or repetitions of the whole federation (DP-FTS-DE). Not a seed: ``cfg.seed`` sets those.
+        max_memory: Overrides ``cfg.max_memory`` (``--max-memory``): the working-memory budget of a
+            round (bytes or a size like ``"4GiB"``); agents beyond it run in chunks, with the same results,
+            so it is not part of the configuration a resumed run must match.
 
     Returns:
         The results dictionary also written to ``out_dir/results.json``; its ``reports`` names the
@@ -288,6 +294,8 @@ def run_experiment(
     if num_inits is not None and (isinstance(num_inits, bool) or not isinstance(num_inits, int) or num_inits < 1):
         raise ValueError(f"`num_inits` must be an integer >= 1, got {num_inits!r}.")
     plot_formats = check_plot_formats(plot_formats, "`plot_formats`")
+    if max_memory is not None:
+        cfg = dataclasses.replace(cfg, max_memory=parse_bytes("`max_memory`", max_memory))
     if device is not None:
         cfg = on_device(cfg, device)
     check_device(cfg, device)

@@ -48,8 +48,8 @@ from fbo_torch.utils.files import WriteError, current_umask, write_atomic, write
 
 MANIFEST = "run.json"
 LOCK = ".lock"
-#: Keys of the resolved configuration that do not change results.
-NOT_FINGERPRINTED = ("checkpoint_every",)
+#: Keys of the resolved configuration that do not change results (``max_memory`` only chunks agents).
+NOT_FINGERPRINTED = ("checkpoint_every", "max_memory")
 
 
 class OutputError(RuntimeError):

@@ -31,6 +31,7 @@ kernels without waiting for them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ from fbo_torch.acquisition.batched import (
 )
 from fbo_torch.acquisition.peer_prior import BatchedPriorGuided
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.chunks import agents_per_chunk, chunk_slices, own_step_bytes, round_budget
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.schedules import OWN, draw_sources
@@ -69,6 +71,10 @@ class Agents:
             ``gp_sample_features``, ``gp_fit_maxiter``, ``rff_noise_variance``).
         features: The shared RFF map (``None`` for agents that send nothing, e.g. TS).
         capacity: Observations each agent will add (storage is reserved once).
+        max_memory: Working-memory budget of the own proposals (bytes, or a size like
+            ``"4GiB"``; ``None``: half of what the device has free). Agents whose GP refits and
+            sample maximizations would need more run in chunks
+            (:mod:`~fbo_torch.federation.chunks`), with the same results.
     """
 
     def __init__(
@@ -80,6 +86,7 @@ class Agents:
         settings: MethodSettings,
         features: RandomFourierFeatures | None = None,
         capacity: int = 0,
+        max_memory: int | str | None = None,
     ) -> None:
         check_tensor("keys", keys)
         check_tensor("train_X", train_X)
@@ -101,6 +108,7 @@ class Agents:
         self._valid[:, :n0] = torch.isfinite(y0)
         self._Y[:, :n0] = torch.where(self._valid[:, :n0], y0, torch.nan)
         self.n = n0
+        self.memory_budget = round_budget(max_memory, dev)
         self.gp_params: Tensor | None = None
         self.gp_updates = 0
         #: ``B`` indices of each agent's output warp at its last GP (``gp_warp="auto"``; 0 is the identity).
@@ -278,15 +286,20 @@ class Agents:
 
         ``"ts"``: a Thompson sample (Matheron path from the agent's key); ``"logei"``:
         log expected improvement over the agent's best valid observation; ``"ucb"``: the
-        upper confidence bound with ``β = ucb_beta``. All agents are maximized in one batch.
+        upper confidence bound with ``β = ucb_beta``. All agents are maximized in one batch,
+        or in chunks that fit :attr:`memory_budget` (the same results).
         """
-        model = self.gp()
-        keys = self.round_keys(round, "own-maximize")
-        if self.settings.own_acquisition == "ts":
-            F = self.settings.gp_sample_features or 1024
-            paths = model.draw_paths(self.round_keys(round, "own-sample"), num_features=F)
-            return self.domain.maximize(paths, self.num_agents, keys=keys)
-        return self.domain.maximize(self.own_acquisition(model), self.num_agents, keys=keys)
+
+        def step(part: Agents, rows: slice) -> tuple[Tensor, Tensor]:
+            model = part.gp()
+            keys = part.round_keys(round, "own-maximize")
+            if part.settings.own_acquisition == "ts":
+                F = part.settings.gp_sample_features or 1024
+                paths = model.draw_paths(part.round_keys(round, "own-sample"), num_features=F)
+                return part.domain.maximize(paths, part.num_agents, keys=keys)
+            return part.domain.maximize(part.own_acquisition(model), part.num_agents, keys=keys)
+
+        return self._in_chunks(step)
 
     def prior_guided_proposals(
         self, round: int, centers: Tensor, log_weights: Tensor, exponent: float | Tensor, width: float, floor: float
@@ -301,9 +314,62 @@ class Agents:
                 not a peer). exponent: ``β/t`` (a number or ``B`` values). width, floor: the
                 bumps' width (unit-cube units) and the prior's floor ``λ``.
         """
-        model = self.gp()
-        acq = BatchedPriorGuided(self.own_acquisition(model), centers, log_weights, exponent, width, floor)
-        return self.domain.maximize(acq, self.num_agents, keys=self.round_keys(round, "own-maximize"))
+
+        def step(part: Agents, rows: slice) -> tuple[Tensor, Tensor]:
+            e = exponent[rows] if isinstance(exponent, Tensor) and exponent.ndim > 0 else exponent
+            acq = BatchedPriorGuided(part.own_acquisition(part.gp()), centers[rows], log_weights[rows], e, width, floor)
+            return part.domain.maximize(acq, part.num_agents, keys=part.round_keys(round, "own-maximize"))
+
+        return self._in_chunks(step)
+
+    # ---------------------------------------------------------------- chunks
+    def chunks(self) -> list[slice]:
+        r"""The contiguous groups of agents whose own proposals run together this round: all
+        agents at once when their working memory (:func:`~fbo_torch.federation.chunks.own_step_bytes`
+        at the current number of observations) fits :attr:`memory_budget`."""
+        per_agent = own_step_bytes(self.settings, self.domain, self.n, self._X.shape[-1])
+        return chunk_slices(self.num_agents, agents_per_chunk(self.memory_budget, per_agent))
+
+    def _in_chunks(self, step: Callable[[Agents, slice], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+        """``step(part, rows)`` for each chunk's agents (a view of these agents' rows), its GP state
+        written back, the results concatenated."""
+        groups = self.chunks()
+        if len(groups) == 1:
+            return step(self, slice(None))
+        outs, params, choices = [], [], []
+        parts = []
+        for rows in groups:
+            part = self._part(rows)
+            outs.append(step(part, rows))
+            parts.append(part)
+        B = self.num_agents
+        last = parts[-1]
+        if last.gp_params is not None:
+            K = last.gp_params.shape[0] // last.num_agents  # warps: rows k * B + b
+            params = [q.gp_params.view(K, q.num_agents, -1) for q in parts if q.gp_params is not None]
+            self.gp_params = torch.cat(params, 1).reshape(K * B, -1)
+        choices = [q.warp_choice for q in parts if q.warp_choice is not None]
+        if choices:
+            self.warp_choice = torch.cat(choices)
+        self.gp_updates = last.gp_updates
+        X = torch.cat([o[0] for o in outs])
+        return X, torch.cat([o[1] for o in outs])
+
+    def _part(self, rows: slice) -> Agents:
+        """The agents ``rows`` as an :class:`Agents` viewing this one's storage (its GP state
+        sliced; no messages, no further chunking)."""
+        part = object.__new__(Agents)
+        part.keys = self.keys[rows]
+        part.domain, part.settings, part.features, part.gp_spec = self.domain, self.settings, None, self.gp_spec
+        part._X, part._Y, part._valid = self._X[rows], self._Y[rows], self._valid[rows]
+        part.n, part.gp_updates, part.rff, part.memory_budget = self.n, self.gp_updates, None, None
+        part.gp_params = None
+        if self.gp_params is not None:
+            B = self.num_agents
+            K = self.gp_params.shape[0] // B
+            part.gp_params = self.gp_params.view(K, B, -1)[:, rows].reshape(-1, self.gp_params.shape[-1])
+        part.warp_choice = None if self.warp_choice is None else self.warp_choice[rows]
+        return part
 
     def own_acquisition(self, model: BatchedExactGP) -> BatchedAnalyticAcquisition:
         r"""The agents' analytic acquisition on ``model`` (their GPs) for ``own_acquisition``
@@ -441,6 +507,7 @@ def start_agents(
     agent_ids: Tensor,
     features: RandomFourierFeatures | None,
     partition: SubRegionPartition | None,
+    max_memory: int | str | None = None,
 ) -> tuple[Agents, Tensor]:
     r"""``B`` agents after their initial queries, and their best initial (noiseless) values ``B``.
 
@@ -453,6 +520,7 @@ def start_agents(
             agent indices in the objective (agent ``n`` explores region ``n mod P``).
         features: The shared map (``None`` for TS). partition: The server's
             sub-regions (distributed initialization when ``P > 1``), or ``None``.
+        max_memory: The agents' working-memory budget (:class:`Agents`).
     """
     spread = (
         settings.algorithm == "fts_de"
@@ -462,7 +530,9 @@ def start_agents(
     )
     X0 = initial_points(domain, keys, settings.num_init, partition if spread else None, agent_ids)
     y0, F0 = observe_initial(objective, X0, agent_ids, keys)
-    agents = Agents(keys, X0, y0.unsqueeze(-1), domain, settings, features, capacity=settings.num_iterations)
+    agents = Agents(
+        keys, X0, y0.unsqueeze(-1), domain, settings, features, capacity=settings.num_iterations, max_memory=max_memory
+    )
     return agents, F0.max(-1).values
 
 

@@ -140,6 +140,9 @@ class DPFTSDERunner:
             secret is derived from (:func:`~fbo_torch.federation.secure.agent_secret`;
             deployed agents draw theirs from the OS). Default: derived from ``seed``
             (reproducible, research only).
+        max_memory: Working-memory budget of the agents' own proposals (bytes or a size like
+            ``"4GiB"``; default half the device's free memory): beyond it agents run in chunks, with
+            the same results (:mod:`~fbo_torch.federation.chunks`).
     """
 
     def __init__(
@@ -155,6 +158,7 @@ class DPFTSDERunner:
         delta: float | None = None,
         server_randomness: ServerRandomness | None = None,
         agent_master: bytes | None = None,
+        max_memory: int | str | None = None,
     ) -> None:
         self.objective, self.settings = objective, settings
         self.device = torch.device(device)
@@ -199,6 +203,7 @@ class DPFTSDERunner:
             self.agent_of,
             self.features,
             self.server.partition if self.server is not None else None,
+            max_memory=max_memory,
         )
         self.best = best0.unsqueeze(-1)  # B x 1
         self.used_server = torch.zeros(self.B, 0, dtype=torch.bool, device=dev)

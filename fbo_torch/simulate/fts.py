@@ -183,6 +183,9 @@ class FTSRunner:
         initial_points: Optional ``R x n0 x d`` initial points of the runs (in run order:
             target-major, ``num_inits`` per target), e.g. another library's designs for a
             paired comparison; default: ``settings.num_init`` uniform points from each run's key.
+        max_memory: Working-memory budget of the agents' own proposals (bytes or a size like
+            ``"4GiB"``; default half the device's free memory): beyond it agents run in chunks, with
+            the same results (:mod:`~fbo_torch.federation.chunks`).
     """
 
     def __init__(
@@ -199,6 +202,7 @@ class FTSRunner:
         name: str | None = None,
         together: bool = False,
         initial_points: Tensor | None = None,
+        max_memory: int | str | None = None,
     ) -> None:
         self.objective, self.settings = objective, settings
         self.device = dev = torch.device(device)
@@ -234,7 +238,14 @@ class FTSRunner:
         if self.together:
             self.features = settings.features(objective.dim, device=dev)
         self.agents = Agents(
-            self.keys, X0, y0.unsqueeze(-1), self.domain, settings, self.features, capacity=settings.num_iterations
+            self.keys,
+            X0,
+            y0.unsqueeze(-1),
+            self.domain,
+            settings,
+            self.features,
+            capacity=settings.num_iterations,
+            max_memory=max_memory,
         )
         self.wall_time = 0.0
         self.elapsed: list[float] = []
@@ -288,6 +299,7 @@ class FTSRunner:
                     dataclasses.replace(settings, gp_refit_every=1, own_acquisition="ts"),
                     self.features,
                     capacity=extra,
+                    max_memory=max_memory,
                 )  # the other agents run standard TS
                 self.others.gp_updates = history.agents.gp_updates
                 self.others.gp_params = history.agents.gp_params

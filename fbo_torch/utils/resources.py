@@ -29,18 +29,40 @@ class MemoryLimitError(ValueError):
     """A setting would need more memory than the machine has; the message names the setting."""
 
 
+def parse_bytes(name: str, value: object) -> int:
+    r"""A memory size: an int (bytes) or a string with an optional ``K``/``M``/``G``/``T`` suffix,
+    binary units (``"512M"``, ``"4GiB"``, ``"1.5 G"``); ``ValueError`` naming ``name`` otherwise.
+
+    Example:
+        >>> parse_bytes("max_memory", "4GiB")
+        4294967296
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} must be a number of bytes or a size like '4GiB', got {value!r}.")
+    if isinstance(value, str):
+        text = value.strip().upper().removesuffix("B").removesuffix("I").strip()
+        unit = text[-1] if text and text[-1] in _UNITS else ""
+        try:
+            number = float(text[: len(text) - len(unit)])
+        except ValueError:
+            raise ValueError(
+                f"{name} must be a number of bytes or a size like '4GiB' (K, M, G, T suffixes), got {value!r}."
+            ) from None
+    else:
+        number, unit = float(value), ""
+    if not (number > 0 and number * _UNITS[unit] < 2**63):
+        raise ValueError(f"{name} must be a positive size below 8 EiB, got {value!r}.")
+    return int(number * _UNITS[unit])
+
+
 def _env_limit() -> int | None:
-    text = os.environ.get(LIMIT_ENV, "").strip().upper().removesuffix("B").removesuffix("I")
+    text = os.environ.get(LIMIT_ENV, "").strip()
     if not text:
         return None
-    unit = text[-1] if text[-1] in _UNITS else ""
     try:
-        value = float(text[: len(text) - len(unit)])
-    except ValueError:
-        raise MemoryLimitError(
-            f"${LIMIT_ENV} must be a number of bytes (with an optional K, M, G or T), got {os.environ[LIMIT_ENV]!r}."
-        ) from None
-    return int(value * _UNITS[unit])
+        return parse_bytes(f"${LIMIT_ENV}", text)
+    except ValueError as err:
+        raise MemoryLimitError(str(err)) from None
 
 
 def _meminfo() -> int | None:
@@ -139,4 +161,4 @@ def check_memory(name: str, need: float, what: str, device: torch.device | str |
         )
 
 
-__all__ = ["LIMIT_ENV", "MemoryLimitError", "available_memory", "check_memory", "show_bytes"]
+__all__ = ["LIMIT_ENV", "MemoryLimitError", "available_memory", "check_memory", "parse_bytes", "show_bytes"]

@@ -1,0 +1,95 @@
+r"""Agents in chunks: a round's working memory set by a budget, not by the number of agents.
+
+The largest transient of a round is each agent's own proposal: its GP refit
+(``K`` warps x ``1 + gp_restarts`` starts, ``n x n`` matrices and their
+derivatives), its Thompson sample's paths and their maximization (``k``
+restarts, each evaluated on ``F`` features and ``n`` data points at every
+quasi-Newton iteration). All of it is linear in the agents processed at once,
+so :class:`~fbo_torch.federation.agents.Agents` runs these steps on contiguous
+chunks of agents whose estimated working memory (:func:`own_step_bytes`) fits
+the budget (:func:`round_budget`: the ``max_memory`` a run names, else half the
+memory the device has free when the agents are built).
+
+Chunking changes no result: every random number an agent uses comes from its
+own keyed stream and every step is batched over agents without mixing them, so
+a chunk computes for its agents exactly what the whole batch computes for them.
+One exception is guarded here: torch multiplies a batch of one matrix and one
+vector with a different kernel (``mv``) than a batch of several (``bmm``), which
+rounds differently, so :func:`chunk_slices` never makes a one-agent chunk out
+of a larger batch. The agents' state itself (observations, the RFF posteriors'
+factors) and the ``B x M`` messages are what the run holds anyway; they are not
+chunked.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from fbo_torch.utils.resources import available_memory, parse_bytes
+
+_F64 = 8
+#: Bytes per agent of the maximizer's evaluations and GP-fit matrices beyond the counted arrays:
+#: torch's temporaries (products, masks, the line search's candidate values), measured with
+#: ``benchmarks/round_time.py --max-memory`` (peak RSS against the budget; docs/performance.md).
+_SLACK = 3.0
+
+
+def own_step_bytes(settings: Any, domain: Any, n: int, dim: int) -> int:
+    r"""Estimated working memory (bytes) of one agent's own proposal with ``n`` observations.
+
+    Args:
+        settings: The agents' :class:`~fbo_torch.federation.settings.MethodSettings`
+            (``gp_warp``, ``gp_restarts``, ``gp_sample_features``).
+        domain: Their :class:`~fbo_torch.optim.domain.Domain` (restarts, raw points, candidates).
+        n: Observations per agent. dim: ``d``.
+    """
+    K = 4 if getattr(settings, "gp_warp", "none") != "none" else 1
+    starts = 1 + int(getattr(settings, "gp_restarts", 0))
+    p = dim + 3  # lengthscales, outputscale, noise, mean
+    fit = K * starts * n * n * (p + 8)  # kernel, Cholesky, its solves and p derivative matrices
+    F = int(getattr(settings, "gp_sample_features", None) or 1024)
+    k = int(domain.num_restarts)
+    line_search = 5  # candidate steps evaluated at once
+    paths = n * F + F * dim + n * n
+    refine = k * line_search * (F + n) * (dim + 2)
+    C = domain.candidates.shape[0] if domain.candidates is not None else 0
+    screen = C + 2 * F * math.isqrt(int(domain.raw_samples)) * 2
+    return int(_F64 * _SLACK * (fit + paths + refine + screen))
+
+
+def round_budget(max_memory: int | str | None, device: torch.device | str) -> int | None:
+    r"""The working-memory budget of a round in bytes: ``max_memory`` (bytes or a size like
+    ``"4GiB"``), else half of what ``device`` has free now (``None`` when the system does not say:
+    no chunking)."""
+    if max_memory is not None:
+        return parse_bytes("`max_memory`", max_memory)
+    free = available_memory(device)
+    return None if free is None else free // 2
+
+
+def agents_per_chunk(budget: int | None, per_agent: int) -> int | None:
+    r"""Agents a chunk may hold (at least 2), or ``None`` for all at once (no budget)."""
+    if budget is None:
+        return None
+    return max(2, budget // max(1, per_agent))
+
+
+def chunk_slices(num: int, size: int | None) -> list[slice]:
+    r"""``num`` rows in contiguous chunks of at most ``size`` rows (``None``: one chunk), their
+    sizes within one of each other; no chunk of one row unless ``num == 1`` (see the module)."""
+    if size is None or size >= num:
+        return [slice(0, num)]
+    count = min(math.ceil(num / max(2, size)), num // 2)  # every chunk at least 2 rows
+    base, extra = divmod(num, count)
+    out, start = [], 0
+    for i in range(count):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(slice(start, stop))
+        start = stop
+    return out
+
+
+__all__ = ["agents_per_chunk", "chunk_slices", "own_step_bytes", "round_budget"]

@@ -24,6 +24,8 @@ acquisition instead of a Thompson sample (``own_acquisition`` in
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from botorch.acquisition.analytic import _log_ei_helper
 from botorch.utils.probability.utils import log_ndtr
@@ -79,6 +81,8 @@ class BatchedAnalyticAcquisition:
         mean, var, d_mean, d_var = self.posterior.moments(X, grad=True)
         sigma = self._sigma(var)
         value, dv_dmean, dv_dsigma = self._value(mean, sigma, grad=True)
+        # grad=True gives every derivative
+        assert d_mean is not None and d_var is not None and dv_dmean is not None and dv_dsigma is not None
         # σ = √max(var, min_var): ∂σ = ∂var / 2σ above the clamp, 0 below (autograd's convention)
         dsigma_dvar = torch.where(var > MIN_VAR, 0.5 / sigma, 0.0)
         g = dv_dmean.unsqueeze(-1) * d_mean + (dv_dsigma * dsigma_dvar).unsqueeze(-1) * d_var
@@ -92,12 +96,12 @@ class BatchedAnalyticAcquisition:
         """The acquisitions ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
         return type(self)(self.posterior.take(index), self.param[index])
 
-    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
+    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
         tensors, _ = self.posterior.graph_state()
         return (*tensors, self.param), ()
 
     @classmethod
-    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> BatchedAnalyticAcquisition:
+    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple[Any, ...]) -> BatchedAnalyticAcquisition:
         return cls(BatchedGPPosterior.from_graph_state(tensors[:-1], ()), tensors[-1])
 
 
@@ -123,7 +127,7 @@ class BatchedLogExpectedImprovement(BatchedAnalyticAcquisition):
     def best_f(self) -> Tensor:
         return self.param
 
-    def _value(self, mean: Tensor, sigma: Tensor, grad: bool = False):
+    def _value(self, mean: Tensor, sigma: Tensor, grad: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
         u = (mean - self.param.unsqueeze(-1)) / sigma
         log_h = _log_ei_helper(u)
         value = log_h + sigma.log()
@@ -154,7 +158,7 @@ class BatchedUpperConfidenceBound(BatchedAnalyticAcquisition):
     def beta(self) -> Tensor:
         return self.param
 
-    def _value(self, mean: Tensor, sigma: Tensor, grad: bool = False):
+    def _value(self, mean: Tensor, sigma: Tensor, grad: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
         root = self.param.sqrt().unsqueeze(-1)
         value = mean + root * sigma
         if not grad:

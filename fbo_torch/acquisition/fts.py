@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from botorch.acquisition import AcquisitionFunction
+from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.models.model import Model
-from botorch.sampling.pathwise import draw_matheron_paths
+from botorch.sampling.pathwise import MatheronPath, draw_matheron_paths
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
 from torch.nn import Module
@@ -101,6 +101,8 @@ class FederatedThompsonSampling(AcquisitionFunction):
         >>> acqf.source   # log it; in one-shot mode remove that message afterwards
     """
 
+    omegas: Tensor
+
     def __init__(
         self,
         model: Model,
@@ -191,7 +193,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         own = [j for j, s in enumerate(self.sources) if s == "own"]
         self._own_slots = own
         self._agent_slots = [j for j, s in enumerate(self.sources) if s != "own"]
-        self.paths = None
+        self.paths: MatheronPath | None = None
         self.own_acquisition = own_acquisition
         if own and own_acquisition is None:
             seed = None
@@ -209,7 +211,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
             raise AttributeError(_SOURCE_Q.format(q=len(self.sources)))
         return self.sources[0]
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Tensor | Module:
         # nn.Module.__getattr__ would replace the property's AttributeError with a bare
         # "object has no attribute 'source'"; it is only reached when the property raised
         if name == "source":
@@ -220,7 +222,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
     def q(self) -> int:
         return len(self.sources)
 
-    @t_batch_mode_transform()
+    @t_batch_mode_transform()  # type: ignore[arg-type]  # BoTorch's annotation rejects subclasses' methods
     def forward(self, X: Tensor) -> Tensor:
         r"""Sum over candidates of each candidate's sampled function; ``b x q x d`` → ``b``."""
         if X.shape[-2] != self.q:
@@ -229,6 +231,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         if self._own_slots and self.own_acquisition is not None:  # q = 1
             total = total + self.own_acquisition(X[..., self._own_slots, :])
         elif self._own_slots:
+            assert self.paths is not None  # drawn at construction for own slots without own_acquisition
             X_own = X[..., self._own_slots, :].unsqueeze(-2)  # b x q_own x 1 x d
             total = total + self.paths(X_own).squeeze(-1).sum(-1)
         if self._agent_slots:

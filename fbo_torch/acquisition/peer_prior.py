@@ -44,6 +44,7 @@ from torch import Tensor
 from torch.nn import Module
 
 from fbo_torch.acquisition.batched import BatchedAnalyticAcquisition
+from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.utils.validation import check_tensor
 
 
@@ -103,6 +104,11 @@ class PeerOptimumPrior(Module):
         ...                                       log=True, prior_exponent=2.0 / t)
     """
 
+    lo: Tensor
+    width_box: Tensor
+    centers: Tensor
+    log_weights: Tensor
+
     def __init__(
         self, centers: Tensor, bounds: Tensor, weights: Tensor | None = None, width: float = 0.1, floor: float = 0.05
     ) -> None:
@@ -131,7 +137,7 @@ class PeerOptimumPrior(Module):
     @classmethod
     def from_messages(
         cls,
-        features,
+        features: RandomFourierFeatures,
         omegas: Tensor,
         bounds: Tensor,
         weights: Tensor | None = None,
@@ -210,6 +216,7 @@ class BatchedPriorGuided:
         """Values (``B x C``) and input gradients (``B x C x d``), in closed form."""
         v, g = self.acquisition.value_and_grad(X)
         lp, gp = self._log_prior(X, True)
+        assert gp is not None  # grad=True gives the gradient
         e = self.exponent.unsqueeze(-1)
         return v + e * lp, g + e.unsqueeze(-1) * gp
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from botorch.acquisition import AcquisitionFunction
+from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.models.deterministic import GenericDeterministicModel
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
@@ -98,6 +98,8 @@ class RFFThompsonSample(AcquisitionFunction):
         >>> acqf = RFFThompsonSample(rff, omega, input_transform=Normalize(2, bounds=branin_bounds))
     """
 
+    omega: Tensor
+
     def __init__(
         self, features: RandomFourierFeatures, omega: Tensor | AgentMessage, input_transform: Module | None = None
     ) -> None:
@@ -112,7 +114,7 @@ class RFFThompsonSample(AcquisitionFunction):
         self.features = features
         self.message_space = space
         self.register_buffer("omega", omega)
-        self.X_pending: Tensor | None = None
+        super().set_X_pending(None)
 
     def _function_values(self, X: Tensor) -> Tensor:
         phi = self.features(self.message_space(X))
@@ -121,7 +123,7 @@ class RFFThompsonSample(AcquisitionFunction):
             return (phi @ omega).unsqueeze(-1)
         return (phi * omega).sum(-1, keepdim=True)
 
-    @t_batch_mode_transform()
+    @t_batch_mode_transform()  # type: ignore[arg-type]  # BoTorch's annotation rejects subclasses' methods
     def forward(self, X: Tensor) -> Tensor:
         r"""Evaluate ``Σ_j φ(x_j)ᵀω_j`` on ``b x q x d`` candidates, returning ``b``."""
         if self.omega.ndim == 2 and X.shape[-2] != self.omega.shape[0]:
@@ -159,6 +161,8 @@ class PiecewiseRFFThompsonSample(AcquisitionFunction):
         ...             for i, b in enumerate(acqf.region_bounds())), key=lambda r: r[1])
     """
 
+    omegas: Tensor
+
     def __init__(
         self,
         features: RandomFourierFeatures,
@@ -186,7 +190,7 @@ class PiecewiseRFFThompsonSample(AcquisitionFunction):
         omega = self.omegas.to(phi)[region]  # ... x M
         return (phi * omega).sum(-1)
 
-    @t_batch_mode_transform()
+    @t_batch_mode_transform()  # type: ignore[arg-type]  # BoTorch's annotation rejects subclasses' methods
     def forward(self, X: Tensor) -> Tensor:
         return self._function_values(X).sum(-1)
 

@@ -198,10 +198,9 @@ def _gp_prior_at_train(target_model: Any) -> tuple[Tensor, Tensor, Tensor, Tenso
         K = target_model.covar_module(X).to_dense()
         noise = target_model.likelihood.noise
     m, K = m.reshape(-1), K.reshape(K.shape[-2:])
-    noise = noise.reshape(-1).expand(X.shape[0]) if noise.numel() in (1, X.shape[0]) else None
-    if noise is None:
+    if noise.numel() not in (1, X.shape[0]):
         raise ValueError("`target_model`'s likelihood noise must be homoskedastic or one value per observation.")
-    return m, K, noise, y.reshape(-1)
+    return m, K, noise.reshape(-1).expand(X.shape[0]), y.reshape(-1)
 
 
 def loo_posteriors(prior_mean: Tensor, K: Tensor, noise: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -302,13 +301,12 @@ def compute_rgpe_weights(
         raise TypeError(
             f"`agent_posteriors` must be an AgentRFFPosteriors or None, got {type(agent_posteriors).__name__}."
         )
-    N = 0 if agent_posteriors is None else agent_posteriors.num_agents
+    if agent_posteriors is None or agent_posteriors.num_agents == 0:
+        return torch.ones(1, dtype=train_X.dtype, device=train_X.device)
+    N = agent_posteriors.num_agents
     n = y.shape[0]
-    out = {"dtype": train_X.dtype, "device": train_X.device}
-    if N == 0:
-        return torch.ones(1, **out)
     if not bool((_pair_signs(y) != 0).any()):  # n < 2 or all y equal: nothing to rank
-        return torch.full((N + 1,), 1.0 / (N + 1), **out)
+        return torch.full((N + 1,), 1.0 / (N + 1), dtype=train_X.dtype, device=train_X.device)
 
     like = agent_posteriors.weight_mean  # computations run in the agents' dtype/device
     y = y.to(like)
@@ -339,7 +337,7 @@ def compute_rgpe_weights(
 
         is_best = losses == losses.amin(dim=-1, keepdim=True)
         share = is_best.to(like.dtype) / is_best.sum(-1, keepdim=True).to(like.dtype)
-        return share.mean(0).to(**out)
+        return share.mean(0).to(dtype=train_X.dtype, device=train_X.device)
 
 
 # ------------------------------------------------------------------ model
@@ -375,6 +373,10 @@ class RGPE(Model):
         >>> acqf = LogExpectedImprovement(rgpe, best_f=train_Y.max())
     """
 
+    weights: Tensor
+    agent_weight_mean: Tensor | None
+    agent_covariance_factor: Tensor | None
+
     def __init__(self, target_model: Model, agent_posteriors: AgentRFFPosteriors | None, weights: Tensor) -> None:
         super().__init__()
         if not isinstance(target_model, Model):
@@ -390,7 +392,7 @@ class RGPE(Model):
         self.target_model = target_model
         self.agent_posteriors = agent_posteriors
         self.register_buffer("weights", w.clone())
-        if N > 0 and bool((w[:N] > 0).any()):
+        if agent_posteriors is not None and N > 0 and bool((w[:N] > 0).any()):
             mean, factor = agent_posteriors.linear_combination(w[:N])
             self.register_buffer("agent_weight_mean", mean)
             self.register_buffer("agent_covariance_factor", factor)
@@ -448,11 +450,13 @@ class RGPE(Model):
         wt = self.weights[-1].to(X)
         post_t = self.target_model.posterior(X)
         mvn_t = getattr(post_t, "distribution", None)
-        if not isinstance(mvn_t, MultivariateNormal):
+        if not isinstance(post_t, GPyTorchPosterior) or not isinstance(mvn_t, MultivariateNormal):
             raise UnsupportedError("`target_model` must return a Gaussian (GPyTorchPosterior) posterior.")
         mean = wt * post_t.mean.squeeze(-1)
         cov = wt.square() * mvn_t.covariance_matrix
         if self.agent_weight_mean is not None:
+            # set together in __init__, and only with agents
+            assert self.agent_posteriors is not None and self.agent_covariance_factor is not None
             phi = self.agent_posteriors.features(X)  # batch x q x M, in X's dtype
             agents = RFFWeightPosterior(self.agent_weight_mean.to(phi), self.agent_covariance_factor.to(phi))
             mean_a, cov_a = agents.predict(phi)

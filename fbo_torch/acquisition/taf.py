@@ -141,6 +141,10 @@ class TransferAcquisitionFunction(AnalyticAcquisitionFunction):
         >>> x, _ = optimize_acqf(taf, bounds, q=1, num_restarts=10, raw_samples=512)
     """
 
+    best_f: Tensor
+    weights: Tensor
+    agent_incumbents: Tensor | None
+
     def __init__(
         self,
         model: Model,
@@ -176,7 +180,7 @@ class TransferAcquisitionFunction(AnalyticAcquisitionFunction):
 
         self.agent_posteriors = agent_posteriors
         self.incumbent = incumbent
-        if N > 0:
+        if agent_posteriors is not None and N > 0:
             if incumbent == "agent":
                 if agent_posteriors.incumbents is None:
                     raise ValueError(
@@ -195,14 +199,16 @@ class TransferAcquisitionFunction(AnalyticAcquisitionFunction):
     def target_weight(self) -> Tensor:
         return self.weights[-1]
 
-    @t_batch_mode_transform(expected_q=1)
+    @t_batch_mode_transform(expected_q=1)  # type: ignore[arg-type]  # BoTorch's annotation rejects subclasses' methods
     def forward(self, X: Tensor) -> Tensor:
         r"""Evaluate TAF at ``X``: ``(b1 x ... bk) x 1 x d`` -> ``(b1 x ... bk)``."""
         mean, sigma = self._mean_and_sigma(X)  # (b) x 1
+        assert sigma is not None  # compute_sigma=True (the default) gives it
         u = (mean - self.best_f) / sigma
         ei = (sigma * (phi(u) + u * ndtr(u))).squeeze(-1)
         value = self.weights[-1] * ei
         if self.agent_incumbents is not None:
+            assert self.agent_posteriors is not None  # agent_incumbents is set only with agents
             mu = self.agent_posteriors.predict_mean(X.squeeze(-2)).to(value)  # (b) x N
             improvement = (mu - self.agent_incumbents.to(mu)).clamp_min(0.0)
             value = value + improvement @ self.weights[:-1].to(mu)

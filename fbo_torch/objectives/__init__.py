@@ -15,7 +15,7 @@ from fbo_torch.objectives.search_space import Integer, Real, SearchSpace, Tuning
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
 
 #: Objective ``type`` names used in YAML configs -> "module:Class" (imported on demand).
-REGISTRY = {
+REGISTRY: dict[str, type | str] = {
     "gp_grid": "fbo_torch.objectives.synthetic:GPSampleGridFederation",
     "gp_continuous": "fbo_torch.objectives.synthetic:GPSampleContinuousFederation",
     "function_families": "fbo_torch.objectives.function_families:FunctionFamilyFederation",
@@ -131,7 +131,7 @@ def build_objective(spec: dict[str, Any], device: str | None = None) -> Objectiv
     spec = dict(spec)
     type_name = spec.pop("type")
     cls = objective_class(type_name)
-    if device is not None and "device" not in spec and "device" in inspect.signature(cls.__init__).parameters:
+    if device is not None and "device" not in spec and "device" in inspect.signature(cls).parameters:
         spec["device"] = device
     return as_objective(cls(**spec), f"the {type_name!r} objective")
 

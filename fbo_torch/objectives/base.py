@@ -198,8 +198,15 @@ class Objective(ABC):
         return values + math.sqrt(var) * eps.to(values.device)
 
     def _on(self, device: torch.device, name: str) -> Tensor:
-        """Attribute ``name`` (a CPU tensor or module) on ``device``, copied once and cached,
+        """Tensor attribute ``name`` (on the CPU) on ``device``, copied once and cached,
         so evaluating on a GPU does not copy the objective's constants at every call."""
+        return self._device_copy(device, name)
+
+    def _module_on(self, device: torch.device, name: str) -> torch.nn.Module:
+        """Module attribute ``name`` (e.g. a feature map) on ``device``, cached as in :meth:`_on`."""
+        return self._device_copy(device, name)
+
+    def _device_copy(self, device: torch.device, name: str) -> Any:
         cache = self.__dict__.setdefault("_device_cache", {})
         key = (name, str(device))
         if key not in cache:
@@ -328,8 +335,9 @@ class WrappedObjective(Objective):
         self.value_name = getattr(inner, "value_name", Objective.value_name)
         self.noise_variance = float(getattr(inner, "noise_variance", 0.0) or 0.0)
 
-    @property  # type: ignore[override]
-    def bounds(self) -> Tensor:
+    # Objective declares `bounds` as the attribute its subclasses set; here it is the wrapped instance's
+    @property
+    def bounds(self) -> Tensor:  # type: ignore[override]
         return self.inner.bounds
 
     def __getattr__(self, name: str) -> Any:

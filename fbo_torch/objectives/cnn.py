@@ -103,6 +103,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -268,7 +269,8 @@ def train_cnn_single(
         loss.backward()
         with torch.no_grad():
             for p in net.parameters():
-                p.sub_(sched[t] * p.grad)
+                if p.grad is not None:  # every parameter of a SmallCNN takes part in the loss
+                    p.sub_(sched[t] * p.grad)
     net.zero_grad(set_to_none=True)
     with torch.no_grad():
         pred = net(x_all[val_index]).argmax(-1)
@@ -420,6 +422,58 @@ def _prepare_batched(
     return trainer, va
 
 
+@overload
+def train_cnn_batched(
+    model: SmallCNN,
+    images: Tensor,
+    labels: Tensor,
+    train_indices: Sequence[Tensor],
+    val_indices: Sequence[Tensor],
+    lr: Tensor | Sequence[float] | float,
+    lr_decay: Tensor | Sequence[float] | float,
+    l2: Tensor | Sequence[float] | float,
+    seeds: Sequence[int] | Tensor,
+    steps: int = ...,
+    batch_size: int = ...,
+    eval_chunk_size: int = ...,
+    return_params: Literal[False] = ...,
+    options: TrainerOptions | None = ...,
+) -> Tensor: ...
+@overload
+def train_cnn_batched(
+    model: SmallCNN,
+    images: Tensor,
+    labels: Tensor,
+    train_indices: Sequence[Tensor],
+    val_indices: Sequence[Tensor],
+    lr: Tensor | Sequence[float] | float,
+    lr_decay: Tensor | Sequence[float] | float,
+    l2: Tensor | Sequence[float] | float,
+    seeds: Sequence[int] | Tensor,
+    steps: int = ...,
+    batch_size: int = ...,
+    eval_chunk_size: int = ...,
+    *,
+    return_params: Literal[True],
+    options: TrainerOptions | None = ...,
+) -> tuple[Tensor, dict[str, Tensor]]: ...
+@overload
+def train_cnn_batched(
+    model: SmallCNN,
+    images: Tensor,
+    labels: Tensor,
+    train_indices: Sequence[Tensor],
+    val_indices: Sequence[Tensor],
+    lr: Tensor | Sequence[float] | float,
+    lr_decay: Tensor | Sequence[float] | float,
+    l2: Tensor | Sequence[float] | float,
+    seeds: Sequence[int] | Tensor,
+    steps: int = ...,
+    batch_size: int = ...,
+    eval_chunk_size: int = ...,
+    return_params: bool = ...,
+    options: TrainerOptions | None = ...,
+) -> Tensor | tuple[Tensor, dict[str, Tensor]]: ...
 def train_cnn_batched(
     model: SmallCNN,
     images: Tensor,

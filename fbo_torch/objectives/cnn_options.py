@@ -8,8 +8,9 @@ changes what is trained, only how (float64 on a CPU, as the tests' references).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -118,11 +119,15 @@ def cuda_backend_flags(device: torch.device, options: TrainerOptions) -> Iterato
     cudnn = torch.backends.cudnn
     saved = (cudnn.benchmark, cudnn.deterministic)
     precision = "tf32" if options.allow_tf32 else "ieee"
+    targets: list[Any] | None
+    old_precision: list[str] = []
+    old_tf32 = (False, False)
     try:
-        targets = [cudnn.conv, torch.backends.cuda.matmul]
-        old = [t.fp32_precision for t in targets]
+        # torch's module-level annotations of torch.backends.cudnn omit `conv` (set on its module class)
+        targets = [cudnn.conv, torch.backends.cuda.matmul]  # type: ignore[attr-defined]
+        old_precision = [t.fp32_precision for t in targets]
     except AttributeError:  # torch < 2.9: only the legacy flags
-        targets, old = None, (cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+        targets, old_tf32 = None, (cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     try:
         cudnn.benchmark = options.cudnn_benchmark and not options.deterministic
         cudnn.deterministic = options.deterministic
@@ -135,13 +140,13 @@ def cuda_backend_flags(device: torch.device, options: TrainerOptions) -> Iterato
     finally:
         cudnn.benchmark, cudnn.deterministic = saved
         if targets is not None:
-            for t, value in zip(targets, old, strict=True):
+            for t, value in zip(targets, old_precision, strict=True):
                 t.fp32_precision = value
         else:
-            cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+            cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old_tf32
 
 
-def _autocast(device: torch.device, options: TrainerOptions):
+def _autocast(device: torch.device, options: TrainerOptions) -> AbstractContextManager[None]:
     if options.autocast_dtype is None:
         return nullcontext()
     # cache_enabled=False: autocast's weight-cast cache must be off under CUDA graph capture.

@@ -32,7 +32,7 @@ _EMNIST_HELP = (
 
 
 def load_emnist_digits(
-    root: str | os.PathLike | None = None, train: bool = True, download: bool = False
+    root: str | os.PathLike[str] | None = None, train: bool = True, download: bool = False
 ) -> tuple[Tensor, Tensor, str]:
     r"""EMNIST's "digits" split as read by ``torchvision.datasets.EMNIST``, with a clear error when it is missing.
 
@@ -74,7 +74,7 @@ def load_emnist_digits(
     return images, labels, root
 
 
-def download_emnist(root: str | os.PathLike, url: str | None = None) -> tuple[int, int]:
+def download_emnist(root: str | os.PathLike[str], url: str | None = None) -> tuple[int, int]:
     r"""Download EMNIST into ``root/EMNIST/raw`` (torchvision's layout) and check its "digits" split.
 
     Goes through :func:`~fbo_torch.utils.torchvision_compat.import_torchvision`, so it works

@@ -224,14 +224,19 @@ class FunctionFamilyFederation(Objective):
         self.seed = int(seed)
         self.normalize = normalize
         self.bounds = torch.tensor([[0.0] * dim, [1.0] * dim], dtype=torch.float64)
-        self._functions = [FAMILIES[name](dim=dim) for name in self.families]
+        # FAMILIES' classes all take `dim` (BoTorch's SyntheticTestFunction, their annotated type, does not)
+        self._functions = [FAMILIES[name](dim=dim) for name in self.families]  # type: ignore[call-arg]
         self.family_of_agent = torch.arange(self.num_agents) % len(self.families)
         self.family_names = [self.families[j] for j in self.family_of_agent.tolist()]
         self.targets = torch.arange(self.num_agents)
 
-        fn_bounds = torch.stack([fn.bounds for fn in self._functions])[self.family_of_agent]  # A x 2 x d
+        # BoTorch registers `bounds` and `optimizers` as buffers without declaring them: to mypy they are
+        # nn.Module.__getattr__'s Tensor | Module
+        fn_bounds = torch.stack([fn.bounds for fn in self._functions])  # type: ignore[misc]
+        fn_bounds = fn_bounds[self.family_of_agent]  # A x 2 x d
         self._width = fn_bounds[:, 1] - fn_bounds[:, 0]  # A x d
-        self._minimizer = torch.stack([fn.optimizers[0] for fn in self._functions])[self.family_of_agent]  # A x d
+        minimizers = torch.stack([fn.optimizers[0] for fn in self._functions])  # type: ignore[index]
+        self._minimizer = minimizers[self.family_of_agent]  # A x d
         lo, hi = torch.tensor(
             [OPTIMIZER_RANGE.get(name, OPTIMIZER_RANGE[None]) for name in self.family_names], dtype=torch.float64
         ).unbind(-1)

@@ -55,6 +55,7 @@ import os
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -88,7 +89,7 @@ def _har_files(root: Path) -> dict[str, Path]:
     }
 
 
-def resolve_har_root(path: str | os.PathLike) -> Path:
+def resolve_har_root(path: str | os.PathLike[str]) -> Path:
     r"""The folder holding ``train/`` and ``test/`` of UCI HAR.
 
     ``path`` may be that folder or its parent containing ``UCI HAR Dataset/``
@@ -118,7 +119,7 @@ def resolve_har_root(path: str | os.PathLike) -> Path:
     return root
 
 
-def _read(path: Path, ndim: int) -> np.ndarray:
+def _read(path: Path, ndim: Literal[1, 2]) -> np.ndarray:
     try:
         a = np.loadtxt(path, dtype=np.float64, ndmin=ndim)
     except ValueError as e:
@@ -126,7 +127,7 @@ def _read(path: Path, ndim: int) -> np.ndarray:
     return a
 
 
-def load_har(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def load_har(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Read and pool the train and test parts of UCI HAR.
 
     Parsed files are cached (keyed by path, size and modification time), so
@@ -143,7 +144,7 @@ def load_har(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 @lru_cache(maxsize=2)
-def _load_har_cached(key: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _load_har_cached(key: tuple[tuple[str, int, int], ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     files = {name: Path(k[0]) for name, k in zip(_har_files(Path(".")), key, strict=True)}
     root = files["X_train"].parent.parent
     Xs, ys, ss = [], [], []
@@ -223,11 +224,11 @@ class HARLogReg(TuningObjective):
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         subjects: Sequence[int] | Tensor | None = None,
         split_seed: int = 0,
         epochs: int = 20,
-        search_space: SearchSpace | dict | None = None,
+        search_space: SearchSpace | dict[str, Any] | None = None,
         device: torch.device | str | None = None,
         *,
         train_seed: int = 0,
@@ -259,12 +260,12 @@ class HARLogReg(TuningObjective):
         if subjects is None:
             subjects = all_subjects
         else:
-            if isinstance(subjects, (Tensor, np.ndarray)):
-                subjects = subjects.reshape(-1).tolist()
-            if isinstance(subjects, (str, bytes)) or not isinstance(subjects, Sequence):
-                raise TypeError(f"`subjects` must be a sequence of subject ids, got {type(subjects).__name__}.")
+            # the items of an array (or of a list the caller built from one) are NumPy integers
+            given: object = subjects.reshape(-1).tolist() if isinstance(subjects, (Tensor, np.ndarray)) else subjects
+            if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+                raise TypeError(f"`subjects` must be a sequence of subject ids, got {type(given).__name__}.")
             subjects = [
-                check_int(f"subjects[{i}]", int(s) if isinstance(s, np.integer) else s) for i, s in enumerate(subjects)
+                check_int(f"subjects[{i}]", int(s) if isinstance(s, np.integer) else s) for i, s in enumerate(given)
             ]
             if not subjects:
                 raise ValueError("`subjects` must name at least one subject.")
@@ -306,7 +307,6 @@ class HARLogReg(TuningObjective):
         # Dual (kernel) representation: SGD from W = 0 keeps W = X_trᵀ A in the span of
         # the training rows, so we store Gram matrices instead of features (n_tr ≈ 140–205
         # is well below the 561 features) and train the n_tr x C coefficients A.
-        kw = {"device": self.device, "dtype": dtype}
         A = self.num_agents
         N, M = max(self.train_sizes), max(self.val_sizes)
         gram = np.zeros((A, N, N))
@@ -319,8 +319,8 @@ class HARLogReg(TuningObjective):
             cross[a, :nv, :nt] = va_parts[a] @ tr_parts[a].T
             ytr[a, :nt] = ytr_parts[a]
             yva[a, :nv] = yva_parts[a]
-        self._gram = torch.as_tensor(gram, **kw)  # A x N x N
-        self._cross = torch.as_tensor(cross, **kw)  # A x M x N
+        self._gram = torch.as_tensor(gram, device=self.device, dtype=dtype)  # A x N x N
+        self._cross = torch.as_tensor(cross, device=self.device, dtype=dtype)  # A x M x N
         self._ytr = torch.as_tensor(ytr, device=self.device)
         self._yva = torch.as_tensor(yva, device=self.device)
         self._n_tr = torch.tensor(self.train_sizes, device=self.device)
@@ -330,8 +330,8 @@ class HARLogReg(TuningObjective):
         perms = torch.zeros(A, self.epochs, N, dtype=torch.long)
         for a, s in enumerate(self.subjects):
             gen = torch.Generator().manual_seed(self.train_seed * 1_000_003 + int(s))
-            for e in range(self.epochs):
-                perms[a, e, : self.train_sizes[a]] = torch.randperm(self.train_sizes[a], generator=gen)
+            for epoch in range(self.epochs):
+                perms[a, epoch, : self.train_sizes[a]] = torch.randperm(self.train_sizes[a], generator=gen)
         self._perms = perms.to(self.device)
 
     # -------------------------------------------------------------- metadata

@@ -41,9 +41,10 @@ between 0.26 and 0.6, so some fields have values below 0.5.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,7 +93,7 @@ def _not_found(looked: Sequence[Path], why: str) -> FileNotFoundError:
     )
 
 
-def resolve_landmine_path(path: str | os.PathLike | None = None) -> Path:
+def resolve_landmine_path(path: str | os.PathLike[str] | None = None) -> Path:
     r"""Find ``LandmineData.mat``.
 
     Order: the ``path`` argument (a file, or a folder holding the file), else the
@@ -158,7 +159,7 @@ def _load_mat(path: str, mtime_ns: int, size: int) -> tuple[tuple[np.ndarray, ..
     return tuple(feats), tuple(labels)
 
 
-def _make_worker():
+def _make_worker() -> Callable[..., float]:
     # Defined in a closure on purpose: joblib's loky backend pickles such a
     # function *by value* (cloudpickle), so worker processes only import numpy
     # and scikit-learn. A module-level function is pickled by reference and
@@ -237,11 +238,11 @@ class LandmineSVM(TuningObjective):
 
     def __init__(
         self,
-        path: str | os.PathLike | None = None,
+        path: str | os.PathLike[str] | None = None,
         fields: Sequence[int] | Tensor | None = None,
         split_seed: int = 0,
         n_jobs: int = 1,
-        search_space: SearchSpace | dict | None = None,
+        search_space: SearchSpace | dict[str, Any] | None = None,
         standardize: bool = False,
         scoring: str = "decision",
     ) -> None:
@@ -268,12 +269,12 @@ class LandmineSVM(TuningObjective):
         if fields is None:
             fields = list(range(len(feats)))
         else:
-            if isinstance(fields, (Tensor, np.ndarray)):
-                fields = fields.reshape(-1).tolist()
-            if isinstance(fields, (str, bytes)) or not isinstance(fields, Sequence):
-                raise TypeError(f"`fields` must be a sequence of field indices, got {type(fields).__name__}.")
+            # the items of an array (or of a list the caller built from one) are NumPy integers
+            given: object = fields.reshape(-1).tolist() if isinstance(fields, (Tensor, np.ndarray)) else fields
+            if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+                raise TypeError(f"`fields` must be a sequence of field indices, got {type(given).__name__}.")
             fields = [
-                check_int(f"fields[{i}]", int(f) if isinstance(f, np.integer) else f) for i, f in enumerate(fields)
+                check_int(f"fields[{i}]", int(f) if isinstance(f, np.integer) else f) for i, f in enumerate(given)
             ]
             if not fields:
                 raise ValueError("`fields` must name at least one field.")
@@ -301,7 +302,8 @@ class LandmineSVM(TuningObjective):
                 sd = Xtr.std(0)
                 sd = np.where(sd > 0, sd, 1.0)
                 Xtr, Xva = (Xtr - mu) / sd, (Xva - mu) / sd
-            self._data.append(tuple(np.ascontiguousarray(a) for a in (Xtr, ytr, Xva, yva)))
+            Xtr, ytr, Xva, yva = (np.ascontiguousarray(a) for a in (Xtr, ytr, Xva, yva))
+            self._data.append((Xtr, ytr, Xva, yva))
         self._cache: dict[tuple[int, float, float], float] = {}
 
     # -------------------------------------------------------------- metadata

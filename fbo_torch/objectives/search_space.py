@@ -263,8 +263,8 @@ class SearchSpace:
 
     # -------------------------------------------------------------- mapping
     def _consts(self, ref: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        kw = {"dtype": ref.dtype, "device": ref.device}
-        return self._a.to(**kw), self._b.to(**kw), self._log.to(ref.device), self._int.to(ref.device)
+        a, b = self._a.to(device=ref.device, dtype=ref.dtype), self._b.to(device=ref.device, dtype=ref.dtype)
+        return a, b, self._log.to(ref.device), self._int.to(ref.device)
 
     def to_native(self, U: Tensor) -> Tensor:
         r"""Map unit-cube points to native values.
@@ -370,7 +370,7 @@ class SearchSpace:
         batch = tuple(U.shape[:-1])
         rows = [self._row_to_dict(r) for r in self.to_native(U.detach()).reshape(-1, self.dim).cpu().tolist()]
 
-        def nest(flat: list, shape: tuple[int, ...]) -> list:
+        def nest(flat: list[Any], shape: tuple[int, ...]) -> list[Any]:
             if len(shape) == 1:
                 return flat
             step = math.prod(shape[1:])
@@ -407,7 +407,7 @@ class SearchSpace:
 
     # ----------------------------------------------------------- dict / YAML
     @classmethod
-    def from_dict(cls, config: Mapping[str, Mapping[str, Any]]) -> SearchSpace:
+    def from_dict(cls, config: SearchSpace | Mapping[str, Mapping[str, Any]]) -> SearchSpace:
         r"""Build a search space from its dict / YAML form.
 
         Args:
@@ -416,6 +416,7 @@ class SearchSpace:
                 ``False`` and ``type`` to ``"real"`` (``"float"``/``"continuous"``
                 and ``"integer"`` are accepted too). Numeric strings such as
                 ``"1e-4"`` (which PyYAML does not read as floats) are accepted.
+                A :class:`SearchSpace` is returned as it is.
 
         Raises:
             ValueError: Unknown keys, missing ``low``/``high``, ``low >= high``,
@@ -510,8 +511,9 @@ class TuningObjective(Objective):
     search_space: SearchSpace
     _loss_name: str = "1 - value"
 
-    @property  # type: ignore[override]
-    def bounds(self) -> Tensor:
+    # Objective declares `bounds` as the attribute its subclasses set; here it follows from the search space
+    @property
+    def bounds(self) -> Tensor:  # type: ignore[override]
         return self.search_space.bounds
 
     def loss(self, best_values: Tensor, agents: Tensor | None = None) -> Tensor:

@@ -46,6 +46,7 @@ fractions (at ``0.0``, the default, every value is as without them).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from linear_operator.utils.cholesky import psd_safe_cholesky
@@ -154,6 +155,9 @@ class GPSampleGridFederation(_GroupedSynthetic):
             (see the module docstring).
         adversarial_fraction: Fraction of them whose function is ``1 - f``.
     """
+
+    #: The ``grid_size x 1`` grid, the finite domain.
+    candidates: Tensor
 
     def __init__(
         self,
@@ -303,7 +307,9 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
             self._w_base[useless], self._base_shift[useless], self._base_scale[useless] = w_u, umin, umax - umin
         self.optimum = self._extreme(lambda X: self._true(X, torch.arange(self.num_agents)), self.num_agents, opt_gen)
 
-    def _extreme(self, fn, batch: int, gen: torch.Generator | None = None, keys: Tensor | None = None) -> Tensor:
+    def _extreme(
+        self, fn: Callable[[Tensor], Tensor], batch: int, gen: torch.Generator | None = None, keys: Tensor | None = None
+    ) -> Tensor:
         raw = 4096 if self.dim <= 2 else 8192
         _, vals = maximize_batched(
             fn,
@@ -322,7 +328,7 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
     def f(self, X: Tensor, groups: Tensor) -> Tensor:
         """Normalized group functions ``f_g`` at ``k x q x D`` points (``k`` groups)."""
         w = self._on(X.device, "_w_f").to(X.dtype)[groups]
-        raw = (self._on(X.device, "_basis_f")(X) * w.unsqueeze(-2)).sum(-1)
+        raw = (self._module_on(X.device, "_basis_f")(X) * w.unsqueeze(-2)).sum(-1)
         shift = self._on(X.device, "_f_shift").to(X.dtype)[groups].unsqueeze(-1)
         return (raw - shift) / self._on(X.device, "_f_scale").to(X.dtype)[groups].unsqueeze(-1)
 
@@ -331,7 +337,7 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
         ``f``, a useless agent's own sample ``u_n`` or an adversarial agent's ``1 - f``."""
         agents = agents.to(X.device)
         w = self._on(X.device, "_w_base").to(X.dtype)[agents]
-        raw = (self._on(X.device, "_basis_f")(X) * w.unsqueeze(-2)).sum(-1)
+        raw = (self._module_on(X.device, "_basis_f")(X) * w.unsqueeze(-2)).sum(-1)
         shift = self._on(X.device, "_base_shift").to(X.dtype)[agents].unsqueeze(-1)
         b = (raw - shift) / self._on(X.device, "_base_scale").to(X.dtype)[agents].unsqueeze(-1)
         adversarial = self._on(X.device, "kind_of_agent")[agents].unsqueeze(-1) == ADVERSARIAL
@@ -339,7 +345,8 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
 
     def _true(self, X: Tensor, agents: Tensor) -> Tensor:
         agents = agents.to(X.device)
-        h = (self._on(X.device, "_basis_h")(X) * self._on(X.device, "_w_h").to(X.dtype)[agents].unsqueeze(-2)).sum(-1)
+        w = self._on(X.device, "_w_h").to(X.dtype)[agents]
+        h = (self._module_on(X.device, "_basis_h")(X) * w.unsqueeze(-2)).sum(-1)
         return self.base(X, agents) + self._on(X.device, "perturbation").to(X.dtype)[agents].unsqueeze(-1) * h
 
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:

@@ -97,7 +97,7 @@ def _check_device(device: torch.device | str | None) -> torch.device:
     return dev
 
 
-def _as_trainer_options(trainer: TrainerOptions | dict | None) -> TrainerOptions:
+def _as_trainer_options(trainer: TrainerOptions | dict[str, Any] | None) -> TrainerOptions:
     if trainer is None:
         return TrainerOptions()
     if isinstance(trainer, TrainerOptions):
@@ -180,9 +180,9 @@ class AgentImageCNN(TuningObjective):
         seed: int = 0,
         max_configs_per_batch: int | None = None,
         num_classes: int | None = None,
-        search_space: SearchSpace | dict | None = None,
+        search_space: SearchSpace | dict[str, Any] | None = None,
         transform: Callable[[Tensor], Tensor] | None = None,
-        trainer: TrainerOptions | dict | None = None,
+        trainer: TrainerOptions | dict[str, Any] | None = None,
     ) -> None:
         self.search_space = as_search_space(search_space, default_cnn_search_space(), HYPERPARAMETER_NAMES)
         self._columns = [self.search_space.index(name) for name in HYPERPARAMETER_NAMES]
@@ -372,8 +372,8 @@ class DigitsCNN(AgentImageCNN):
         device: torch.device | str | None = None,
         seed: int = 0,
         max_configs_per_batch: int | None = None,
-        search_space: SearchSpace | dict | None = None,
-        trainer: TrainerOptions | dict | None = None,
+        search_space: SearchSpace | dict[str, Any] | None = None,
+        trainer: TrainerOptions | dict[str, Any] | None = None,
     ) -> None:
         from sklearn.datasets import load_digits
 
@@ -431,7 +431,7 @@ class EMNISTCNN(AgentImageCNN):
 
     def __init__(
         self,
-        root: str | os.PathLike | None = None,
+        root: str | os.PathLike[str] | None = None,
         num_agents: int = 50,
         alpha: float = 0.5,
         samples_per_agent: int = 200,
@@ -446,8 +446,8 @@ class EMNISTCNN(AgentImageCNN):
         seed: int = 0,
         download: bool = False,
         max_configs_per_batch: int | None = None,
-        search_space: SearchSpace | dict | None = None,
-        trainer: TrainerOptions | dict | None = None,
+        search_space: SearchSpace | dict[str, Any] | None = None,
+        trainer: TrainerOptions | dict[str, Any] | None = None,
     ) -> None:
         images, labels, root = load_emnist_digits(root, train, download)
         super().__init__(**federation_arguments(locals()), num_classes=10, transform=emnist_to_float)

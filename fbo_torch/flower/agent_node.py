@@ -130,7 +130,7 @@ class AgentNode:
             self.features,
             capacity=self.settings.num_iterations,
         )
-        agents_state: dict = {k: state[k] for k in ("keys", "X", "Y", "valid")}
+        agents_state: dict[str, Any] = {k: state[k] for k in ("keys", "X", "Y", "valid")}
         agents_state["n"] = int(state["n"])
         agents_state["gp_params"] = state.get("gp_params")
         agents_state["gp_updates"] = int(state["gp_updates"])

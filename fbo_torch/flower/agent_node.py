@@ -172,6 +172,13 @@ class AgentNode:
                 raise ValueError(f"agent {self.agent_id} already took round {round} (it is at round {self.round}).")
             X_srv = None
             if broadcast is not None:
+                if self.features is None:
+                    raise ValueError(
+                        f"agent {self.agent_id} runs without a shared feature map (algorithm "
+                        f"{self.settings.algorithm!r}): it cannot follow a broadcast."
+                    )
+                if region_bounds is None:
+                    raise ValueError("`region_bounds` (P x 2 x d) must come with a `broadcast`.")
                 X_srv = broadcast_points(
                     self.settings,
                     self.features,

@@ -130,7 +130,7 @@ class AgentNode:
             self.features,
             capacity=self.settings.num_iterations,
         )
-        agents_state: dict = {k: state[k] for k in ("keys", "X", "Y", "valid")}
+        agents_state: dict[str, Any] = {k: state[k] for k in ("keys", "X", "Y", "valid")}
         agents_state["n"] = int(state["n"])
         agents_state["gp_params"] = state.get("gp_params")
         agents_state["gp_updates"] = int(state["gp_updates"])
@@ -172,6 +172,13 @@ class AgentNode:
                 raise ValueError(f"agent {self.agent_id} already took round {round} (it is at round {self.round}).")
             X_srv = None
             if broadcast is not None:
+                if self.features is None:
+                    raise ValueError(
+                        f"agent {self.agent_id} runs without a shared feature map (algorithm "
+                        f"{self.settings.algorithm!r}): it cannot follow a broadcast."
+                    )
+                if region_bounds is None:
+                    raise ValueError("`region_bounds` (P x 2 x d) must come with a `broadcast`.")
                 X_srv = broadcast_points(
                     self.settings,
                     self.features,

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from flwr.app import ConfigRecord, Context, Message
+from flwr.app import ConfigRecord, ConfigRecordValues, Context, Message
 from flwr.clientapp import ClientApp
 
 from fbo_torch.features import RandomFourierFeatures
@@ -91,10 +91,12 @@ def handle_round(msg: Message, context: Context) -> Message:
     cohort = records_to_secagg_cohort(msg.content, settings.num_regions) if secure else None  # checked first
     reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)
     context.state[AGENT_STATE] = state_to_record(node.state_dict())
-    if secure and cohort is None:  # not in this round's secure aggregation: nothing of ω is sent
-        return Message(reply_to_records(replace(reply, omega=None), config.report_best), reply_to=msg)
     if not secure:
         return Message(reply_to_records(reply, config.report_best), reply_to=msg)
+    if cohort is None:  # not in this round's secure aggregation: nothing of ω is sent
+        return Message(reply_to_records(replace(reply, omega=None), config.report_best), reply_to=msg)
+    if reply.omega is None:
+        raise RuntimeError(f"agent {reply.agent_id} drew no ω for round {plan.omega_round}.")
     sampled, ratios = cohort
     mechanism = SecureMechanism.from_settings(settings, config.num_agents)
     y, _ = mechanism.contributions(
@@ -138,7 +140,8 @@ def _secagg_stage(msg: Message, context: Context, stage: str) -> Message:
         reply = secagg_reply(masked=masked.astype("<i8").tobytes())
     else:
         ids, shares = client.unmask(request["round"], request["active"], request["dead"])
-        reply = secagg_reply(**{"node-ids": ids, "shares": shares})
+        fields: dict[str, ConfigRecordValues] = {"node-ids": ids, "shares": shares}  # "node-ids" is no identifier
+        reply = secagg_reply(**fields)
     context.state[SECAGG_STATE] = ConfigRecord(client.to_state())
     return Message(reply, reply_to=msg)
 

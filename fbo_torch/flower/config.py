@@ -147,8 +147,8 @@ class FederationDomain(Objective):
     def __init__(self, bounds: Tensor, num_agents: int, search_space: SearchSpace | None = None) -> None:
         self._bounds, self.num_agents, self.search_space = bounds, int(num_agents), search_space
 
-    @property  # type: ignore[override]
-    def bounds(self) -> Tensor:
+    @property
+    def bounds(self) -> Tensor:  # type: ignore[override]  # read-only: fixed at construction
         return self._bounds
 
     def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
@@ -236,8 +236,8 @@ class NodeObjective(Objective):
         self.candidates = inner.candidates
         self.value_name = inner.value_name
 
-    @property  # type: ignore[override]
-    def bounds(self) -> Tensor:
+    @property
+    def bounds(self) -> Tensor:  # type: ignore[override]  # read-only: the inner objective's
         return self.inner.bounds
 
     def _own(self, agents: Tensor | None, like: Tensor) -> Tensor:

@@ -60,11 +60,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.randomness import SecretServerRandomness
 from fbo_torch.federation.schedules import PtSchedule
+from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.server import DPFTSDEServer, ServerRound
 from fbo_torch.flower.config import FlowerRunConfig
-from fbo_torch.flower.server_state import ServerStateError
+from fbo_torch.flower.server_state import ServerState, ServerStateError
+from fbo_torch.privacy.ledger import PrivacyLedger
 from fbo_torch.utils.secure_random import new_secret
 
 
@@ -95,7 +98,7 @@ class RoundPlan:
     region_bounds: Tensor | None
     omega_round: int
     fingerprint: str
-    features: dict = field(default_factory=dict)
+    features: dict[str, Any] = field(default_factory=dict)
     coins: Tensor | None = None
     ratios: Tensor | None = None
 
@@ -103,6 +106,8 @@ class RoundPlan:
         """Agent ``agent``'s own coin and ``P`` ratios in a secure round (``None`` otherwise)."""
         if self.coins is None:
             return None
+        if self.ratios is None:
+            raise ValueError("a secure round's plan holds coins but no weight ratios.")
         return bool(self.coins[agent]), self.ratios[:, agent]
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,7 +126,7 @@ class RoundPlan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundPlan:
-        def tensor(v: Any, dtype=torch.float64) -> Tensor | None:
+        def tensor(v: Any, dtype: torch.dtype = torch.float64) -> Tensor | None:
             return None if v is None else torch.tensor(v, dtype=dtype)
 
         return cls(
@@ -226,7 +231,12 @@ class Coordinator:
     """
 
     def __init__(
-        self, config: FlowerRunConfig, bounds: Tensor, dim: int, secret: bytes | None = None, state: Any = None
+        self,
+        config: FlowerRunConfig,
+        bounds: Tensor,
+        dim: int,
+        secret: bytes | None = None,
+        state: ServerState | None = None,
     ) -> None:
         self.config = config
         self.settings = s = config.dp_settings()
@@ -240,8 +250,8 @@ class Coordinator:
         elif secret is None:
             secret = new_secret()
         self._secret = secret
-        self.server = None
-        self.features = None
+        self.server: DPFTSDEServer | None = None
+        self.features: RandomFourierFeatures | None = None
         if s.algorithm == "fts_de":
             self.features = s.features(dim)
             self.server = DPFTSDEServer(
@@ -267,7 +277,7 @@ class Coordinator:
         self.invalid: dict[int, int] = {}  # agent -> invalid replies so far
         self._resend: RoundPlan | None = None
         self.resumed = saved is not None
-        if saved is not None:
+        if state is not None and saved is not None:  # a saved state comes only from a state folder
             try:
                 self._load(saved)
             except (KeyError, TypeError, ValueError) as err:
@@ -282,7 +292,7 @@ class Coordinator:
         return "" if self.features is None else self.features.fingerprint
 
     @property
-    def ledger(self):
+    def ledger(self) -> PrivacyLedger | None:
         return None if self.server is None else self.server.ledger
 
     @property
@@ -301,6 +311,13 @@ class Coordinator:
     def done(self) -> bool:
         return self.round >= self.settings.num_iterations and self._resend is None
 
+    @property
+    def _secure_server(self) -> DPFTSDEServer:
+        """The federation's server when it aggregates securely (only then are there SecAgg+ rounds)."""
+        if self.server is None or not self.secure:
+            raise RuntimeError("this coordinator does not aggregate securely (`aggregation` is not 'secure').")
+        return self.server
+
     # ------------------------------------------------------------------ exchanges
     def plan(self) -> RoundPlan:
         r"""Open the next exchange: release the round's broadcast (if any) and decide the next.
@@ -313,20 +330,21 @@ class Coordinator:
             plan, self._resend = self._resend, None
             return plan
         s = self.settings
+        server = self.server
         t = self.round + 1
         broadcast = None
         if t >= 1:
             num_reported = int(self._reported.sum())
-            if self._omega_round == t:
+            if server is not None and self._omega_round == t:
                 if self.secure:  # its SecAgg+ never got to a commit: too few nodes took part
-                    self.server.commit_secure(torch.zeros(1, self.N, dtype=torch.bool))
+                    server.commit_secure(torch.zeros(1, self.N, dtype=torch.bool))
                 else:
-                    out = self.server.release(self._omegas, reported=self._reported.clone(), num_valid=num_reported)
+                    out = server.release(self._omegas, reported=self._reported.clone(), num_valid=num_reported)
                     broadcast = None if out is None else out[0]
             if self.secure:
                 broadcast, self._secure_broadcast = self._secure_broadcast, None
                 num_reported = int(self._secagg_stats.get("survivors", 0))
-            rec = self.server.rounds[t - 1] if self.server is not None else None
+            rec = server.rounds[t - 1] if server is not None else None
             released = rec is not None and rec.released
             self.logs.append(
                 RoundLog(
@@ -342,9 +360,8 @@ class Coordinator:
             )
             self._secagg_stats = {}
         coins = ratios = None
-        planned = t < s.num_iterations and self.server is not None and self.server.plan(t + 1, self.schedule(t + 1))
-        if planned and self.secure:
-            sampled, ratios = self.server.secure_cohort(1)
+        if server is not None and t < s.num_iterations and server.plan(t + 1, self.schedule(t + 1)) and self.secure:
+            sampled, ratios = server.secure_cohort(1)
             coins = sampled[0]
         self._omegas.zero_()
         self._reported.zero_()
@@ -354,7 +371,7 @@ class Coordinator:
             t,
             float(self.schedule(t)) if t >= 1 else 0.0,
             broadcast,
-            None if self.server is None else self.server.region_bounds,
+            None if server is None else server.region_bounds,
             self._omega_round,
             self.fingerprint,
             {} if self.features is None else self.features.config(),
@@ -367,9 +384,9 @@ class Coordinator:
 
     # ------------------------------------------------------------------ secure rounds
     @property
-    def mechanism(self):
+    def mechanism(self) -> SecureMechanism | None:
         """The secure mechanism's constants (``None`` unless ``aggregation = "secure"``)."""
-        return self.server.mechanism if self.secure else None
+        return self.server.mechanism if self.server is not None and self.secure else None
 
     def commit_secure(self, survivors: list[int]) -> bool:
         r"""The SecAgg+ of the planned round kept ``survivors`` (agent ids): decide and charge it.
@@ -379,9 +396,12 @@ class Coordinator:
         exchange no longer asks for vectors, so a server restarted before the
         reveal records the round as failed and moves on. Returns whether to unmask.
         """
+        server = self._secure_server
+        if self._last_plan is None:
+            raise RuntimeError("commit_secure() before the exchange that opened the secure round (plan()).")
         mask = torch.zeros(1, self.N, dtype=torch.bool)
         mask[0, list(survivors)] = True
-        released = bool(self.server.commit_secure(mask)[0])
+        released = bool(server.commit_secure(mask)[0])
         self._secagg_stats["survivors"] = len(survivors)
         if released:
             self._save(replace(self._last_plan, omega_round=0, coins=None, ratios=None))
@@ -389,10 +409,14 @@ class Coordinator:
 
     def reveal_secure(self, total: Tensor | None, stats: dict[str, Any] | None = None) -> None:
         """The unmasked sum (``d`` residues, or ``None``: the unmasking failed) of the committed round."""
-        out = self.server.reveal_secure(None if total is None else total.view(1, -1))
+        server = self._secure_server
+        out = server.reveal_secure(None if total is None else total.view(1, -1))
         self._secure_broadcast = None if out is None else out[0]
         if out is not None:
-            self._secagg_stats["out_of_range"] = int(self.server.last_record.out_of_range[0])
+            rec = server.last_record
+            if rec is None or rec.out_of_range is None:
+                raise RuntimeError("a secure release must leave its record with the out-of-range count.")
+            self._secagg_stats["out_of_range"] = int(rec.out_of_range[0])
         self._secagg_stats.update(stats or {})
 
     def note_secagg(self, stats: dict[str, Any]) -> None:
@@ -504,8 +528,8 @@ class Coordinator:
         self.logs = [RoundLog.from_dict(d) for d in saved["logs"]]
         self.refused = {int(k): str(v) for k, v in saved["refused"].items()}
         self.invalid = {int(k): int(v) for k, v in saved["invalid"].items()}
-        if self.secure and self.server.planned is not None:
-            self.server.secure_cohort(1)  # the planned round's coins: the same secret redraws the same
+        if self.secure and self._secure_server.planned is not None:
+            self._secure_server.secure_cohort(1)  # the planned round's coins: the same secret redraws the same
         if saved["plan"] is not None:
             self._resend = RoundPlan.from_dict(saved["plan"])
             self._last_plan = self._resend

@@ -29,9 +29,12 @@ This module imports ``flwr``; the rest of :mod:`fbo_torch.flower` does not.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, MetricRecord, MetricRecordValues, RecordDict
 from flwr.common.serde import recorddict_to_proto
 from torch import Tensor
 
@@ -57,6 +60,8 @@ def plan_to_records(plan: RoundPlan) -> RecordDict:
     )
     content[FEATURES] = ConfigRecord(dict(plan.features))
     if plan.broadcast is not None:
+        if plan.region_bounds is None:
+            raise ValueError("a plan with a broadcast must carry its region bounds (P x 2 x d).")
         content[BROADCAST] = ArrayRecord(
             {
                 "broadcast": plan.broadcast.detach().cpu().contiguous(),
@@ -71,19 +76,19 @@ def records_to_plan(content: RecordDict) -> RoundPlan:
     try:
         r = content.config_records[ROUND]
         t, p, omega_round, fingerprint = r["round"], r["p"], r["omega-round"], r["fingerprint"]
-        broadcast = region_bounds = None
+        released: tuple[Tensor, Tensor] | None = None
         if BROADCAST in content.array_records:
             arrays = content.array_records[BROADCAST].to_torch_state_dict()
-            broadcast, region_bounds = arrays["broadcast"], arrays["region-bounds"]
+            released = arrays["broadcast"], arrays["region-bounds"]
         feats = dict(content.config_records[FEATURES]) if FEATURES in content.config_records else {}
     except Exception as err:
         raise ValueError(f"malformed message from the server ({type(err).__name__}: {err}).") from None
-    for name, v in (("round", t), ("omega-round", omega_round)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"the server's `{name}` is {v!r}, not an integer >= 0.")
+    t, omega_round = _round_number("round", t), _round_number("omega-round", omega_round)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise ValueError(f"the server's `p` is {p!r}, not a probability.")
-    if broadcast is not None:
+    broadcast = region_bounds = None
+    if released is not None:
+        broadcast, region_bounds = released
         if (
             broadcast.dtype != torch.float64
             or broadcast.ndim != 2
@@ -100,13 +105,20 @@ def records_to_plan(content: RecordDict) -> RoundPlan:
     return RoundPlan(t, float(p), broadcast, region_bounds, omega_round, str(fingerprint), feats)
 
 
+def _round_number(name: str, v: ConfigRecordValues) -> int:
+    """A round number of the server's message, checked: an integer ``>= 0``."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"the server's `{name}` is {v!r}, not an integer >= 0.")
+    return v
+
+
 def reply_to_records(reply: AgentReply, report_best: bool) -> RecordDict:
     """An :class:`AgentReply` as the content of a reply message."""
     content = RecordDict()
     content[REPLY] = ConfigRecord({"agent-id": reply.agent_id, "fingerprint": reply.fingerprint})
     if reply.omega is not None:
         content[OMEGA] = ArrayRecord({"omega": reply.omega.detach().cpu().contiguous()})
-    metrics = {
+    metrics: dict[str, MetricRecordValues] = {
         "num-observations": reply.num_observations,
         "used-broadcast": int(reply.used_broadcast),
         "failed": int(reply.failed),
@@ -143,7 +155,7 @@ def records_to_reply(content: RecordDict) -> tuple[int, str, Tensor | None, floa
             if set(arrays) != {"omega"}:
                 raise InvalidReply(f"agent {agent_id}: the {OMEGA!r} record holds {sorted(arrays)}, not 'omega'")
             omega = arrays["omega"]
-        metrics = content.metric_records.get(METRICS, {})
+        metrics: Mapping[str, MetricRecordValues] = content.metric_records.get(METRICS, {})
         best, n_obs = metrics.get("best-value"), metrics.get("num-observations")
     except InvalidReply:
         raise
@@ -200,17 +212,17 @@ def reply_public_keys(content: RecordDict, agent_id: int) -> tuple[bytes, bytes]
     return pk1, pk2
 
 
-def secagg_request(round: int, **payload) -> RecordDict:
+def secagg_request(round: int, **payload: ConfigRecordValues) -> RecordDict:
     """A SecAgg+ stage's message to one node: ``round`` and the stage's fields."""
     return RecordDict({SECAGG: ConfigRecord({"round": int(round), **payload})})
 
 
-def secagg_reply(**payload) -> RecordDict:
+def secagg_reply(**payload: ConfigRecordValues) -> RecordDict:
     """A node's reply to a SecAgg+ stage."""
     return RecordDict({SECAGG: ConfigRecord(dict(payload))})
 
 
-_SECAGG_FIELDS = {
+_SECAGG_FIELDS: dict[str, dict[str, tuple[type, type | None]]] = {
     # stage: {field: (type, element type or None)}
     "share_keys": {
         "round": (int, None),
@@ -227,7 +239,7 @@ _SECAGG_FIELDS = {
 }
 
 
-def parse_secagg(kind: str, content: RecordDict) -> dict:
+def parse_secagg(kind: str, content: RecordDict) -> dict[str, Any]:
     """The fields of a SecAgg+ message of ``kind`` (a stage, or ``"<stage>-reply"``), type-checked;
     anything else raises ``ValueError`` naming what is wrong."""
     try:
@@ -240,7 +252,10 @@ def parse_secagg(kind: str, content: RecordDict) -> dict:
         if (
             isinstance(v, bool)
             or not isinstance(v, kind_)
-            or (element is not None and not all(isinstance(e, element) and not isinstance(e, bool) for e in v))
+            or (
+                element is not None  # then `kind_` is list
+                and not (isinstance(v, list) and all(isinstance(e, element) and not isinstance(e, bool) for e in v))
+            )
         ):
             raise ValueError(
                 f"{kind}: `{key}` is not a {kind_.__name__}{f' of {element.__name__}' if element else ''}."

@@ -74,7 +74,7 @@ class AgentRoster:
         self.agents = sorted(self._agent_of.values())
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, num_agents: int | None = None) -> AgentRoster:
+    def from_file(cls, path: str | os.PathLike[str], num_agents: int | None = None) -> AgentRoster:
         """Read a roster JSON file (one-line ``ValueError`` naming the file if it is not one)."""
         try:
             data = json.loads(Path(path).read_text())

@@ -56,7 +56,9 @@ import base64
 import hashlib
 import os
 import random
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from flwr.common.secure_aggregation.crypto.shamir import combine_shares, create_shares
@@ -220,7 +222,7 @@ class SecAggClient:
         return active + dead, [self.seed_shares[n] for n in active] + [self.key_shares[n] for n in dead]
 
     # -------------------------------------------------------------- node state
-    def to_state(self) -> dict:
+    def to_state(self) -> dict[str, Any]:
         """A flat dict of ints, bytes and lists (a Flower ``ConfigRecord``)."""
         ids = sorted(self.public_keys)
         return {
@@ -245,7 +247,7 @@ class SecAggClient:
         }
 
     @classmethod
-    def from_state(cls, state: dict) -> SecAggClient:
+    def from_state(cls, state: Mapping[str, Any]) -> SecAggClient:
         c = cls(
             int(state["node-id"]),
             int(state["round"]),
@@ -314,7 +316,7 @@ class SecAggServer:
         self.sources: dict[int, list[int]] = {}
         self.requested: dict[int, dict[int, tuple[bytes, bytes]]] = {}
 
-    def _drop(self, nodes, why: dict[int, str], reason: str) -> None:
+    def _drop(self, nodes: Iterable[int], why: dict[int, str], reason: str) -> None:
         for nid in nodes:
             if nid in self.alive:
                 self.alive.discard(nid)

@@ -31,15 +31,17 @@ import os
 import time
 from collections.abc import Callable
 from logging import INFO, WARNING
+from typing import Any
 
+import numpy as np
 import torch
-from flwr.app import Context, Message
+from flwr.app import ConfigRecordValues, Context, Message, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from fbo_torch.flower.agent_node import REFUSALS
 from fbo_torch.flower.config import FlowerRunConfig, allowed_objectives
-from fbo_torch.flower.coordinator import Coordinator
+from fbo_torch.flower.coordinator import Coordinator, RoundPlan
 from fbo_torch.flower.records import (
     SECAGG,
     masked_from_bytes,
@@ -251,7 +253,7 @@ def _run(
     coord.finish()
 
 
-def _plan_content(plan, agent: int | None):
+def _plan_content(plan: RoundPlan, agent: int | None) -> RecordDict:
     """The exchange's records for one node: the plan, and in a secure round that agent's own coin and ratios."""
     content = plan_to_records(plan)
     cohort = None if agent is None else plan.cohort_of(agent)
@@ -263,7 +265,7 @@ def _plan_content(plan, agent: int | None):
 def run_secure_round(
     transport: Transport,
     coord: Coordinator,
-    plan,
+    plan: RoundPlan,
     keys: dict[int, tuple[bytes, bytes]],
     binding: NodeBinding,
     config: FlowerRunConfig,
@@ -275,11 +277,13 @@ def run_secure_round(
     malformed, or that does not reply in time, is dropped from the round like a dropout (and counted
     invalid when malformed); the round releases only with ``min_survivors`` vectors in the sum."""
     mech = coord.mechanism
+    if mech is None:
+        raise RuntimeError("run_secure_round() needs a coordinator that aggregates securely.")
     t, started = plan.omega_round, time.monotonic()
-    stats = {"bytes_sent": 0, "bytes_received": 0, "cohort": len(keys)}
+    stats: dict[str, float] = {"bytes_sent": 0, "bytes_received": 0, "cohort": len(keys)}
     agent_of = binding.agent_of
 
-    def stage(name: str, requests: dict[int, dict]) -> dict[int, dict]:
+    def stage(name: str, requests: dict[int, dict[str, ConfigRecordValues]]) -> dict[int, dict[str, Any]]:
         messages = [
             Message(
                 secagg_request(t, **payload), dst_node_id=nid, message_type=f"train.{name}", group_id=str(plan.round)
@@ -288,7 +292,7 @@ def run_secure_round(
         ]
         stats["bytes_sent"] += sum(payload_bytes(m.content) for m in messages)
         replies, unreadable = transport.exchange(messages, config.round_timeout)
-        out = {}
+        out: dict[int, dict[str, Any]] = {}
         for nid, rep in replies:
             if rep.has_error():
                 echo(
@@ -354,11 +358,12 @@ def run_secure_round(
         )
         if not enough("share_keys"):
             return
-        requests = server.masked_vector_requests()
+        masked_requests = server.masked_vector_requests()
         replies = stage(
-            "masked_vector", {nid: {"sources": src, "ciphertexts": cts} for nid, (src, cts) in requests.items()}
+            "masked_vector",
+            {nid: {"sources": src, "ciphertexts": cts} for nid, (src, cts) in masked_requests.items()},
         )
-        vectors = {}
+        vectors: dict[int, np.ndarray] = {}
         for nid, r in replies.items():
             try:
                 vectors[nid] = masked_from_bytes(r["masked"], mech.dim)
@@ -386,7 +391,7 @@ def run_secure_round(
 
 
 def _take_reply(
-    coord: Coordinator, rep: Message, nid: int, plan, binding: NodeBinding, echo: Callable[[str], None]
+    coord: Coordinator, rep: Message, nid: int, plan: RoundPlan, binding: NodeBinding, echo: Callable[[str], None]
 ) -> int | None:
     """Hand one reply to the coordinator (returns its agent, or ``None``); raises for a reply it cannot use."""
     if rep.has_error():
@@ -414,7 +419,7 @@ def _take_reply(
     return agent
 
 
-def summary(coord: Coordinator) -> dict:
+def summary(coord: Coordinator) -> dict[str, Any]:
     """The run's record as JSON-able data."""
     return {
         "fingerprint": coord.fingerprint,

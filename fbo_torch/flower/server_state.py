@@ -107,7 +107,7 @@ class ReleaseJournal:
         path: The journal file (created, mode 0600, when first appended to).
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).expanduser()
 
     def _open(self, flags: int) -> int:
@@ -209,7 +209,7 @@ class ServerState:
             to another user, or is writable by others.
     """
 
-    def __init__(self, folder: str | os.PathLike, journal: str | os.PathLike | None = None) -> None:
+    def __init__(self, folder: str | os.PathLike[str], journal: str | os.PathLike[str] | None = None) -> None:
         self._lock_fd: int | None = None
         self.folder = Path(folder).expanduser()
         if journal is None:

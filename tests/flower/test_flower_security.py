@@ -623,6 +623,20 @@ def test_an_agent_refuses_a_malformed_plan():
         records_to_plan(bad)
 
 
+def test_an_agent_without_a_feature_map_refuses_a_broadcast():
+    """A TS agent sent a broadcast (its fingerprint ``""`` matches a server's without a feature map) refuses
+    it with the reason, before touching its state (before: an AttributeError inside ``broadcast_points``)."""
+    from fbo_torch.flower.agent_node import AgentNode
+
+    node = AgentNode(FlowerRunConfig.from_run_config(dict(RUN_CONFIG, method="ts")), 0)
+    M = CFG.settings.num_features
+    broadcast, region_bounds = torch.zeros(2, M, dtype=torch.float64), torch.zeros(2, 2, 1, dtype=torch.float64)
+    with pytest.raises(ValueError, match="without a shared feature map"):
+        node.step(1, 0.5, broadcast, region_bounds, 0)
+    assert node.round == 0
+    assert node.step(1, 0.5, None, None, 0).num_observations == CFG.settings.num_init + 1
+
+
 def test_the_server_state_folder_is_server_side_per_federation_and_held_by_one_server(tmp_path, monkeypatch):
     monkeypatch.delenv("FBO_SERVER_STATE", raising=False)
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr"))

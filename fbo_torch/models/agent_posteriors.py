@@ -77,6 +77,13 @@ class AgentRFFPosteriors(Model):
         >>> mean, var = post.predict(torch.rand(1000, 2, dtype=torch.float64))  # 1000 x N
     """
 
+    features: RandomFourierFeatures
+    weight_mean: Tensor
+    covariance_factor: Tensor
+    _factor_wide: Tensor
+    incumbents: Tensor | None
+    noise_variances: Tensor | None
+
     def __init__(
         self,
         features: RandomFourierFeatures,
@@ -144,8 +151,9 @@ class AgentRFFPosteriors(Model):
         nu = torch.stack([m.weight_mean for m in messages])
         cov = torch.stack([m.weight_covariance.to(nu) for m in messages])
         incumbents = None
-        if all(m.incumbent is not None for m in messages):
-            incumbents = torch.tensor([float(m.incumbent) for m in messages], dtype=nu.dtype, device=nu.device)
+        sent = [m.incumbent for m in messages if m.incumbent is not None]
+        if len(sent) == len(messages):
+            incumbents = torch.tensor([float(v) for v in sent], dtype=nu.dtype, device=nu.device)
         return cls(features, nu, cov, incumbents=incumbents, agent_ids=[int(m.agent_id) for m in messages])
 
     @classmethod

@@ -40,8 +40,11 @@ BoTorch's: :meth:`BatchedExactGP.to_botorch` returns the equal ``SingleTaskGP``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, Literal, overload
 
 import torch
+from botorch.models import SingleTaskGP
 from torch import Tensor
 
 from fbo_torch.models.gp_export import to_single_task_gp
@@ -135,7 +138,9 @@ class BatchedExactGP:
         self._bias: Tensor | None = None
 
     # ----------------------------------------------------------- parameters
-    def initial_params(self, batch: int, dtype: torch.dtype = torch.float64, device=None) -> Tensor:
+    def initial_params(
+        self, batch: int, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+    ) -> Tensor:
         """BoTorch's starting values (the priors' modes, or GPyTorch's defaults)."""
         s, d = self.spec, self.dim
         if s.lengthscale_init is not None:
@@ -184,9 +189,13 @@ class BatchedExactGP:
         ls = lengthscale if s.ard else lengthscale[..., :1]
         parts = [torch.log((ls - s.lengthscale_lower).clamp_min(1e-300))]
         if s.outputscale:
+            if outputscale is None:
+                raise ValueError("`outputscale` is required: this GP spec has a signal variance.")
             parts.append(torch.log(outputscale).unsqueeze(-1))
         parts.append(torch.log((noise - s.noise_lower).clamp_min(1e-300)).unsqueeze(-1))
         if s.mean == "constant":
+            if mean is None:
+                raise ValueError("`mean` is required: this GP spec has a constant mean.")
             parts.append(mean.unsqueeze(-1))
         return torch.cat(parts, -1)
 
@@ -217,7 +226,7 @@ class BatchedExactGP:
             self._bias = torch.zeros(mm.shape, dtype=self.X.dtype, device=self.X.device).masked_fill_(~mm, -torch.inf)
         return self._bias
 
-    def _consts(self) -> dict:
+    def _consts(self) -> dict[str, Any]:
         r"""Tensors that depend only on the data and the spec, built once per GP (the fit
         evaluates the MLL a few hundred times on the same data): masks as numbers, ``1/n``,
         the MLL's constant, the priors' locations and scales, the positive parameters' lower bounds."""
@@ -316,6 +325,10 @@ class BatchedExactGP:
         """
         return self._mll(self.params if params is None else params, True, 1.0)
 
+    @overload
+    def _mll(self, params: Tensor, with_grad: Literal[False], sign: float) -> tuple[Tensor, None]: ...
+    @overload
+    def _mll(self, params: Tensor, with_grad: Literal[True], sign: float) -> tuple[Tensor, Tensor]: ...
     def _mll(self, params: Tensor, with_grad: bool, sign: float) -> tuple[Tensor, Tensor | None]:
         r"""``sign ·`` :meth:`mll` (and its gradient): the fit minimizes ``−mll`` with ``sign = −1``
         at no extra cost. Written for few tensor operations (each is a kernel launch on a GPU, and
@@ -389,7 +402,7 @@ class BatchedExactGP:
         grad = grad * scale.unsqueeze(-1)
         return value, torch.where(ok.unsqueeze(-1), grad, 0.0)
 
-    def fit(self, maxiter: int = 60, restarts: Tensor | None = None, **options) -> BatchedExactGP:
+    def fit(self, maxiter: int = 60, restarts: Tensor | None = None, **options: Any) -> BatchedExactGP:
         r"""Maximize each agent's MLL from its current parameters (warm start).
 
         Args:
@@ -416,7 +429,9 @@ class BatchedExactGP:
         def pure(X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, start: Tensor) -> tuple[Tensor, ...]:
             data = BatchedExactGP._view(spec, dim, X, y, mask, num_valid, reps)
 
-            def functions(gp: BatchedExactGP):
+            def functions(
+                gp: BatchedExactGP,
+            ) -> tuple[Callable[[Tensor], tuple[Tensor, Tensor]], Callable[[Tensor], Tensor]]:
                 def vg(x: Tensor) -> tuple[Tensor, Tensor]:
                     return gp._mll(x, True, -1.0)  # −mll and its gradient
 
@@ -450,7 +465,9 @@ class BatchedExactGP:
         """A bare GP on given tensors (what :meth:`mll` needs), its batch repeated ``reps`` times."""
         obj = cls.__new__(cls)
         obj.spec, obj.dim = spec, dim
-        rep = (lambda t: t.repeat(reps, *([1] * (t.ndim - 1)))) if reps > 1 else (lambda t: t)
+        rep: Callable[[Tensor], Tensor] = (
+            (lambda t: t.repeat(reps, *([1] * (t.ndim - 1)))) if reps > 1 else (lambda t: t)
+        )
         obj.X, obj.y, obj.mask, obj.num_valid = rep(X), rep(y), rep(mask), rep(num_valid)
         obj._sqd = obj._bias = None
         return obj
@@ -550,7 +567,7 @@ class BatchedExactGP:
         eps = z[:, (F // 2) * d + F :] * hp["noise"].sqrt().unsqueeze(-1)
         return GPThompsonPaths.from_draws(self.factored(), W, w, eps)
 
-    def to_botorch(self, index: int | None = None):
+    def to_botorch(self, index: int | None = None) -> SingleTaskGP:
         r"""The equal BoTorch ``SingleTaskGP``, hyperparameters loaded: the export for users.
 
         The engine fits and samples the GPs as plain tensors; this returns the

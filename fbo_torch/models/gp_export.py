@@ -11,6 +11,8 @@ models).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import Normalize
@@ -25,7 +27,7 @@ from fbo_torch.models.gp_posterior import FactoredGPs
 from fbo_torch.models.gp_spec import GPSpec
 
 
-def to_single_task_gp(spec: GPSpec, gp: FactoredGPs, index: int | None = None):
+def to_single_task_gp(spec: GPSpec, gp: FactoredGPs, index: int | None = None) -> SingleTaskGP:
     r"""The BoTorch ``SingleTaskGP`` equal to factored GPs of ``spec``, hyperparameters loaded.
 
     Args:
@@ -53,7 +55,7 @@ def to_single_task_gp(spec: GPSpec, gp: FactoredGPs, index: int | None = None):
         bs = torch.Size([])
     Xo = gp.bounds[0] + X * (gp.bounds[1] - gp.bounds[0])
     Yo = (y * y_std + y_mean).unsqueeze(-1)
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     botorch_default = (
         s.priors
         and not s.outputscale

@@ -13,7 +13,7 @@ noise) in the original outcome units, per agent.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -102,11 +102,11 @@ class BatchedGPPosterior:
             tuple(getattr(self, f) if f in ("lo", "width") else getattr(self, f)[index] for f in self._FIELDS), ()
         )
 
-    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple]:
+    def graph_state(self) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
         return tuple(getattr(self, f) for f in self._FIELDS), ()
 
     @classmethod
-    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple) -> BatchedGPPosterior:
+    def from_graph_state(cls, tensors: tuple[Tensor, ...], config: tuple[Any, ...]) -> BatchedGPPosterior:
         return cls(*tensors)
 
     def moments(self, X: Tensor, grad: bool = False) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:

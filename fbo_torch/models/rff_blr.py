@@ -49,6 +49,7 @@ import torch
 from botorch.models.transforms.input import InputTransform
 from botorch.models.transforms.outcome import OutcomeTransform
 from torch import Tensor
+from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.input_space import input_bounds_of
@@ -131,6 +132,19 @@ class RFFBayesianLinear(_RFFWeightModel):
         >>> post = model.posterior(torch.rand(5, 2, dtype=torch.float64))  # batch N
     """
 
+    noise_variance: Tensor
+    _train_X: Tensor
+    _train_Y: Tensor
+    _mask: Tensor
+    _weight_mean: Tensor
+    # the weight representation's factors
+    _chol: Tensor
+    rhs: Tensor
+    # the dual representation's factors
+    _V: Tensor
+    _z: Tensor
+    _kchol: Tensor
+
     def __init__(
         self,
         features: RandomFourierFeatures,
@@ -185,7 +199,8 @@ class RFFBayesianLinear(_RFFWeightModel):
                 torch.where(valid.unsqueeze(-1), train_X, 0.5),
                 features.lengthscale,
             )
-        self.features = features
+        # Module.__setattr__ registers it; `features` on the class is the read-only property reading it back
+        Module.__setattr__(self, "features", features)
         self._given_transforms = {"input_transform": input_transform, "outcome_transform": outcome_transform}
         if input_transform is not None:
             self.input_transform = input_transform.to(train_X)
@@ -329,7 +344,7 @@ class RFFBayesianLinear(_RFFWeightModel):
         self,
         state_dict: dict[str, Any],
         prefix: str,
-        local_metadata: dict,
+        local_metadata: dict[str, Any],
         strict: bool,
         missing_keys: list[str],
         unexpected_keys: list[str],

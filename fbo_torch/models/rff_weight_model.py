@@ -12,12 +12,14 @@ look-ahead acquisitions build) are the two.
 
 from __future__ import annotations
 
-from typing import Any
+from abc import abstractmethod
+from typing import Any, cast
 
 import torch
 from botorch.models.model import FantasizeMixin, Model
-from botorch.posteriors import Posterior
+from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.posteriors.gpytorch import GPyTorchPosterior
+from botorch.posteriors.posterior import Posterior
 from gpytorch.distributions import MultivariateNormal
 from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
@@ -41,7 +43,31 @@ class _RFFWeightModel(Model, FantasizeMixin):
     ``_root`` (the :class:`~fbo_torch.models.rff_blr.RFFBayesianLinear` holding features and transforms).
     """
 
-    _root: _RFFWeightModel  # the RFFBayesianLinear at the bottom of the chain
+    # the root's: the transforms given to its constructor, by name
+    _given_transforms: dict[str, Module | None]
+
+    @property
+    @abstractmethod
+    def _root(self) -> _RFFWeightModel:
+        r"""The :class:`~fbo_torch.models.rff_blr.RFFBayesianLinear` at the bottom of the chain."""
+
+    @property
+    @abstractmethod
+    def _mean_vector(self) -> Tensor:
+        r"""``ν``, ``batch_shape x M``."""
+
+    @property
+    @abstractmethod
+    def _noise(self) -> Tensor:
+        r"""The noise variance ``σ²`` of each batch entry."""
+
+    @abstractmethod
+    def _mean_cov(self, phi: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Posterior mean and covariance of ``φω`` for features ``... x q x M``."""
+
+    @abstractmethod
+    def _cov_apply(self, phi: Tensor) -> Tensor:
+        r"""``φC`` for features ``... x k x M``."""
 
     @property
     def num_outputs(self) -> int:
@@ -49,7 +75,8 @@ class _RFFWeightModel(Model, FantasizeMixin):
 
     @property
     def features(self) -> RandomFourierFeatures:
-        return self._root._modules["features"]
+        # registered by RFFBayesianLinear.__init__, which checks it is a RandomFourierFeatures
+        return cast(RandomFourierFeatures, self._root._modules["features"])
 
     # ------------------------------------------------------------ transforms
     def transform_inputs(self, X: Tensor, input_transform: Module | None = None) -> Tensor:
@@ -93,7 +120,8 @@ class _RFFWeightModel(Model, FantasizeMixin):
                 )
 
     # ------------------------------------------------------------- posterior
-    def posterior(
+    # Model's signature; FantasizeMixin declares an incompatible one (`X, *args, observation_noise: bool`)
+    def posterior(  # type: ignore[override]
         self,
         X: Tensor,
         output_indices: list[int] | None = None,
@@ -132,8 +160,9 @@ class _RFFWeightModel(Model, FantasizeMixin):
         elif isinstance(observation_noise, Tensor):
             cov = cov + torch.diag_embed(observation_noise.to(cov).squeeze(-1).expand(cov.shape[:-1]))
         # a lazy covariance: no Cholesky (which may need jitter when q > M) until one is needed
-        posterior = GPyTorchPosterior(MultivariateNormal(mean, DenseLinearOperator(cov)))
-        outcome_transform = self._root._modules.get("outcome_transform")
+        posterior: Posterior = GPyTorchPosterior(MultivariateNormal(mean, DenseLinearOperator(cov)))
+        # the constructor's OutcomeTransform (_check_transforms above) or None
+        outcome_transform = cast("OutcomeTransform | None", self._root._modules.get("outcome_transform"))
         if outcome_transform is not None:
             posterior = outcome_transform.untransform_posterior(posterior, X=X)
         if posterior_transform is not None:
@@ -228,6 +257,10 @@ class ConditionedRFFBayesianLinear(_RFFWeightModel):
         weight_mean: ``ν'``, ``batch_shape x M``.
     """
 
+    base: _RFFWeightModel
+    rows: Tensor
+    weight_mean: Tensor
+
     def __init__(self, base: _RFFWeightModel, rows: Tensor, weight_mean: Tensor) -> None:
         super().__init__()
         self.base = base
@@ -236,7 +269,7 @@ class ConditionedRFFBayesianLinear(_RFFWeightModel):
 
     @property
     def _root(self) -> _RFFWeightModel:
-        return self._modules["base"]
+        return self.base
 
     @property
     def _mean_vector(self) -> Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from botorch.optim import optimize_acqf
+from botorch.optim.optimize import optimize_acqf
 from torch import Tensor
 
 from fbo_torch.optim.batched import default_max_points

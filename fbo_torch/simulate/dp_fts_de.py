@@ -55,8 +55,9 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import agent_messages, agent_round, broadcast_points, start_agents
-from fbo_torch.federation.aggregator import clip_vectors
+from fbo_torch.federation.aggregator import AggregationRecord, clip_vectors
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
+from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.randomness import ServerRandomness
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.secure import agent_secret, research_master
@@ -65,6 +66,7 @@ from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.privacy import DEFAULT_ACCOUNTANT
+from fbo_torch.privacy.ledger import PrivacyLedger
 from fbo_torch.simulate.common import cpu_state
 from fbo_torch.utils.validation import check_int
 
@@ -187,8 +189,9 @@ class DPFTSDERunner:
             self.features = settings.features(objective.dim, device=dev)
             randomness = server_randomness if server_randomness is not None else self.federation_keys
             self.server = DPFTSDEServer(N, self.domain.bounds, settings, randomness, accountant, delta)
-            if self.server.private:
-                self.accountant_name, self.delta = self.server.ledger.mechanism, self.server.ledger.delta
+            ledger = self.server.ledger  # a private server's
+            if ledger is not None:
+                self.accountant_name, self.delta = ledger.mechanism, ledger.delta
             if self.server.secure:
                 master = research_master(self.seed) if agent_master is None else agent_master
                 self.agent_secrets = [
@@ -237,17 +240,24 @@ class DPFTSDERunner:
         return self.server.released if self.server is not None else [False] * self.t
 
     @property
-    def ledger(self):
+    def ledger(self) -> PrivacyLedger | None:
         """The server's privacy ledger (``None`` when not private)."""
         return None if self.server is None else self.server.ledger
 
     @property
-    def partition(self):
+    def partition(self) -> SubRegionPartition | None:
         return None if self.server is None else self.server.partition
 
     @property
     def assignment(self) -> Tensor | None:
         return None if self.server is None else self.server.assignment
+
+    @property
+    def _server(self) -> DPFTSDEServer:
+        """The server of an FTS-DE run (what a round's server steps below use)."""
+        if self.server is None:
+            raise RuntimeError("a TS run has no server.")
+        return self.server
 
     # ------------------------------------------------------------------- round
     def step(self) -> None:
@@ -266,6 +276,8 @@ class DPFTSDERunner:
                 broadcast = self.server.release(omegas, reported=None if self.faults.dropout_rate == 0 else ~dropped)
             rec = self.server.last_record
             if broadcast is not None:
+                # a release leaves its record, with the reports
+                assert rec is not None and rec.valid is not None and rec.num_reported is not None
                 if self.faults.affects_messages:  # hostile rows may be non-finite: the diagnostic sees what was used
                     omegas = torch.where(
                         rec.valid.unsqueeze(-1) & torch.isfinite(omegas).all(-1, keepdim=True), omegas, 0.0
@@ -273,6 +285,7 @@ class DPFTSDERunner:
                 data_norm, sample_norm = self._signal_parts(omegas, rec, t)
                 if self.server.secure:
                     rec.signal_norm, rec.noise_norm = self._secure_norms(omegas, rec, broadcast, t)
+                assert rec.signal_norm is not None and rec.noise_norm is not None  # the release's, or just above
                 self._pending.append(
                     (
                         t - 1,
@@ -304,7 +317,9 @@ class DPFTSDERunner:
         batched call), the survivors' modular sum, the server's commit and decoding. Returns the
         ``R x P x M`` broadcast (or ``None``) and ``B`` booleans: the agent's federation released (``None``
         when all did)."""
-        server, mech = self.server, self.server.mechanism
+        server = self._server
+        mech = server.mechanism
+        assert mech is not None  # a secure server's
         sampled, ratios = server.secure_cohort(self.R, like=omegas)
         y, clipped = mech.contributions(
             omegas.reshape(self.B, -1), sampled.reshape(self.B), ratios.T[self.agent_of], self.agent_secrets, t
@@ -316,6 +331,7 @@ class DPFTSDERunner:
         if broadcast is None:
             return None, None
         rec = server.last_record
+        assert rec is not None  # reveal_secure released
         took = clipped.view(self.R, self.N) & survivors
         n = rec.num_sampled.to(torch.float64)
         rec.clipped = took
@@ -327,25 +343,26 @@ class DPFTSDERunner:
         # as a deployed agent that received a broadcast does)
         return broadcast.to(dev), None if bool(released.all()) else released.to(dev)[self.run_of]
 
-    def _secure_norms(self, omegas: Tensor, rec, broadcast: Tensor, t: int) -> tuple[Tensor, Tensor]:
+    def _secure_norms(self, omegas: Tensor, rec: AggregationRecord, broadcast: Tensor, t: int) -> tuple[Tensor, Tensor]:
         """``R x P`` norms of a secure release's data part ``Σ w clip(ω)/q`` (what the central release would
         hold) and of the rest (rounding and the summed noise shares): a diagnostic of the simulator only."""
-        agg = self.server.aggregator
+        agg = self._server.aggregator
         W = agg.weights(t).to(omegas)
         P = W.shape[0]
         clipped, _ = clip_vectors(omegas, agg.clip_norm / math.sqrt(P))
         signal = W @ (clipped * rec.sampled.unsqueeze(-1).to(omegas)) / agg.sample_rate
         return signal.norm(dim=-1), (broadcast - signal).norm(dim=-1)
 
-    def _signal_parts(self, omegas: Tensor, rec, t: int) -> tuple[Tensor, Tensor]:
+    def _signal_parts(self, omegas: Tensor, rec: AggregationRecord, t: int) -> tuple[Tensor, Tensor]:
         r"""Norms (``R x P``) of the two parts of each region's aggregate ``Σ w c ω / q``
         (``c`` the clipping factor): the *data* part ``Σ w c ν / q`` (agents' posterior means)
         and the *sampled* part ``Σ w c (ω − ν) / q`` (Thompson-sampling randomness). A
         diagnostic only the simulator can compute (the server never sees ``ν``)."""
-        agg = self.server.aggregator
+        agg = self._server.aggregator
         W = agg.region_weights(t) if callable(agg.region_weights) else agg.region_weights
         W = W.to(omegas)
         P = W.shape[0]
+        assert self.agents.rff is not None  # FTS-DE agents hold the shared map's posterior
         nu = self.agents.rff.weight_mean.view(self.R, self.N, -1)
         norms = omegas.norm(dim=-1, keepdim=True)
         c = torch.clamp((agg.clip_norm / math.sqrt(P)) / norms.clamp_min(torch.finfo(norms.dtype).tiny), max=1.0)
@@ -356,11 +373,12 @@ class DPFTSDERunner:
 
     def _maximize_broadcast(self, broadcast: Tensor, t: int) -> Tensor:
         """Each agent's maximizer of ``φ(x)ᵀω^(i[x])``: once per federation, or per agent."""
+        assert self.features is not None  # set with the server (FTS-DE)
         return broadcast_points(
             self.settings,
             self.features,
             broadcast,
-            self.server.region_bounds,
+            self._server.region_bounds,
             self.domain,
             t,
             self.federation_keys,

@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from botorch.acquisition import LogExpectedImprovement
+from botorch.acquisition.acquisition import AcquisitionFunction
+from botorch.acquisition.analytic import LogExpectedImprovement
 from torch import Tensor
 
 from fbo_torch.acquisition.rgpe import RGPE
@@ -289,6 +290,7 @@ class FTSRunner:
                 self.others = self.agents
                 self.history_rounds = 0
             else:
+                assert history is not None  # checked above
                 self.features = settings.features(objective.dim, device=dev)
                 extra = settings.num_iterations if settings.communication == "every-round" else 0
                 self.others = Agents(
@@ -344,6 +346,7 @@ class FTSRunner:
         elif self.settings.algorithm in DRAWS:
             # every run receives its own draw from every agent: base samples keyed by (run, round)
             rff = self.others.rff
+            assert rff is not None and self.features is not None  # FTS's others hold the shared map
             n = rff._n
             M = self.features.num_features
             A = self.others.num_agents
@@ -363,6 +366,7 @@ class FTSRunner:
         its maximizer (every sender once: ``messages`` is ``S x M``, one row per sending slot);
         :attr:`peer_centers` becomes ``R x A x d`` (``gather``: ``R x A`` slots of the senders,
         else the slots are already ``R·A`` in order)."""
+        assert self.features is not None  # peer_prior's shared map
         avg = self.message_average.update(messages)
         # a bump's center needs no more precision than the bump's width: a lighter search than a query's
         d = self.domain
@@ -425,6 +429,7 @@ class FTSRunner:
             sources = draw_sources(self._p_t(t), self.dist, keys=kr.fold(self.agents.keys, t))
         X_next, _ = self.agents.own_proposals(t)
         if self.settings.algorithm == "fts":
+            assert self.features is not None and self.dist is not None  # FTS has both
             omega = self.omegas[torch.arange(R, device=self.device), sources.clamp_min(0)]
             X_msg, _ = maximize_rff_samples(
                 self.features, omega, self.domain, keys=self.agents.round_keys(t, "message-maximize")
@@ -440,6 +445,7 @@ class FTSRunner:
         s = self.settings
         if s.agent_weights == "learned":
             self._p_t(t)  # re-weights P_N from the (averaged) messages' ranking of each run's data
+        assert self.dist is not None  # peer_prior's P_N
         probs = self.dist.probs  # R x A, 0 for the run's own agent and non-peers
         log_w = torch.where(probs > 0, probs.clamp_min(1e-300).log(), -torch.inf)
         X_next, _ = self.agents.prior_guided_proposals(
@@ -456,6 +462,7 @@ class FTSRunner:
         s = self.settings
         if s.algorithm not in DRAWS or (s.agent_weights == "uniform" and not s.peer_trust):
             return p
+        assert self.features is not None and self.dist is not None  # FTS and peer_prior have both
         # score only each run's possible peers (R x K, K = the most any run has), not all A agents;
         # peer_prior scores the averaged messages whose maximizers it uses
         slots = self._averaged_slots if s.algorithm == "peer_prior" else self.omegas
@@ -495,6 +502,7 @@ class FTSRunner:
             Xr, Yr = self.X[r][keep], self.Y[r][keep]
             gp = gp_all.to_botorch(index=r)
             peers = self.posteriors.subset(self.peers[r])
+            acqf: AcquisitionFunction
             if s.algorithm == "rgpe":
                 model = RGPE.from_data(gp, peers, Xr, Yr, num_samples=s.rgpe_samples, generator=gen)
                 acqf = LogExpectedImprovement(model, best_f=Yr.max())
@@ -555,6 +563,7 @@ class FTSRunner:
             "elapsed": self.elapsed,
         }
         if self.settings.algorithm in FEDERATED:
+            assert self.dist is not None  # every federated algorithm's P_N
             state.update(dist=self.dist.state_dict(), omegas=getattr(self, "omegas", None))
             if self.settings.algorithm == "peer_prior":
                 state.update(
@@ -576,6 +585,7 @@ class FTSRunner:
         self.wall_time = float(state["wall_time"])
         self.elapsed = list(state["elapsed"])
         if self.settings.algorithm in FEDERATED:
+            assert self.dist is not None  # every federated algorithm's P_N
             self.dist.load_state_dict(state["dist"])
             if not self.together:
                 self.others.load_state_dict(state["others"])

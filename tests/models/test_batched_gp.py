@@ -219,6 +219,22 @@ def test_bad_inputs_name_the_argument():
     assert math.isfinite(gp.mll().sum().item())
 
 
+@pytest.mark.parametrize("spec", ["botorch", "rbf", "fbo"])
+def test_pack_inverts_unpack_and_names_a_missing_hyperparameter(spec):
+    X, Y, bounds = _data(B=2, n=5)
+    gp = BatchedExactGP(X, Y, bounds, spec=spec)
+    hp = gp.unpack(gp.params)
+    full = gp.pack(hp["lengthscale"], hp["noise"], hp["outputscale"], hp["mean"])
+    torch.testing.assert_close(full, gp.params, atol=1e-12, rtol=1e-12)
+    needed = [
+        name for name, used in (("outputscale", gp.spec.outputscale), ("mean", gp.spec.mean == "constant")) if used
+    ]
+    for name in needed:
+        given = {k: hp[k] for k in ("outputscale", "mean") if k != name}
+        with pytest.raises(ValueError, match=f"`{name}` is required"):
+            gp.pack(hp["lengthscale"], hp["noise"], **given)
+
+
 def test_paths_differentiate_in_every_tensor_they_are_built_from():
     # values without the gradient run in place where autograd records nothing; a path built from
     # tensors that record gradients (hyperparameters, weights) must still differentiate: each

@@ -124,8 +124,10 @@ def run_cell(
     ops: bool = False,
     profile: bool = False,
     max_points: int | None = None,
+    max_memory: str | None = None,
 ) -> dict:
-    """Time one round for one (N, M, d) cell in this process."""
+    """Time one round for one (N, M, d) cell in this process (agents' own steps in the chunks
+    ``max_memory`` allows, as a run does)."""
     import torch
     from op_count import count_ops  # benchmarks/op_count.py, next to this script
 
@@ -170,21 +172,54 @@ def run_cell(
     keys = federation_agent_keys(0, torch.zeros(N, dtype=torch.long, device=dev), torch.arange(N, device=dev))
     server = DPFTSDEServer(N, bounds, s, federation_keys(0, torch.arange(1, device=dev)), accountant=accountant)
     features = s.features(d, device=dev)
-    agents = Agents(keys, X[:, :n], Y[:, :n], domain, s, features, capacity=rounds)
-    agents.gp()  # the first fit (cold start) is not a round's work
+    agents = Agents(keys, X[:, :n], Y[:, :n], domain, s, features, capacity=rounds, max_memory=max_memory)
+    agents.in_chunks(lambda part, rows: (part.gp().y_mean,))  # the first fit (cold start) is not a round's work
     F = s.gp_sample_features
+
+    clocks: list[dict] = []
 
     def phases_of(t: int) -> dict:
         state = {}
 
         def own():
-            gp = state["gp"]
-            paths = gp.draw_paths(agents.round_keys(t, "own-sample"), num_features=F)
+            paths = state["gp"].draw_paths(agents.round_keys(t, "own-sample"), num_features=F)
             return domain.maximize(paths, N, keys=agents.round_keys(t, "own-maximize"))
 
         def gp_update():
             state["gp"] = agents.gp(refit=False)
             return state["gp"].cholesky
+
+        def own_steps():
+            # per chunk of agents (all at once when they fit the budget): the GP on the new data, then
+            # the sample's maximization; the two phases' times are summed over the chunks
+            clock = {"gp_update": 0.0, "acq_own": 0.0}
+
+            def step(part, rows):
+                sync()
+                t0 = time.perf_counter()
+                gp = part.gp(refit=False)
+                _ = gp.cholesky  # the factorization is the phase's work
+                sync()
+                t1 = time.perf_counter()
+                paths = gp.draw_paths(part.round_keys(t, "own-sample"), num_features=F)
+                out = part.domain.maximize(paths, part.num_agents, keys=part.round_keys(t, "own-maximize"))
+                sync()
+                clock["gp_update"] += t1 - t0
+                clock["acq_own"] += time.perf_counter() - t1
+                return out
+
+            agents.in_chunks(step)
+            clocks.append(clock)
+
+        def refit():
+            def step(part, rows):
+                data = part._gp_data()
+                gp = BatchedExactGP(
+                    *data[:2], bounds, spec=part.gp_spec, mask=data[2], params=part.gp_params, validate=False
+                )
+                return (gp.fit(s.gp_fit_maxiter).params,)
+
+            agents.in_chunks(step)
 
         def server_round():
             server.plan(t, 0.5)
@@ -200,16 +235,12 @@ def run_cell(
             "acq_server": lambda: maximize_broadcast(
                 features, state["bc"], server.region_bounds, domain, keys=kr.fold(server.keys, t)
             ),
-            "gp_update": gp_update,
-            "acq_own": own,
-            "gp_refit": lambda: BatchedExactGP(
-                *agents._gp_data()[:2],
-                bounds,
-                spec=agents.gp_spec,
-                mask=agents._gp_data()[2],
-                params=agents.gp_params,
-                validate=False,
-            ).fit(s.gp_fit_maxiter),
+            **(
+                {"gp_update": gp_update, "acq_own": own}
+                if len(agents.chunks()) == 1
+                else {"own_steps": own_steps}  # gp_update and acq_own, timed inside (chunk by chunk)
+            ),
+            "gp_refit": refit,
         }
 
     def one_round(t: int, measure: str = "time") -> dict:
@@ -225,6 +256,11 @@ def run_cell(
                 fn()
                 sync()
                 out[name] = time.perf_counter() - t0
+        if "own_steps" in out:  # chunked: the two phases timed inside, summed over the chunks
+            if measure != "time":
+                raise SystemExit("--ops/--profile count one chunk of agents: raise --max-memory")
+            out.pop("own_steps")
+            out.update(clocks[-1])
         return out
 
     if dev.type == "cuda":
@@ -292,6 +328,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="suffix of the output files (default: device)")
     ap.add_argument("--quick", action="store_true", help="tiny grid, a few seconds")
+    ap.add_argument(
+        "--scale",
+        action="store_true",
+        help="the scale grid: N = 100 ... 100,000 at M = 100, D = 3 (tag scale_DEVICE), plotted per agent",
+    )
+    ap.add_argument(
+        "--max-memory",
+        default=None,
+        help="working-memory budget of a round's own steps (e.g. 2GiB; default: half the free memory)",
+    )
     ap.add_argument("--cell", nargs=3, type=int, metavar=("N", "M", "D"), help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
@@ -319,11 +365,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.cell:
         N, M, D = args.cell
         res = run_cell(
-            N, M, D, args.n, args.device, args.repeats or 1, args.refit_every, args.ops, args.profile, args.max_points
+            N,
+            M,
+            D,
+            args.n,
+            args.device,
+            args.repeats or 1,
+            args.refit_every,
+            args.ops,
+            args.profile,
+            args.max_points,
+            args.max_memory,
         )
         print("CELL_RESULT " + json.dumps(res))
         return 0
 
+    if args.scale:
+        args.N, args.M, args.D = args.N if args.N != [10, 100, 1000, 10000] else [100, 1000, 10000, 100000], [100], [3]
+        args.cell_budget = max(args.cell_budget, 3600.0)
     if args.quick:  # two tiny cells in this process (no subprocess start-up)
         args.N, args.M, args.D, args.n = [8], [16], [1, 2], 6
     if args.device == "cuda":
@@ -333,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --device cuda but no CUDA device", file=sys.stderr)
             return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    tag = args.tag or ("quick" if args.quick else args.device)
+    tag = args.tag or ("quick" if args.quick else f"scale_{args.device}" if args.scale else args.device)
     cells, last = [], {}
     for M in args.M:
         for D in args.D:
@@ -387,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
                     cmd += ["--profile"]
                 if args.max_points is not None:
                     cmd += ["--max-points", str(args.max_points)]
+                if args.max_memory is not None:
+                    cmd += ["--max-memory", str(args.max_memory)]
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
                 wall = time.perf_counter() - t0
@@ -424,9 +485,47 @@ def main(argv: list[str] | None = None) -> int:
     }
     json_path = args.out / f"round_time_{tag}.json"
     json_path.write_text(json.dumps(result, indent=1, default=str))
-    plot(result, args.out / f"round_time_{tag}.png")
+    (plot_scale if args.scale else plot)(result, args.out / f"round_time_{tag}.png")
     print(f"wrote {json_path}")
     return 0
+
+
+def plot_scale(result: dict, path: Path) -> None:
+    """Time per agent (by phase) and peak memory per agent against N."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = sorted((c for c in result["cells"] if "round_s" in c), key=lambda c: c["N"])
+    if not ok:
+        return
+    Ns = [c["N"] for c in ok]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    a1.semilogx(Ns, [c["per_agent_ms"] for c in ok], "ko-", label="round")
+    for k in PHASES:
+        scale = 1 / ok[0]["refit_every"] if k == "gp_refit" else 1
+        a1.semilogx(Ns, [1e3 * c["phases_s"][k] * scale / c["N"] for c in ok], ".--", label=k, alpha=0.7)
+    a1.set_xlabel("agents N")
+    a1.set_ylabel("ms per agent")
+    a1.set_ylim(bottom=0)
+    a1.grid(alpha=0.3, which="both")
+    a1.legend(fontsize=7)
+    m = result["machine"]
+    a1.set_title(
+        f"one DP-FTS-DE round, M={ok[0]['M']}, D={ok[0]['d']} ({m['device']}, {m['torch_threads']} threads)", fontsize=9
+    )
+    a2.semilogx(Ns, [c["peak_memory_mb"] / c["N"] * 1024 for c in ok], "o-")
+    for c in ok:
+        a2.annotate(f"{c['peak_memory_mb'] / 1024:.1f} GiB", (c["N"], c["peak_memory_mb"] / c["N"] * 1024), fontsize=7)
+    a2.set_xlabel("agents N")
+    a2.set_ylabel("peak memory per agent (KiB)")
+    a2.set_ylim(bottom=0)
+    a2.grid(alpha=0.3, which="both")
+    a2.set_title("peak memory (max RSS of the cell's process)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot(result: dict, path: Path) -> None:

@@ -6,9 +6,13 @@ of the shared feature map, screens ``C`` candidate points per agent, and keeps
 its curves: with ``B`` agents simulated at once, ``n`` observations each,
 ``M`` features and ``C`` candidates, about
 
-    ``8 B (4 n² + n (d + 2 + M) + 3 M² + 4 C) + 32 R T`` bytes
+    ``8 B (4 n² + n (d + 2 + M) + 3 M'² + 4 C) + 32 R T`` bytes
 
-(float64; ``R`` runs of ``T`` iterations). :func:`check_scenario_memory`
+(float64; ``R`` runs of ``T`` iterations; ``M'² = M²`` for the RFF posterior's weight
+representation, ``n M`` for its dual one, taken when ``n < M``), plus one scoring call of
+a message's maximizer (``2¹¹ M`` features). The screening term ``4 C``
+is working memory, which agents beyond the round's budget (``max_memory``) use in chunks
+(:mod:`~fbo_torch.federation.chunks`): it counts at most the budget. :func:`check_scenario_memory`
 compares that with what the machine has
 (:func:`~fbo_torch.utils.resources.available_memory`) for every method of a
 scenario, before the output folder is created, and refuses the one that does
@@ -23,12 +27,16 @@ from __future__ import annotations
 from typing import Any
 
 from fbo_torch.experiments.config import ConfigError
+from fbo_torch.federation.chunks import round_budget
+from fbo_torch.optim.batched import DEFAULT_MAX_POINTS
 from fbo_torch.utils.resources import MemoryLimitError, check_memory
 
 _F64 = 8
 
 
-def method_memory(settings: Any, agents: int, runs: int, history: int, dim: int, candidates: int) -> dict[str, float]:
+def method_memory(
+    settings: Any, agents: int, runs: int, history: int, dim: int, candidates: int, budget: int | None = None
+) -> dict[str, float]:
     r"""Bytes of each dominant term of one method, by the setting that drives it.
 
     Args:
@@ -38,6 +46,7 @@ def method_memory(settings: Any, agents: int, runs: int, history: int, dim: int,
         history: Observations agents hold before the run (an FTS history's ``t_n``).
         dim: ``d``.
         candidates: ``C``, points screened per agent and maximization.
+        budget: The round's working-memory budget (bytes; ``None``: none), which bounds the screening term.
 
     Returns:
         ``{"num_iterations": ..., "num_features": ..., "candidates": ...}`` in bytes.
@@ -48,8 +57,9 @@ def method_memory(settings: Any, agents: int, runs: int, history: int, dim: int,
     B = int(agents)
     return {
         "num_iterations": _F64 * B * (4.0 * n * n + n * (dim + 2 + M)) + 4 * _F64 * float(runs) * T,
-        "num_features": _F64 * B * 3.0 * M * M,
-        "candidates": _F64 * B * 4.0 * candidates,
+        # the posteriors' factors, and one scoring call of the messages' maximizer (max_points points x M)
+        "num_features": _F64 * (B * 3.0 * (M * M if n >= M else n * M) + DEFAULT_MAX_POINTS * M),
+        "candidates": min(_F64 * B * 4.0 * candidates, float("inf") if budget is None else float(budget)),
     }
 
 
@@ -66,7 +76,8 @@ def check_scenario_memory(ctx: Any, agents: int, runs: int, history: int = 0) ->
     sc, objective, domain = ctx.scenario, ctx.objective, ctx.domain
     C = domain.candidates.shape[0] if domain.candidates is not None else max(domain.raw_samples, domain.raw_samples_rff)
     for j, (label, settings) in enumerate(sc.methods):
-        terms = method_memory(settings, agents, runs, history, objective.dim, C)
+        budget = round_budget(getattr(ctx, "max_memory", None), ctx.device)
+        terms = method_memory(settings, agents, runs, history, objective.dim, C, budget)
         key = max(terms, key=terms.__getitem__)
         value = getattr(settings, key, None)
         name = (

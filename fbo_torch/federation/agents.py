@@ -287,7 +287,7 @@ class Agents:
         ``"ts"``: a Thompson sample (Matheron path from the agent's key); ``"logei"``:
         log expected improvement over the agent's best valid observation; ``"ucb"``: the
         upper confidence bound with ``β = ucb_beta``. All agents are maximized in one batch,
-        or in chunks that fit :attr:`memory_budget` (the same results).
+        or in chunks that fit the agents' ``memory_budget`` (the same results).
         """
 
         def step(part: Agents, rows: slice) -> tuple[Tensor, Tensor]:
@@ -299,7 +299,8 @@ class Agents:
                 return part.domain.maximize(paths, part.num_agents, keys=keys)
             return part.domain.maximize(part.own_acquisition(model), part.num_agents, keys=keys)
 
-        return self._in_chunks(step)
+        X, values = self.in_chunks(step)
+        return X, values
 
     def prior_guided_proposals(
         self, round: int, centers: Tensor, log_weights: Tensor, exponent: float | Tensor, width: float, floor: float
@@ -320,30 +321,31 @@ class Agents:
             acq = BatchedPriorGuided(part.own_acquisition(part.gp()), centers[rows], log_weights[rows], e, width, floor)
             return part.domain.maximize(acq, part.num_agents, keys=part.round_keys(round, "own-maximize"))
 
-        return self._in_chunks(step)
+        X, values = self.in_chunks(step)
+        return X, values
 
     # ---------------------------------------------------------------- chunks
     def chunks(self) -> list[slice]:
         r"""The contiguous groups of agents whose own proposals run together this round: all
         agents at once when their working memory (:func:`~fbo_torch.federation.chunks.own_step_bytes`
-        at the current number of observations) fits :attr:`memory_budget`."""
+        at the current number of observations) fits ``memory_budget`` (bytes; ``None``: no limit)."""
         per_agent = own_step_bytes(self.settings, self.domain, self.n, self._X.shape[-1])
         return chunk_slices(self.num_agents, agents_per_chunk(self.memory_budget, per_agent))
 
-    def _in_chunks(self, step: Callable[[Agents, slice], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
-        """``step(part, rows)`` for each chunk's agents (a view of these agents' rows), its GP state
-        written back, the results concatenated."""
+    def in_chunks(self, step: Callable[[Agents, slice], tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
+        r"""``step(part, rows)`` on each of :meth:`chunks` (``part``: these agents' rows ``rows`` as an
+        :class:`Agents` viewing this one's storage), the GP state it leaves (hyperparameters, warps,
+        refit counter) written back, and the tensors it returns (``part.num_agents`` rows each)
+        concatenated in agent order. All agents at once when they fit the budget."""
         groups = self.chunks()
         if len(groups) == 1:
             return step(self, slice(None))
-        outs, params, choices = [], [], []
-        parts = []
+        outs, parts = [], []
         for rows in groups:
             part = self._part(rows)
             outs.append(step(part, rows))
             parts.append(part)
-        B = self.num_agents
-        last = parts[-1]
+        B, last = self.num_agents, parts[-1]
         if last.gp_params is not None:
             K = last.gp_params.shape[0] // last.num_agents  # warps: rows k * B + b
             params = [q.gp_params.view(K, q.num_agents, -1) for q in parts if q.gp_params is not None]
@@ -352,8 +354,7 @@ class Agents:
         if choices:
             self.warp_choice = torch.cat(choices)
         self.gp_updates = last.gp_updates
-        X = torch.cat([o[0] for o in outs])
-        return X, torch.cat([o[1] for o in outs])
+        return tuple(torch.cat(list(column)) for column in zip(*outs, strict=True))
 
     def _part(self, rows: slice) -> Agents:
         """The agents ``rows`` as an :class:`Agents` viewing this one's storage (its GP state

@@ -31,10 +31,10 @@ import torch
 from fbo_torch.utils.resources import available_memory, parse_bytes
 
 _F64 = 8
-#: Bytes per agent of the maximizer's evaluations and GP-fit matrices beyond the counted arrays:
-#: torch's temporaries (products, masks, the line search's candidate values), measured with
-#: ``benchmarks/round_time.py --max-memory`` (peak RSS against the budget; docs/performance.md).
-_SLACK = 3.0
+#: Scale of the count below: it counts the arrays of a GP refit and of the maximizer's restarts
+#: as if all lived at once, an upper estimate (the growth of peak RSS per agent measured in
+#: docs/performance.md is 0.3-0.7 of it).
+_SLACK = 1.0
 
 
 def own_step_bytes(settings: Any, domain: Any, n: int, dim: int) -> int:
@@ -54,10 +54,10 @@ def own_step_bytes(settings: Any, domain: Any, n: int, dim: int) -> int:
     k = int(domain.num_restarts)
     line_search = 5  # candidate steps evaluated at once
     paths = n * F + F * dim + n * n
-    refine = k * line_search * (F + n) * (dim + 2)
-    C = domain.candidates.shape[0] if domain.candidates is not None else 0
-    screen = C + 2 * F * math.isqrt(int(domain.raw_samples)) * 2
-    return int(_F64 * _SLACK * (fit + paths + refine + screen))
+    refine = (line_search + 1) * k * (F + n + dim)  # features, kernel values and gradients of each restart
+    # the raw points' scores are computed in chunks of a fixed number of points (the domain's
+    # max_points), whatever the number of agents: they do not grow with a chunk
+    return int(_F64 * _SLACK * (fit + paths + refine))
 
 
 def round_budget(max_memory: int | str | None, device: torch.device | str) -> int | None:

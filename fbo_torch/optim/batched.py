@@ -32,6 +32,7 @@ each problem's unit cube so one set of bounds serves them all.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -65,6 +66,11 @@ DEFAULT_MAX_POINTS = 2**11  # B x chunk points per call; larger chunks page-faul
 DEFAULT_MAX_POINTS_CUDA = 2**20
 
 REFINE = ("qn", "adam", "lbfgsb", None)
+SCREENS = ("auto", "sobol", "product")
+#: Dimensions where ``screen="auto"`` takes the product set: measured as good as the Sobol set
+#: there (``benchmarks/maximizer_quality.py``), worse from ``d = 4`` on, where each half's
+#: ``√raw_samples`` points cover a 2-D or larger factor too coarsely.
+PRODUCT_DIMS = (2, 3)
 
 
 def default_max_points(device: torch.device | str) -> int:
@@ -93,6 +99,19 @@ def raw_points(keys: Tensor, n: int, d: int, dtype: torch.dtype) -> Tensor:
     base = sobol_points(n, d, dtype, keys.device)
     shift = kr.uniform(kr.fold(keys, "raw-shift"), d, dtype=dtype)  # B x d
     return torch.remainder(base.unsqueeze(0) + shift.unsqueeze(-2), 1.0)
+
+
+def product_points(keys: Tensor, n: int, d: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    r"""The two factors of a product raw set of about ``n`` points in ``[0, 1)^d`` (``d >= 2``):
+    ``B x nA x dA`` points of the first ``dA = ⌈d/2⌉`` coordinates and ``B x nB x (d − dA)`` of the
+    others, ``nA = ⌈√n⌉``, ``nB = ⌈n / nA⌉``; each a scrambled Sobol set rotated by its own keyed
+    shift per problem (as :func:`raw_points`). The raw points are all pairs ``(a_i, b_j)``."""
+    dA = (d + 1) // 2
+    nA = math.isqrt(n - 1) + 1 if n > 1 else 1
+    nB = -(-n // nA)
+    return raw_points(kr.fold(keys, "product-a"), nA, dA, dtype), raw_points(
+        kr.fold(keys, "product-b"), nB, d - dA, dtype
+    )
 
 
 def boltzmann_restarts(values: Tensor, k: int, keys: Tensor, eta: float = 1.0) -> Tensor:
@@ -133,6 +152,7 @@ def maximize_batched(
     screen_dtype: torch.dtype | None = None,
     gtol: float = 1e-9,
     ftol: float = 1e-12,
+    screen: str = "auto",
 ) -> tuple[Tensor, Tensor]:
     r"""Multi-start maximization of ``B`` independent functions at once.
 
@@ -174,6 +194,15 @@ def maximize_batched(
         gtol / ftol: Stopping tolerances of the ``"qn"`` refinement (inf-norm of the
             projected gradient in unit-cube coordinates; relative decrease), see
             :func:`~fbo_torch.optim.quasi_newton.minimize_batched`.
+        screen: The raw points: ``"sobol"`` (``raw_samples`` points of a rotated Sobol set) or
+            ``"product"``: for ``d >= 2`` and functions with a ``product_values(XA, XB)`` method
+            (:meth:`~fbo_torch.sampling.gp_paths.GPThompsonPaths.product_values`), the pairs of two
+            rotated Sobol sets of about ``√raw_samples`` points each on the two halves of the
+            coordinates (:func:`product_points`), scored as matrix products at the transcendental
+            cost of ``2√raw_samples`` evaluations; otherwise ``"sobol"``. The selected restarts are
+            re-scored exactly (``benchmarks/maximizer_quality.py`` compares both screens).
+            ``"auto"`` (default): the product set where it was measured as good, ``d`` in
+            :data:`PRODUCT_DIMS`.
 
     Returns:
         ``(X_best, values)``: ``B x d`` maximizers inside their boxes and ``B``
@@ -204,7 +233,13 @@ def maximize_batched(
         raise ValueError(f"`screen_dtype` must be a floating torch.dtype or None, got {screen_dtype!r}.")
     if screen_dtype is not None and (screen_dtype == bounds.dtype or not hasattr(fn, "astype")):
         screen_dtype = None
-    settings = (raw_samples, k, refine, maxiter, lr, max_points, eta, screen_dtype, gtol, ftol)
+    if screen not in SCREENS:
+        raise ValueError(f"`screen` must be one of {SCREENS}, got {screen!r}.")
+    if screen == "auto":
+        screen = "product" if d in PRODUCT_DIMS else "sobol"
+    if screen == "product" and (d < 2 or not hasattr(fn, "product_values")):
+        screen = "sobol"
+    settings = (raw_samples, k, refine, maxiter, lr, max_points, eta, screen_dtype, gtol, ftol, screen)
     state = getattr(fn, "graph_state", None)
     if state is not None and refine in ("qn", None):
         # a pure function of tensors: the whole maximization is one CUDA graph replay
@@ -236,6 +271,7 @@ def _maximize(
     screen_dtype: torch.dtype | None = None,
     gtol: float = 1e-9,
     ftol: float = 1e-12,
+    screen: str = "sobol",
 ) -> tuple[Tensor, Tensor]:
     B, _, d = bounds.shape
     lo, width = bounds[:, 0:1, :], bounds[:, 1:2, :] - bounds[:, 0:1, :]
@@ -243,16 +279,27 @@ def _maximize(
     def fn_unit(U: Tensor) -> Tensor:  # B x C x d in unit coordinates
         return fn(torch.addcmul(lo, U, width))
 
-    U_raw = raw_points(keys, raw_samples, d, bounds.dtype)
-    if screen_dtype is None:
-        vals = score_chunked(fn_unit, U_raw, max_points)
-    else:  # rank the raw points in lower precision (the same points, rounded)
-        fn_low: BatchedFunction = cast(Any, fn).astype(screen_dtype)  # kept only for functions with astype
-        lo_l, width_l = lo.to(screen_dtype), width.to(screen_dtype)
-        vals = score_chunked(lambda U: fn_low(lo_l + U * width_l), U_raw.to(screen_dtype), max_points)
-    top_idx = boltzmann_restarts(vals, k, keys, eta)
-    U0 = U_raw.gather(1, top_idx.unsqueeze(-1).expand(B, k, d))
-    top_vals = vals.gather(1, top_idx) if screen_dtype is None else fn_unit(U0)
+    if screen == "product":
+        UA, UB = product_points(keys, raw_samples, d, bounds.dtype)
+        vals = _score_product(fn, lo, width, UA, UB, screen_dtype, max_points)
+        top_idx = boltzmann_restarts(vals, k, keys, eta)
+        nB, dA = UB.shape[1], UA.shape[-1]
+        iA, iB = torch.div(top_idx, nB, rounding_mode="floor"), torch.remainder(top_idx, nB)
+        U0 = torch.cat(
+            [UA.gather(1, iA.unsqueeze(-1).expand(B, k, dA)), UB.gather(1, iB.unsqueeze(-1).expand(B, k, d - dA))], -1
+        )
+        top_vals = fn_unit(U0)
+    else:
+        U_raw = raw_points(keys, raw_samples, d, bounds.dtype)
+        if screen_dtype is None:
+            vals = score_chunked(fn_unit, U_raw, max_points)
+        else:  # rank the raw points in lower precision (the same points, rounded)
+            fn_low: BatchedFunction = cast(Any, fn).astype(screen_dtype)  # kept only for functions with astype
+            lo_l, width_l = lo.to(screen_dtype), width.to(screen_dtype)
+            vals = score_chunked(lambda U: fn_low(lo_l + U * width_l), U_raw.to(screen_dtype), max_points)
+        top_idx = boltzmann_restarts(vals, k, keys, eta)
+        U0 = U_raw.gather(1, top_idx.unsqueeze(-1).expand(B, k, d))
+        top_vals = vals.gather(1, top_idx) if screen_dtype is None else fn_unit(U0)
 
     if refine is None:
         U_fin, v_fin = U0, top_vals
@@ -400,6 +447,34 @@ def _expand_bounds(bounds: Tensor, batch_size: int | None, validate: bool = True
     if validate and not (bounds[:, 1] > bounds[:, 0]).all():  # reads a device value (a sync on CUDA)
         raise ValueError("`bounds`: every upper bound must exceed its lower bound.")
     return bounds
+
+
+def _score_product(
+    fn: BatchedFunction,
+    lo: Tensor,
+    width: Tensor,
+    UA: Tensor,
+    UB: Tensor,
+    screen_dtype: torch.dtype | None,
+    max_points: int,
+) -> Tensor:
+    """``B x (nA · nB)`` values of ``fn`` on the product raw set (row-major in ``(i, j)``), in
+    ``screen_dtype`` when given, in chunks of problems of at most ``max_points`` raw points' worth
+    of features each (the product's ``nA x nB`` scores are the only ``nA · nB``-sized arrays)."""
+    B, nA, dA = UA.shape
+    nB = UB.shape[1]
+    f: Any = fn if screen_dtype is None else cast(Any, fn).astype(screen_dtype)
+    dt = UA.dtype if screen_dtype is None else screen_dtype
+    lo_, width_ = lo.to(dt), width.to(dt)
+    XA = torch.addcmul(lo_[..., :dA], UA.to(dt), width_[..., :dA])
+    XB = torch.addcmul(lo_[..., dA:], UB.to(dt), width_[..., dA:])
+    with torch.no_grad():
+        per = max(1, max_points // max(1, nA + nB))
+        if per >= B:
+            return cast(Tensor, f.product_values(XA, XB)).reshape(B, nA * nB)
+        index = torch.arange(B, device=UA.device)
+        parts = [f.take(index[s : s + per]).product_values(XA[s : s + per], XB[s : s + per]) for s in range(0, B, per)]
+        return torch.cat(parts).reshape(B, nA * nB)
 
 
 def score_chunked(fn: BatchedFunction, X: Tensor, max_points: int = DEFAULT_MAX_POINTS) -> Tensor:

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from fbo_torch.optim.batched import (
     REFINE,
+    SCREENS,
     BatchedFunction,
     default_max_points,
     maximize_batched,
@@ -55,6 +56,8 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
             and value is not None
         ):
             check_int(name, value, minimum=1)
+        elif name == "screen" and value not in SCREENS:
+            raise ValueError(f"`screen` must be one of {list(SCREENS)}, got {value!r}.")
         elif name == "refine" and value not in REFINE:
             raise ValueError(f"`refine` must be one of {[r for r in REFINE if r]} or null, got {value!r}.")
         elif name == "lr" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
@@ -85,6 +88,10 @@ class Domain:
             ``screen_dtype``; ``None``: the bounds' dtype). float32 by default: the
             ranking feeds a randomized restart selection and everything after it runs
             in float64 (``benchmarks/maximizer_quality.py`` compares both).
+        screen: The raw points of a box: ``"sobol"``, ``"product"`` (pairs of two Sobol sets on
+            the two halves of the coordinates, scored as matrix products where the function allows:
+            :func:`~fbo_torch.optim.batched.maximize_batched`'s ``screen``) or ``"auto"`` (the
+            product set for ``d = 2, 3``, where it was measured as good as the Sobol set).
 
     The defaults were chosen with ``benchmarks/maximizer_quality.py``: against
     per-agent ``optimize_acqf`` on the same budget they are as good or better on
@@ -109,6 +116,7 @@ class Domain:
     num_restarts_rff: int = 32
     maxiter_rff: int = 30
     screen_dtype: torch.dtype | str | None = torch.float32
+    screen: str = "auto"
 
     def __post_init__(self) -> None:
         check_bounds("bounds", self.bounds)
@@ -214,6 +222,7 @@ class Domain:
             keys=keys,
             validate=False,
             screen_dtype=cast("torch.dtype | None", self.screen_dtype),  # a dtype after __post_init__
+            screen=self.screen,
         )
 
 

@@ -194,6 +194,43 @@ class GPThompsonPaths:
         g = cg[..., 1:] + torch.addcmul(kg[..., 1:], kv, a[..., :-1], value=-1.0) * self._q
         return out, g
 
+    def product_values(self, XA: Tensor, XB: Tensor) -> Tensor:
+        r"""Values on the product sets ``{(a, b)}``: ``B x nA x dA`` points ``a`` of the first ``dA``
+        coordinates and ``B x nB x (d − dA)`` points ``b`` of the others give ``B x nA x nB`` values
+        ``f_b((a_i, b_j))``, as two batched matrix products instead of ``nA · nB`` evaluations.
+
+        Both parts of a path separate over the two groups of coordinates: the features by the
+        angle sum, ``cos(α_i + β_j) = cos α_i cos β_j − sin α_i sin β_j`` with ``α = W'_A a + phase``
+        and ``β = W'_B b``, so ``Σ_f w_f cos(α_if + β_jf) = [cos α, sin α]_i · [w ⊙ cos β, −w ⊙ sin β]_j``;
+        the squared-exponential kernel by ``exp(−½|x̃ − x̃_m|²/ℓ²) = exp(−½ D_A) exp(−½ D_B)``, so
+        ``Σ_m v_m k_m = E_A diag(v) E_Bᵀ``. The sines and cosines are computed on ``nA + nB`` points
+        instead of ``nA · nB``: a maximizer screens ``nA · nB`` raw points for the transcendental cost of
+        ``nA + nB`` (:func:`~fbo_torch.optim.batched.maximize_batched`'s ``screen="product"``). The
+        values equal :meth:`__call__` at the same points up to rounding.
+        """
+        if not self._ready:
+            self._prepare()
+        dA = XA.shape[-1]
+        W2t = self._W2t  # B x (d+1) x F: rows of x − lo, then the phase row
+        alpha = torch.baddbmm(W2t[:, -1:], XA - self.lo[:dA], W2t[:, :dA])  # B x nA x F (phase included)
+        beta = (XB - self.lo[dA:]) @ W2t[:, dA:-1]  # B x nB x F
+        wA = self._wA.mT  # B x 1 x F
+        left = torch.cat([torch.cos(alpha), torch.sin(alpha)], -1)  # B x nA x 2F
+        right = torch.cat([wA * torch.cos(beta), wA * torch.sin(beta).neg_()], -1)  # B x nB x 2F
+        prior = left @ right.mT  # B x nA x nB
+        q = self._q.squeeze(-2)  # B x d
+        bt = self._bt[:, :-1]  # B x d x n: the scaled training inputs
+        aA = (XA - self.lo[:dA]) * q[:, None, :dA]
+        aB = (XB - self.lo[dA:]) * q[:, None, dA:]
+
+        def sq_dist(a: Tensor, b: Tensor) -> Tensor:  # B x C x k, B x k x n -> B x C x n
+            return ((a * a).sum(-1, keepdim=True) + (b * b).sum(-2, keepdim=True) - 2.0 * (a @ b)).clamp_min_(0.0)
+
+        EA = torch.exp(self._log_os - 0.5 * sq_dist(aA, bt[:, :dA]))  # B x nA x n
+        EB = torch.exp(-0.5 * sq_dist(aB, bt[:, dA:]))  # B x nB x n
+        data = EA @ (EB * self._v.mT).mT  # B x nA x nB
+        return prior + data + self._const.unsqueeze(-1)
+
     def __call__(self, X: Tensor) -> Tensor:
         """Values at ``... x B x C x d`` points: ``... x B x C``."""
         return self._parts(X, grad=False)[0]

@@ -139,6 +139,8 @@ class _NoTake:
 
     def __init__(self, fn):
         self.fn, self.value_and_grad, self.lengthscales = fn, fn.value_and_grad, fn.lengthscales
+        if hasattr(fn, "product_values"):
+            self.product_values = fn.product_values
 
     def __call__(self, X):
         return self.fn(X)
@@ -240,3 +242,88 @@ def test_a_domain_of_no_or_non_finite_candidates_is_refused():
         Domain(bounds, torch.tensor([[0.2], [float("nan")]], dtype=torch.float64))
     with pytest.raises(ValueError, match="`candidates` is empty"):
         Domain(bounds, torch.empty(0, 1, dtype=torch.float64))
+
+
+def _gp_paths(d, B=4, F=64, seed=0):
+    from fbo_torch.models.batched_gp import BatchedExactGP
+
+    g = torch.Generator().manual_seed(seed)
+    X = 2 * torch.rand(B, 6 * d, d, generator=g, dtype=f64) - 1
+    bounds = torch.tensor([[-1.0] * d, [1.0] * d], dtype=f64)
+    gp = BatchedExactGP(X, torch.sin(4 * X).sum(-1, keepdim=True), bounds).fit(maxiter=30)
+    return gp.draw_paths(kr.fold(kr.root_key(seed, "product"), torch.arange(B)), F), bounds
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_product_values_are_the_paths_values_on_every_pair(d):
+    paths, _ = _gp_paths(d)
+    g = torch.Generator().manual_seed(d)
+    dA = (d + 1) // 2
+    XA = 2 * torch.rand(4, 5, dA, generator=g, dtype=f64) - 1
+    XB = 2 * torch.rand(4, 7, d - dA, generator=g, dtype=f64) - 1
+    pairs = torch.cat([XA.unsqueeze(2).expand(4, 5, 7, dA), XB.unsqueeze(1).expand(4, 5, 7, d - dA)], -1)
+    direct = paths(pairs.reshape(4, 35, d)).view(4, 5, 7)
+    scale = direct.abs().max()
+    # the same sums of F features and n kernel terms, in another order (angle sums, products of
+    # exponentials): agreement to a few hundred float64 roundings of the largest term
+    torch.testing.assert_close(paths.product_values(XA, XB), direct, atol=1e-13 * 64 * scale, rtol=0)
+    low = paths.astype(torch.float32).product_values(XA.float(), XB.float())
+    torch.testing.assert_close(low.double(), direct, atol=1e-6 * 64 * scale, rtol=0)
+
+
+def test_product_raw_points_pair_two_rotated_sobol_sets():
+    from fbo_torch.optim.batched import product_points
+
+    keys = kr.fold(kr.root_key(3, "raw"), torch.arange(2))
+    UA, UB = product_points(keys, 1024, 3, f64)
+    assert UA.shape == (2, 32, 2) and UB.shape == (2, 32, 1)
+    for U, d in ((UA, 2), (UB, 1)):
+        base = sobol_points(32, d, f64, torch.device("cpu"))
+        shift = torch.remainder(U[:, :1] - base[:1], 1.0)
+        torch.testing.assert_close(torch.remainder(base + shift, 1.0), U, atol=1e-15, rtol=0)
+    # a 1-D factor of 32 Sobol points is stratified (one point in each 1/32 of the line), so after
+    # its rotation no two neighbours on the circle are more than 2/32 apart
+    base = sobol_points(32, 1, f64, torch.device("cpu"))
+    assert torch.unique((base[:, 0] * 32).floor()).numel() == 32
+    pts = UB[0, :, 0].sort().values
+    gaps = torch.cat([pts.diff(), (1 + pts[:1] - pts[-1:])])
+    assert gaps.max() <= 2 / 32
+
+
+@pytest.mark.parametrize("d,expect", [(1, False), (2, True), (3, True), (4, False)])
+def test_auto_screens_the_product_set_where_it_was_measured_as_good(d, expect, monkeypatch):
+    paths, bounds = _gp_paths(d)
+    calls = []
+    orig = type(paths).product_values
+    monkeypatch.setattr(type(paths), "product_values", lambda self, a, b: (calls.append(1), orig(self, a, b))[1])
+    keys = kr.fold(kr.root_key(5, "auto"), torch.arange(4))
+    maximize_batched(paths, bounds, 4, raw_samples=256, num_restarts=4, keys=keys, maxiter=10)
+    assert bool(calls) == expect
+    calls.clear()
+    maximize_batched(paths, bounds, 4, raw_samples=256, num_restarts=4, keys=keys, maxiter=10, screen="sobol")
+    assert not calls
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_the_product_screen_finds_the_maxima_the_sobol_screen_finds(d):
+    # 16 sample paths, the engine's default budget (1024 raw points, 16 restarts): the product
+    # screen reaches the dense search's maximum as the Sobol screen does (gaps at float64 rounding)
+    paths, bounds = _gp_paths(d, B=16, F=128, seed=1)
+    keys = kr.fold(kr.root_key(6, "screens"), torch.arange(16))
+    out = {
+        s: maximize_batched(paths, bounds, 16, raw_samples=1024, num_restarts=16, maxiter=25, keys=keys, screen=s)
+        for s in ("product", "sobol")
+    }
+    _, dense = maximize_batched(
+        paths, bounds, 16, raw_samples=2**14, num_restarts=64, maxiter=200, keys=keys + 1, screen="sobol"
+    )
+    best = torch.maximum(dense, torch.maximum(out["product"][1], out["sobol"][1]))
+    tol = 1e-9 * best.abs().max()
+    for s, (X, v) in out.items():
+        assert ((bounds[0] <= X) & (X <= bounds[1])).all()
+        torch.testing.assert_close(paths(X.unsqueeze(1)).squeeze(1), v, atol=1e-12, rtol=0)  # exact values
+        assert (best - v <= tol).all(), (s, (best - v).max())
+    with pytest.raises(ValueError, match="screen"):
+        maximize_batched(paths, bounds, 16, screen="grid")
+    with pytest.raises(ValueError, match="screen"):
+        Domain(bounds, screen="grid")

@@ -2,13 +2,15 @@ r"""How well the batched maximizer finds the maximum, against per-agent ``optimi
 
 On the *same* sampled functions — RFF sample paths ``φ(x)ᵀω`` (what agents
 maximize from messages and broadcasts) and GP Thompson samples (Matheron
-paths of fitted GPs, what agents maximize on their own branch) in ``d = 2``
-and ``d = 5`` — three maximizers run:
+paths of fitted GPs, what agents maximize on their own branch) in ``d = 2``,
+``d = 3`` and ``d = 5`` — three maximizers run:
 
 * ``batched``: :func:`fbo_torch.optim.maximize_batched` with the engine's
   default settings (:class:`~fbo_torch.optim.domain.Domain`): all functions
   in one call; raw points screened in float32 (the default), and again as
   ``batched_f64_screen`` with float64 screening (the fast path against the plain one);
+  for GP samples in ``d = 2, 3``, whose default raw points are a product set scored as
+  matrix products, also as ``batched_sobol_screen`` on the Sobol set;
 * ``optimize_acqf``: BoTorch's ``optimize_acqf``, one call per function, with the
   same raw-sample and restart budget (and once with BoTorch's customary
   ``raw_samples=1024, num_restarts=10``);
@@ -114,6 +116,7 @@ def dense_max(fn, K: int, d: int, device, f64=torch.float64) -> torch.Tensor:
 def run(d: int, K: int, device: torch.device, quick: bool) -> list[dict]:
     from botorch.optim import optimize_acqf
 
+    from fbo_torch.optim.batched import PRODUCT_DIMS
     from fbo_torch.optim.domain import Domain
 
     f64 = torch.float64
@@ -129,7 +132,10 @@ def run(d: int, K: int, device: torch.device, quick: bool) -> list[dict]:
         )
         res = {}
         seeds = 1 if quick else 3  # every method is run with 3 seeds: gaps are averaged over them
-        for label, dom_ in (("batched", dom), ("batched_f64_screen", dataclasses.replace(dom, screen_dtype=None))):
+        variants = [("batched", dom), ("batched_f64_screen", dataclasses.replace(dom, screen_dtype=None))]
+        if kind == "own" and d in PRODUCT_DIMS:  # the default screens a product set here: the Sobol set beside it
+            variants.append(("batched_sobol_screen", dataclasses.replace(dom, screen="sobol")))
+        for label, dom_ in variants:
             runs, secs = [], 0.0
             for seed in range(seeds):
                 sync()
@@ -184,12 +190,14 @@ def run(d: int, K: int, device: torch.device, quick: bool) -> list[dict]:
                     "raw_samples": {
                         "batched": raw,
                         "batched_f64_screen": raw,
+                        "batched_sobol_screen": raw,
                         "optimize_acqf": raw,
                         "optimize_acqf_1024x10": 1024,
                     }.get(label),
                     "num_restarts": {
                         "batched": k,
                         "batched_f64_screen": k,
+                        "batched_sobol_screen": k,
                         "optimize_acqf": k,
                         "optimize_acqf_1024x10": 10,
                     }.get(label),
@@ -211,7 +219,14 @@ def plot(result: dict, path: Path) -> None:
     groups = sorted({(r["d"], r["family"]) for r in rows})
     methods = [
         m
-        for m in ("batched", "batched_f64_screen", "optimize_acqf", "optimize_acqf_1024x10", "dense")
+        for m in (
+            "batched",
+            "batched_f64_screen",
+            "batched_sobol_screen",
+            "optimize_acqf",
+            "optimize_acqf_1024x10",
+            "dense",
+        )
         if any(r["method"] == m for r in rows)
     ]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -240,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--functions", type=int, default=64)
-    ap.add_argument("--dims", type=int, nargs="+", default=[2, 5])
+    ap.add_argument("--dims", type=int, nargs="+", default=[2, 3, 5])
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true")

@@ -515,12 +515,12 @@ def plot_scale(result: dict, path: Path) -> None:
     a1.set_title(
         f"one DP-FTS-DE round, M={ok[0]['M']}, D={ok[0]['d']} ({m['device']}, {m['torch_threads']} threads)", fontsize=9
     )
-    a2.semilogx(Ns, [c["peak_memory_mb"] / c["N"] * 1024 for c in ok], "o-")
+    a2.loglog(Ns, [c["peak_memory_mb"] / 1024 for c in ok], "o-")
     for c in ok:
-        a2.annotate(f"{c['peak_memory_mb'] / 1024:.1f} GiB", (c["N"], c["peak_memory_mb"] / c["N"] * 1024), fontsize=7)
-    a2.set_xlabel("agents N")
-    a2.set_ylabel("peak memory per agent (KiB)")
-    a2.set_ylim(bottom=0)
+        a2.annotate(f"{c['peak_memory_mb'] / 1024:.1f} GiB", (c["N"], c["peak_memory_mb"] / 1024), fontsize=7)
+    budget = result["settings"].get("max_memory")
+    a2.set_xlabel("agents N" + (f" (working-memory budget {budget})" if budget else ""))
+    a2.set_ylabel("peak memory (GiB)")
     a2.grid(alpha=0.3, which="both")
     a2.set_title("peak memory (max RSS of the cell's process)", fontsize=9)
     fig.tight_layout()

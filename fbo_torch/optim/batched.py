@@ -429,6 +429,7 @@ def _refine_qn(
         ftol=ftol,
         restrict=restrict,
         group=k,
+        extrapolate=getattr(fn, "extrapolate", "always"),
         **step,
     )
     return res.x.view(B, k, d), -res.fun.view(B, k)

@@ -107,6 +107,7 @@ def minimize_batched(
     line_search: str = "auto",
     restrict: Callable[[Tensor], tuple[ValueAndGrad, Values | None]] | None = None,
     group: int = 1,
+    extrapolate: str = "always",
 ) -> QNResult:
     r"""Minimize a batch of independent smooth functions with box-constrained BFGS.
 
@@ -153,7 +154,8 @@ def minimize_batched(
             evaluated for all of them; candidates from the unit step down are evaluated with
             their gradients, so the accepted point is not evaluated again, while the
             extrapolating ones, rarely accepted, are evaluated by value and get their gradient
-            only where accepted); ``"auto"`` picks by device. Both accept the same steps up to
+            only where accepted, and only for the problems that may take them, see ``extrapolate``);
+            ``"auto"`` picks by device. Both accept the same steps up to
             the rounding of ``values`` against ``value_and_grad`` (identical where they compute
             the value the same way; GP sample paths and the MLL round them differently, and
             the iterates then differ at the level of that rounding, e.g. 6e-9 in a maximizer).
@@ -165,6 +167,13 @@ def minimize_batched(
             iterations per problem, less work where convergence is uneven (GP
             refits with restarts: median 19 of up to 60 iterations). Never on a
             sync-free device, whose shapes stay fixed.
+        extrapolate: When the candidates beyond the Newton step (``max_step > 1``) are tried:
+            ``"always"``, or ``"while_accepted"``: in a problem's first iteration after a
+            (re)start and while its last step was one of them. They pay while a problem crosses
+            a long slope and fail Armijo once it is near a minimum, where ``"while_accepted"``
+            skips them; on rough functions (short-lengthscale RFF paths) a problem keeps finding
+            long steps worth trying, and ``"always"`` finds better maxima there
+            (``benchmarks/maximizer_quality.py``).
         group: With ``restrict``, problems leave in consecutive groups of this size,
             a group once all its problems have converged (``batch`` must be a
             multiple): the restarts of one function stay together, so every
@@ -230,6 +239,10 @@ def minimize_batched(
     iters = torch.zeros(B, dtype=torch.long, device=dev)
     failed = torch.zeros(B, dtype=torch.bool, device=dev)
     held: Tensor | None = None  # set at the top of every iteration when bounded
+    # the problems that may take an extrapolating candidate this iteration
+    expand = torch.ones(B, dtype=torch.bool, device=dev)
+    if extrapolate not in ("always", "while_accepted"):
+        raise ValueError(f"`extrapolate` must be 'always' or 'while_accepted', got {extrapolate!r}.")
     tiny = torch.finfo(dt).tiny
 
     def _on_groups(
@@ -290,6 +303,8 @@ def minimize_batched(
             fc = batch_values(cand)  # K x B
             # finite (|fc| < inf, also false for NaN): with f = +inf the threshold alone accepts +inf
             ok = (fc <= torch.add(f, decrease, alpha=armijo)) & (fc.abs() < torch.inf) & moving
+            if unit > 0:  # the same rule as the sequential search: extrapolate only where it may pay
+                ok[:unit] &= expand
         else:  # one step size at a time until every moving problem has accepted one
             ok = torch.zeros(num_steps, B, dtype=torch.bool, device=dev)
             need = moving
@@ -301,12 +316,16 @@ def minimize_batched(
             for j in range(num_steps):
                 with_grad = j >= unit
                 # after the first candidate most problems accepted a larger step: evaluate this one
-                # only on the groups that still need it
-                ev = _on_groups(need, cand[j], with_grad, j > 0)
+                # only on the groups that still need it; the extrapolating ones only where they may pay
+                ev = _on_groups(need & expand if j < unit else need, cand[j], with_grad, j > 0 or unit > 0)
                 if ev is None:
+                    if j < unit:  # nobody extrapolates this iteration
+                        continue
                     break
                 fj, gj = ev
                 ok[j] = need & (fj <= torch.add(f, decrease[j], alpha=armijo)) & (fj.abs() < torch.inf)
+                if j < unit:
+                    ok[j] &= expand
                 if with_grad:
                     f_new = torch.where(ok[j], fj, f_new)
                     g_new = torch.where(ok[j].unsqueeze(-1), cast(Tensor, gj), g_new)  # with_grad
@@ -350,6 +369,9 @@ def minimize_batched(
         done = done | (failed & first) | (move & small)
         iters = iters + move
         x, f, g = x_new, f_new, g_new
+        if unit > 0 and extrapolate == "while_accepted":
+            # extrapolate again only after a step that did, or from a (re)start (steepest descent)
+            expand = ok[:unit].any(0) | first
         if check_every and (it + 1) % check_every == 0:
             group_done = done.view(-1, group).all(-1)
             num_done = int(group_done.sum())
@@ -363,8 +385,8 @@ def minimize_batched(
                         t[index] = v
                 keep = (~group_done).repeat_interleave(group).nonzero().squeeze(-1)
                 index = index[keep]
-                x, f, g, nH, first, done, iters, failed, lo, hi = (
-                    t[keep] for t in (x, f, g, nH, first, done, iters, failed, lo, hi)
+                x, f, g, nH, first, done, iters, failed, lo, hi, expand = (
+                    t[keep] for t in (x, f, g, nH, first, done, iters, failed, lo, hi, expand)
                 )
                 if held is not None:
                     held = held[keep]

@@ -136,6 +136,15 @@ class GPThompsonPaths:
     def batch_size(self) -> int:
         return self.W.shape[0]
 
+    @property
+    def extrapolate(self) -> str:
+        r"""When the maximizer's line search tries steps beyond the quasi-Newton step
+        (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`'s ``extrapolate``): in ``d <= 3``
+        only while they are accepted — the maxima found are the same with a fifth less work
+        (``benchmarks/maximizer_quality.py``, docs/performance.md) — else always (in ``d = 5``
+        skipping them lost a hair of the mean gap)."""
+        return "while_accepted" if self.W.shape[-1] <= 3 else "always"
+
     def lengthscales(self) -> Tensor:
         """Each GP's lengthscales in input coordinates (``B x d``): the scale on which its sample varies."""
         return self.ls * self.width

@@ -188,3 +188,12 @@ def test_every_agent_is_a_target_of_an_fts_run(tmp_path):
         assert m["targets"] == [0, 1, 2] and len(m["loss_mean"]) == 3  # the initial point and 2 iterations
         loss = torch.tensor(m["loss_mean"])
         assert torch.isfinite(loss).all() and (loss >= 0).all() and (loss.diff() <= 0).all()
+
+
+def test_normalization_in_chunks_of_agents_changes_no_scale(monkeypatch):
+    import fbo_torch.objectives.function_families as module
+
+    whole = module.FunctionFamilyFederation(num_agents=9, dim=2, normalize=True, seed=4)
+    monkeypatch.setattr(module, "_NORMALIZE_CHUNK", 2)
+    chunked = module.FunctionFamilyFederation(num_agents=9, dim=2, normalize=True, seed=4)
+    assert torch.equal(whole.scale, chunked.scale) and torch.equal(whole.optimum, chunked.optimum)

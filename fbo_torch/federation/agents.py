@@ -44,7 +44,7 @@ from fbo_torch.acquisition.batched import (
 )
 from fbo_torch.acquisition.peer_prior import BatchedPriorGuided
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.chunks import agents_per_chunk, chunk_slices, own_step_bytes, round_budget
+from fbo_torch.federation.chunks import CPU_CHUNK, agents_per_chunk, chunk_slices, own_step_bytes, round_budget
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.schedules import OWN, draw_sources
@@ -56,6 +56,7 @@ from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain
 from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.dispatch import gpu_path
 from fbo_torch.utils.validation import check_tensor
 
 
@@ -330,7 +331,8 @@ class Agents:
         agents at once when their working memory (:func:`~fbo_torch.federation.chunks.own_step_bytes`
         at the current number of observations) fits ``memory_budget`` (bytes; ``None``: no limit)."""
         per_agent = own_step_bytes(self.settings, self.domain, self.n, self._X.shape[-1])
-        return chunk_slices(self.num_agents, agents_per_chunk(self.memory_budget, per_agent))
+        cap = None if gpu_path(self._X.device) else CPU_CHUNK
+        return chunk_slices(self.num_agents, agents_per_chunk(self.memory_budget, per_agent, cap))
 
     def in_chunks(self, step: Callable[[Agents, slice], tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
         r"""``step(part, rows)`` on each of :meth:`chunks` (``part``: these agents' rows ``rows`` as an

@@ -12,7 +12,9 @@ memory the device has free when the agents are built).
 
 Chunking changes no result: every random number an agent uses comes from its
 own keyed stream and every step is batched over agents without mixing them, so
-a chunk computes for its agents exactly what the whole batch computes for them.
+a chunk computes for its agents exactly what the whole batch computes for them. On a CPU a chunk
+holds at most :data:`CPU_CHUNK` agents whatever the budget: beyond it the maximizer's
+arrays leave the cache and each agent costs more.
 One exception is guarded here: torch multiplies a batch of one matrix and one
 vector with a different kernel (``mv``) than a batch of several (``bmm``), which
 rounds differently, so :func:`chunk_slices` never makes a one-agent chunk out
@@ -70,11 +72,18 @@ def round_budget(max_memory: int | str | None, device: torch.device | str) -> in
     return None if free is None else free // 2
 
 
-def agents_per_chunk(budget: int | None, per_agent: int) -> int | None:
-    r"""Agents a chunk may hold (at least 2), or ``None`` for all at once (no budget)."""
-    if budget is None:
-        return None
-    return max(2, budget // max(1, per_agent))
+#: Most agents per chunk on a CPU: the maximizer's arrays of 1,024 agents x 16 restarts x 256
+#: features (32 MiB) stay near the cache; larger chunks are memory-bound and cost more per agent
+#: (docs/performance.md). A GPU takes whatever fits: its throughput grows with the batch.
+CPU_CHUNK = 1024
+
+
+def agents_per_chunk(budget: int | None, per_agent: int, cap: int | None = None) -> int | None:
+    r"""Agents a chunk may hold (at least 2; at most ``cap``), or ``None`` for all at once."""
+    size = None if budget is None else max(2, budget // max(1, per_agent))
+    if cap is not None:
+        size = cap if size is None else min(size, cap)
+    return size
 
 
 def chunk_slices(num: int, size: int | None) -> list[slice]:
@@ -92,4 +101,4 @@ def chunk_slices(num: int, size: int | None) -> list[slice]:
     return out
 
 
-__all__ = ["agents_per_chunk", "chunk_slices", "own_step_bytes", "round_budget"]
+__all__ = ["CPU_CHUNK", "agents_per_chunk", "chunk_slices", "own_step_bytes", "round_budget"]

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fbo_torch.federation.chunks import agents_per_chunk, chunk_slices, own_step_bytes, round_budget
+from fbo_torch.federation.chunks import CPU_CHUNK, agents_per_chunk, chunk_slices, own_step_bytes, round_budget
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
 from fbo_torch.optim.domain import Domain
@@ -33,6 +33,9 @@ def test_the_budget_sets_the_chunk_size():
     assert agents_per_chunk(None, per) is None
     assert agents_per_chunk(100 * per, per) == 100
     assert agents_per_chunk(1, per) == 2
+    assert agents_per_chunk(None, per, cap=CPU_CHUNK) == CPU_CHUNK  # a CPU's cache-sized chunks
+    assert agents_per_chunk(10**6 * per, per, cap=CPU_CHUNK) == CPU_CHUNK
+    assert agents_per_chunk(100 * per, per, cap=CPU_CHUNK) == 100
     assert round_budget("2GiB", "cpu") == 2 * 2**30
     assert round_budget(12345, "cpu") == 12345
 

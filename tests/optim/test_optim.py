@@ -141,6 +141,7 @@ class _NoTake:
         self.fn, self.value_and_grad, self.lengthscales = fn, fn.value_and_grad, fn.lengthscales
         if hasattr(fn, "product_values"):
             self.product_values = fn.product_values
+        self.extrapolate = getattr(fn, "extrapolate", "always")
 
     def __call__(self, X):
         return self.fn(X)

@@ -215,7 +215,7 @@ class GPThompsonPaths:
         ``Σ_m v_m k_m = E_A diag(v) E_Bᵀ``. The sines and cosines are computed on ``nA + nB`` points
         instead of ``nA · nB``: a maximizer screens ``nA · nB`` raw points for the transcendental cost of
         ``nA + nB`` (:func:`~fbo_torch.optim.batched.maximize_batched`'s ``screen="product"``). The
-        values equal :meth:`__call__` at the same points up to rounding.
+        values equal the paths' values (calling them) at the same points up to rounding.
         """
         if not self._ready:
             self._prepare()

@@ -327,9 +327,10 @@ class Agents:
 
     # ---------------------------------------------------------------- chunks
     def chunks(self) -> list[slice]:
-        r"""The contiguous groups of agents whose own proposals run together this round: all
-        agents at once when their working memory (:func:`~fbo_torch.federation.chunks.own_step_bytes`
-        at the current number of observations) fits ``memory_budget`` (bytes; ``None``: no limit)."""
+        r"""The contiguous groups of agents whose own proposals run together this round: as many
+        as their working memory (:func:`~fbo_torch.federation.chunks.own_step_bytes` at the current
+        number of observations) lets fit ``memory_budget`` (bytes; ``None``: no limit), and on a
+        CPU at most :data:`~fbo_torch.federation.chunks.CPU_CHUNK`."""
         per_agent = own_step_bytes(self.settings, self.domain, self.n, self._X.shape[-1])
         cap = None if gpu_path(self._X.device) else CPU_CHUNK
         return chunk_slices(self.num_agents, agents_per_chunk(self.memory_budget, per_agent, cap))

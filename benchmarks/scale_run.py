@@ -48,35 +48,31 @@ def main(argv: list[str] | None = None) -> int:
     from round_time import machine_info
 
     from fbo_torch.experiments.config import load_config
-    from fbo_torch.objectives import build_objective
-    from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
+    from fbo_torch.experiments.dp_fts_de import scenario_methods
+    from fbo_torch.experiments.loop import prepare_scenarios
+    from fbo_torch.utils.resources import parse_bytes
 
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config)
     sc = cfg.scenarios[0]
-    spec = dict(sc.objective)
     if args.N is not None:
-        spec["num_agents"] = args.N
+        sc = dataclasses.replace(sc, objective={**sc.objective, "num_agents": args.N})
+        cfg = dataclasses.replace(cfg, scenarios=[sc])
+    if args.max_memory is not None:
+        cfg = dataclasses.replace(cfg, max_memory=parse_bytes("--max-memory", args.max_memory))
+    budget = cfg.max_memory
+    # the objective, its domain and the checks `fbo-torch run` makes, then the runner it makes
+    t0 = time.perf_counter()
+    (ctx,) = prepare_scenarios(cfg, cfg.device, num_inits=1)
+    objective = ctx.objective
+    N = objective.num_agents
+    t_objective = time.perf_counter() - t0
     label, settings = sc.methods[0]
     if args.rounds is not None:
         settings = dataclasses.replace(settings, num_iterations=args.rounds)
-    budget = args.max_memory if args.max_memory is not None else cfg.max_memory
     t0 = time.perf_counter()
-    objective = build_objective(spec)
-    N = objective.num_agents
-    t_objective = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    runner = DPFTSDERunner(
-        objective,
-        settings,
-        num_inits=1,
-        domain=cfg.build_domain(objective),
-        seed=cfg.seed,
-        accountant=cfg.privacy.accountant,
-        delta=cfg.privacy.delta,
-        max_memory=budget,
-    )
+    runner = scenario_methods(ctx).make_runner(label, settings)
     t_start = time.perf_counter() - t0
     print(
         f"N={N}: objective {t_objective:.1f} s, initial queries {t_start:.1f} s, "

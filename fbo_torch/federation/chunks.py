@@ -26,10 +26,12 @@ chunked.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
+from fbo_torch.federation.settings import MethodSettings
+from fbo_torch.models.outcome_warp import DEFAULT_OFFSETS
+from fbo_torch.optim.domain import Domain
 from fbo_torch.utils.resources import available_memory, parse_bytes
 
 _F64 = 8
@@ -39,7 +41,7 @@ _F64 = 8
 _SLACK = 1.0
 
 
-def own_step_bytes(settings: Any, domain: Any, n: int, dim: int) -> int:
+def own_step_bytes(settings: MethodSettings, domain: Domain, n: int, dim: int) -> int:
     r"""Estimated working memory (bytes) of one agent's own proposal with ``n`` observations.
 
     Args:
@@ -48,11 +50,11 @@ def own_step_bytes(settings: Any, domain: Any, n: int, dim: int) -> int:
         domain: Their :class:`~fbo_torch.optim.domain.Domain` (restarts, raw points, candidates).
         n: Observations per agent. dim: ``d``.
     """
-    K = 4 if getattr(settings, "gp_warp", "none") != "none" else 1
-    starts = 1 + int(getattr(settings, "gp_restarts", 0))
+    K = 1 + len(DEFAULT_OFFSETS) if settings.gp_warp != "none" else 1  # the identity and the log-gap warps
+    starts = 1 + settings.gp_restarts
     p = dim + 3  # lengthscales, outputscale, noise, mean
     fit = K * starts * n * n * (p + 8)  # kernel, Cholesky, its solves and p derivative matrices
-    F = int(getattr(settings, "gp_sample_features", None) or 1024)
+    F = settings.gp_sample_features or 1024
     k = int(domain.num_restarts)
     line_search = 5  # candidate steps evaluated at once
     paths = n * F + F * dim + n * n

@@ -227,10 +227,9 @@ class GPThompsonPaths:
         left = torch.cat([torch.cos(alpha), torch.sin(alpha)], -1)  # B x nA x 2F
         right = torch.cat([wA * torch.cos(beta), wA * torch.sin(beta).neg_()], -1)  # B x nB x 2F
         prior = left @ right.mT  # B x nA x nB
-        q = self._q.squeeze(-2)  # B x d
         bt = self._bt[:, :-1]  # B x d x n: the scaled training inputs
-        aA = (XA - self.lo[:dA]) * q[:, None, :dA]
-        aB = (XB - self.lo[dA:]) * q[:, None, dA:]
+        aA = (XA - self.lo[:dA]) * self._q[..., :dA]  # x̃ / ℓ on each half
+        aB = (XB - self.lo[dA:]) * self._q[..., dA:]
 
         def sq_dist(a: Tensor, b: Tensor) -> Tensor:  # B x C x k, B x k x n -> B x C x n
             return ((a * a).sum(-1, keepdim=True) + (b * b).sum(-2, keepdim=True) - 2.0 * (a @ b)).clamp_min_(0.0)

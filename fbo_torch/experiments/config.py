@@ -46,7 +46,7 @@ import yaml
 
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, HistorySettings, PrivacySettings
 from fbo_torch.objectives import objective_class
-from fbo_torch.optim.domain import Domain, check_options, dtype_name
+from fbo_torch.optim.domain import DTYPE_OPTIONS, Domain, check_options, dtype_name
 from fbo_torch.simulate.presets import check_setup, objective_setup, setup_choices
 from fbo_torch.utils.resources import parse_bytes
 
@@ -275,7 +275,8 @@ def check_domain(where: str, options: Any) -> dict[str, Any]:
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
     out = {**Domain.option_defaults(), **checked}
-    out["screen_dtype"] = dtype_name(out["screen_dtype"])
+    for name in DTYPE_OPTIONS:
+        out[name] = dtype_name(out[name])
     return out
 
 

@@ -40,9 +40,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fbo_torch.optim.quasi_newton import ValueAndGrad, Values, minimize_batched
+from fbo_torch.optim.quasi_newton import QNResult, ValueAndGrad, Values, minimize_batched
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.cuda_graphs import GraphCache
+from fbo_torch.utils.dispatch import gpu_path
 from fbo_torch.utils.validation import check_int, check_tensor
 
 
@@ -71,6 +72,11 @@ SCREENS = ("auto", "sobol", "product")
 #: there (``benchmarks/maximizer_quality.py``), worse from ``d = 4`` on, where each half's
 #: ``√raw_samples`` points cover a 2-D or larger factor too coarsely.
 PRODUCT_DIMS = (2, 3)
+#: With ``refine_dtype``: how many restarts of each function (the best by their lower-precision
+#: values) are finished in full precision. Restarts that end in the same maximum or in a clearly
+#: lower one need no polish; 4 leave room for maxima whose values lower precision cannot order
+#: (2 and 1 were measured a few float64 roundings worse on smooth paths, ``docs/performance.md``).
+POLISH_RESTARTS = 4
 
 
 def default_max_points(device: torch.device | str) -> int:
@@ -153,6 +159,7 @@ def maximize_batched(
     gtol: float = 1e-9,
     ftol: float = 1e-12,
     screen: str = "auto",
+    refine_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Multi-start maximization of ``B`` independent functions at once.
 
@@ -203,6 +210,16 @@ def maximize_batched(
             re-scored exactly (``benchmarks/maximizer_quality.py`` compares both screens).
             ``"auto"`` (default): the product set where it was measured as good, ``d`` in
             :data:`PRODUCT_DIMS`.
+        refine_dtype: Optional lower precision (e.g. ``torch.float32``) for the first phase of the
+            ``"qn"`` refinement, used when ``fn`` has an ``astype(dtype)`` method: every restart
+            climbs in ``refine_dtype`` until its steps or its projected gradient reach that
+            precision's resolution, then the best :data:`POLISH_RESTARTS` of each function (by
+            those values) continue in the bounds' precision from there, starting with the
+            inverse-Hessian approximations they learned (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`'s
+            ``inv_hessian``) and stopping only at ``gtol`` or when no step decreases the value. So
+            maxima and values are full precision, while most evaluations run at float32 speed
+            (twice to three times float64's on a CPU: half the bytes per SIMD lane and per cache
+            line; ``benchmarks/maximizer_quality.py`` compares the gaps).
 
     Returns:
         ``(X_best, values)``: ``B x d`` maximizers inside their boxes and ``B``
@@ -239,7 +256,11 @@ def maximize_batched(
         screen = "product" if d in PRODUCT_DIMS else "sobol"
     if screen == "product" and (d < 2 or not hasattr(fn, "product_values")):
         screen = "sobol"
-    settings = (raw_samples, k, refine, maxiter, lr, max_points, eta, screen_dtype, gtol, ftol, screen)
+    if refine_dtype is not None and not (isinstance(refine_dtype, torch.dtype) and refine_dtype.is_floating_point):
+        raise ValueError(f"`refine_dtype` must be a floating torch.dtype or None, got {refine_dtype!r}.")
+    if refine_dtype is not None and (refine_dtype == bounds.dtype or not hasattr(fn, "astype")):
+        refine_dtype = None
+    settings = (raw_samples, k, refine, maxiter, lr, max_points, eta, screen_dtype, gtol, ftol, screen, refine_dtype)
     state = getattr(fn, "graph_state", None)
     if state is not None and refine in ("qn", None):
         # a pure function of tensors: the whole maximization is one CUDA graph replay
@@ -272,6 +293,7 @@ def _maximize(
     gtol: float = 1e-9,
     ftol: float = 1e-12,
     screen: str = "sobol",
+    refine_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     B, _, d = bounds.shape
     lo, width = bounds[:, 0:1, :], bounds[:, 1:2, :] - bounds[:, 0:1, :]
@@ -306,7 +328,9 @@ def _maximize(
     elif refine == "qn":
         ls_fn = getattr(fn, "lengthscales", None)
         ls = None if ls_fn is None else ls_fn().to(width).expand(B, d) / width.squeeze(1)  # unit coordinates
-        U_fin, v_fin = _refine_qn(fn, lo, width, U0, maxiter, max_points, ls, gtol=gtol, ftol=ftol)
+        U_fin, v_fin = _refine_qn(
+            fn, lo, width, U0, maxiter, max_points, ls, gtol=gtol, ftol=ftol, refine_dtype=refine_dtype
+        )
     elif refine == "lbfgsb" and fmin_l_bfgs_b_batched is not None:
         U_fin = _refine_lbfgsb(fn_unit, U0, maxiter)
         with torch.no_grad():
@@ -335,6 +359,7 @@ def _refine_qn(
     lengthscales: Tensor | None = None,
     gtol: float = 1e-9,
     ftol: float = 1e-12,
+    refine_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn).
 
@@ -360,12 +385,13 @@ def _refine_qn(
     ``maxiter`` iterations and only a few reach the cap (see docs/design.md).
     """
     B, k, d = U0.shape
-    step: dict[str, Any]  # minimize_batched's step options
-    if lengthscales is None:
-        step = dict(init_step=0.05)
-    else:
-        init = lengthscales.amin(-1).clamp(max=1.0).unsqueeze(-1).expand(B, k).reshape(B * k)
-        step = dict(init_step=init, max_step=4.0, num_steps=5)
+    init: Tensor | float = 0.05 if lengthscales is None else lengthscales.amin(-1).clamp(max=1.0)  # B
+
+    def step(kk: int, scale: float = 1.0) -> dict[str, Any]:
+        """minimize_batched's step options for ``kk`` restarts of each function."""
+        if not isinstance(init, Tensor):
+            return dict(init_step=init * scale)
+        return dict(init_step=(init * scale).unsqueeze(-1).expand(B, kk).reshape(B * kk), max_step=4.0, num_steps=5)
 
     def functions(f: BatchedFunction, lo: Tensor, width: Tensor, B: int, k: int) -> tuple[ValueAndGrad, Values]:
         """value-and-gradient and line-search values of the ``B * k`` problems (``k`` restarts of ``f``'s ``B``)."""
@@ -409,30 +435,68 @@ def _refine_qn(
 
         return value_and_grad, values
 
-    value_and_grad, values = functions(fn, lo, width, B, k)
-    restrict = None
-    if hasattr(fn, "take"):
+    def run(f: BatchedFunction, lo: Tensor, width: Tensor, x0: Tensor, kk: int, **options: Any) -> QNResult:
+        value_and_grad, values = functions(f, lo, width, B, kk)
+        restrict = None
+        if hasattr(f, "take"):
 
-        def restrict(index: Tensor) -> tuple[ValueAndGrad, Values | None]:
-            # problem b * k + j is restart j of function b; whole functions leave
-            agent = torch.div(index[::k], k, rounding_mode="floor")
-            return functions(fn.take(agent), lo[agent], width[agent], agent.numel(), k)
+            def restrict(index: Tensor) -> tuple[ValueAndGrad, Values | None]:
+                # problem b * kk + j is restart j of function b; whole functions leave
+                agent = torch.div(index[::kk], kk, rounding_mode="floor")
+                return functions(f.take(agent), lo[agent], width[agent], agent.numel(), kk)
 
-    res = minimize_batched(
-        value_and_grad,
-        U0.reshape(B * k, d),
-        values=values,
-        lower=0.0,
-        upper=1.0,
+        return minimize_batched(
+            value_and_grad,
+            x0,
+            values=values,
+            lower=0.0,
+            upper=1.0,
+            restrict=restrict,
+            group=kk,
+            extrapolate=getattr(f, "extrapolate", "always"),
+            **{**step(kk), **options},
+        )
+
+    if refine_dtype is None or refine_dtype == U0.dtype or not hasattr(fn, "astype"):
+        res = run(fn, lo, width, U0.reshape(B * k, d), k, maxiter=maxiter, gtol=gtol, ftol=ftol)
+        return res.x.view(B, k, d), -res.fun.view(B, k)
+    # every restart in lower precision; then the best `m` of each function from there in full
+    # precision with the curvature learned: the maxima are found at full precision (`refine_dtype`)
+    eps = torch.finfo(refine_dtype).eps
+    low = run(
+        cast(Any, fn).astype(refine_dtype),
+        lo.to(refine_dtype),
+        width.to(refine_dtype),
+        U0.reshape(B * k, d).to(refine_dtype),
+        k,
+        maxiter=maxiter,
+        gtol=max(gtol, 10 * math.sqrt(eps)),  # where the full precision takes over: its curvature known
+        ftol=max(ftol, 256 * eps),
+    )
+    m = min(k, POLISH_RESTARTS)
+    v_low = (-low.fun.view(B, k)).nan_to_num(nan=-torch.inf)
+    top = v_low.topk(m, dim=-1).indices  # B x m
+    U_low = low.x.view(B, k, d).to(U0.dtype)
+    x0 = U_low.gather(1, top.unsqueeze(-1).expand(B, m, d)).reshape(B * m, d)
+    H0 = low.inv_hessian.view(B, k, d, d).gather(1, top.view(B, m, 1, 1).expand(B, m, d, d)).to(U0.dtype)
+    res = run(
+        fn,
+        lo,
+        width,
+        x0,
+        m,
+        # to gtol or a failed line search (no ftol): few problems, each near its maximum
         maxiter=maxiter,
         gtol=gtol,
-        ftol=ftol,
-        restrict=restrict,
-        group=k,
-        extrapolate=getattr(fn, "extrapolate", "always"),
-        **step,
+        ftol=0.0,
+        inv_hessian=H0.reshape(B * m, d, d),
+        check_every=1 if not gpu_path(U0.device) else "auto",
+        # restarts without curvature start with steps at the lower precision's scale
+        **({"init_step": step(m, math.sqrt(eps))["init_step"]} if isinstance(init, Tensor) else {}),
     )
-    return res.x.view(B, k, d), -res.fun.view(B, k)
+    U = U_low.scatter(1, top.unsqueeze(-1).expand(B, m, d), res.x.view(B, m, d))
+    v = torch.full_like(v_low, -torch.inf, dtype=U0.dtype).scatter(1, top, -res.fun.view(B, m))
+    return U, v
 
 
 def _expand_bounds(bounds: Tensor, batch_size: int | None, validate: bool = True) -> Tensor:

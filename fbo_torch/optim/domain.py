@@ -26,8 +26,10 @@ from fbo_torch.optim.batched import (
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_bounds, check_finite, check_int, check_last_dim, check_ndim
 
-#: ``screen_dtype`` names accepted in place of a ``torch.dtype``.
+#: ``screen_dtype`` / ``refine_dtype`` names accepted in place of a ``torch.dtype``.
 SCREEN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: The options that hold a dtype (given by name in YAML).
+DTYPE_OPTIONS = ("screen_dtype", "refine_dtype")
 
 
 def dtype_name(dtype: torch.dtype | None) -> str | None:
@@ -43,7 +45,7 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     r"""Validated maximizer options (a subset of :meth:`Domain.option_defaults`).
 
     Unknown names and bad values raise ``ValueError`` naming the option;
-    ``screen_dtype`` given by name comes back as a ``torch.dtype``.
+    ``screen_dtype`` and ``refine_dtype`` given by name come back as a ``torch.dtype``.
     """
     allowed = Domain.option_defaults()
     out = dict(options)
@@ -62,11 +64,11 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(f"`refine` must be one of {[r for r in REFINE if r]} or null, got {value!r}.")
         elif name == "lr" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
             raise ValueError(f"`lr` must be a number > 0, got {value!r}.")
-        elif name == "screen_dtype":
+        elif name in DTYPE_OPTIONS:
             if isinstance(value, str) and value in SCREEN_DTYPES:
                 out[name] = SCREEN_DTYPES[value]
             elif value is not None and value not in SCREEN_DTYPES.values():
-                raise ValueError(f"`screen_dtype` must be 'float32', 'float64' or null, got {value!r}.")
+                raise ValueError(f"`{name}` must be 'float32', 'float64' or null, got {value!r}.")
     return out
 
 
@@ -88,6 +90,11 @@ class Domain:
             ``screen_dtype``; ``None``: the bounds' dtype). float32 by default: the
             ranking feeds a randomized restart selection and everything after it runs
             in float64 (``benchmarks/maximizer_quality.py`` compares both).
+        refine_dtype: Precision of the first phase of the gradient refinement
+            (``maximize_batched``'s ``refine_dtype``; ``None``: all of it in the bounds' dtype).
+            float32 by default: every restart climbs in float32, the best
+            :data:`~fbo_torch.optim.batched.POLISH_RESTARTS` of each function finish in float64,
+            so maxima and values stay float64 (``benchmarks/maximizer_quality.py`` compares both).
         screen: The raw points of a box: ``"sobol"``, ``"product"`` (pairs of two Sobol sets on
             the two halves of the coordinates, scored as matrix products where the function allows:
             :func:`~fbo_torch.optim.batched.maximize_batched`'s ``screen``) or ``"auto"`` (the
@@ -100,8 +107,8 @@ class Domain:
     the iteration caps are what a GPU pays for in full (no early exit inside a
     CUDA graph). ``docs/design.md`` ("Domain defaults") has the measurements.
 
-    ``screen_dtype`` may be given as a name (``"float32"``, ``"float64"``), as
-    in YAML's ``domain:`` section.
+    ``screen_dtype`` and ``refine_dtype`` may be given as a name (``"float32"``, ``"float64"``),
+    as in YAML's ``domain:`` section.
     """
 
     bounds: Tensor
@@ -117,6 +124,7 @@ class Domain:
     maxiter_rff: int = 30
     screen_dtype: torch.dtype | str | None = torch.float32
     screen: str = "auto"
+    refine_dtype: torch.dtype | str | None = torch.float32
 
     def __post_init__(self) -> None:
         check_bounds("bounds", self.bounds)
@@ -135,9 +143,10 @@ class Domain:
         return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in ("bounds", "candidates")}
 
     def options(self) -> dict[str, Any]:
-        """This domain's maximizer options, as YAML writes them (``screen_dtype`` by name)."""
+        """This domain's maximizer options, as YAML writes them (dtypes by name)."""
         out = options_of(self)
-        out["screen_dtype"] = dtype_name(out["screen_dtype"])
+        for name in DTYPE_OPTIONS:
+            out[name] = dtype_name(out[name])
         return out
 
     @property
@@ -223,7 +232,8 @@ class Domain:
             validate=False,
             screen_dtype=cast("torch.dtype | None", self.screen_dtype),  # a dtype after __post_init__
             screen=self.screen,
+            refine_dtype=cast("torch.dtype | None", self.refine_dtype),
         )
 
 
-__all__ = ["Domain", "check_options", "dtype_name"]
+__all__ = ["DTYPE_OPTIONS", "Domain", "check_options", "dtype_name"]

@@ -67,6 +67,10 @@ class QNResult:
         grad: ``batch x p`` gradients at ``x``.
         converged: ``batch`` booleans (projected gradient or decrease below tolerance).
         iterations: ``batch`` number of iterations in which the problem moved.
+        inv_hessian: ``batch x p x p`` the final inverse-Hessian approximations (on the coordinates
+            not held at a bound), NaN where a problem holds no curvature information (it never
+            updated, or its last step restarted from steepest descent): what a continuation
+            passes back as ``inv_hessian``.
     """
 
     x: Tensor
@@ -74,6 +78,7 @@ class QNResult:
     grad: Tensor
     converged: Tensor
     iterations: Tensor
+    inv_hessian: Tensor
 
 
 def autograd_value_and_grad(fun: Values) -> ValueAndGrad:
@@ -108,6 +113,7 @@ def minimize_batched(
     restrict: Callable[[Tensor], tuple[ValueAndGrad, Values | None]] | None = None,
     group: int = 1,
     extrapolate: str = "always",
+    inv_hessian: Tensor | None = None,
 ) -> QNResult:
     r"""Minimize a batch of independent smooth functions with box-constrained BFGS.
 
@@ -181,6 +187,11 @@ def minimize_batched(
             problem's iterations are the same floating-point operations whatever
             else is in the batch.
 
+        inv_hessian: Optional ``batch x p x p`` inverse-Hessian approximations to start from (a
+            previous run's :attr:`QNResult.inv_hessian`, e.g. of a lower-precision run from which
+            this one continues): the first step of a problem with one is a quasi-Newton step and
+            does not extrapolate under ``"while_accepted"``; NaN rows start from steepest descent.
+
     Returns:
         :class:`QNResult`.
     """
@@ -218,7 +229,7 @@ def minimize_batched(
     bounded = lower is not None or upper is not None  # without bounds no coordinate is ever held
     # K calls without `values`; pass `values` for one batched call
     batch_values: Values = _stacked(value_and_grad) if values is None else values
-    full: list[Tensor] | None = None  # x, f, g, done, iters of the whole batch once problems were dropped
+    full: list[Tensor] | None = None  # x, f, g, done, iters, nH, first of the whole batch once problems were dropped
     index: Tensor | None = None  # then: the problems still in the batch
 
     alphas = (max_step * shrink ** torch.arange(num_steps, dtype=dt, device=dev)).view(-1, 1, 1)  # K x 1 x 1
@@ -233,14 +244,20 @@ def minimize_batched(
     # negation per product) only where `first` is False; where it is True the next step is steepest
     # descent and the next update starts from a scaled identity, so a reset is just `first = True`
     neg_eye = -torch.eye(p, dtype=dt, device=dev)
-    nH = neg_eye.expand(B, p, p).clone()
-    first = torch.ones(B, dtype=torch.bool, device=dev)  # no curvature pair yet
+    if inv_hessian is None:
+        nH = neg_eye.expand(B, p, p).clone()
+        first = torch.ones(B, dtype=torch.bool, device=dev)  # no curvature pair yet
+    else:
+        if inv_hessian.shape != (B, p, p):
+            raise ValueError(f"`inv_hessian` must be {B} x {p} x {p}, got shape {tuple(inv_hessian.shape)}.")
+        first = inv_hessian.isnan().flatten(1).any(-1)
+        nH = torch.where(first.view(B, 1, 1), neg_eye, inv_hessian.to(dtype=dt, device=dev).neg())
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     iters = torch.zeros(B, dtype=torch.long, device=dev)
     failed = torch.zeros(B, dtype=torch.bool, device=dev)
     held: Tensor | None = None  # set at the top of every iteration when bounded
     # the problems that may take an extrapolating candidate this iteration
-    expand = torch.ones(B, dtype=torch.bool, device=dev)
+    expand = first.clone() if inv_hessian is not None and extrapolate == "while_accepted" else torch.ones_like(first)
     if extrapolate not in ("always", "while_accepted"):
         raise ValueError(f"`extrapolate` must be 'always' or 'while_accepted', got {extrapolate!r}.")
     tiny = torch.finfo(dt).tiny
@@ -379,9 +396,9 @@ def minimize_batched(
                 break
             if restrict is not None and 4 * num_done >= group_done.numel():  # go on with the groups still moving
                 if full is None or index is None:  # both set together
-                    full, index = [t.clone() for t in (x, f, g, done, iters)], torch.arange(B, device=dev)
+                    full, index = [t.clone() for t in (x, f, g, done, iters, nH, first)], torch.arange(B, device=dev)
                 else:
-                    for t, v in zip(full, (x, f, g, done, iters), strict=True):
+                    for t, v in zip(full, (x, f, g, done, iters, nH, first), strict=True):
                         t[index] = v
                 keep = (~group_done).repeat_interleave(group).nonzero().squeeze(-1)
                 index = index[keep]
@@ -396,10 +413,11 @@ def minimize_batched(
                 batch_values = sub_values if sub_values is not None else _stacked(value_and_grad)
                 B = index.numel()
     if full is not None:
-        for t, v in zip(full, (x, f, g, done, iters), strict=True):
+        for t, v in zip(full, (x, f, g, done, iters, nH, first), strict=True):
             t[index] = v
-        x, f, g, done, iters = full
-    return QNResult(x=x, fun=f, grad=g, converged=done, iterations=iters)
+        x, f, g, done, iters, nH, first = full
+    H = torch.where(first.view(-1, 1, 1), nan, nH.neg())
+    return QNResult(x=x, fun=f, grad=g, converged=done, iterations=iters, inv_hessian=H)
 
 
 def _stacked(value_and_grad: ValueAndGrad) -> Values:

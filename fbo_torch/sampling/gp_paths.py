@@ -128,9 +128,14 @@ class GPThompsonPaths:
     def take(self, index: Tensor) -> GPThompsonPaths:
         """The paths ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
         shared = ("lo", "width")  # the domain's box, d
-        return type(self).from_graph_state(
+        sub = type(self).from_graph_state(
             tuple(getattr(self, f) if f in shared else getattr(self, f)[index] for f in self._FIELDS), ()
         )
+        if self._ready:  # the folded constants are per path: indexed, not folded again
+            for f in self._PREPARED:
+                setattr(sub, f, getattr(self, f)[index])
+            sub._ready = True
+        return sub
 
     @property
     def batch_size(self) -> int:
@@ -148,6 +153,9 @@ class GPThompsonPaths:
     def lengthscales(self) -> Tensor:
         """Each GP's lengthscales in input coordinates (``B x d``): the scale on which its sample varies."""
         return self.ls * self.width
+
+    #: What :meth:`_prepare` folds, one row per path.
+    _PREPARED = ("_W2t", "_wA", "_wG", "_q", "_q1", "_bt", "_bb", "_v", "_vG", "_log_os", "_const")
 
     # a pure function of tensors: maximizers may capture it as a CUDA graph
     _FIELDS = ("lo", "width", "W", "w", "amp", "Xt", "v", "ls", "os", "mean", "y_mean", "y_std")

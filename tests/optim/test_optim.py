@@ -328,3 +328,62 @@ def test_the_product_screen_finds_the_maxima_the_sobol_screen_finds(d):
         maximize_batched(paths, bounds, 16, screen="grid")
     with pytest.raises(ValueError, match="screen"):
         Domain(bounds, screen="grid")
+
+
+@pytest.mark.parametrize("d", [3, 5])
+def test_float32_refinement_finds_the_float64_maxima(d, monkeypatch):
+    # 16 sample paths at the engine's budget: climbing in float32 and finishing the best restarts in
+    # float64 reaches the maxima of the all-float64 refinement; the points and values are float64
+    # (the values are the paths' at the points, to a float64 rounding of the largest term)
+    paths, bounds = _gp_paths(d, B=16, F=128, seed=2)
+    keys = kr.fold(kr.root_key(7, "refine"), torch.arange(16))
+    kw = dict(raw_samples=1024, num_restarts=16, maxiter=25, keys=keys)
+    X64, v64 = maximize_batched(paths, bounds, 16, **kw)
+    X32, v32 = maximize_batched(paths, bounds, 16, refine_dtype=torch.float32, **kw)
+    assert X32.dtype == v32.dtype == f64 and ((bounds[0] <= X32) & (X32 <= bounds[1])).all()
+    torch.testing.assert_close(paths(X32.unsqueeze(1)).squeeze(1), v32, atol=1e-12, rtol=0)
+    assert (v64 - v32 <= 1e-9 * v64.abs().max()).all(), (v64 - v32).max()
+    # not a float64 refinement in disguise: float32 paths were evaluated, and their points moved
+    calls = []
+    orig = type(paths).astype
+    monkeypatch.setattr(type(paths), "astype", lambda self, dt: (calls.append(dt), orig(self, dt))[1])
+    maximize_batched(paths, bounds, 16, refine_dtype=torch.float32, **kw)
+    assert calls == [torch.float32]  # the refinement's (the screen's precision is another option)
+    with pytest.raises(ValueError, match="refine_dtype"):
+        maximize_batched(paths, bounds, 16, refine_dtype="float32")
+
+
+def test_float32_refinement_polishes_only_the_best_restarts(monkeypatch):
+    import fbo_torch.optim.batched as batched
+
+    paths, bounds = _gp_paths(3, B=8, F=128, seed=3)
+    seen = []
+    orig = batched.minimize_batched
+    monkeypatch.setattr(
+        batched, "minimize_batched", lambda vg, x0, **kw: (seen.append((x0.dtype, x0.shape[0])), orig(vg, x0, **kw))[1]
+    )
+    maximize_batched(paths, bounds, 8, num_restarts=16, keys=torch.arange(8), refine_dtype=torch.float32)
+    assert seen == [(torch.float32, 8 * 16), (f64, 8 * batched.POLISH_RESTARTS)]
+
+
+def test_domain_takes_refine_dtype_by_name():
+    bounds = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
+    assert Domain(bounds).refine_dtype is torch.float32
+    assert Domain(bounds, refine_dtype="float64").refine_dtype is torch.float64
+    assert Domain(bounds, refine_dtype=None).options()["refine_dtype"] is None
+    assert Domain(bounds).options()["refine_dtype"] == "float32"
+    with pytest.raises(ValueError, match="refine_dtype"):
+        Domain(bounds, refine_dtype="half")
+
+
+def test_taken_paths_keep_their_folded_constants_and_values():
+    paths, bounds = _gp_paths(3, B=6, F=64, seed=4)
+    X = torch.rand(6, 5, 3, generator=torch.Generator().manual_seed(0), dtype=f64)
+    full = paths(X)  # prepares the paths
+    index = torch.tensor([4, 1, 1])
+    sub = paths.take(index)
+    assert sub._ready
+    fresh = type(paths).from_graph_state(sub.graph_state()[0], ())  # folds its own constants
+    for a, b in zip(sub.value_and_grad(X[index]), fresh.value_and_grad(X[index]), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(sub(X[index]), full[index])

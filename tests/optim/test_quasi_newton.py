@@ -385,3 +385,25 @@ def test_sample_paths_spare_extrapolation_only_in_low_dimensions():
         bounds = torch.tensor([[0.0] * d, [1.0] * d], dtype=f64)
         gp = BatchedExactGP(X, X.sum(-1, keepdim=True), bounds)
         assert gp.draw_paths(kr.fold(kr.root_key(0, "x"), torch.arange(2)), 16).extrapolate == mode
+
+
+def test_a_continuation_with_the_learned_inverse_hessian_converges_at_once():
+    # stopped early, then continued from where it stopped with the curvature it learned: a few
+    # quasi-Newton steps finish it (not the steepest-descent start of a cold run); NaN rows start cold
+    vg, x_star = _quadratics(2)
+    early = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=6)
+    assert not early.converged.all() and early.inv_hessian.shape == (8, 5, 5)
+    H = early.inv_hessian.clone()
+    H[0] = torch.nan
+    warm = minimize_batched(vg, early.x, maxiter=60, inv_hessian=H, ftol=0.0)  # to gtol
+    cold = minimize_batched(vg, early.x, maxiter=60, ftol=0.0)
+    assert warm.converged.all() and cold.converged.all()
+    torch.testing.assert_close(warm.x, x_star, atol=1e-7, rtol=0)  # as in the quadratic test above
+    assert warm.iterations[1:].sum() <= 0.8 * cold.iterations[1:].sum(), (warm.iterations, cold.iterations)
+    assert torch.equal(warm.x[0], cold.x[0]) and warm.iterations[0] == cold.iterations[0]  # NaN: a cold start
+    # the learned approximation is symmetric positive definite where it holds curvature
+    Hf = warm.inv_hessian[~warm.inv_hessian.isnan().flatten(1).any(-1)]
+    torch.testing.assert_close(Hf, Hf.mT, atol=1e-12, rtol=1e-9)
+    assert (torch.linalg.eigvalsh(Hf) > 0).all()
+    with pytest.raises(ValueError, match="inv_hessian"):
+        minimize_batched(vg, early.x, inv_hessian=H[:, :4])

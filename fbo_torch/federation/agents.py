@@ -25,8 +25,10 @@ agent uses comes from its own key (:mod:`fbo_torch.utils.keyed_random`) folded
 with the round and the purpose, so agent ``n``'s round is the same computation
 in both places, on CPU or GPU, and a resumed run redraws nothing.
 
-Nothing here reads a device value on the host: a round on a GPU launches
-kernels without waiting for them.
+Nothing on the GPU path (:func:`~fbo_torch.utils.dispatch.gpu_path`) reads a device
+value on the host: a round on a GPU launches kernels without waiting for them. On a
+CPU, where such a read is free, the own proposals are computed only for the agents
+whose ``p_t`` coin uses them.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from fbo_torch.models.gp_spec import get_spec
 from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain
+from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.dispatch import gpu_path
 from fbo_torch.utils.validation import check_tensor
@@ -281,7 +284,7 @@ class Agents:
             return self._X, self._Y.unsqueeze(-1), self._valid
         return self.train_X, self.train_Y, self.mask
 
-    def own_proposals(self, round: int) -> tuple[Tensor, Tensor]:
+    def own_proposals(self, round: int, which: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Each agent's maximizer of its own GP's acquisition (``settings.own_acquisition``):
         ``(B x d, B)`` points and the values reached.
 
@@ -289,16 +292,42 @@ class Agents:
         log expected improvement over the agent's best valid observation; ``"ucb"``: the
         upper confidence bound with ``β = ucb_beta``. All agents are maximized in one batch,
         or in chunks that fit the agents' ``memory_budget`` (the same results).
+
+        Args:
+            round: The round.
+            which: Optional ``B`` booleans: the agents whose proposal is needed (``None``: all).
+                Off the GPU path (:func:`~fbo_torch.utils.dispatch.gpu_path`: a CPU without
+                ``FBO_SYNC_FREE=1``) only these are maximized and the other rows are NaN; every
+                agent's GP is still built and refitted on schedule (its state does not depend
+                on ``which``), and a needed row is the same number as without ``which`` (keyed
+                streams). On the GPU path every row is computed (fixed shapes, no host read).
         """
+        B = self.num_agents
+        if which is not None and (which.shape != (B,) or which.dtype != torch.bool):
+            raise ValueError(f"`which` must be {B} booleans (one per agent), got {which.dtype} {tuple(which.shape)}.")
+        needed = None if which is None or gpu_path(self._X.device) else which  # a host tensor: read freely
 
         def step(part: Agents, rows: slice) -> tuple[Tensor, Tensor]:
             model = part.gp()
             keys = part.round_keys(round, "own-maximize")
+            fn: GPThompsonPaths | BatchedAnalyticAcquisition
             if part.settings.own_acquisition == "ts":
                 F = part.settings.gp_sample_features or 1024
-                paths = model.draw_paths(part.round_keys(round, "own-sample"), num_features=F)
-                return part.domain.maximize(paths, part.num_agents, keys=keys)
-            return part.domain.maximize(part.own_acquisition(model), part.num_agents, keys=keys)
+                fn = model.draw_paths(part.round_keys(round, "own-sample"), num_features=F)
+            else:
+                fn = part.own_acquisition(model)
+            need = None if needed is None else needed[rows]
+            index = None if need is None else needed_rows(need)
+            if need is None or index is None:
+                return part.domain.maximize(fn, part.num_agents, keys=keys)
+            dt, dev = part._X.dtype, part._X.device
+            X = torch.full((part.num_agents, part._X.shape[-1]), torch.nan, dtype=dt, device=dev)
+            values = torch.full((part.num_agents,), torch.nan, dtype=dt, device=dev)
+            if index.numel() > 0:
+                keep = need[index]  # False for a padding row: its result is dropped
+                Xs, vs = part.domain.maximize(fn.take(index), index.numel(), keys=keys[index])
+                X[index[keep]], values[index[keep]] = Xs[keep], vs[keep]
+            return X, values
 
         X, values = self.in_chunks(step)
         return X, values
@@ -432,7 +461,7 @@ class Agents:
         if p_eff <= 0 and received is None and X_broadcast is not None:  # p_eff < 1 only with a broadcast
             X, used = X_broadcast, ~own
         else:
-            X_own, _ = self.own_proposals(round)
+            X_own, _ = self.own_proposals(round, which=own)  # NaN where not own (on a CPU): never read
             if X_broadcast is None:
                 X, used = X_own, torch.zeros_like(own)
             else:
@@ -636,3 +665,20 @@ def observe_initial(objective: Any, X0: Tensor, agents: Tensor, keys: Tensor) ->
     from one evaluation of each point."""
     y, f, _ = evaluate_agents(objective, X0, agents, kr.fold(keys, "evaluate-init"))
     return y, torch.where(torch.isfinite(y) & torch.isfinite(f), f, -torch.inf)
+
+
+def needed_rows(needed: Tensor) -> Tensor | None:
+    r"""The rows of a chunk to maximize when only ``needed`` (``B`` booleans, on the host) are
+    used: ``None`` for all of them (every row is needed, or ``B = 1``: the chunk is computed
+    as without a selection), else their indices (empty when none is needed). A single needed
+    row of a larger chunk comes with another row of the chunk (whose result is dropped): a
+    batch of one problem takes torch's matrix-vector kernel, which rounds differently from
+    the batched one the whole chunk takes (:mod:`~fbo_torch.federation.chunks`)."""
+    B = needed.numel()
+    index = needed.nonzero().view(-1)
+    if index.numel() == B or (B == 1 and index.numel() == 1):
+        return None
+    if index.numel() == 1:
+        pad = 1 if int(index[0]) == 0 else 0
+        index = torch.stack([index[0], index.new_tensor(pad)]).sort().values
+    return index

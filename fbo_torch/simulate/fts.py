@@ -427,7 +427,8 @@ class FTSRunner:
         else:
             # OWN where the coin says so or no message is left
             sources = draw_sources(self._p_t(t), self.dist, keys=kr.fold(self.agents.keys, t))
-        X_next, _ = self.agents.own_proposals(t)
+        # FTS: only the runs whose source is OWN use their own proposal (the others' rows may be NaN)
+        X_next, _ = self.agents.own_proposals(t, which=sources < 0 if self.settings.algorithm == "fts" else None)
         if self.settings.algorithm == "fts":
             assert self.features is not None and self.dist is not None  # FTS has both
             omega = self.omegas[torch.arange(R, device=self.device), sources.clamp_min(0)]

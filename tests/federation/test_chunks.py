@@ -3,7 +3,6 @@ import torch
 
 from fbo_torch.federation.chunks import CPU_CHUNK, agents_per_chunk, chunk_slices, own_step_bytes, round_budget
 from fbo_torch.federation.settings import DPFTSDESettings
-from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
 from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 from fbo_torch.utils.resources import parse_bytes
@@ -48,26 +47,10 @@ def test_a_bad_budget_names_the_argument(bad):
         round_budget(bad, "cpu")
 
 
-def test_chunked_rounds_equal_the_unchunked_round_bit_for_bit():
+def test_chunked_rounds_equal_the_unchunked_round_bit_for_bit(small_dp_federation):
     # two repetitions of seven agents (B = 14) in chunks of 2-3 agents against all 14 at once: every
     # query, value, message-driven step and ε is the same number
-    obj = GPSampleContinuousFederation(
-        dim=2, agents_per_group=7, perturbation=0.05, num_basis=128, lengthscale=0.2, seed=3
-    )
-    s = DPFTSDESettings(
-        num_iterations=3,
-        num_init=4,
-        num_regions=2,
-        num_features=30,
-        sample_rate=0.5,
-        noise_multiplier=1.0,
-        clip_norm=5.0,
-        gp_refit_every=2,
-        gp_sample_features=64,
-        const_rounds=1,
-        decay_rounds=2,
-    )
-    dom = Domain(obj.bounds, raw_samples=64, num_restarts=3, maxiter=8, raw_samples_rff=64, num_restarts_rff=2)
+    obj, s, dom = small_dp_federation
 
     def run(max_memory):
         r = DPFTSDERunner(obj, s, num_inits=2, domain=dom, seed=5, accountant="rdp", max_memory=max_memory)

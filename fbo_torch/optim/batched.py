@@ -485,10 +485,10 @@ def _refine_qn(
         width,
         x0,
         m,
-        # to gtol or a failed line search (no ftol): few problems, each near its maximum
+        # to gtol, a decrease at float64 rounding or a failed line search: few problems, each near its maximum
         maxiter=maxiter,
         gtol=gtol,
-        ftol=0.0,
+        ftol=ftol * 1e-2,
         inv_hessian=H0.reshape(B * m, d, d),
         check_every=1 if not gpu_path(U0.device) else "auto",
         # restarts without curvature start with steps at the lower precision's scale

@@ -383,6 +383,12 @@ def _refine_qn(
     ``restrict``, a function's ``k`` restarts as one group, so its values are the
     same operations as in the full batch): most restarts converge in a fraction of
     ``maxiter`` iterations and only a few reach the cap (see docs/design.md).
+
+    With ``refine_dtype`` (and ``fn.astype``) the BFGS runs twice: all ``B * k`` restarts in
+    ``refine_dtype``, stopping at that precision's resolution (``gtol`` ``10√ε``, ``ftol`` ``256ε``),
+    then the best :data:`POLISH_RESTARTS` of each function in ``U0``'s dtype from where they
+    stopped, with the inverse Hessians they learned and first steps of ``√ε`` lengthscales where
+    they hold none; the other restarts are returned where they stopped with the value ``-inf``.
     """
     B, k, d = U0.shape
     init: Tensor | float = 0.05 if lengthscales is None else lengthscales.amin(-1).clamp(max=1.0)  # B

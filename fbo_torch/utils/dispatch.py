@@ -57,7 +57,8 @@ def cos_(a: Tensor) -> Tensor:
     The choice depends on the device, dtype and layout only, never on the number of
     threads, so results are the same for any ``torch.set_num_threads``. The two
     kernels round differently (both within a float32 epsilon of the cosine); float32
-    path evaluations are what the maximizers screen raw points with (ranking only).
+    path evaluations are what the maximizers screen raw points and climb with (the
+    maxima are then found in float64: ``maximize_batched``'s ``refine_dtype``).
     """
     if (
         a.dtype == torch.float32

@@ -75,8 +75,8 @@ def check_scenario_memory(ctx: Any, agents: int, runs: int, history: int = 0) ->
     """
     sc, objective, domain = ctx.scenario, ctx.objective, ctx.domain
     C = domain.candidates.shape[0] if domain.candidates is not None else max(domain.raw_samples, domain.raw_samples_rff)
+    budget = round_budget(ctx.max_memory, ctx.device)
     for j, (label, settings) in enumerate(sc.methods):
-        budget = round_budget(ctx.max_memory, ctx.device)
         terms = method_memory(settings, agents, runs, history, objective.dim, C, budget)
         key = max(terms, key=terms.__getitem__)
         value = getattr(settings, key, None)

@@ -216,7 +216,8 @@ def maximize_batched(
             precision's resolution, then the best :data:`POLISH_RESTARTS` of each function (by
             those values) continue in the bounds' precision from there, starting with the
             inverse-Hessian approximations they learned (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`'s
-            ``inv_hessian``) and stopping only at ``gtol`` or when no step decreases the value. So
+            ``inv_hessian``) and stopping at ``gtol``, at a decrease below ``ftol / 100`` or when no
+            step decreases the value. So
             maxima and values are full precision, while most evaluations run at float32 speed
             (twice to three times float64's on a CPU: half the bytes per SIMD lane and per cache
             line; ``benchmarks/maximizer_quality.py`` compares the gaps).
@@ -246,20 +247,14 @@ def maximize_batched(
     elif keys.shape != (B,) or keys.dtype != torch.int64:
         raise ValueError(f"`keys` must be {B} int64 keys (one per problem), got {keys.dtype} {tuple(keys.shape)}.")
     keys = keys.to(bounds.device)
-    if screen_dtype is not None and not (isinstance(screen_dtype, torch.dtype) and screen_dtype.is_floating_point):
-        raise ValueError(f"`screen_dtype` must be a floating torch.dtype or None, got {screen_dtype!r}.")
-    if screen_dtype is not None and (screen_dtype == bounds.dtype or not hasattr(fn, "astype")):
-        screen_dtype = None
+    screen_dtype = _lower_precision("screen_dtype", screen_dtype, fn, bounds.dtype)
     if screen not in SCREENS:
         raise ValueError(f"`screen` must be one of {SCREENS}, got {screen!r}.")
     if screen == "auto":
         screen = "product" if d in PRODUCT_DIMS else "sobol"
     if screen == "product" and (d < 2 or not hasattr(fn, "product_values")):
         screen = "sobol"
-    if refine_dtype is not None and not (isinstance(refine_dtype, torch.dtype) and refine_dtype.is_floating_point):
-        raise ValueError(f"`refine_dtype` must be a floating torch.dtype or None, got {refine_dtype!r}.")
-    if refine_dtype is not None and (refine_dtype == bounds.dtype or not hasattr(fn, "astype")):
-        refine_dtype = None
+    refine_dtype = _lower_precision("refine_dtype", refine_dtype, fn, bounds.dtype)
     settings = (raw_samples, k, refine, maxiter, lr, max_points, eta, screen_dtype, gtol, ftol, screen, refine_dtype)
     state = getattr(fn, "graph_state", None)
     if state is not None and refine in ("qn", None):
@@ -276,6 +271,16 @@ def maximize_batched(
 
 
 _GRAPHS = GraphCache("maximize_batched")
+
+
+def _lower_precision(
+    name: str, dtype: torch.dtype | None, fn: BatchedFunction, full: torch.dtype
+) -> torch.dtype | None:
+    """A validated ``screen_dtype``/``refine_dtype``: ``None`` where it would change nothing (the
+    bounds' own dtype) or cannot be used (``fn`` has no ``astype``)."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"`{name}` must be a floating torch.dtype or None, got {dtype!r}.")
+    return None if dtype == full or not hasattr(fn, "astype") else dtype
 
 
 def _maximize(
@@ -463,7 +468,7 @@ def _refine_qn(
             **{**step(kk), **options},
         )
 
-    if refine_dtype is None or refine_dtype == U0.dtype or not hasattr(fn, "astype"):
+    if refine_dtype is None:  # maximize_batched passes one only where it differs and fn has astype
         res = run(fn, lo, width, U0.reshape(B * k, d), k, maxiter=maxiter, gtol=gtol, ftol=ftol)
         return res.x.view(B, k, d), -res.fun.view(B, k)
     # every restart in lower precision; then the best `m` of each function from there in full

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import torch
 from torch import Tensor
 
-from fbo_torch.utils.dispatch import cos_, rowdot
+from fbo_torch.utils.dispatch import cos_, gpu_path, rowdot
 
 if TYPE_CHECKING:  # an annotation only: importing fbo_torch.models here would run its __init__, which imports this
     from fbo_torch.models.gp_posterior import FactoredGPs
@@ -83,13 +83,15 @@ class GPThompsonPaths:
         Wx = self.W * inv_w  # B x F/2 x d: frequencies in domain units
         off = torch.zeros(B, 2 * F2, 1, dtype=dt, device=dev)
         off[:, :F2] = -0.5 * math.pi  # sin z = cos(z − π/2)
-        self._W2t = torch.cat([torch.cat([Wx, Wx], -2), off], -1).mT  # B x (d+1) x F: [x − lo, 1] → [z − π/2, z]
+        # B x (d+1) x F: [x − lo, 1] → [z − π/2, z]; contiguous, so a block's rows gathered from it
+        # (taken paths) enter the product with the same layout as a slice of it
+        self._W2t = torch.cat([torch.cat([Wx, Wx], -2), off], -1).mT.contiguous()
         scale = self.amp * self.y_std  # B
         wA = self.w * scale.unsqueeze(-1)  # B x F
-        self._wA = wA.unsqueeze(-1)  # B x F x 1
         # ∇ of the prior part: [cos z, −sin z] (the features, halves swapped) @ [w_s ⊙ W'; w_c ⊙ W']
         gW = torch.cat([-wA[:, F2:, None] * Wx, wA[:, :F2, None] * Wx], -2)  # B x F x d
-        self._wG = torch.cat([self._wA, gW], -1)  # B x F x (1+d): value and gradient in one product
+        # B x (1+d) x F: [w; ∇ weights], value and gradient in one product (rows: what a CPU reads)
+        self._wGt = torch.cat([wA.unsqueeze(-2), gW.mT], -2)
         inv_ls = 1.0 / self.ls  # B x d
         self._q = (inv_ls * inv_w).unsqueeze(-2)  # B x 1 x d: (x − lo) → (x̃ / ℓ)
         self._q1 = torch.nn.functional.pad(self._q, (0, 1))  # B x 1 x (d+1): the ones column maps to 0
@@ -97,8 +99,7 @@ class GPThompsonPaths:
         self._bt = torch.nn.functional.pad(b.mT, (0, 0, 0, 1))  # B x (d+1) x n
         self._bb = (b * b).sum(-1).unsqueeze(-2)  # B x 1 x n
         vs = self.v * self.y_std.unsqueeze(-1)  # B x n
-        self._v = vs.unsqueeze(-1)  # B x n x 1
-        self._vG = torch.cat([self._v, self._v * b], -1)  # B x n x (1+d): [v, v ⊙ b]
+        self._vG = torch.cat([vs.unsqueeze(-1), vs.unsqueeze(-1) * b], -1)  # B x n x (1+d): [v, v ⊙ b]
         self._log_os = torch.log(self.os).view(-1, 1, 1)
         self._const = (self.y_mean + self.y_std * self.mean).view(-1, 1)
         # the folded tensors are constants of the paths; where a source records gradients they are
@@ -113,9 +114,11 @@ class GPThompsonPaths:
         F = w.shape[-1]
         amp = torch.sqrt(2.0 * hp["outputscale"] / F)  # B
         lin = gp.X @ W.mT  # B x n x F/2
-        prior = amp.unsqueeze(-1) * (
-            (lin.sin() * w[:, None, : F // 2]).sum(-1) + (lin.cos() * w[:, None, F // 2 :]).sum(-1)
-        )
+        # w_s sin z + w_c cos z = r cos(z − φ) with r = |(w_s, w_c)|, φ = atan2(w_s, w_c): one cosine
+        # per frequency and data point instead of a sine and a cosine
+        ws, wc = w[:, : F // 2], w[:, F // 2 :]
+        waves = torch.cos(lin - torch.atan2(ws, wc).unsqueeze(-2))  # B x n x F/2
+        prior = amp.unsqueeze(-1) * rowdot(waves, torch.hypot(ws, wc).unsqueeze(-1), not waves.requires_grad)
         resid = torch.where(gp.mask, gp.y - hp["mean"].unsqueeze(-1) - prior - eps, 0.0)
         L = gp.L
         # two triangular solves: torch.cholesky_solve checks for errors on the host (a synchronization)
@@ -125,21 +128,43 @@ class GPThompsonPaths:
         lo, width = gp.bounds[0], gp.bounds[1] - gp.bounds[0]
         return cls(lo, width, W, w, amp, gp.X, v, hp["lengthscale"], hp["outputscale"], hp["mean"], gp.y_mean, gp.y_std)
 
+    #: Taken paths (:meth:`take`) that share a prepared batch's tensors: that batch and the rows.
+    _base: GPThompsonPaths | None = None
+    _rows: Tensor | None = None
+    _SHARED = ("lo", "width")  # the domain's box, d: the same for every path
+
     def take(self, index: Tensor) -> GPThompsonPaths:
-        """The paths ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``."""
-        shared = ("lo", "width")  # the domain's box, d
-        sub = type(self).from_graph_state(
-            tuple(getattr(self, f) if f in shared else getattr(self, f)[index] for f in self._FIELDS), ()
-        )
-        if self._ready:  # the folded constants are per path: indexed, not folded again
-            for f in self._PREPARED:
-                setattr(sub, f, getattr(self, f)[index])
-            sub._ready = True
+        """The paths ``index`` (``m`` indices into the batch, repeats allowed) as a batch of ``m``.
+
+        Taken from paths already evaluated (their constants folded), they share the batch's
+        tensors instead of copying them: a CPU evaluation gathers each block's rows
+        (:meth:`_parts_in_blocks`), and any other use indexes a field the first time it reads it.
+        A maximizer takes sub-batches at most line-search steps, most of them evaluated once."""
+        if not self._ready:
+            shared = self._SHARED
+            return type(self).from_graph_state(
+                tuple(getattr(self, f) if f in shared else getattr(self, f)[index] for f in self._FIELDS), ()
+            )
+        sub = type(self).__new__(type(self))
+        sub._base = self if self._base is None else self._base
+        sub._rows = index if self._rows is None else self._rows[index]
+        sub._ready = True
         return sub
+
+    def __getattr__(self, name: str) -> Any:
+        # reached only for attributes not set: a field of taken paths, indexed from their batch once
+        base = self.__dict__.get("_base")
+        if base is None or name not in self._FIELDS + self._PREPARED:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = getattr(base, name)
+        if name not in self._SHARED:
+            value = value[self._rows]
+        setattr(self, name, value)
+        return value
 
     @property
     def batch_size(self) -> int:
-        return self.W.shape[0]
+        return self.W.shape[0] if self._rows is None else self._rows.numel()
 
     @property
     def extrapolate(self) -> str:
@@ -148,14 +173,22 @@ class GPThompsonPaths:
         only while they are accepted — the maxima found are the same with a fifth less work
         (``benchmarks/maximizer_quality.py``, docs/performance.md) — else always (in ``d = 5``
         skipping them lost a hair of the mean gap)."""
-        return "while_accepted" if self.W.shape[-1] <= 3 else "always"
+        return "while_accepted" if (self._base or self).W.shape[-1] <= 3 else "always"
 
     def lengthscales(self) -> Tensor:
         """Each GP's lengthscales in input coordinates (``B x d``): the scale on which its sample varies."""
         return self.ls * self.width
 
     #: What :meth:`_prepare` folds, one row per path.
-    _PREPARED = ("_W2t", "_wA", "_wG", "_q", "_q1", "_bt", "_bb", "_v", "_vG", "_log_os", "_const")
+    _PREPARED = ("_W2t", "_wGt", "_q", "_q1", "_bt", "_bb", "_vG", "_log_os", "_const")
+
+    @property
+    def _wA(self) -> Tensor:  # B x F x 1: the feature weights (the first row of _wGt)
+        return self._wGt[:, :1].mT
+
+    @property
+    def _v(self) -> Tensor:  # B x n x 1: the data weights (the first column of _vG)
+        return self._vG[..., :1]
 
     # a pure function of tensors: maximizers may capture it as a CUDA graph
     _FIELDS = ("lo", "width", "W", "w", "amp", "Xt", "v", "ls", "os", "mean", "y_mean", "y_std")
@@ -184,9 +217,11 @@ class GPThompsonPaths:
         # elementwise pass over B x C x F): weights are folded into the matrices (_prepare)
         if not self._ready:
             self._prepare()
-        Xc = torch.nn.functional.pad(X - self.lo, (0, 1), value=1.0)  # ... x B x C x (d+1): [x − lo, 1]
         # in place only where autograd records nothing (the points or, `_ready` False, the paths' tensors)
         inplace = not (torch.is_grad_enabled() and (X.requires_grad or not self._ready))
+        if inplace and X.ndim == 3 and X.device.type == "cpu" and not gpu_path(X.device):
+            return self._parts_in_blocks(X, grad)
+        Xc = torch.nn.functional.pad(X - self.lo, (0, 1), value=1.0)  # ... x B x C x (d+1): [x − lo, 1]
         lin = Xc @ self._W2t  # ... x B x C x F: [z − π/2, z]
         c = cos_(lin) if inplace else torch.cos(lin)  # [sin z, cos z]
         a = Xc * self._q1  # [x̃ / ℓ, 0]
@@ -204,11 +239,59 @@ class GPThompsonPaths:
             return rowdot(c, self._wA, inplace) + rowdot(k, self._v, inplace) + self._const, None
         # value and gradient from one product each with the features and the kernel values:
         # d/dx: prior [cos z, −sin z] @ (w ⊙ W'); data Σ_j v_j k_j (b_j − a) ⊙ ∂a/∂x
-        cg = c @ self._wG  # ... x B x C x (1+d): [f, ∇ prior]
+        cg = c @ self._wGt.mT  # ... x B x C x (1+d): [f, ∇ prior]
         kg = k @ self._vG  # ... x B x C x (1+d): [kᵀv, Σ_j v_j k_j b_j]
         kv = kg[..., :1]
         out = (cg[..., 0] + kv.squeeze(-1)) + self._const
         g = cg[..., 1:] + torch.addcmul(kg[..., 1:], kv, a[..., :-1], value=-1.0) * self._q
+        return out, g
+
+    #: Feature values per block of paths on a CPU (:meth:`_parts_in_blocks`): 2 MB in float32.
+    CPU_BLOCK = 2**19
+
+    def _parts_in_blocks(self, X: Tensor, grad: bool) -> tuple[Tensor, Tensor | None]:
+        r""":meth:`_parts` on a CPU for ``B x C x d`` points, without autograd: the paths in blocks
+        whose ``block x C x F`` features stay in the cache, written into one buffer.
+
+        The same operations as the batched form, per block: one product for ``[z − π/2, z]``, one
+        cosine in place, and for the gradient the product ``[w, ∇]ᵀ [sin z, cos z]ᵀ`` taken as
+        ``(1+d) x F`` times ``F x C`` (the features transposed: the faster of the two orders on a
+        CPU). Evaluating the whole batch at once wrote ``B x C x F`` features to fresh memory at
+        every call (page faults, then a second pass from main memory); blocks of :data:`CPU_BLOCK`
+        values are twice as fast (docs/performance.md). A path's values do not depend on the
+        block it is in: every product is one matrix per path, the sums are over its own rows.
+        """
+        B, C, d = X.shape
+        src, rows = (self, None) if self._base is None else (self._base, self._rows)
+        F, n = src._W2t.shape[-1], src._bt.shape[-1]
+        per = max(1, min(B, self.CPU_BLOCK // max(1, C * max(F, n))))
+        feats = torch.empty(per * C * F, dtype=X.dtype)
+        out = torch.empty(B, C, dtype=X.dtype)
+        g = torch.empty(B, C, d, dtype=X.dtype) if grad else None
+        for s in range(0, B, per):
+            e = min(B, s + per)
+            # taken paths: this block's rows of the batch they were taken from
+            idx = None if rows is None else rows[s:e]
+
+            def pick(t: Tensor, s: int = s, e: int = e, idx: Tensor | None = idx) -> Tensor:
+                return t[s:e] if idx is None else t.index_select(0, idx)
+
+            Xc = torch.nn.functional.pad(X[s:e] - src.lo, (0, 1), value=1.0)  # m x C x (d+1)
+            c = cos_(torch.bmm(Xc, pick(src._W2t), out=feats[: (e - s) * C * F].view(e - s, C, F)))
+            a = Xc * pick(src._q1)
+            D = ((a * a).sum(-1, keepdim=True) + pick(src._bb)).add_(a @ pick(src._bt), alpha=-2.0)
+            k = torch.add(pick(src._log_os), D.clamp_min_(0.0), alpha=-0.5).exp_()
+            if g is None:
+                value = rowdot(c, pick(src._wA), True).add_(rowdot(k, pick(src._v), True))
+                torch.add(value, pick(src._const), out=out[s:e])
+                continue
+            cg = torch.bmm(pick(src._wGt), c.mT)  # m x (1+d) x C: [f, ∇ prior]
+            kg = k @ pick(src._vG)  # m x C x (1+d): [kᵀv, Σ_j v_j k_j b_j]
+            kv = kg[..., :1]
+            torch.add(cg[:, 0], kv.squeeze(-1), out=out[s:e]).add_(pick(src._const))
+            torch.addcmul(
+                cg[:, 1:].mT, torch.addcmul(kg[..., 1:], kv, a[..., :-1], value=-1.0), pick(src._q), out=g[s:e]
+            )
         return out, g
 
     def product_values(self, XA: Tensor, XB: Tensor) -> Tensor:
@@ -229,11 +312,18 @@ class GPThompsonPaths:
             self._prepare()
         dA = XA.shape[-1]
         W2t = self._W2t  # B x (d+1) x F: rows of x − lo, then the phase row
-        alpha = torch.baddbmm(W2t[:, -1:], XA - self.lo[:dA], W2t[:, :dA])  # B x nA x F (phase included)
-        beta = (XB - self.lo[dA:]) @ W2t[:, dA:-1]  # B x nB x F
-        wA = self._wA.mT  # B x 1 x F
-        left = torch.cat([torch.cos(alpha), torch.sin(alpha)], -1)  # B x nA x 2F
-        right = torch.cat([wA * torch.cos(beta), wA * torch.sin(beta).neg_()], -1)  # B x nB x 2F
+        B, nA, nB, F = XA.shape[0], XA.shape[1], XB.shape[1], W2t.shape[-1]
+        half = 0.5 * math.pi
+        # [cos α, sin α] = cos([α, α − π/2]) and [cos β, −sin β] = cos([β, β + π/2]): one cosine each
+        # (in place: NumPy's on a CPU in float32, :func:`~fbo_torch.utils.dispatch.cos_`)
+        left = XA.new_empty(B, nA, 2 * F)
+        alpha = torch.baddbmm(W2t[:, -1:], XA - self.lo[:dA], W2t[:, :dA], out=left[..., :F])  # phase included
+        torch.sub(alpha, half, out=left[..., F:])
+        cos_(left)  # B x nA x 2F
+        right = XB.new_empty(B, nB, 2 * F)
+        beta = torch.bmm(XB - self.lo[dA:], W2t[:, dA:-1], out=right[..., :F])  # B x nB x F
+        torch.add(beta, half, out=right[..., F:])
+        right = cos_(right).mul_(self._wA.mT.repeat(1, 1, 2))  # B x nB x 2F: w ⊙ [cos β, −sin β]
         prior = left @ right.mT  # B x nA x nB
         bt = self._bt[:, :-1]  # B x d x n: the scaled training inputs
         aA = (XA - self.lo[:dA]) * self._q[..., :dA]  # x̃ / ℓ on each half

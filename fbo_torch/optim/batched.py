@@ -160,6 +160,7 @@ def maximize_batched(
     ftol: float = 1e-12,
     screen: str = "auto",
     refine_dtype: torch.dtype | None = None,
+    line_search: str = "auto",
 ) -> tuple[Tensor, Tensor]:
     r"""Multi-start maximization of ``B`` independent functions at once.
 
@@ -255,7 +256,23 @@ def maximize_batched(
     if screen == "product" and (d < 2 or not hasattr(fn, "product_values")):
         screen = "sobol"
     refine_dtype = _lower_precision("refine_dtype", refine_dtype, fn, bounds.dtype)
-    settings = (raw_samples, k, refine, maxiter, lr, max_points, eta, screen_dtype, gtol, ftol, screen, refine_dtype)
+    if line_search not in ("auto", "parallel", "sequential"):
+        raise ValueError(f"`line_search` must be 'auto', 'parallel' or 'sequential', got {line_search!r}.")
+    settings = (
+        raw_samples,
+        k,
+        refine,
+        maxiter,
+        lr,
+        max_points,
+        eta,
+        screen_dtype,
+        gtol,
+        ftol,
+        screen,
+        refine_dtype,
+        line_search,
+    )
     state = getattr(fn, "graph_state", None)
     if state is not None and refine in ("qn", None):
         # a pure function of tensors: the whole maximization is one CUDA graph replay
@@ -299,6 +316,7 @@ def _maximize(
     ftol: float = 1e-12,
     screen: str = "sobol",
     refine_dtype: torch.dtype | None = None,
+    line_search: str = "auto",
 ) -> tuple[Tensor, Tensor]:
     B, _, d = bounds.shape
     lo, width = bounds[:, 0:1, :], bounds[:, 1:2, :] - bounds[:, 0:1, :]
@@ -334,7 +352,17 @@ def _maximize(
         ls_fn = getattr(fn, "lengthscales", None)
         ls = None if ls_fn is None else ls_fn().to(width).expand(B, d) / width.squeeze(1)  # unit coordinates
         U_fin, v_fin = _refine_qn(
-            fn, lo, width, U0, maxiter, max_points, ls, gtol=gtol, ftol=ftol, refine_dtype=refine_dtype
+            fn,
+            lo,
+            width,
+            U0,
+            maxiter,
+            max_points,
+            ls,
+            gtol=gtol,
+            ftol=ftol,
+            refine_dtype=refine_dtype,
+            line_search=line_search,
         )
     elif refine == "lbfgsb" and fmin_l_bfgs_b_batched is not None:
         U_fin = _refine_lbfgsb(fn_unit, U0, maxiter)
@@ -365,6 +393,7 @@ def _refine_qn(
     gtol: float = 1e-9,
     ftol: float = 1e-12,
     refine_dtype: torch.dtype | None = None,
+    line_search: str = "auto",
 ) -> tuple[Tensor, Tensor]:
     """Batched BFGS on the B*k restarts in the unit cube (minimizing -fn).
 
@@ -396,6 +425,8 @@ def _refine_qn(
     they hold none; the other restarts are returned where they stopped with the value ``-inf``.
     """
     B, k, d = U0.shape
+    if line_search == "auto":  # the functions' own preference, if they state one
+        line_search = getattr(fn, "line_search", "auto")
     init: Tensor | float = 0.05 if lengthscales is None else lengthscales.amin(-1).clamp(max=1.0)  # B
 
     def step(kk: int, scale: float = 1.0) -> dict[str, Any]:
@@ -465,6 +496,7 @@ def _refine_qn(
             restrict=restrict,
             group=kk,
             extrapolate=getattr(f, "extrapolate", "always"),
+            line_search=line_search,
             **{**step(kk), **options},
         )
 

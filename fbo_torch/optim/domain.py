@@ -194,6 +194,7 @@ class Domain:
         maxiter: int | None = None,
         keys: Tensor | None = None,
         num_restarts: int | None = None,
+        line_search: str = "auto",
     ) -> tuple[Tensor, Tensor]:
         r"""Maximize ``batch`` functions ``fn: batch x C x d -> batch x C``.
 
@@ -201,6 +202,7 @@ class Domain:
         multi-start with gradient refinement; ``region_bounds`` (``batch x 2 x d``)
         restricts each problem to its own box. ``keys`` (``batch`` int64) make
         each problem's randomness its own (else drawn from ``generator``).
+        ``line_search`` is :func:`~fbo_torch.optim.batched.maximize_batched`'s.
         """
         if self.candidates is not None:
             if region_bounds is None:
@@ -233,6 +235,7 @@ class Domain:
             screen_dtype=cast("torch.dtype | None", self.screen_dtype),  # a dtype after __post_init__
             screen=self.screen,
             refine_dtype=cast("torch.dtype | None", self.refine_dtype),
+            line_search=line_search,
         )
 
 

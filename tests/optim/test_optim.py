@@ -387,3 +387,36 @@ def test_taken_paths_keep_their_folded_constants_and_values():
     for a, b in zip(sub.value_and_grad(X[index]), fresh.value_and_grad(X[index]), strict=True):
         assert torch.equal(a, b)
     assert torch.equal(sub(X[index]), full[index])
+
+
+def test_the_line_search_is_the_functions_choice_unless_given(monkeypatch):
+    import fbo_torch.optim.batched as batched
+
+    seen = []
+    real = batched.minimize_batched
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["line_search"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batched, "minimize_batched", recording)
+    rff = RandomFourierFeatures(2, 60, lengthscale=0.1, seed=3)
+    omegas = torch.randn(5, 60, generator=torch.Generator().manual_seed(1), dtype=f64)
+    keys = kr.fold(kr.root_key(0, "line-search"), torch.arange(5))
+    found = {}
+    for ls in ("auto", "sequential"):
+        seen.clear()
+        found[ls] = maximize_batched(
+            RFFSamplePaths(rff, omegas), BOUNDS, 5, raw_samples=256, num_restarts=8, keys=keys, line_search=ls
+        )
+        # RFF paths state "parallel" (cheap to evaluate); a given line search wins
+        assert seen == (["parallel"] if ls == "auto" else ["sequential"])
+    # both searches climb to the same maxima, to the float64 tolerance of the refinement
+    scale = found["auto"][1].abs().max()
+    torch.testing.assert_close(found["auto"][1], found["sequential"][1], atol=1e-10 * scale, rtol=0)
+    paths, bounds = _gp_paths(2)
+    seen.clear()
+    maximize_batched(paths, bounds, 4, raw_samples=64, num_restarts=4, keys=keys[:4], refine_dtype=torch.float32)
+    assert seen == ["auto", "auto"]  # GP paths leave it to the device, in both phases of the refinement
+    with pytest.raises(ValueError, match="`line_search` must be"):
+        maximize_batched(paths, bounds, 4, raw_samples=64, num_restarts=4, line_search="fast")

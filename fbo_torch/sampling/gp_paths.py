@@ -138,7 +138,7 @@ class GPThompsonPaths:
 
         Taken from paths already evaluated (their constants folded), they share the batch's
         tensors instead of copying them: a CPU evaluation gathers each block's rows
-        (:meth:`_parts_in_blocks`), and any other use indexes a field the first time it reads it.
+        (``_parts_in_blocks``), and any other use indexes a field the first time it reads it.
         A maximizer takes sub-batches at most line-search steps, most of them evaluated once."""
         if not self._ready:
             shared = self._SHARED
@@ -246,7 +246,7 @@ class GPThompsonPaths:
         g = cg[..., 1:] + torch.addcmul(kg[..., 1:], kv, a[..., :-1], value=-1.0) * self._q
         return out, g
 
-    #: Feature values per block of paths on a CPU (:meth:`_parts_in_blocks`): 2 MB in float32.
+    #: Feature values per block of paths on a CPU (``_parts_in_blocks``): 2 MB in float32.
     CPU_BLOCK = 2**19
 
     def _parts_in_blocks(self, X: Tensor, grad: bool) -> tuple[Tensor, Tensor | None]:

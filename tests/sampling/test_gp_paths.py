@@ -29,15 +29,30 @@ def _copied(paths, index):
     return GPThompsonPaths.from_graph_state(fields, ())
 
 
+def _count_blocks(monkeypatch):
+    calls = []
+    real = GPThompsonPaths._parts_in_blocks
+
+    def counting(self, X, grad):
+        calls.append(grad)
+        return real(self, X, grad)
+
+    monkeypatch.setattr(GPThompsonPaths, "_parts_in_blocks", counting)
+    return calls
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
 def test_blocks_are_the_batched_evaluation(dtype, monkeypatch):
+    calls = _count_blocks(monkeypatch)
     paths = _paths().astype(dtype)
     X = _points(7, 9, 3, dtype)
     value, grad = paths.value_and_grad(X)
     only = paths(X)
+    assert calls == [True, False]  # a CPU evaluates in blocks, with and without the gradient
     monkeypatch.setenv("FBO_SYNC_FREE", "1")  # the GPU's path: every path and point in one product each
     batched = paths.astype(dtype)
     ref_value, ref_grad = batched.value_and_grad(X)
+    assert calls == [True, False]
     # the same sums over F = 64 features and the data in another order (a transposed product):
     # a few hundred roundings of the values' scale, the gradients' scale is the frequencies' times that
     eps = torch.finfo(dtype).eps
@@ -57,7 +72,12 @@ def test_a_paths_values_do_not_depend_on_its_block(dtype, per, monkeypatch):
     whole = paths.value_and_grad(X), paths(X)  # 7 paths in one block
     F = paths._W2t.shape[-1]
     monkeypatch.setattr(GPThompsonPaths, "CPU_BLOCK", per * 9 * F)  # blocks of `per` paths, the last shorter
+    products = []
+    real_bmm = torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda a, b, **kw: products.append(a.shape[0]) or real_bmm(a, b, **kw))
     (value, grad), only = paths.value_and_grad(X), paths(X)
+    blocks = [per] * (7 // per) + ([7 % per] if 7 % per else [])
+    assert products == [m for m in blocks for _ in (0, 1)] + blocks  # two products per block with the gradient
     assert torch.equal(value, whole[0][0]) and torch.equal(grad, whole[0][1]) and torch.equal(only, whole[1])
 
 
@@ -99,10 +119,12 @@ def test_paths_taken_before_their_first_evaluation_are_copies():
     assert torch.equal(sub(X), _copied(paths, torch.tensor([1, 1, 4]))(X))
 
 
-def test_gradients_through_the_paths_take_the_batched_evaluation():
+def test_gradients_through_the_paths_take_the_batched_evaluation(monkeypatch):
     # autograd (points that require a gradient) takes the batched products, which it can differentiate
+    calls = _count_blocks(monkeypatch)
     paths = _paths()
     X = _points(7, 4, 3, f64).requires_grad_(True)
     (g,) = torch.autograd.grad(paths(X).sum(), X)
+    assert calls == []
     _, closed = paths.value_and_grad(X.detach())
     torch.testing.assert_close(g, closed, atol=256 * torch.finfo(f64).eps * closed.abs().max(), rtol=0)

@@ -312,18 +312,13 @@ class GPThompsonPaths:
             self._prepare()
         dA = XA.shape[-1]
         W2t = self._W2t  # B x (d+1) x F: rows of x − lo, then the phase row
-        B, nA, nB, F = XA.shape[0], XA.shape[1], XB.shape[1], W2t.shape[-1]
         half = 0.5 * math.pi
         # [cos α, sin α] = cos([α, α − π/2]) and [cos β, −sin β] = cos([β, β + π/2]): one cosine each
         # (in place: NumPy's on a CPU in float32, :func:`~fbo_torch.utils.dispatch.cos_`)
-        left = XA.new_empty(B, nA, 2 * F)
-        alpha = torch.baddbmm(W2t[:, -1:], XA - self.lo[:dA], W2t[:, :dA], out=left[..., :F])  # phase included
-        torch.sub(alpha, half, out=left[..., F:])
-        cos_(left)  # B x nA x 2F
-        right = XB.new_empty(B, nB, 2 * F)
-        beta = torch.bmm(XB - self.lo[dA:], W2t[:, dA:-1], out=right[..., :F])  # B x nB x F
-        torch.add(beta, half, out=right[..., F:])
-        right = cos_(right).mul_(self._wA.mT.repeat(1, 1, 2))  # B x nB x 2F: w ⊙ [cos β, −sin β]
+        alpha = torch.baddbmm(W2t[:, -1:], XA - self.lo[:dA], W2t[:, :dA])  # B x nA x F, phase included
+        left = cos_(torch.cat([alpha, alpha - half], -1))  # B x nA x 2F
+        beta = (XB - self.lo[dA:]) @ W2t[:, dA:-1]  # B x nB x F
+        right = cos_(torch.cat([beta, beta + half], -1)).mul_(self._wA.mT.repeat(1, 1, 2))  # w ⊙ [cos β, −sin β]
         prior = left @ right.mT  # B x nA x nB
         bt = self._bt[:, :-1]  # B x d x n: the scaled training inputs
         aA = (XA - self.lo[:dA]) * self._q[..., :dA]  # x̃ / ℓ on each half

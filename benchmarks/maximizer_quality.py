@@ -283,19 +283,17 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     batched = [r for r in rows if r["method"] == "batched"]
-    acqf = {(r["family"], r["d"]): r for r in rows if r["method"] == "optimize_acqf"}
-    result["default_at_least_as_good_as_optimize_acqf"] = all(
-        r["mean_gap"] <= acqf[(r["family"], r["d"])]["mean_gap"] + 1e-12
-        and r["worst_gap"] <= acqf[(r["family"], r["d"])]["worst_gap"] + 1e-12
-        for r in batched
-    )
+
+    def no_worse_than(method: str) -> bool:
+        """The default's mean and worst gaps at most ``method``'s in every family (+ float64 rounding)."""
+        ref = {(r["family"], r["d"]): r for r in rows if r["method"] == method}
+        return all(
+            r[gap] <= ref[(r["family"], r["d"])][gap] + 1e-12 for r in batched for gap in ("mean_gap", "worst_gap")
+        )
+
+    result["default_at_least_as_good_as_optimize_acqf"] = no_worse_than("optimize_acqf")
     # the float32 refinement against the all-float64 one: no family worse beyond float64 rounding
-    f64_refine = {(r["family"], r["d"]): r for r in rows if r["method"] == "batched_f64_refine"}
-    result["float32_refinement_no_worse_than_float64"] = all(
-        r["mean_gap"] <= f64_refine[(r["family"], r["d"])]["mean_gap"] + 1e-12
-        and r["worst_gap"] <= f64_refine[(r["family"], r["d"])]["worst_gap"] + 1e-12
-        for r in batched
-    )
+    result["float32_refinement_no_worse_than_float64"] = no_worse_than("batched_f64_refine")
     args.out.mkdir(parents=True, exist_ok=True)
     tag = "quick" if args.quick else args.device
     path = args.out / f"maximizer_quality_{tag}.json"

@@ -423,6 +423,14 @@ def _refine_qn(
     then the best :data:`POLISH_RESTARTS` of each function in ``U0``'s dtype from where they
     stopped, with the inverse Hessians they learned and first steps of ``√ε`` lengthscales where
     they hold none; the other restarts are returned where they stopped with the value ``-inf``.
+
+    A restart stops before its step is evaluated once the quasi-Newton step predicts a gain of at
+    most one rounding unit of its value (``minimize_batched``'s ``dtol``: ``ε · max(1, |f|)``; in
+    the lower-precision climb ``16ε``, the rounding of a sum over a few hundred features): beyond
+    that the line search compares roundings, fails, and retries from steepest descent, up to ten
+    evaluations of the function's restarts to learn that nothing is left (the maxima are the same
+    to below a rounding unit of the value in extended precision, ``benchmarks/maximizer_quality.py``'s
+    exact gaps).
     """
     B, k, d = U0.shape
     if line_search == "auto":  # the functions' own preference, if they state one
@@ -500,8 +508,11 @@ def _refine_qn(
             **{**step(kk), **options},
         )
 
+    # a restart whose quasi-Newton step predicts a gain below one rounding unit of its value stops
+    # there (minimize_batched's dtol): its line search could only compare roundings
+    dtol = torch.finfo(U0.dtype).eps
     if refine_dtype is None:  # maximize_batched passes one only where it differs and fn has astype
-        res = run(fn, lo, width, U0.reshape(B * k, d), k, maxiter=maxiter, gtol=gtol, ftol=ftol)
+        res = run(fn, lo, width, U0.reshape(B * k, d), k, maxiter=maxiter, gtol=gtol, ftol=ftol, dtol=dtol)
         return res.x.view(B, k, d), -res.fun.view(B, k)
     # every restart in lower precision; then the best `m` of each function from there in full
     # precision with the curvature learned: the maxima are found at full precision (`refine_dtype`)
@@ -515,6 +526,7 @@ def _refine_qn(
         maxiter=maxiter,
         gtol=max(gtol, 10 * math.sqrt(eps)),  # where the full precision takes over: its curvature known
         ftol=max(ftol, 256 * eps),
+        dtol=16 * eps,  # the rounding of a value summed over a few hundred features (~√F ε)
     )
     m = min(k, POLISH_RESTARTS)
     v_low = (-low.fun.view(B, k)).nan_to_num(nan=-torch.inf)
@@ -533,6 +545,7 @@ def _refine_qn(
         gtol=gtol,
         ftol=ftol * 1e-2,
         inv_hessian=H0.reshape(B * m, d, d),
+        dtol=dtol,
         check_every=1 if not gpu_path(U0.device) else "auto",
         # restarts without curvature start with steps at the lower precision's scale
         **({"init_step": step(m, math.sqrt(eps))["init_step"]} if isinstance(init, Tensor) else {}),

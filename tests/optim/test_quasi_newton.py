@@ -407,3 +407,69 @@ def test_a_continuation_with_the_learned_inverse_hessian_converges_at_once():
     assert (torch.linalg.eigvalsh(Hf) > 0).all()
     with pytest.raises(ValueError, match="inv_hessian"):
         minimize_batched(vg, early.x, inv_hessian=H[:, :4])
+
+
+def test_a_minimum_on_a_face_of_the_box_converges_superlinearly_in_the_free_coordinates():
+    # 1/2 xᵀQx − cᵀx on [0, 1]²: coupled coordinates (Q01 = ρ in [0.5, 0.95]), the minimum on the
+    # face x0 = 0 at x1 = c1 (the gradient's first component there, ρ c1 + 0.5 > 0, points out of
+    # the box). The curvature pairs must be those of the free coordinate: with the held one's
+    # gradient change (ρ s1) in y, BFGS learned the full-space curvature and converged linearly
+    # (7-60 iterations, some stopping 1e-3 away); on the free coordinate a 1-D quadratic needs one
+    # secant pair.
+    g = torch.Generator().manual_seed(0)
+    B = 8
+    rho = 0.5 + 0.45 * torch.rand(B, generator=g, dtype=f64)
+    one = torch.ones(B, dtype=f64)
+    Q = torch.stack([torch.stack([one, rho], -1), torch.stack([rho, one], -1)], -2)
+    c1 = 0.2 + 0.6 * torch.rand(B, generator=g, dtype=f64)
+    c = torch.stack([-0.5 * one, c1], -1)
+
+    def vg(x):
+        Qx = (Q @ x.unsqueeze(-1)).squeeze(-1)
+        return 0.5 * (x * Qx).sum(-1) - (c * x).sum(-1), Qx - c
+
+    x_star = torch.stack([0 * one, c1], -1)
+    # cold from the inside, and a continuation next to the minimum with the full-space inverse
+    # Hessian Q⁻¹ (what a climb that reached the face last would pass on)
+    cold = minimize_batched(vg, torch.full((B, 2), 0.9, dtype=f64), lower=0.0, upper=1.0, maxiter=60)
+    x0 = x_star + torch.tensor([0.0, 1e-3], dtype=f64)
+    warm = minimize_batched(vg, x0, lower=0.0, upper=1.0, maxiter=60, inv_hessian=torch.linalg.inv(Q))
+    for res, most in ((cold, 4), (warm, 2)):
+        assert res.converged.all()
+        assert (res.iterations <= most).all(), res.iterations
+        # the gradient tolerance 1e-8 bounds |x1 - x1*| by 1e-8 / Q11 (Q11 = 1)
+        torch.testing.assert_close(res.x, x_star, atol=1e-8, rtol=0)
+
+
+def test_a_step_predicting_no_resolvable_decrease_ends_the_problem_before_its_evaluation():
+    # quadratics lifted to |f| ~ 1e3, run to the end (no gradient or decrease tolerance): without
+    # dtol a problem ends only when its line search has failed twice (quasi-Newton, then steepest
+    # descent); with dtol = ε it stops once its step predicts a decrease of at most ε|f|, and
+    # the decrease it leaves is of that size: on a quadratic with H ≈ Q⁻¹ the remaining gap
+    # ½gᵀQ⁻¹g is the predicted ½gᵀHg (2ε|f| allows H to be off by a factor of two)
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(8, 5, 5, generator=g, dtype=f64)
+    Q = A @ A.mT + 0.5 * torch.eye(5, dtype=f64)
+    c = torch.randn(8, 5, generator=g, dtype=f64)
+    x_star = torch.linalg.solve(Q, c.unsqueeze(-1)).squeeze(-1)
+    f_star = 1e3 - 0.5 * (c * x_star).sum(-1)
+    evaluated = []
+
+    def vg(x):
+        evaluated.append(x.shape[0])
+        Qx = (Q @ x.unsqueeze(-1)).squeeze(-1)
+        return 0.5 * (x * Qx).sum(-1) - (c * x).sum(-1) + 1e3, Qx - c
+
+    eps = torch.finfo(f64).eps
+    runs = {}
+    for dtol in (None, eps):
+        evaluated.clear()
+        res = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=100, gtol=0.0, ftol=0.0, dtol=dtol)
+        assert res.converged.all()
+        e = res.x - x_star
+        gap = 0.5 * (e.unsqueeze(-2) @ Q @ e.unsqueeze(-1)).view(-1)  # f − f*, without f's rounding
+        runs[dtol] = (res.iterations, sum(evaluated), gap)
+    (it0, ev0, _), (it1, ev1, gap1) = runs[None], runs[eps]
+    assert (it1 <= it0).all() and it1.sum() < it0.sum(), (it0, it1)
+    assert ev1 < ev0
+    assert (gap1 <= 2 * eps * f_star.abs()).all(), gap1 / (eps * f_star.abs())

@@ -93,7 +93,8 @@ def sobol_points(n: int, d: int, dtype: torch.dtype, device: torch.device) -> Te
     pts = _SOBOL_CACHE.get(key)
     if pts is None:
         eng = torch.quasirandom.SobolEngine(d, scramble=True, seed=0)
-        pts = eng.draw(n, dtype=torch.float64).to(dtype=dtype, device=device)
+        with torch.inference_mode(False):  # cached: an ordinary tensor even if first drawn in inference mode
+            pts = eng.draw(n, dtype=torch.float64).to(dtype=dtype, device=device)
         if len(_SOBOL_CACHE) > 64:
             _SOBOL_CACHE.clear()
         _SOBOL_CACHE[key] = pts
@@ -282,6 +283,17 @@ def maximize_batched(
         def pure(keys_: Tensor, bounds_: Tensor, *ts: Tensor) -> tuple[Tensor, Tensor]:
             return _maximize(cls.from_graph_state(ts, config), bounds_, keys_, *settings)
 
+        if not gpu_path(bounds.device) and getattr(fn, "inference_safe", False):
+            # functions that need no autograd and cache nothing outside themselves (the sample paths,
+            # `inference_safe`): inference mode spares every operation autograd's bookkeeping
+            # (version counters, view tracking), what a CPU spends much of a small batch's time on
+            # (own searches of 200 agents: 0.66 -> 0.57 ms each, the same values); the function is
+            # rebuilt from its tensors, so no inference tensor stays on it, and the results leave as
+            # ordinary tensors. Not for functions that call other libraries: a tensor they cache
+            # in inference mode (BoTorch's constants) breaks their later autograd calls
+            with torch.inference_mode():
+                X, v = pure(keys, bounds, *tensors)
+            return X.clone(), v.clone()
         X, v = _GRAPHS(pure, (keys, bounds.contiguous(), *tensors), key=(cls, config, settings))
         return X, v
     return _maximize(fn, bounds, keys, *settings)

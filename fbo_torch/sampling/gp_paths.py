@@ -34,6 +34,11 @@ class GPThompsonPaths:
     #: dimensions are materialized); folding them into ``C`` copies only the points.
     leading_dims = False
 
+    #: Evaluations need no autograd (closed-form gradients) and keep no tensor beyond the call (no
+    #: third-party caches): :func:`~fbo_torch.optim.batched.maximize_batched` may run them in
+    #: ``torch.inference_mode`` on a CPU.
+    inference_safe = True
+
     def __init__(
         self,
         lo: Tensor,

@@ -361,3 +361,27 @@ def test_posterior_closed_form_gradients_equal_autograd(spec):
     again = type(post).from_graph_state(*post.graph_state())
     torch.testing.assert_close(again(Xq), post(Xq), atol=0, rtol=0)
     torch.testing.assert_close(post.lengthscales(), gp.hyperparameters["lengthscale"] * (bounds[1] - bounds[0]))
+
+
+def test_a_cpu_fit_skips_autograd_bookkeeping_and_returns_ordinary_tensors(monkeypatch):
+    # the MLL's gradient is in closed form: the fit runs in inference mode on a CPU, with the
+    # same result bit for bit, and its parameters serve autograd afterwards (BoTorch's export)
+    X, Y, bounds = _data(B=4, n=12, d=2)
+    real = torch.inference_mode
+    fits, entries = {}, []
+    for enabled in (True, False):
+
+        def mode(flag: bool = True, enabled: bool = enabled):
+            entries.append(enabled)
+            return real(flag and enabled)
+
+        monkeypatch.setattr(torch, "inference_mode", mode)
+        fits[enabled] = BatchedExactGP(X, Y, bounds).fit(maxiter=30)
+    assert entries == [True, False]
+    assert torch.equal(fits[True].params, fits[False].params)
+    assert torch.equal(fits[True].converged, fits[False].converged)
+    assert not fits[True].params.is_inference()
+    model = fits[True].to_botorch(0)
+    Xq = torch.rand(3, 2, dtype=f64, requires_grad=True)
+    model.posterior(Xq).mean.sum().backward()
+    assert Xq.grad is not None and torch.isfinite(Xq.grad).all()

@@ -420,3 +420,61 @@ def test_the_line_search_is_the_functions_choice_unless_given(monkeypatch):
     assert seen == ["auto", "auto"]  # GP paths leave it to the device, in both phases of the refinement
     with pytest.raises(ValueError, match="`line_search` must be"):
         maximize_batched(paths, bounds, 4, raw_samples=64, num_restarts=4, line_search="fast")
+
+
+class _EnteredInference:
+    """``torch.inference_mode`` that counts its entries (``enabled=False``: autograd's bookkeeping kept)."""
+
+    def __init__(self, enabled: bool = True):
+        self.entries, self.enabled, self._real = 0, enabled, torch.inference_mode
+
+    def __call__(self, mode: bool = True):
+        self.entries += mode  # inference_mode(False) (a cache's ordinary tensors) is not an entry
+        return self._real(mode and self.enabled)
+
+
+class _AutogradOnly(RFFSamplePaths):
+    value_and_grad = None  # gradients by autograd
+    inference_safe = False
+
+
+def test_a_cpu_maximization_skips_autograd_bookkeeping_and_returns_ordinary_tensors(monkeypatch):
+    from fbo_torch.models.batched_gp import BatchedExactGP
+
+    real_inference_mode = torch.inference_mode
+    g = torch.Generator().manual_seed(5)
+    X = torch.rand(5, 12, 2, generator=g, dtype=f64)
+    gp = BatchedExactGP(X, torch.sin(5 * X).sum(-1, keepdim=True), BOUNDS).fit(maxiter=20)
+    paths = gp.draw_paths(kr.fold(kr.root_key(0, "inference"), torch.arange(5)), 64)
+    opts = dict(keys=torch.arange(5), raw_samples=128, num_restarts=4)
+    runs = {}
+    for enabled in (True, False):
+        mode = _EnteredInference(enabled)
+        monkeypatch.setattr(torch, "inference_mode", mode)
+        runs[enabled] = maximize_batched(paths, BOUNDS, 5, **opts)
+        assert mode.entries == 1
+    (X1, v1), (X0, v0) = runs[True], runs[False]
+    assert torch.equal(X1, X0) and torch.equal(v1, v0)  # the same operations, without the bookkeeping
+    assert not X1.is_inference() and not v1.is_inference()
+    # the caller's paths were not touched (rebuilt from their tensors inside) and differentiate
+    assert not any(t.is_inference() for t in paths.graph_state()[0])
+    Xg = X1.clone().requires_grad_(True)
+    paths(Xg.unsqueeze(1)).sum().backward()
+    assert Xg.grad is not None and torch.isfinite(Xg.grad).all()
+    # functions that do not declare themselves inference-safe (gradients by autograd, other libraries'
+    # caches) keep autograd's bookkeeping
+    mode = _EnteredInference()
+    monkeypatch.setattr(torch, "inference_mode", mode)
+    rff = RandomFourierFeatures(2, 30, lengthscale=0.2, seed=1)
+    fn = _AutogradOnly(rff, torch.randn(3, 30, generator=g, dtype=f64))
+    Xa, va = maximize_batched(fn, BOUNDS, 3, keys=torch.arange(3), raw_samples=128, num_restarts=4)
+    assert mode.entries == 0 and torch.isfinite(va).all()
+    # a cache filled in inference mode holds an ordinary tensor (the raw points' Sobol set)
+    from fbo_torch.optim.batched import _SOBOL_CACHE, sobol_points
+
+    _SOBOL_CACHE.clear()
+    with real_inference_mode():
+        sobol_points(64, 3, f64, torch.device("cpu"))
+    assert not any(t.is_inference() for t in _SOBOL_CACHE.values())
+    dense = fn(torch.rand(3, 4096, 2, generator=g, dtype=f64)).max(-1).values
+    assert (va >= dense - 1e-6).all()  # a maximum (the dense points' best, to the climb's tolerance)

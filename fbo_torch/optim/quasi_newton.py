@@ -153,8 +153,9 @@ def minimize_batched(
             ``dtol`` at the precision's resolution (``ε``, or a run's ``ftol``) the problem
             stops at once. Not applied to steepest-descent steps (no curvature to predict with).
         armijo: Sufficient-decrease constant ``c₁``.
-        check_every: If set, every this many iterations read on the host whether
-            all problems have converged and stop early (one synchronization each).
+        check_every: If set, read on the host whether all problems have converged and stop
+            early (one synchronization per iteration, so no iteration runs idle), and every this
+            many iterations drop converged groups (``restrict``).
             ``"auto"``: every 4 iterations on a CPU (where reading a value costs
             nothing), never on CUDA (the loop then never waits for the device and
             can be captured as a CUDA graph) or when the environment variable
@@ -409,6 +410,8 @@ def minimize_batched(
         if unit > 0 and extrapolate == "while_accepted":
             # extrapolate again only after a step that did, or from a (re)start (steepest descent)
             expand = ok[:unit].any(0) | first
+        if check_every and (it + 1) % check_every and bool(done.all()):
+            break  # between the checks one read: no idle iterations once nothing moves
         if check_every and (it + 1) % check_every == 0:
             group_done = done.view(-1, group).all(-1)
             num_done = int(group_done.sum())

@@ -473,3 +473,23 @@ def test_a_step_predicting_no_resolvable_decrease_ends_the_problem_before_its_ev
     assert (it1 <= it0).all() and it1.sum() < it0.sum(), (it0, it1)
     assert ev1 < ev0
     assert (gap1 <= 2 * eps * f_star.abs()).all(), gap1 / (eps * f_star.abs())
+
+
+def test_no_iteration_runs_once_every_problem_has_converged():
+    # with check_every the loop reads at every iteration whether anything still moves, so a cap of
+    # 50 or of 200 iterations runs the same operations (the restrictions stay every check_every)
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from op_count import count_ops
+
+    vg, _ = _quadratics(4)
+    x0 = torch.zeros(8, 5, dtype=f64)
+    runs = {m: minimize_batched(vg, x0, maxiter=m, check_every=1000) for m in (50, 200)}
+    assert runs[50].converged.all() and runs[50].iterations.max() < 50
+    assert torch.equal(runs[50].x, runs[200].x)
+    ops = {
+        m: count_ops(lambda m=m: minimize_batched(vg, x0, maxiter=m, check_every=1000))["kernel_ops"] for m in (50, 200)
+    }
+    assert ops[50] == ops[200], ops

@@ -147,6 +147,12 @@ def test_reference_loop_quick(tmp_path):
     assert [q["lengthscale"] for q in res["quality"]] == [0.1, 0.01]
     for q in res["quality"]:
         assert 0 <= q["fraction_ours_at_least_as_good"] <= 1 and q["functions"] == 3
+    # one pair in --quick: the runs are the reported ones
+    assert res["runs_per_agent_ms"] == {
+        "1": [res["ours"]["1"]["per_agent_ms"]],
+        "2": [res["ours"]["2"]["per_agent_ms"]],
+        "reference": [ref["per_agent_ms"]],
+    }
 
 
 def test_batched_acqf_quick(tmp_path):

@@ -184,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         "settings": vars(args) | {"out": str(args.out)},
     }
     print(f"N={args.N} M={args.M} D={args.D} n={args.n}", flush=True)
-    # both sides measured `pairs` times, alternated, and the median run of each kept: this machine's
-    # speed drifts by 10-20% within minutes (other tenants), and one run of each side, minutes
-    # apart, measured the drift as much as the code
+    # both sides measured `pairs` times, alternated, and the median run of each kept (the faster of
+    # the middle two for an even number): on a shared machine one run of each side, a minute
+    # apart, measures the machine's drift as much as the code (docs/performance.md)
     runs: dict[int | str, list[dict]] = {1: [], 2: [], "reference": []}
     for _ in range(args.pairs):
         for threads in (1, 2):

@@ -92,9 +92,9 @@ def sobol_points(n: int, d: int, dtype: torch.dtype, device: torch.device) -> Te
     key = (n, d, dtype, str(device))
     pts = _SOBOL_CACHE.get(key)
     if pts is None:
-        eng = torch.quasirandom.SobolEngine(d, scramble=True, seed=0)
         with torch.inference_mode(False):  # cached: an ordinary tensor even if first drawn in inference mode
-            pts = eng.draw(n, dtype=torch.float64).to(dtype=dtype, device=device)
+            eng = torch.quasirandom.SobolEngine(d, scramble=True, seed=0)
+            pts = eng.draw(n, dtype=torch.float64).to(dtype=dtype, device=device).clone()
         if len(_SOBOL_CACHE) > 64:
             _SOBOL_CACHE.clear()
         _SOBOL_CACHE[key] = pts
@@ -283,14 +283,15 @@ def maximize_batched(
         def pure(keys_: Tensor, bounds_: Tensor, *ts: Tensor) -> tuple[Tensor, Tensor]:
             return _maximize(cls.from_graph_state(ts, config), bounds_, keys_, *settings)
 
-        if not gpu_path(bounds.device) and getattr(fn, "inference_safe", False):
-            # functions that need no autograd and cache nothing outside themselves (the sample paths,
-            # `inference_safe`): inference mode spares every operation autograd's bookkeeping
-            # (version counters, view tracking), what a CPU spends much of a small batch's time on
-            # (own searches of 200 agents: 0.66 -> 0.57 ms each, the same values); the function is
-            # rebuilt from its tensors, so no inference tensor stays on it, and the results leave as
-            # ordinary tensors. Not for functions that call other libraries: a tensor they cache
-            # in inference mode (BoTorch's constants) breaks their later autograd calls
+        safe = getattr(fn, "inference_safe", False) and getattr(fn, "value_and_grad", None) is not None
+        if not gpu_path(bounds.device) and safe:
+            # functions with closed-form gradients that call no other library (`inference_safe`: the
+            # sample paths): inference mode spares every operation autograd's bookkeeping (version
+            # counters, view tracking), much of a small batch's time on a CPU (docs/design.md), the
+            # same values; the function is rebuilt from its tensors, so no inference tensor stays on
+            # the caller's object, and the results leave as ordinary tensors. Not for functions that
+            # call other libraries: a tensor they cache in inference mode (BoTorch's constants)
+            # breaks their later autograd calls
             with torch.inference_mode():
                 X, v = pure(keys, bounds, *tensors)
             return X.clone(), v.clone()
@@ -438,11 +439,11 @@ def _refine_qn(
 
     A restart stops before its step is evaluated once the quasi-Newton step predicts a gain of at
     most one rounding unit of its value (``minimize_batched``'s ``dtol``: ``ε · max(1, |f|)``; in
-    the lower-precision climb ``16ε``, the rounding of a sum over a few hundred features): beyond
-    that the line search compares roundings, fails, and retries from steepest descent, up to ten
-    evaluations of the function's restarts to learn that nothing is left (the maxima are the same
-    to below a rounding unit of the value in extended precision, ``benchmarks/maximizer_quality.py``'s
-    exact gaps).
+    the lower-precision climb ``16ε``, the rounding of a sum over a few hundred features; not on
+    the GPU path, whose shapes are fixed): beyond that the line search compares roundings, fails,
+    and retries from steepest descent, up to ``2 · num_steps`` evaluations of the function's
+    restarts to learn that nothing is left (``benchmarks/maximizer_quality.py``'s gaps in extended
+    precision; the per-function comparison in docs/design.md).
     """
     B, k, d = U0.shape
     if line_search == "auto":  # the functions' own preference, if they state one
@@ -522,7 +523,9 @@ def _refine_qn(
 
     # a restart whose quasi-Newton step predicts a gain below one rounding unit of its value stops
     # there (minimize_batched's dtol): its line search could only compare roundings
-    dtol = torch.finfo(U0.dtype).eps
+    # (off the GPU path only: with fixed shapes a stopped problem saves nothing and the test costs kernels)
+    sync_free = gpu_path(U0.device)
+    dtol = None if sync_free else torch.finfo(U0.dtype).eps
     if refine_dtype is None:  # maximize_batched passes one only where it differs and fn has astype
         res = run(fn, lo, width, U0.reshape(B * k, d), k, maxiter=maxiter, gtol=gtol, ftol=ftol, dtol=dtol)
         return res.x.view(B, k, d), -res.fun.view(B, k)
@@ -538,7 +541,7 @@ def _refine_qn(
         maxiter=maxiter,
         gtol=max(gtol, 10 * math.sqrt(eps)),  # where the full precision takes over: its curvature known
         ftol=max(ftol, 256 * eps),
-        dtol=16 * eps,  # the rounding of a value summed over a few hundred features (~√F ε)
+        dtol=None if sync_free else 16 * eps,  # the rounding of a sum over a few hundred features (~√F ε)
     )
     m = min(k, POLISH_RESTARTS)
     v_low = (-low.fun.view(B, k)).nan_to_num(nan=-torch.inf)
@@ -558,7 +561,7 @@ def _refine_qn(
         ftol=ftol * 1e-2,
         inv_hessian=H0.reshape(B * m, d, d),
         dtol=dtol,
-        check_every=1 if not gpu_path(U0.device) else "auto",
+        check_every=1 if not sync_free else "auto",
         # restarts without curvature start with steps at the lower precision's scale
         **({"init_step": step(m, math.sqrt(eps))["init_step"]} if isinstance(init, Tensor) else {}),
     )

@@ -21,7 +21,8 @@ operations:
   outward are held fixed (removed from the direction and from ``H``), steps
   are projected onto the box (projected-path Armijo, Bertsekas 1982).
 * **Every problem converges on its own**: a problem whose projected gradient
-  falls below ``gtol`` or whose decrease falls below ``ftol`` stops moving,
+  falls below ``gtol``, whose decrease falls below ``ftol`` or (with ``dtol``) whose
+  quasi-Newton step predicts no resolvable decrease stops moving,
   while the others continue. The number of iterations is a fixed cap, so the
   loop never reads a device value on the host (no synchronization at all,
   unless ``check_every`` asks for an early exit).
@@ -65,7 +66,8 @@ class QNResult:
         x: ``batch x p`` final points.
         fun: ``batch`` values at ``x``.
         grad: ``batch x p`` gradients at ``x``.
-        converged: ``batch`` booleans (projected gradient or decrease below tolerance).
+        converged: ``batch`` booleans (projected gradient or decrease below tolerance, or a step
+            predicting no decrease above ``dtol``).
         iterations: ``batch`` number of iterations in which the problem moved.
         inv_hessian: ``batch x p x p`` the final inverse-Hessian approximations (on the coordinates
             not held at a bound), NaN where a problem holds no curvature information (it never
@@ -153,9 +155,10 @@ def minimize_batched(
             ``dtol`` at the precision's resolution (``ε``, or a run's ``ftol``) the problem
             stops at once. Not applied to steepest-descent steps (no curvature to predict with).
         armijo: Sufficient-decrease constant ``c₁``.
-        check_every: If set, read on the host whether all problems have converged and stop
-            early (one synchronization per iteration, so no iteration runs idle), and every this
-            many iterations drop converged groups (``restrict``).
+        check_every: If set, every this many iterations read on the host whether all problems
+            have converged and stop early, and drop converged groups (``restrict``); off the GPU
+            path also at every iteration in between whether all have converged (reading a value
+            costs nothing there), so no iteration runs idle.
             ``"auto"``: every 4 iterations on a CPU (where reading a value costs
             nothing), never on CUDA (the loop then never waits for the device and
             can be captured as a CUDA graph) or when the environment variable
@@ -222,6 +225,8 @@ def minimize_batched(
         raise ValueError(f"`group` must be a positive divisor of the batch size {B}, got {group!r}.")
     if not max_step > 0:
         raise ValueError(f"`max_step` must be positive, got {max_step!r}.")
+    if dtol is not None and not dtol >= 0:
+        raise ValueError(f"`dtol` must be a non-negative number or None, got {dtol!r}.")
     if isinstance(init_step, Tensor):
         if init_step.shape not in ((), (B,)):
             raise ValueError(
@@ -324,7 +329,8 @@ def minimize_batched(
         descent = gd < 0  # False also for NaN
         fscale = torch.clamp(f.abs(), min=1.0)
         if dtol is not None:  # a quasi-Newton step predicting no resolvable decrease: converged
-            done = done | (((gd >= fscale * (-2.0 * dtol)) & descent) > first)  # ... & ~first
+            # (not at an infinite value, whose scale would accept any step: a NaN start may still move)
+            done = done | (((gd >= fscale * (-2.0 * dtol)) & descent & f.isfinite()) > first)  # ... & ~first
         d = torch.where(descent.unsqueeze(-1), d, sd)
         first = first >= descent  # first | ~descent
         cand = torch.addcmul(x, alphas, d)  # K x B x p
@@ -410,8 +416,8 @@ def minimize_batched(
         if unit > 0 and extrapolate == "while_accepted":
             # extrapolate again only after a step that did, or from a (re)start (steepest descent)
             expand = ok[:unit].any(0) | first
-        if check_every and (it + 1) % check_every and bool(done.all()):
-            break  # between the checks one read: no idle iterations once nothing moves
+        if check_every and not sync_free and (it + 1) % check_every and bool(done.all()):
+            break  # on a CPU one read between the checks: no idle iterations once nothing moves
         if check_every and (it + 1) % check_every == 0:
             group_done = done.view(-1, group).all(-1)
             num_done = int(group_done.sum())

@@ -34,9 +34,10 @@ class GPThompsonPaths:
     #: dimensions are materialized); folding them into ``C`` copies only the points.
     leading_dims = False
 
-    #: Evaluations need no autograd (closed-form gradients) and keep no tensor beyond the call (no
-    #: third-party caches): :func:`~fbo_torch.optim.batched.maximize_batched` may run them in
-    #: ``torch.inference_mode`` on a CPU.
+    #: Closed-form gradients (``value_and_grad``) and no calls into other libraries: on a CPU
+    #: :func:`~fbo_torch.optim.batched.maximize_batched` evaluates a copy rebuilt from
+    #: :meth:`graph_state` in ``torch.inference_mode`` (only while ``value_and_grad`` is defined: a
+    #: subclass without it keeps autograd).
     inference_safe = True
 
     def __init__(

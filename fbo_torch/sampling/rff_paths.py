@@ -61,9 +61,10 @@ class RFFSamplePaths:
     #: 19 vs 34 ms for a broadcast's 4 regions, 1.7 vs 2.0 s for 200 agents' 4 each; docs/performance.md).
     line_search = "parallel"
 
-    #: Evaluations need no autograd (closed-form gradients) and keep no tensor beyond the call (no
-    #: third-party caches): :func:`~fbo_torch.optim.batched.maximize_batched` may run them in
-    #: ``torch.inference_mode`` on a CPU.
+    #: Closed-form gradients (``value_and_grad``) and no calls into other libraries: on a CPU
+    #: :func:`~fbo_torch.optim.batched.maximize_batched` evaluates a copy rebuilt from
+    #: :meth:`graph_state` in ``torch.inference_mode`` (only while ``value_and_grad`` is defined: a
+    #: subclass without it keeps autograd).
     inference_safe = True
 
     def __init__(self, features: RandomFourierFeatures, omegas: Tensor, input_bounds: Tensor | None = None) -> None:

@@ -431,9 +431,10 @@ def test_a_minimum_on_a_face_of_the_box_converges_superlinearly_in_the_free_coor
     x_star = torch.stack([0 * one, c1], -1)
     # cold from the inside, and a continuation next to the minimum with the full-space inverse
     # Hessian Q⁻¹ (what a climb that reached the face last would pass on)
-    cold = minimize_batched(vg, torch.full((B, 2), 0.9, dtype=f64), lower=0.0, upper=1.0, maxiter=60)
+    box = dict(lower=0.0, upper=1.0, maxiter=60, ftol=0.0)  # to gtol: the bound below
+    cold = minimize_batched(vg, torch.full((B, 2), 0.9, dtype=f64), **box)
     x0 = x_star + torch.tensor([0.0, 1e-3], dtype=f64)
-    warm = minimize_batched(vg, x0, lower=0.0, upper=1.0, maxiter=60, inv_hessian=torch.linalg.inv(Q))
+    warm = minimize_batched(vg, x0, inv_hessian=torch.linalg.inv(Q), **box)
     for res, most in ((cold, 4), (warm, 2)):
         assert res.converged.all()
         assert (res.iterations <= most).all(), res.iterations
@@ -466,6 +467,10 @@ def test_a_step_predicting_no_resolvable_decrease_ends_the_problem_before_its_ev
         evaluated.clear()
         res = minimize_batched(vg, torch.zeros(8, 5, dtype=f64), maxiter=100, gtol=0.0, ftol=0.0, dtol=dtol)
         assert res.converged.all()
+        if dtol is not None:
+            for bad in (-1.0, float("nan")):
+                with pytest.raises(ValueError, match="dtol"):
+                    minimize_batched(vg, torch.zeros(8, 5, dtype=f64), dtol=bad)
         e = res.x - x_star
         gap = 0.5 * (e.unsqueeze(-2) @ Q @ e.unsqueeze(-1)).view(-1)  # f − f*, without f's rounding
         runs[dtol] = (res.iterations, sum(evaluated), gap)
@@ -475,21 +480,24 @@ def test_a_step_predicting_no_resolvable_decrease_ends_the_problem_before_its_ev
     assert (gap1 <= 2 * eps * f_star.abs()).all(), gap1 / (eps * f_star.abs())
 
 
-def test_no_iteration_runs_once_every_problem_has_converged():
-    # with check_every the loop reads at every iteration whether anything still moves, so a cap of
-    # 50 or of 200 iterations runs the same operations (the restrictions stay every check_every)
-    import sys
-    from pathlib import Path
+def _aten_calls(fn) -> int:
+    """The operators ``fn()`` dispatches (on the CPU path: no ``FBO_SYNC_FREE``)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(1 for e in prof.events() if e.name.startswith("aten::"))
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from op_count import count_ops
 
+def test_no_iteration_runs_once_every_problem_has_converged(monkeypatch):
+    # with check_every a CPU reads at every iteration whether anything still moves, so a cap of
+    # 50 or of 200 iterations runs the same operations (the restrictions stay every check_every);
+    # the GPU path (here FBO_SYNC_FREE=1) reads nothing unless asked and runs every iteration
     vg, _ = _quadratics(4)
     x0 = torch.zeros(8, 5, dtype=f64)
     runs = {m: minimize_batched(vg, x0, maxiter=m, check_every=1000) for m in (50, 200)}
     assert runs[50].converged.all() and runs[50].iterations.max() < 50
     assert torch.equal(runs[50].x, runs[200].x)
-    ops = {
-        m: count_ops(lambda m=m: minimize_batched(vg, x0, maxiter=m, check_every=1000))["kernel_ops"] for m in (50, 200)
-    }
+    ops = {m: _aten_calls(lambda m=m: minimize_batched(vg, x0, maxiter=m, check_every=1000)) for m in (50, 200)}
     assert ops[50] == ops[200], ops
+    monkeypatch.setenv("FBO_SYNC_FREE", "1")
+    ops = {m: _aten_calls(lambda m=m: minimize_batched(vg, x0, maxiter=m, check_every=1000)) for m in (50, 200)}
+    assert ops[50] < ops[200], ops

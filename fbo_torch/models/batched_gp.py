@@ -55,7 +55,7 @@ from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.constants import constant_tensor
 from fbo_torch.utils.cuda_graphs import GraphCache
-from fbo_torch.utils.dispatch import gpu_path
+from fbo_torch.utils.dispatch import gpu_path, without_autograd
 from fbo_torch.utils.validation import check_bounds, check_int, check_tensor
 
 _LOG2PI = math.log(2.0 * math.pi)
@@ -453,10 +453,8 @@ class BatchedExactGP:
         key = (spec, dim, reps, maxiter, tuple(sorted(opts.items())))
         if gpu_path(self.X.device):
             xs, fs, conv = _FIT_GRAPHS(pure, tensors, key)
-        else:  # the MLL's gradient in closed form: no autograd bookkeeping (as maximize_batched)
-            with torch.inference_mode():
-                xs, fs, conv = pure(*tensors)
-            xs, fs, conv = xs.clone(), fs.clone(), conv.clone()
+        else:  # the MLL's gradient in closed form, the GP a fresh view of the tensors
+            xs, fs, conv = without_autograd(pure, *tensors)
         x, f, conv = xs.view(reps, B, p), fs.view(reps, B), conv.view(reps, B)
         best = torch.argmin(torch.where(torch.isfinite(f), f, torch.inf), dim=0)  # B
         self.params = x.gather(0, best.view(1, B, 1).expand(1, B, p)).squeeze(0).detach()

@@ -43,7 +43,7 @@ from torch import Tensor
 from fbo_torch.optim.quasi_newton import QNResult, ValueAndGrad, Values, minimize_batched
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.cuda_graphs import GraphCache
-from fbo_torch.utils.dispatch import gpu_path
+from fbo_torch.utils.dispatch import gpu_path, without_autograd
 from fbo_torch.utils.validation import check_int, check_tensor
 
 
@@ -285,16 +285,10 @@ def maximize_batched(
 
         safe = getattr(fn, "inference_safe", False) and getattr(fn, "value_and_grad", None) is not None
         if not gpu_path(bounds.device) and safe:
-            # functions with closed-form gradients that call no other library (`inference_safe`: the
-            # sample paths): inference mode spares every operation autograd's bookkeeping (version
-            # counters, view tracking), much of a small batch's time on a CPU (docs/design.md), the
-            # same values; the function is rebuilt from its tensors, so no inference tensor stays on
-            # the caller's object, and the results leave as ordinary tensors. Not for functions that
-            # call other libraries: a tensor they cache in inference mode (BoTorch's constants)
-            # breaks their later autograd calls
-            with torch.inference_mode():
-                X, v = pure(keys, bounds, *tensors)
-            return X.clone(), v.clone()
+            # closed-form gradients, no other library called (`inference_safe`: the sample paths);
+            # `pure` rebuilds the function from its tensors, so the caller's object keeps none
+            X, v = without_autograd(pure, keys, bounds, *tensors)
+            return X, v
         X, v = _GRAPHS(pure, (keys, bounds.contiguous(), *tensors), key=(cls, config, settings))
         return X, v
     return _maximize(fn, bounds, keys, *settings)

@@ -11,6 +11,7 @@ GPU's code on a CPU: ``benchmarks/op_count.py`` sets it).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -74,4 +75,19 @@ def cos_(a: Tensor) -> Tensor:
     return a.cos_()
 
 
-__all__ = ["cos_", "gpu_path", "rowdot"]
+def without_autograd(fn: Callable[..., tuple[Tensor, ...]], *args: Tensor) -> tuple[Tensor, ...]:
+    r"""``fn(*args)`` in ``torch.inference_mode``, its outputs cloned into ordinary tensors.
+
+    For a CPU's pure computations that need no autograd (closed-form gradients: the sample
+    paths' maximization, the GP fit): inference mode spares every operation autograd's
+    bookkeeping (version counters, view tracking), much of a small batch's time (docs/design.md),
+    with the same values. ``fn`` must keep nothing beyond the call (build its objects from
+    ``args``) and call no library that caches tensors: a tensor cached in inference mode (BoTorch's
+    constants) breaks that library's later autograd calls.
+    """
+    with torch.inference_mode():
+        out = fn(*args)
+    return tuple(t.clone() for t in out)
+
+
+__all__ = ["cos_", "gpu_path", "rowdot", "without_autograd"]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fbo_torch.utils.dispatch import gpu_path, rowdot
+from fbo_torch.utils.dispatch import gpu_path, rowdot, without_autograd
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -138,3 +138,22 @@ def test_a_simulation_is_bit_identical_at_one_and_two_threads(monkeypatch):
     one, two = _at_threads(1, run), _at_threads(2, run)
     for a, b in zip(one, two, strict=True):
         assert torch.equal(a, b)
+
+
+def test_without_autograd_runs_in_inference_mode_and_returns_ordinary_tensors():
+    seen = []
+
+    def fn(a, b):
+        seen.append(torch.is_inference_mode_enabled())
+        return a * b, (a + b).cos_()
+
+    a, b = torch.rand(5, dtype=torch.float64), torch.rand(5, dtype=torch.float64)
+    out = without_autograd(fn, a, b)
+    assert seen == [True] and not torch.is_inference_mode_enabled()
+    assert all(not t.is_inference() for t in out)
+    torch.testing.assert_close(out[0], a * b, rtol=0, atol=0)
+    torch.testing.assert_close(out[1], (a + b).cos(), rtol=0, atol=0)
+    # ordinary tensors: usable where autograd records
+    w = torch.ones(5, dtype=torch.float64, requires_grad=True)
+    (out[0] * w).sum().backward()
+    torch.testing.assert_close(w.grad, out[0], rtol=0, atol=0)

@@ -56,18 +56,22 @@ _C2 = _signed(0x94D049BB133111EB)
 _MASK53 = (1 << 53) - 1
 
 
-def _shr(z: Tensor, k: int) -> Tensor:
-    """Logical right shift of int64 bits (torch's ``>>`` is arithmetic: mask the sign copies)."""
-    return (z >> k) & ((1 << (64 - k)) - 1)
-
-
 def mix64(z: Tensor) -> Tensor:
     r"""SplitMix64's finalizer on an int64 tensor (bits as unsigned 64-bit)."""
-    z = z ^ _shr(z, 30)
-    z = z * _C1
-    z = z ^ _shr(z, 27)
-    z = z * _C2
-    return z ^ _shr(z, 31)
+    return _mix64_(z.clone())
+
+
+def _mix64_(z: Tensor) -> Tensor:
+    r""":func:`mix64` in place on a tensor the caller owns, with one scratch tensor: the same
+    operations, without a fresh ``z``-sized tensor per operation (on a CPU each costs its pages'
+    faults: the keyed draws of a round were allocation-bound)."""
+    t = torch.empty_like(z)
+    for shift, mult in ((30, _C1), (27, _C2), (31, None)):
+        torch.bitwise_right_shift(z, shift, out=t).bitwise_and_((1 << (64 - shift)) - 1)  # logical shift
+        z.bitwise_xor_(t)
+        if mult is not None:
+            z.mul_(mult)
+    return z
 
 
 def _mix64_int(z: int) -> int:
@@ -120,7 +124,7 @@ def fold(keys: Tensor | int, value: Tensor | int | str) -> Tensor | int:
         v = mix64(value.to(device=keys.device, dtype=torch.int64)) + _GAMMA
     else:
         v = _signed(_mix64_int(int(value)) + 0x9E3779B97F4A7C15)
-    return mix64(keys ^ v)
+    return _mix64_(keys ^ v)
 
 
 def random_bits(keys: Tensor, n: int, offset: int = 0) -> Tensor:
@@ -128,7 +132,7 @@ def random_bits(keys: Tensor, n: int, offset: int = 0) -> Tensor:
     if keys.dtype != torch.int64:
         raise TypeError(f"`keys` must be an int64 tensor, got {keys.dtype}.")
     j = torch.arange(offset + 1, offset + n + 1, dtype=torch.int64, device=keys.device)
-    return mix64(keys.unsqueeze(-1) + j * _GAMMA)
+    return _mix64_(keys.unsqueeze(-1) + j * _GAMMA)
 
 
 def uniform(keys: Tensor, n: int, dtype: torch.dtype = torch.float64, offset: int = 0) -> Tensor:
@@ -138,7 +142,7 @@ def uniform(keys: Tensor, n: int, dtype: torch.dtype = torch.float64, offset: in
     the float64 values (float32 may round up to exactly 1.0 for the top 2⁻²⁵
     of the range; use float64 where that matters).
     """
-    bits = _shr(random_bits(keys, n, offset), 11)
+    bits = random_bits(keys, n, offset).bitwise_right_shift_(11).bitwise_and_(_MASK53)  # the top 53 bits
     u = bits.to(torch.float64).mul_(2.0**-53)
     return u if dtype == torch.float64 else u.to(dtype)
 
@@ -152,16 +156,18 @@ def normal(keys: Tensor, n: int, dtype: torch.dtype = torch.float64, offset: int
     m = (n + 1) // 2
     u = uniform(keys, 2 * m, offset=offset)
     u1, u2 = u[..., :m], u[..., m:]
-    r = torch.sqrt(-2.0 * torch.log1p(-u1))  # 1 - u1 ∈ (0, 1]: finite
-    theta = (2.0 * math.pi) * u2
-    z = torch.cat([r * torch.cos(theta), r * torch.sin(theta)], dim=-1)[..., :n]
+    r = u1.neg().log1p_().mul_(-2.0).sqrt_()  # √(−2 log(1 − u1)); 1 − u1 ∈ (0, 1]: finite
+    theta = u2.mul_(2.0 * math.pi)
+    z = torch.empty_like(u)  # [r cos θ, r sin θ], written in place
+    torch.cos(theta, out=z[..., :m]).mul_(r)
+    torch.sin(theta, out=z[..., m:]).mul_(r)
+    z = z[..., :n]
     return z if dtype == torch.float64 else z.to(dtype)
 
 
 def gumbel(keys: Tensor, n: int, dtype: torch.dtype = torch.float64, offset: int = 0) -> Tensor:
     r"""Standard Gumbel numbers ``-log(-log u)``, ``keys.shape x n`` (finite)."""
-    u = uniform(keys, n, offset=offset).clamp_(min=2.0**-60)
-    g = -torch.log(-torch.log(u))
+    g = uniform(keys, n, offset=offset).clamp_(min=2.0**-60).log_().neg_().log_().neg_()  # −log(−log u)
     return g if dtype == torch.float64 else g.to(dtype)
 
 

@@ -76,6 +76,23 @@ def test_uniform_and_normal_distributions():
     assert stats.kstest(g.numpy(), "gumbel_r").pvalue > 1e-4
 
 
+def test_draws_are_their_formulas_and_leave_their_inputs_alone():
+    # the draws are computed in place (one scratch tensor): the same bits as the textbook
+    # expressions on the stream's uniforms, and the caller's tensors are not written
+    keys = kr.fold(kr.root_key(5, "formula"), torch.arange(7))
+    before = keys.clone()
+    u = kr.uniform(keys, 10)
+    r, theta = torch.sqrt(-2.0 * torch.log1p(-u[:, :5])), (2.0 * math.pi) * u[:, 5:]
+    assert torch.equal(kr.normal(keys, 10), torch.cat([r * torch.cos(theta), r * torch.sin(theta)], -1))
+    assert torch.equal(kr.normal(keys, 9), torch.cat([r * torch.cos(theta), r * torch.sin(theta)], -1)[:, :9])
+    assert torch.equal(kr.gumbel(keys, 10), -torch.log(-torch.log(u.clamp(min=2.0**-60))))
+    bits = kr.random_bits(keys, 3)
+    copy = bits.clone()
+    mixed = kr.mix64(bits)
+    assert torch.equal(bits, copy) and not torch.equal(mixed, bits)
+    assert torch.equal(keys, before)
+
+
 def test_keys_must_be_int64():
     with pytest.raises(TypeError, match="int64"):
         kr.uniform(torch.tensor([1.0]), 3)

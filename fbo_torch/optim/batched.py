@@ -133,13 +133,15 @@ def boltzmann_restarts(values: Tensor, k: int, keys: Tensor, eta: float = 1.0) -
     v = torch.where(finite, values, 0.0)
     cnt = finite.sum(-1, keepdim=True).clamp_min(1)
     mean = v.sum(-1, keepdim=True) / cnt
-    std = torch.sqrt((torch.where(finite, v - mean, 0.0) ** 2).sum(-1, keepdim=True) / (cnt - 1).clamp_min(1))
-    z = torch.where(std > 0, (v - mean) / std.clamp_min(torch.finfo(v.dtype).tiny), 0.0)
-    g = kr.gumbel(kr.fold(keys, "restarts"), values.shape[-1], dtype=v.dtype)
-    logits = torch.where(finite, eta * z + g, -torch.inf)
-    best = torch.where(finite, values, -torch.inf).argmax(-1, keepdim=True)
-    logits = logits.scatter(-1, best, torch.inf)
-    return logits.topk(k, dim=-1).indices
+    dev = torch.where(finite, v.sub_(mean), 0.0)  # (v - mean) where finite
+    std = torch.sqrt((dev**2).sum(-1, keepdim=True) / (cnt - 1).clamp_min(1))
+    # z = dev / std (0 where std = 0: there every dev is 0); the B x C passes in place
+    logits = dev.div_(std.clamp_min(torch.finfo(v.dtype).tiny)).mul_(eta)
+    logits.add_(kr.gumbel(kr.fold(keys, "restarts"), values.shape[-1], dtype=v.dtype))
+    unusable = ~finite
+    logits.masked_fill_(unusable, -torch.inf)
+    best = values.masked_fill(unusable, -torch.inf).argmax(-1, keepdim=True)
+    return logits.scatter_(-1, best, torch.inf).topk(k, dim=-1).indices
 
 
 def maximize_batched(

@@ -220,8 +220,11 @@ def test_boltzmann_restarts_follow_botorchs_distribution():
     se = (p * (1 - p) / S).sqrt()
     assert ((freq - p).abs() / se).max() < 4.5
     # constant values: uniform choice; non-finite values are not chosen
-    flat = boltzmann_restarts(torch.tensor([[1.0, 1.0, float("nan"), 1.0]], dtype=f64), 3, keys[:1])
+    values = torch.tensor([[1.0, 1.0, float("nan"), 1.0]], dtype=f64)
+    flat = boltzmann_restarts(values, 3, keys[:1])
     assert 2 not in flat.tolist()[0]
+    assert torch.equal(values.isnan(), torch.tensor([[False, False, True, False]]))  # the caller's values kept
+    assert torch.equal(values.nan_to_num(), torch.tensor([[1.0, 1.0, 0.0, 1.0]], dtype=f64))
 
 
 def test_rff_paths_report_the_feature_maps_lengthscales():

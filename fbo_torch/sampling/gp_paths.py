@@ -123,7 +123,11 @@ class GPThompsonPaths:
         # w_s sin z + w_c cos z = r cos(z − φ) with r = |(w_s, w_c)|, φ = atan2(w_s, w_c): one cosine
         # per frequency and data point instead of a sine and a cosine
         ws, wc = w[:, : F // 2], w[:, F // 2 :]
-        waves = torch.cos(lin - torch.atan2(ws, wc).unsqueeze(-2))  # B x n x F/2
+        shift = torch.atan2(ws, wc).unsqueeze(-2)
+        if torch.is_grad_enabled() and (lin.requires_grad or shift.requires_grad):
+            waves = torch.cos(lin - shift)  # B x n x F/2
+        else:  # the same values in place (B x n x F/2 float64: a fresh array per pass costs its page faults)
+            waves = lin.sub_(shift).cos_()
         prior = amp.unsqueeze(-1) * rowdot(waves, torch.hypot(ws, wc).unsqueeze(-1), not waves.requires_grad)
         resid = torch.where(gp.mask, gp.y - hp["mean"].unsqueeze(-1) - prior - eps, 0.0)
         L = gp.L
@@ -321,10 +325,15 @@ class GPThompsonPaths:
         half = 0.5 * math.pi
         # [cos α, sin α] = cos([α, α − π/2]) and [cos β, −sin β] = cos([β, β + π/2]): one cosine each
         # (in place: NumPy's on a CPU in float32, :func:`~fbo_torch.utils.dispatch.cos_`)
-        alpha = torch.baddbmm(W2t[:, -1:], XA - self.lo[:dA], W2t[:, :dA])  # B x nA x F, phase included
-        left = cos_(torch.cat([alpha, alpha - half], -1))  # B x nA x 2F
-        beta = (XB - self.lo[dA:]) @ W2t[:, dA:-1]  # B x nB x F
-        right = cos_(torch.cat([beta, beta + half], -1)).mul_(self._wA.mT.repeat(1, 1, 2))  # w ⊙ [cos β, −sin β]
+        F = W2t.shape[-1]
+        left = XA.new_empty(*XA.shape[:-1], 2 * F)  # B x nA x 2F: α (phase included), then α − π/2
+        _linear(XA - self.lo[:dA], W2t[:, :dA], W2t[:, -1:], out=left[..., :F])
+        torch.sub(left[..., :F], half, out=left[..., F:])
+        cos_(left)
+        right = XB.new_empty(*XB.shape[:-1], 2 * F)  # B x nB x 2F: β, then β + π/2
+        _linear(XB - self.lo[dA:], W2t[:, dA:-1], None, out=right[..., :F])
+        torch.add(right[..., :F], half, out=right[..., F:])
+        cos_(right).mul_(self._wA.mT.repeat(1, 1, 2))  # w ⊙ [cos β, −sin β]
         prior = left @ right.mT  # B x nA x nB
         bt = self._bt[:, :-1]  # B x d x n: the scaled training inputs
         aA = (XA - self.lo[:dA]) * self._q[..., :dA]  # x̃ / ℓ on each half
@@ -345,6 +354,15 @@ class GPThompsonPaths:
     def value_and_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """Values (``... x B x C``) and input gradients (``... x B x C x d``), in closed form."""
         return self._parts(X, grad=True)
+
+
+def _linear(X: Tensor, W: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
+    """``out = X W (+ bias)`` for ``B x n x k`` points and ``B x k x F`` weights. With ``k = 1`` a
+    broadcast product (then a sum), the values a batched product gives, without its per-matrix cost."""
+    if X.shape[-1] == 1:
+        torch.mul(X, W, out=out)
+        return out if bias is None else out.add_(bias)
+    return out.copy_(torch.bmm(X, W) if bias is None else torch.baddbmm(bias, X, W))
 
 
 __all__ = ["GPThompsonPaths"]

@@ -385,3 +385,29 @@ def test_a_cpu_fit_skips_autograd_bookkeeping_and_returns_ordinary_tensors(monke
     Xq = torch.rand(3, 2, dtype=f64, requires_grad=True)
     model.posterior(Xq).mean.sum().backward()
     assert Xq.grad is not None and torch.isfinite(Xq.grad).all()
+
+
+def test_paths_from_draws_that_record_gradients_equal_the_plain_ones():
+    # without gradients the prior's waves are computed in place; with frequencies that record
+    # them, out of place: the same values, and the gradient in the frequencies is a finite difference's
+    X, Y, bounds = _data(B=3, n=8, d=2, seed=4)
+    gp = BatchedExactGP(X, Y, bounds).fit(maxiter=30)
+    g = torch.Generator().manual_seed(5)
+    W = torch.randn(3, 8, 2, generator=g, dtype=f64)
+    w = torch.randn(3, 16, generator=g, dtype=f64)
+    eps = torch.randn(3, 8, generator=g, dtype=f64)
+    Xq = bounds[0] + (bounds[1] - bounds[0]) * torch.rand(3, 5, 2, generator=g, dtype=f64)
+    plain = GPThompsonPaths.from_draws(gp.factored(), W, w, eps)(Xq)
+    Wg = W.clone().requires_grad_(True)
+    paths = GPThompsonPaths.from_draws(gp.factored(), Wg, w, eps)
+    values = paths(Xq)
+    assert torch.equal(values.detach(), plain)
+    (grad,) = torch.autograd.grad(values.sum(), Wg)
+    e = torch.zeros_like(W)
+    e[1, 3, 0] = 1e-6
+
+    def total(W_):
+        return GPThompsonPaths.from_draws(gp.factored(), W_, w, eps)(Xq).sum()
+
+    fd = (total(W + e) - total(W - e)) / 2e-6
+    torch.testing.assert_close(grad[1, 3, 0], fd, rtol=1e-6, atol=1e-8)

@@ -77,6 +77,10 @@ PRODUCT_DIMS = (2, 3)
 #: lower one need no polish; 4 leave room for maxima whose values lower precision cannot order
 #: (2 and 1 were measured a few float64 roundings worse on smooth paths, ``docs/performance.md``).
 POLISH_RESTARTS = 4
+#: Restarts of one function evaluated as a block of this many at a line-search step once at most
+#: this many of them need it (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`'s
+#: ``sub_group``; on a CPU, for functions with ``take``, when a function has more restarts).
+SUB_GROUP: int | None = 4
 
 
 def default_max_points(device: torch.device | str) -> int:
@@ -425,7 +429,11 @@ def _refine_qn(
     functions whose restarts have all converged on a CPU (``minimize_batched``'s
     ``restrict``, a function's ``k`` restarts as one group, so its values are the
     same operations as in the full batch): most restarts converge in a fraction of
-    ``maxiter`` iterations and only a few reach the cap (see docs/design.md).
+    ``maxiter`` iterations and only a few reach the cap (see docs/design.md). With more than
+    :data:`SUB_GROUP` restarts per function, a function with at most that many restarts still
+    needing a line-search step is evaluated in a block of those instead of on all ``k``
+    (``sub_group``; the blocks depend on the function's own restarts, so its maximizer is the
+    same in any batch).
 
     With ``refine_dtype`` (and ``fn.astype``) the BFGS runs twice: all ``B * k`` restarts in
     ``refine_dtype``, stopping at that precision's resolution (``gtol`` ``10√ε``, ``ftol`` ``256ε``),
@@ -499,10 +507,14 @@ def _refine_qn(
         restrict = None
         if hasattr(f, "take"):
 
-            def restrict(index: Tensor) -> tuple[ValueAndGrad, Values | None]:
-                # problem b * kk + j is restart j of function b; whole functions leave
-                agent = torch.div(index[::kk], kk, rounding_mode="floor")
-                return functions(f.take(agent), lo[agent], width[agent], agent.numel(), kk)
+            def restrict(index: Tensor | None, size: int = kk) -> tuple[ValueAndGrad, Values | None]:
+                # problem b * kk + j is restart j of function b; `index` holds blocks of `size`
+                # restarts of one function each (whole functions, or sub_group's blocks); None:
+                # a block of every function
+                if index is None:
+                    return functions(f, lo, width, B, size)
+                agent = torch.div(index[::size], kk, rounding_mode="floor")
+                return functions(f.take(agent), lo[agent], width[agent], agent.numel(), size)
 
         return minimize_batched(
             value_and_grad,
@@ -512,6 +524,7 @@ def _refine_qn(
             upper=1.0,
             restrict=restrict,
             group=kk,
+            sub_group=SUB_GROUP if restrict is not None and SUB_GROUP is not None and kk > SUB_GROUP else None,
             extrapolate=getattr(f, "extrapolate", "always"),
             line_search=line_search,
             **{**step(kk), **options},

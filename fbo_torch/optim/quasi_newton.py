@@ -56,6 +56,8 @@ from fbo_torch.utils.dispatch import gpu_path
 
 ValueAndGrad = Callable[[Tensor], tuple[Tensor, Tensor]]
 Values = Callable[[Tensor], Tensor]
+#: ``restrict(index)`` (or ``restrict(index, size=m)`` with ``sub_group``): the functions of a sub-batch.
+Restrict = Callable[..., tuple[ValueAndGrad, Values | None]]
 
 
 @dataclass
@@ -112,8 +114,9 @@ def minimize_batched(
     armijo: float = 1e-4,
     check_every: int | None | str = "auto",
     line_search: str = "auto",
-    restrict: Callable[[Tensor], tuple[ValueAndGrad, Values | None]] | None = None,
+    restrict: Restrict | None = None,
     group: int = 1,
+    sub_group: int | None = None,
     extrapolate: str = "always",
     inv_hessian: Tensor | None = None,
     dtol: float | None = None,
@@ -199,6 +202,16 @@ def minimize_batched(
             function is evaluated on as many points as in the full batch and a
             problem's iterations are the same floating-point operations whatever
             else is in the batch.
+        sub_group: With ``restrict`` and the sequential line search, a group with at most this
+            many problems left to evaluate at a candidate step (``1 <= sub_group < group``) is
+            evaluated on those problems only: ``restrict(index, size=sub_group)`` gives the
+            functions on blocks of ``sub_group`` problems of one group each (its problems to
+            evaluate, in order, the last repeated to fill the block); ``restrict(None,
+            size=sub_group)`` the same for a block of every group of the whole batch. A group converges
+            unevenly — most of a function's restarts stop within a few iterations, a few climb on
+            — and was evaluated on all its ``group`` points for each of them. Which groups go
+            by blocks depends on their own problems only (never on the rest of the batch), so a
+            problem's iterations still do not depend on what else is in the batch.
 
         inv_hessian: Optional ``batch x p x p`` inverse-Hessian approximations to start from (a
             previous run's :attr:`QNResult.inv_hessian`, e.g. of a lower-precision run from which
@@ -223,6 +236,10 @@ def minimize_batched(
         raise ValueError(f"`line_search` must be 'parallel', 'sequential' or 'auto', got {line_search!r}.")
     if not (isinstance(group, int) and group >= 1 and B % group == 0):
         raise ValueError(f"`group` must be a positive divisor of the batch size {B}, got {group!r}.")
+    if sub_group is not None and not (isinstance(sub_group, int) and 1 <= sub_group < group):
+        raise ValueError(f"`sub_group` must be None or an int in [1, group = {group}), got {sub_group!r}.")
+    if sub_group is not None and restrict is None:
+        raise ValueError("`sub_group` needs `restrict` (the functions of a sub-batch).")
     if not max_step > 0:
         raise ValueError(f"`max_step` must be positive, got {max_step!r}.")
     if dtol is not None and not dtol >= 0:
@@ -284,23 +301,66 @@ def minimize_batched(
         (sequential line search): ``None`` if there are none; with ``restrict``, once they are at
         most three quarters of the batch, evaluated on those whole groups only (so every
         function sees the points it would see in the full batch: the same values), the other
-        problems' values +inf; else on the whole batch."""
-        groups = mask.view(-1, group).any(-1)
-        num_groups = int(groups.sum())
-        if num_groups == 0:
+        problems' values +inf; else on the whole batch. With ``sub_group``, the groups with at most
+        that many problems in ``mask`` on blocks of those problems (:func:`_in_blocks`)."""
+        counts = mask.view(-1, group).sum(-1)
+        blocks = sub_group is not None and may_restrict
+        whole = counts > (cast(int, sub_group) if blocks else 0)
+        few = (counts > 0) & ~whole if blocks else None
+        num_whole, num_few = int(whole.sum()), 0 if few is None else int(few.sum())
+        if num_whole + num_few == 0:
             return None
-        if restrict is not None and may_restrict and 4 * num_groups <= 3 * groups.numel():
-            pos = groups.repeat_interleave(group).nonzero().squeeze(-1)
+        gs: Tensor | None
+        if num_whole == 0:
+            fs, gs = torch.full((B,), torch.inf, dtype=dt, device=dev), g.clone() if with_grad else None
+        elif restrict is not None and may_restrict and 4 * num_whole <= 3 * whole.numel():
+            pos = whole.repeat_interleave(group).nonzero().squeeze(-1)
             sub_vg, sub_values = restrict(pos if index is None else index[pos])
             fs = torch.full((B,), torch.inf, dtype=dt, device=dev)
             if with_grad:
                 sub, sub_g = sub_vg(pts[pos])
-                return fs.index_copy_(0, pos, sub), g.index_copy(0, pos, sub_g)
-            sub = (sub_values if sub_values is not None else _stacked(sub_vg))(pts[pos].unsqueeze(0))[0]
-            return fs.index_copy_(0, pos, sub), None
-        if with_grad:
-            return value_and_grad(pts)
-        return batch_values(pts.unsqueeze(0))[0], None
+                fs, gs = fs.index_copy_(0, pos, sub), g.index_copy(0, pos, sub_g)
+            else:
+                sub = (sub_values if sub_values is not None else _stacked(sub_vg))(pts[pos].unsqueeze(0))[0]
+                fs, gs = fs.index_copy_(0, pos, sub), None
+        elif with_grad:
+            fs, gs = value_and_grad(pts)
+        else:
+            fs, gs = batch_values(pts.unsqueeze(0))[0], None
+        if num_few:
+            assert few is not None  # num_few > 0
+            # written into below: copies where they are the functions' own outputs
+            fs, gs = fs.clone(), None if gs is None else gs.clone()
+            _in_blocks(mask, counts, few, num_few, pts, fs, gs)
+        return fs, gs
+
+    def _in_blocks(
+        mask: Tensor, counts: Tensor, few: Tensor, num_few: int, pts: Tensor, fs: Tensor, gs: Tensor | None
+    ) -> None:
+        """Write into ``fs`` (and ``gs``) the values (and gradients) of the problems in ``mask`` of the
+        ``few`` groups, each evaluated in a block of ``sub_group`` problems of its group: those in
+        ``mask``, in order, the last one repeated."""
+        assert restrict is not None and sub_group is not None  # with sub_group (checked on entry)
+        # most groups, none dropped yet: a block for every group (the functions as they are,
+        # nothing gathered; the other groups' blocks are evaluated and not used), else for those only
+        every = index is None and 2 * num_few >= few.numel()
+        grp = torch.arange(few.numel(), device=dev) if every else few.nonzero().squeeze(-1)  # S groups
+        n = counts[grp]
+        order = torch.argsort(mask.view(-1, group)[grp].logical_not(), dim=-1, stable=True)[:, :sub_group]
+        real = torch.arange(sub_group, device=dev) < n.unsqueeze(-1)  # S x sub_group
+        if every:
+            real = real & few.unsqueeze(-1)
+        order = torch.where(real, order, order.gather(1, (n - 1).clamp(0, sub_group - 1).unsqueeze(-1)))
+        block = (grp.unsqueeze(-1) * group + order).reshape(-1)  # S * sub_group problems
+        sub_vg, sub_values = restrict(None if every else block if index is None else index[block], size=sub_group)
+        keep = real.reshape(-1)
+        dst = block[keep]
+        if gs is not None:
+            sub, sub_g = sub_vg(pts[block])
+            gs.index_copy_(0, dst, sub_g[keep])
+        else:
+            sub = (sub_values if sub_values is not None else _stacked(sub_vg))(pts[block].unsqueeze(0))[0]
+        fs.index_copy_(0, dst, sub[keep])
 
     for it in range(maxiter):
         if bounded:

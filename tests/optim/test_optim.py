@@ -173,6 +173,37 @@ def test_dropping_converged_functions_changes_no_maximizer(problem, monkeypatch)
         taken.clear()
 
 
+def test_a_gp_sample_maximized_alone_or_in_any_batch_gives_the_same_bits(monkeypatch):
+    # on a CPU the BFGS drops functions whose restarts have all converged and evaluates a function
+    # whose few restarts still need a step in a block of those (batched.SUB_GROUP); both depend on
+    # the function's own restarts only, so its maximizer is the same bits in any batch (the
+    # simulator's chunks of agents, one agent on its own device)
+    from fbo_torch.models.batched_gp import BatchedExactGP
+    from fbo_torch.optim import batched
+
+    g = torch.Generator().manual_seed(8)
+    X = torch.rand(8, 15, 2, generator=g, dtype=f64)
+    gp = BatchedExactGP(X, torch.sin(9 * X).sum(-1, keepdim=True), BOUNDS).fit(maxiter=40)
+    paths = gp.draw_paths(kr.fold(kr.root_key(3, "own"), torch.arange(8)), 128)
+    keys = kr.fold(kr.root_key(0, "alone"), torch.arange(8))
+    sizes = []
+    orig = batched.minimize_batched
+
+    def spy(*args, **kw):
+        restrict = kw.get("restrict")
+        if restrict is not None:
+            kw["restrict"] = lambda index, size=kw["group"]: (sizes.append(size), restrict(index, size))[1]
+        return orig(*args, **kw)
+
+    monkeypatch.setattr(batched, "minimize_batched", spy)
+    kw = dict(raw_samples=256, num_restarts=16, refine_dtype=torch.float32, screen_dtype=torch.float32)
+    Xa, va = maximize_batched(paths, BOUNDS, 8, keys=keys, **kw)
+    assert batched.SUB_GROUP is not None and batched.SUB_GROUP in sizes  # blocks were evaluated
+    for idx in (torch.tensor([3]), torch.tensor([1, 2, 6]), torch.arange(4, 8)):
+        Xs, vs = maximize_batched(paths.take(idx), BOUNDS, idx.numel(), keys=keys[idx], **kw)
+        assert torch.equal(Xs, Xa[idx]) and torch.equal(vs, va[idx])
+
+
 def test_take_selects_functions(problem):
     from fbo_torch.models.batched_gp import BatchedExactGP
 

@@ -501,3 +501,60 @@ def test_no_iteration_runs_once_every_problem_has_converged(monkeypatch):
     monkeypatch.setenv("FBO_SYNC_FREE", "1")
     ops = {m: _aten_calls(lambda m=m: minimize_batched(vg, x0, maxiter=m, check_every=1000)) for m in (50, 200)}
     assert ops[50] < ops[200], ops
+
+
+def _shifted_groups(seed, G, k, p=3):
+    """``G`` shifted Rosenbrocks (function ``j``: ``rosen(x − c_j)``), ``k`` restarts each (problem
+    ``j·k + i`` is restart ``i`` of function ``j``), and ``restrict`` in both of its forms."""
+    g = torch.Generator().manual_seed(seed)
+    c = torch.rand(G, p, generator=g, dtype=f64) - 0.5
+    x0 = torch.rand(G * k, p, generator=g, dtype=f64) * 2 - 1
+    calls, points = [], []
+
+    def functions(shift):
+        vg = autograd_value_and_grad(lambda x: rosen(x - shift))
+
+        def value_and_grad(x):
+            points.append(x.shape[0])
+            return vg(x)
+
+        def values(xs):
+            points.append(xs.shape[0] * xs.shape[1])
+            return rosen(xs - shift)
+
+        return value_and_grad, values
+
+    def restrict(index, size=k):
+        calls.append((None if index is None else index.clone(), size))
+        # index: blocks of `size` problems of one function each; None: a block of every function
+        return functions(
+            c.repeat_interleave(size, 0) if index is None else c[torch.div(index, k, rounding_mode="floor")]
+        )
+
+    return functions(c.repeat_interleave(k, 0)), x0, restrict, calls, points
+
+
+def test_groups_evaluated_by_blocks_take_the_same_steps_on_fewer_points():
+    # sub_group: a group with few restarts left to evaluate at a step is evaluated on those alone;
+    # Rosenbrock's value does not depend on the block a point is in, so every iterate is the same
+    G, k = 12, 8
+    (vg, values), x0, restrict, calls, points = _shifted_groups(11, G, k)
+    kw = dict(lower=-1.5, upper=1.5, maxiter=80, line_search="sequential", group=k)
+    plain = minimize_batched(vg, x0, values=values, check_every=None, **kw)
+    n_plain, points[:] = sum(points), []
+    fast = minimize_batched(vg, x0, values=values, restrict=restrict, sub_group=3, **kw)
+    for a, b in ((fast.x, plain.x), (fast.fun, plain.fun), (fast.iterations, plain.iterations)):
+        assert torch.equal(a, b)
+    assert plain.converged.all() and sum(points) < n_plain
+    blocks = [(i, size) for i, size in calls if size == 3]
+    assert blocks and any(i is None for i, _ in blocks) and any(i is not None for i, _ in blocks)
+    for i, _ in blocks:  # each block holds restarts of one function, in order (the last repeated)
+        if i is not None:
+            b = i.view(-1, 3)
+            assert (torch.div(b, k, rounding_mode="floor") == torch.div(b[:, :1], k, rounding_mode="floor")).all()
+            assert (b.diff(dim=-1) >= 0).all()
+    for bad in (0, k, 2.5):
+        with pytest.raises(ValueError, match="sub_group"):
+            minimize_batched(vg, x0, restrict=restrict, group=k, sub_group=bad)
+    with pytest.raises(ValueError, match="sub_group"):
+        minimize_batched(vg, x0, group=k, sub_group=2)

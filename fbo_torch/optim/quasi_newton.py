@@ -303,13 +303,25 @@ def minimize_batched(
         function sees the points it would see in the full batch: the same values), the other
         problems' values +inf; else on the whole batch. With ``sub_group``, the groups with at most
         that many problems in ``mask`` on blocks of those problems (:func:`_in_blocks`)."""
-        counts = mask.view(-1, group).sum(-1)
-        blocks = sub_group is not None and may_restrict
-        whole = counts > (cast(int, sub_group) if blocks else 0)
-        few = (counts > 0) & ~whole if blocks else None
-        num_whole, num_few = int(whole.sum()), 0 if few is None else int(few.sum())
-        if num_whole + num_few == 0:
-            return None
+        few: Tensor | None = None  # with sub_group: the groups evaluated in blocks
+        num_few = 0
+        if sub_group is not None and may_restrict:
+            counts = mask.view(-1, group).sum(-1)
+            most = int(counts.max())
+            if most == 0:
+                return None
+            if most <= sub_group:  # every group in blocks
+                few, num_whole = counts > 0, 0
+                num_few = int(few.sum())
+            else:
+                whole = counts > sub_group
+                few = (counts > 0) ^ whole  # (counts > 0) & ~whole
+                num_whole, num_few = int(whole.sum()), int(few.sum())
+        else:
+            whole = mask.view(-1, group).any(-1)
+            num_whole = int(whole.sum())
+            if num_whole == 0:
+                return None
         gs: Tensor | None
         if num_whole == 0:
             fs, gs = torch.full((B,), torch.inf, dtype=dt, device=dev), g.clone() if with_grad else None
@@ -329,8 +341,8 @@ def minimize_batched(
             fs, gs = batch_values(pts.unsqueeze(0))[0], None
         if num_few:
             assert few is not None  # num_few > 0
-            # written into below: copies where they are the functions' own outputs
-            fs, gs = fs.clone(), None if gs is None else gs.clone()
+            if num_whole:  # written into below: copies where they are the functions' own outputs
+                fs, gs = fs.clone(), None if gs is None else gs.clone()
             _in_blocks(mask, counts, few, num_few, pts, fs, gs)
         return fs, gs
 
@@ -339,21 +351,23 @@ def minimize_batched(
     ) -> None:
         """Write into ``fs`` (and ``gs``) the values (and gradients) of the problems in ``mask`` of the
         ``few`` groups, each evaluated in a block of ``sub_group`` problems of its group: those in
-        ``mask``, in order, the last one repeated."""
+        ``mask``, in order, the first one repeated."""
         assert restrict is not None and sub_group is not None  # with sub_group (checked on entry)
         # most groups, none dropped yet: a block for every group (the functions as they are,
         # nothing gathered; the other groups' blocks are evaluated and not used), else for those only
         every = index is None and 2 * num_few >= few.numel()
-        grp = torch.arange(few.numel(), device=dev) if every else few.nonzero().squeeze(-1)  # S groups
-        n = counts[grp]
-        order = torch.argsort(mask.view(-1, group)[grp].logical_not(), dim=-1, stable=True)[:, :sub_group]
-        real = torch.arange(sub_group, device=dev) < n.unsqueeze(-1)  # S x sub_group
+        m = mask.view(-1, group)
         if every:
-            real = real & few.unsqueeze(-1)
-        order = torch.where(real, order, order.gather(1, (n - 1).clamp(0, sub_group - 1).unsqueeze(-1)))
-        block = (grp.unsqueeze(-1) * group + order).reshape(-1)  # S * sub_group problems
+            first, real = group_starts, slots < counts.unsqueeze(-1)
+            real &= few.unsqueeze(-1)
+        else:
+            grp = few.nonzero().squeeze(-1)  # S groups
+            m, first = m[grp], grp.unsqueeze(-1) * group
+            real = slots < counts[grp].unsqueeze(-1)
+        order = torch.argsort(m.logical_not(), dim=-1, stable=True)[:, :sub_group]  # S x sub_group
+        block = (first + torch.where(real, order, order[:, :1])).view(-1)  # S * sub_group problems
         sub_vg, sub_values = restrict(None if every else block if index is None else index[block], size=sub_group)
-        keep = real.reshape(-1)
+        keep = real.view(-1)
         dst = block[keep]
         if gs is not None:
             sub, sub_g = sub_vg(pts[block])
@@ -361,6 +375,10 @@ def minimize_batched(
         else:
             sub = (sub_values if sub_values is not None else _stacked(sub_vg))(pts[block].unsqueeze(0))[0]
         fs.index_copy_(0, dst, sub[keep])
+
+    if sub_group is not None:  # constants of _in_blocks
+        group_starts = torch.arange(0, B, group, device=dev).unsqueeze(-1)  # G x 1
+        slots = torch.arange(sub_group, device=dev)
 
     for it in range(maxiter):
         if bounded:

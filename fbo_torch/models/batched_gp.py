@@ -348,14 +348,12 @@ class BatchedExactGP:
         )  # y − c, 0 on masked entries
         r = r.unsqueeze(-1)
         if with_grad:
+            # K⁻¹ = L⁻ᵀL⁻¹ by triangular solves: unlike cholesky_inverse/cholesky_solve they neither raise on a
+            # failed factorization (masked below) nor read an error flag on the host (no CUDA sync), and an
+            # agent's K⁻¹ does not depend on the batch (cholesky_inverse's batched CPU path does)
             eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
-            if gpu_path(K.device):
-                # K⁻¹ = L⁻ᵀL⁻¹ by triangular solves: unlike cholesky_inverse they neither raise on a failed
-                # factorization (masked below) nor read an error flag on the host (no CUDA sync)
-                Li = torch.linalg.solve_triangular(L, eye.expand_as(L), upper=False)
-                Kinv = Li.mT @ Li
-            else:  # LAPACK's potri, a third faster; failed factorizations (masked below) take the identity
-                Kinv = torch.cholesky_inverse(torch.where((info == 0).unsqueeze(-1).unsqueeze(-1), L, eye))
+            Li = torch.linalg.solve_triangular(L, eye.expand_as(L), upper=False)
+            Kinv = Li.mT @ Li
             alpha = Kinv @ r  # K⁻¹r; 0 on masked entries
             quad = (r.mT @ alpha).view(K.shape[:-2])
         else:

@@ -77,6 +77,11 @@ PRODUCT_DIMS = (2, 3)
 #: lower one need no polish; 4 leave room for maxima whose values lower precision cannot order
 #: (2 and 1 were measured a few float64 roundings worse on smooth paths, ``docs/performance.md``).
 POLISH_RESTARTS = 4
+#: With ``refine_dtype``: of the restarts to finish in full precision, those within this many
+#: lengthscales (every coordinate) of a better one are not finished: where the lower precision
+#: stopped, they are on the same maximum (most of the best restarts of a smooth path are: 1.2
+#: distinct points among the best 4 of a 1,000-agent own-sample search, docs/design.md).
+POLISH_TWIN = 1e-3
 #: Restarts of one function evaluated as a block of this many at a line-search step once at most
 #: this many of them need it (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`'s
 #: ``sub_group``; on a CPU, for functions with ``take``, when a function has more restarts).
@@ -557,6 +562,13 @@ def _refine_qn(
     top = v_low.topk(m, dim=-1).indices  # B x m
     U_low = low.x.view(B, k, d).to(U0.dtype)
     x0 = U_low.gather(1, top.unsqueeze(-1).expand(B, m, d)).reshape(B * m, d)
+    active = None
+    if POLISH_TWIN and lengthscales is not None and m > 1:
+        # a restart that ended within POLISH_TWIN lengthscales of a better one (by the lower-precision
+        # values) is on the same maximum: only the better one is finished
+        xs = x0.view(B, m, d) / lengthscales.unsqueeze(1)
+        before = torch.ones(m, m, dtype=torch.bool, device=U0.device).tril(-1)  # [i, j]: j ranks before i
+        active = ((torch.cdist(xs, xs, p=torch.inf) <= POLISH_TWIN) & before).any(-1).logical_not_().view(-1)
     H0 = low.inv_hessian.view(B, k, d, d).gather(1, top.view(B, m, 1, 1).expand(B, m, d, d)).to(U0.dtype)
     res = run(
         fn,
@@ -570,6 +582,7 @@ def _refine_qn(
         ftol=ftol * 1e-2,
         inv_hessian=H0.reshape(B * m, d, d),
         dtol=dtol,
+        active=active,
         check_every=1 if not sync_free else "auto",
         # restarts without curvature start with steps at the lower precision's scale
         **({"init_step": step(m, math.sqrt(eps))["init_step"]} if isinstance(init, Tensor) else {}),

@@ -120,6 +120,7 @@ def minimize_batched(
     extrapolate: str = "always",
     inv_hessian: Tensor | None = None,
     dtol: float | None = None,
+    active: Tensor | None = None,
 ) -> QNResult:
     r"""Minimize a batch of independent smooth functions with box-constrained BFGS.
 
@@ -213,6 +214,9 @@ def minimize_batched(
             by blocks depends on their own problems only (never on the rest of the batch), so a
             problem's iterations still do not depend on what else is in the batch.
 
+        active: Optional ``batch`` booleans: the problems that move; the others are returned
+            where they start, as converged (they are evaluated there once), e.g. restarts that
+            duplicate another one of their function.
         inv_hessian: Optional ``batch x p x p`` inverse-Hessian approximations to start from (a
             previous run's :attr:`QNResult.inv_hessian`, e.g. of a lower-precision run from which
             this one continues): the first step of a problem with one is a quasi-Newton step and
@@ -284,7 +288,12 @@ def minimize_batched(
             raise ValueError(f"`inv_hessian` must be {B} x {p} x {p}, got shape {tuple(inv_hessian.shape)}.")
         first = inv_hessian.isnan().flatten(1).any(-1)
         nH = torch.where(first.view(B, 1, 1), neg_eye, inv_hessian.to(dtype=dt, device=dev).neg())
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    if active is None:
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+    elif active.shape != (B,) or active.dtype != torch.bool:
+        raise ValueError(f"`active` must be {B} booleans, got {active.dtype} {tuple(active.shape)}.")
+    else:
+        done = ~active.to(dev)
     iters = torch.zeros(B, dtype=torch.long, device=dev)
     failed = torch.zeros(B, dtype=torch.bool, device=dev)
     held: Tensor | None = None  # set at the top of every iteration when bounded

@@ -204,6 +204,38 @@ def test_a_gp_sample_maximized_alone_or_in_any_batch_gives_the_same_bits(monkeyp
         assert torch.equal(Xs, Xa[idx]) and torch.equal(vs, va[idx])
 
 
+def test_restarts_that_stop_on_the_same_maximum_are_finished_once(monkeypatch):
+    # with refine_dtype the best POLISH_RESTARTS restarts of a function are finished in full
+    # precision; those the lower precision left within POLISH_TWIN lengthscales of a better one are
+    # on the same maximum and are not: the maxima are those of finishing all of them
+    from fbo_torch.models.batched_gp import BatchedExactGP
+    from fbo_torch.optim import batched
+
+    g = torch.Generator().manual_seed(9)
+    X = torch.rand(12, 10, 2, generator=g, dtype=f64)
+    gp = BatchedExactGP(X, torch.sin(4 * X).sum(-1, keepdim=True), BOUNDS).fit(maxiter=40)
+    paths = gp.draw_paths(kr.fold(kr.root_key(4, "own"), torch.arange(12)), 128)
+    keys = kr.fold(kr.root_key(0, "twins"), torch.arange(12))
+    kw = dict(raw_samples=256, num_restarts=16, refine_dtype=torch.float32, screen_dtype=torch.float32)
+    actives = []
+    orig = batched.minimize_batched
+
+    def spy(*args, **options):
+        actives.append(options.get("active"))
+        return orig(*args, **options)
+
+    monkeypatch.setattr(batched, "minimize_batched", spy)
+    Xa, va = maximize_batched(paths, BOUNDS, 12, keys=keys, **kw)
+    polish = actives[-1]
+    assert polish is not None and not polish.all() and polish.view(12, -1)[:, 0].all()  # the best always finished
+    monkeypatch.setattr(batched, "POLISH_TWIN", 0.0)
+    Xb, vb = maximize_batched(paths, BOUNDS, 12, keys=keys, **kw)
+    assert actives[-1] is None
+    # the same maxima: values to float64 rounding of the paths' scale, points to the gradient tolerance
+    torch.testing.assert_close(va, vb, atol=64 * torch.finfo(f64).eps * vb.abs().max().item(), rtol=0)
+    torch.testing.assert_close(Xa, Xb, atol=1e-6, rtol=0)
+
+
 def test_take_selects_functions(problem):
     from fbo_torch.models.batched_gp import BatchedExactGP
 

@@ -558,3 +558,26 @@ def test_groups_evaluated_by_blocks_take_the_same_steps_on_fewer_points():
             minimize_batched(vg, x0, restrict=restrict, group=k, sub_group=bad)
     with pytest.raises(ValueError, match="sub_group"):
         minimize_batched(vg, x0, group=k, sub_group=2)
+
+
+def test_inactive_problems_stay_where_they_start():
+    # `active`: the other problems are evaluated at their start and returned there, as converged;
+    # the active ones take the steps they take in a batch of their own
+    vg, x_star = _quadratics(5)
+    x0 = torch.zeros(8, 5, dtype=f64)
+    active = torch.tensor([True, False, True, True, False, True, False, True])
+    res = minimize_batched(vg, x0, maxiter=60, active=active)
+    alone = minimize_batched(lambda x: tuple(t[active] for t in vg(_scatter(x, active))), x0[active], maxiter=60)
+    assert torch.equal(res.x[active], alone.x) and torch.equal(res.iterations[active], alone.iterations)
+    assert torch.equal(res.x[~active], x0[~active]) and (res.iterations[~active] == 0).all()
+    assert res.converged.all() and torch.equal(res.fun[~active], vg(x0)[0][~active])
+    for bad in (active[:5], active.long()):
+        with pytest.raises(ValueError, match="active"):
+            minimize_batched(vg, x0, active=bad)
+
+
+def _scatter(x, active):
+    """``x`` (``active.sum() x p``) written into the rows ``active`` of a zero ``8 x p`` batch."""
+    out = torch.zeros(active.numel(), x.shape[-1], dtype=x.dtype)
+    out[active] = x
+    return out

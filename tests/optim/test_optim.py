@@ -173,34 +173,43 @@ def test_dropping_converged_functions_changes_no_maximizer(problem, monkeypatch)
         taken.clear()
 
 
+#: The own-sample search's settings: 16 restarts, climbed in float32 and finished in float64.
+OWN_SEARCH = dict(raw_samples=256, num_restarts=16, refine_dtype=torch.float32, screen_dtype=torch.float32)
+
+
+def _own_search_setup(monkeypatch, B, freq, seed):
+    """``B`` GP samples (2-D, 128 features) with their keys, and the keyword arguments of every
+    ``minimize_batched`` call the maximizer makes afterwards (recorded)."""
+    from fbo_torch.models.batched_gp import BatchedExactGP
+    from fbo_torch.optim import batched
+
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(B, 15, 2, generator=g, dtype=f64)
+    gp = BatchedExactGP(X, torch.sin(freq * X).sum(-1, keepdim=True), BOUNDS).fit(maxiter=40)
+    paths = gp.draw_paths(kr.fold(kr.root_key(seed, "own"), torch.arange(B)), 128)
+    calls = []
+    orig = batched.minimize_batched
+
+    def spy(*args, **options):
+        calls.append(options)
+        return orig(*args, **options)
+
+    monkeypatch.setattr(batched, "minimize_batched", spy)
+    return paths, kr.fold(kr.root_key(seed, "search"), torch.arange(B)), calls
+
+
 def test_a_gp_sample_maximized_alone_or_in_any_batch_gives_the_same_bits(monkeypatch):
     # on a CPU the BFGS drops functions whose restarts have all converged and evaluates a function
     # whose few restarts still need a step in a block of those (batched.SUB_GROUP); both depend on
     # the function's own restarts only, so its maximizer is the same bits in any batch (the
     # simulator's chunks of agents, one agent on its own device)
-    from fbo_torch.models.batched_gp import BatchedExactGP
     from fbo_torch.optim import batched
 
-    g = torch.Generator().manual_seed(8)
-    X = torch.rand(8, 15, 2, generator=g, dtype=f64)
-    gp = BatchedExactGP(X, torch.sin(9 * X).sum(-1, keepdim=True), BOUNDS).fit(maxiter=40)
-    paths = gp.draw_paths(kr.fold(kr.root_key(3, "own"), torch.arange(8)), 128)
-    keys = kr.fold(kr.root_key(0, "alone"), torch.arange(8))
-    sizes = []
-    orig = batched.minimize_batched
-
-    def spy(*args, **kw):
-        restrict = kw.get("restrict")
-        if restrict is not None:
-            kw["restrict"] = lambda index, size=kw["group"]: (sizes.append(size), restrict(index, size))[1]
-        return orig(*args, **kw)
-
-    monkeypatch.setattr(batched, "minimize_batched", spy)
-    kw = dict(raw_samples=256, num_restarts=16, refine_dtype=torch.float32, screen_dtype=torch.float32)
-    Xa, va = maximize_batched(paths, BOUNDS, 8, keys=keys, **kw)
-    assert batched.SUB_GROUP is not None and batched.SUB_GROUP in sizes  # blocks were evaluated
+    paths, keys, calls = _own_search_setup(monkeypatch, 8, 9.0, 8)
+    Xa, va = maximize_batched(paths, BOUNDS, 8, keys=keys, **OWN_SEARCH)
+    assert batched.SUB_GROUP is not None and calls[0]["sub_group"] == batched.SUB_GROUP
     for idx in (torch.tensor([3]), torch.tensor([1, 2, 6]), torch.arange(4, 8)):
-        Xs, vs = maximize_batched(paths.take(idx), BOUNDS, idx.numel(), keys=keys[idx], **kw)
+        Xs, vs = maximize_batched(paths.take(idx), BOUNDS, idx.numel(), keys=keys[idx], **OWN_SEARCH)
         assert torch.equal(Xs, Xa[idx]) and torch.equal(vs, va[idx])
 
 
@@ -208,29 +217,15 @@ def test_restarts_that_stop_on_the_same_maximum_are_finished_once(monkeypatch):
     # with refine_dtype the best POLISH_RESTARTS restarts of a function are finished in full
     # precision; those the lower precision left within POLISH_TWIN lengthscales of a better one are
     # on the same maximum and are not: the maxima are those of finishing all of them
-    from fbo_torch.models.batched_gp import BatchedExactGP
     from fbo_torch.optim import batched
 
-    g = torch.Generator().manual_seed(9)
-    X = torch.rand(12, 10, 2, generator=g, dtype=f64)
-    gp = BatchedExactGP(X, torch.sin(4 * X).sum(-1, keepdim=True), BOUNDS).fit(maxiter=40)
-    paths = gp.draw_paths(kr.fold(kr.root_key(4, "own"), torch.arange(12)), 128)
-    keys = kr.fold(kr.root_key(0, "twins"), torch.arange(12))
-    kw = dict(raw_samples=256, num_restarts=16, refine_dtype=torch.float32, screen_dtype=torch.float32)
-    actives = []
-    orig = batched.minimize_batched
-
-    def spy(*args, **options):
-        actives.append(options.get("active"))
-        return orig(*args, **options)
-
-    monkeypatch.setattr(batched, "minimize_batched", spy)
-    Xa, va = maximize_batched(paths, BOUNDS, 12, keys=keys, **kw)
-    polish = actives[-1]
+    paths, keys, calls = _own_search_setup(monkeypatch, 12, 4.0, 9)
+    Xa, va = maximize_batched(paths, BOUNDS, 12, keys=keys, **OWN_SEARCH)
+    polish = calls[-1]["active"]
     assert polish is not None and not polish.all() and polish.view(12, -1)[:, 0].all()  # the best always finished
     monkeypatch.setattr(batched, "POLISH_TWIN", 0.0)
-    Xb, vb = maximize_batched(paths, BOUNDS, 12, keys=keys, **kw)
-    assert actives[-1] is None
+    Xb, vb = maximize_batched(paths, BOUNDS, 12, keys=keys, **OWN_SEARCH)
+    assert calls[-1]["active"] is None
     # the same maxima: values to float64 rounding of the paths' scale, points to the gradient tolerance
     torch.testing.assert_close(va, vb, atol=64 * torch.finfo(f64).eps * vb.abs().max().item(), rtol=0)
     torch.testing.assert_close(Xa, Xb, atol=1e-6, rtol=0)

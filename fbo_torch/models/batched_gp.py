@@ -211,8 +211,8 @@ class BatchedExactGP:
         distances, and the lengthscale gradient is one contraction with it.
         Differences, not ``|a|² − 2ab + |b|²``: no cancellation for close points.
         Coordinate-major, so each dimension's ``n x n`` block is contiguous: the sums over
-        dimensions are ``k`` elementwise passes (a batched ``n² x k`` by ``k x 1`` product was
-        eight times slower on a CPU). Memory: ``B·n²·k`` numbers, ``k`` times the covariance matrix.
+        dimensions are ``k`` elementwise passes, not a batched ``n² x k`` by ``k x 1`` product
+        (docs/design.md). Memory: ``B·n²·k`` numbers, ``k`` times the covariance matrix.
         """
         if self._sqd is None:
             Xt = self.X.mT  # B x d x n
@@ -270,10 +270,11 @@ class BatchedExactGP:
         constrained hyperparameters ``x`` (:meth:`_constrained`).
 
         ``K_f = exp(log s² − ½ Σ_j D_j/ℓ_j² + bias)``: one ``... x B x n x n`` allocation
-        and two passes in place (an out-of-place chain of products, ``where`` and
-        ``exp`` made seven, and on a CPU the page faults of each fresh allocation cost
-        as much as the arithmetic). With ``signal=False`` only ``K`` is built (``None``
-        for ``K_f``) and, unless autograd records, in the same memory.
+        and the other passes (one multiply-add per further dimension, the bias, ``log s²``,
+        ``exp``) in place unless autograd records (an out-of-place chain allocated at every
+        step, and on a CPU the page faults of each fresh allocation cost as much as the
+        arithmetic). With ``signal=False`` only ``K`` is built (``None`` for ``K_f``) and,
+        unless autograd records, in the same memory.
         """
         s, c = self.spec, self._consts()
         k = c["k"]
@@ -284,7 +285,8 @@ class BatchedExactGP:
         grad = torch.is_grad_enabled() and (w.requires_grad or D.requires_grad)  # autograd: out of place
         t = D[:, 0] * w[..., 0, :, :]
         for j in range(1, D.shape[-3]):
-            t = t + D[:, j] * w[..., j, :, :] if grad else t.addcmul_(D[:, j], w[..., j, :, :])
+            # the same operation either way (addcmul rounds like addcmul_: the same bits with autograd)
+            t = torch.addcmul(t, D[:, j], w[..., j, :, :]) if grad else t.addcmul_(D[:, j], w[..., j, :, :])
         t = t + self._pair_bias if grad else t.add_(self._pair_bias)
         if s.outputscale:  # log s² is the unconstrained parameter itself
             log_os = params[..., k].unsqueeze(-1).unsqueeze(-1)

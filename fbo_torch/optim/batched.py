@@ -78,13 +78,15 @@ PRODUCT_DIMS = (2, 3)
 #: (2 and 1 were measured a few float64 roundings worse on smooth paths, ``docs/performance.md``).
 POLISH_RESTARTS = 4
 #: With ``refine_dtype``: of the restarts to finish in full precision, those within this many
-#: lengthscales (every coordinate) of a better one are not finished: where the lower precision
-#: stopped, they are on the same maximum (most of the best restarts of a smooth path are: 1.2
-#: distinct points among the best 4 of a 1,000-agent own-sample search, docs/design.md).
+#: lengthscales (every coordinate) of a better-ranked one (itself finished or not: a chain of such
+#: neighbours stays within a few of these radii of the finished one) are not finished: where the
+#: lower precision stopped, they are on the same maximum, and most of a function's best restarts
+#: are (docs/design.md). They are returned where the lower precision left them, with their value there.
 POLISH_TWIN = 1e-3
 #: Restarts of one function evaluated as a block of this many at a line-search step once at most
 #: this many of them need it (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`'s
-#: ``sub_group``; on a CPU, for functions with ``take``, when a function has more restarts).
+#: ``sub_group``, which acts in the sequential line search, a CPU's; for functions with ``take``
+#: and more restarts than this).
 SUB_GROUP: int | None = 4
 
 
@@ -144,8 +146,8 @@ def boltzmann_restarts(values: Tensor, k: int, keys: Tensor, eta: float = 1.0) -
     mean = v.sum(-1, keepdim=True) / cnt
     dev = torch.where(finite, v.sub_(mean), 0.0)  # (v - mean) where finite
     std = torch.sqrt((dev**2).sum(-1, keepdim=True) / (cnt - 1).clamp_min(1))
-    # z = dev / std (0 where std = 0: there every dev is 0); the B x C passes in place
-    logits = dev.div_(std.clamp_min(torch.finfo(v.dtype).tiny)).mul_(eta)
+    # z = dev / std, 0 where std = 0 (also where the squares underflowed); the B x C passes in place
+    logits = dev.div_(std.clamp_min(torch.finfo(v.dtype).tiny)).masked_fill_(std == 0, 0.0).mul_(eta)
     logits.add_(kr.gumbel(kr.fold(keys, "restarts"), values.shape[-1], dtype=v.dtype))
     unusable = ~finite
     logits.masked_fill_(unusable, -torch.inf)
@@ -444,7 +446,9 @@ def _refine_qn(
     ``refine_dtype``, stopping at that precision's resolution (``gtol`` ``10√ε``, ``ftol`` ``256ε``),
     then the best :data:`POLISH_RESTARTS` of each function in ``U0``'s dtype from where they
     stopped, with the inverse Hessians they learned and first steps of ``√ε`` lengthscales where
-    they hold none; the other restarts are returned where they stopped with the value ``-inf``.
+    they hold none, except those within :data:`POLISH_TWIN` lengthscales of a better one (returned
+    where they stopped, with their value there in ``U0``'s dtype); the other restarts are returned
+    where they stopped with the value ``-inf``.
 
     A restart stops before its step is evaluated once the quasi-Newton step predicts a gain of at
     most one rounding unit of its value (``minimize_batched``'s ``dtol``: ``ε · max(1, |f|)``; in

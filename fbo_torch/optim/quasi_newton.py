@@ -207,10 +207,10 @@ def minimize_batched(
             many problems left to evaluate at a candidate step (``1 <= sub_group < group``) is
             evaluated on those problems only: ``restrict(index, size=sub_group)`` gives the
             functions on blocks of ``sub_group`` problems of one group each (its problems to
-            evaluate, in order, the last repeated to fill the block); ``restrict(None,
-            size=sub_group)`` the same for a block of every group of the whole batch. A group converges
-            unevenly — most of a function's restarts stop within a few iterations, a few climb on
-            — and was evaluated on all its ``group`` points for each of them. Which groups go
+            evaluate, in order, the first repeated to fill the block); ``restrict(None,
+            size=sub_group)`` the same for a block of every group of the whole batch. Groups converge
+            unevenly — most of a function's restarts stop within a few iterations, a few climb on —
+            and a whole group is evaluated for each of those few otherwise. Which groups go
             by blocks depends on their own problems only (never on the rest of the batch), so a
             problem's iterations still do not depend on what else is in the batch.
 
@@ -240,10 +240,15 @@ def minimize_batched(
         raise ValueError(f"`line_search` must be 'parallel', 'sequential' or 'auto', got {line_search!r}.")
     if not (isinstance(group, int) and group >= 1 and B % group == 0):
         raise ValueError(f"`group` must be a positive divisor of the batch size {B}, got {group!r}.")
-    if sub_group is not None and not (isinstance(sub_group, int) and 1 <= sub_group < group):
+    if sub_group is not None and not (
+        isinstance(sub_group, int) and not isinstance(sub_group, bool) and 1 <= sub_group < group
+    ):
         raise ValueError(f"`sub_group` must be None or an int in [1, group = {group}), got {sub_group!r}.")
     if sub_group is not None and restrict is None:
         raise ValueError("`sub_group` needs `restrict` (the functions of a sub-batch).")
+    if active is not None and not (isinstance(active, Tensor) and active.shape == (B,) and active.dtype == torch.bool):
+        got = f"{active.dtype} {tuple(active.shape)}" if isinstance(active, Tensor) else type(active).__name__
+        raise ValueError(f"`active` must be a tensor of {B} booleans, got {got}.")
     if not max_step > 0:
         raise ValueError(f"`max_step` must be positive, got {max_step!r}.")
     if dtol is not None and not dtol >= 0:
@@ -288,12 +293,7 @@ def minimize_batched(
             raise ValueError(f"`inv_hessian` must be {B} x {p} x {p}, got shape {tuple(inv_hessian.shape)}.")
         first = inv_hessian.isnan().flatten(1).any(-1)
         nH = torch.where(first.view(B, 1, 1), neg_eye, inv_hessian.to(dtype=dt, device=dev).neg())
-    if active is None:
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
-    elif active.shape != (B,) or active.dtype != torch.bool:
-        raise ValueError(f"`active` must be {B} booleans, got {active.dtype} {tuple(active.shape)}.")
-    else:
-        done = ~active.to(dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev) if active is None else ~active.to(dev)
     iters = torch.zeros(B, dtype=torch.long, device=dev)
     failed = torch.zeros(B, dtype=torch.bool, device=dev)
     held: Tensor | None = None  # set at the top of every iteration when bounded

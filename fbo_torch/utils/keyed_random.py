@@ -64,7 +64,7 @@ def mix64(z: Tensor) -> Tensor:
 def _mix64_(z: Tensor) -> Tensor:
     r""":func:`mix64` in place on a tensor the caller owns, with one scratch tensor: the same
     operations, without a fresh ``z``-sized tensor per operation (on a CPU each costs its pages'
-    faults: the keyed draws of a round were allocation-bound)."""
+    faults)."""
     t = torch.empty_like(z)
     for shift, mult in ((30, _C1), (27, _C2), (31, None)):
         torch.bitwise_right_shift(z, shift, out=t).bitwise_and_((1 << (64 - shift)) - 1)  # logical shift

@@ -411,3 +411,22 @@ def test_paths_from_draws_that_record_gradients_equal_the_plain_ones():
 
     fd = (total(W + e) - total(W - e)) / 2e-6
     torch.testing.assert_close(grad[1, 3, 0], fd, rtol=1e-6, atol=1e-8)
+    # the product screen too: in place without gradients, out of place with them, the same values
+    XA = bounds[0, :1] + (bounds[1, :1] - bounds[0, :1]) * torch.rand(3, 4, 1, generator=g, dtype=f64)
+    XB = bounds[0, 1:] + (bounds[1, 1:] - bounds[0, 1:]) * torch.rand(3, 6, 1, generator=g, dtype=f64)
+    plain_pv = GPThompsonPaths.from_draws(gp.factored(), W, w, eps).product_values(XA, XB)
+    pv = GPThompsonPaths.from_draws(gp.factored(), Wg, w, eps).product_values(XA, XB)
+    torch.testing.assert_close(pv.detach(), plain_pv, atol=64 * torch.finfo(f64).eps * plain_pv.abs().max(), rtol=0)
+    (grad_pv,) = torch.autograd.grad(pv.sum(), Wg)
+    assert torch.isfinite(grad_pv).all() and grad_pv.abs().sum() > 0
+
+
+def test_mll_is_the_same_bits_with_and_without_autograd():
+    # the exponent's multiply-adds are the same operation in place (no gradients) and out of place
+    for spec in (GPSpec(), GPSpec(ard=False)):
+        X, Y, bounds = _data(B=4, n=9, d=3, seed=6)
+        gp = BatchedExactGP(X, Y, bounds, spec=spec)
+        p = gp.initial_params(4) + 0.2
+        plain = gp.mll(p)
+        recorded = gp.mll(p.clone().requires_grad_(True))
+        assert torch.equal(recorded.detach(), plain)

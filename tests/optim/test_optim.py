@@ -278,6 +278,9 @@ def test_boltzmann_restarts_follow_botorchs_distribution():
     se = (p * (1 - p) / S).sqrt()
     assert ((freq - p).abs() / se).max() < 4.5
     # constant values: uniform choice; non-finite values are not chosen
+    # values whose squared deviations underflow (a tiny float32 scale) are as flat: not a greedy top-k
+    tiny = boltzmann_restarts(torch.arange(64, dtype=torch.float32).mul(1e-25).unsqueeze(0), 5, keys[:1])
+    assert 63 in tiny.tolist()[0] and set(tiny.tolist()[0]) != set(range(59, 64))
     values = torch.tensor([[1.0, 1.0, float("nan"), 1.0]], dtype=f64)
     flat = boltzmann_restarts(values, 3, keys[:1])
     assert 2 not in flat.tolist()[0]

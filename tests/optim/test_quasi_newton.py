@@ -553,7 +553,16 @@ def test_groups_evaluated_by_blocks_take_the_same_steps_on_fewer_points():
             b = i.view(-1, 3)
             assert (torch.div(b, k, rounding_mode="floor") == torch.div(b[:, :1], k, rounding_mode="floor")).all()
             assert ((b[:, 1:] > b[:, :-1]) | (b[:, 1:] == b[:, :1])).all()
-    for bad in (0, k, 2.5):
+    # with extrapolating candidates (value-only, then the gradient where one was accepted) and some
+    # problems inactive: still the plain run's steps
+    active = torch.rand(G * k, generator=torch.Generator().manual_seed(1)) > 0.2
+    kw.update(max_step=4.0, num_steps=6, active=active)
+    plain = minimize_batched(vg, x0, values=values, check_every=None, **kw)
+    fast = minimize_batched(vg, x0, values=values, restrict=restrict, sub_group=3, **kw)
+    for a, b in ((fast.x, plain.x), (fast.fun, plain.fun), (fast.iterations, plain.iterations)):
+        assert torch.equal(a, b)
+    assert torch.equal(fast.x[~active], x0[~active])
+    for bad in (0, k, 2.5, True):
         with pytest.raises(ValueError, match="sub_group"):
             minimize_batched(vg, x0, restrict=restrict, group=k, sub_group=bad)
     with pytest.raises(ValueError, match="sub_group"):
@@ -571,7 +580,7 @@ def test_inactive_problems_stay_where_they_start():
     assert torch.equal(res.x[active], alone.x) and torch.equal(res.iterations[active], alone.iterations)
     assert torch.equal(res.x[~active], x0[~active]) and (res.iterations[~active] == 0).all()
     assert res.converged.all() and torch.equal(res.fun[~active], vg(x0)[0][~active])
-    for bad in (active[:5], active.long()):
+    for bad in (active[:5], active.long(), active.tolist()):
         with pytest.raises(ValueError, match="active"):
             minimize_batched(vg, x0, active=bad)
 

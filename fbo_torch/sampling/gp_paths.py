@@ -325,22 +325,13 @@ class GPThompsonPaths:
         half = 0.5 * math.pi
         # [cos α, sin α] = cos([α, α − π/2]) and [cos β, −sin β] = cos([β, β + π/2]): one cosine each
         # (in place: NumPy's on a CPU in float32, :func:`~fbo_torch.utils.dispatch.cos_`)
-        w2 = self._wA.mT.repeat(1, 1, 2)  # B x 1 x 2F
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (XA, XB, W2t, w2)):  # autograd: out of place
-            alpha = torch.baddbmm(W2t[:, -1:], XA - self.lo[:dA], W2t[:, :dA])  # B x nA x F, phase included
-            left = torch.cos(torch.cat([alpha, alpha - half], -1))  # B x nA x 2F
-            beta = (XB - self.lo[dA:]) @ W2t[:, dA:-1]  # B x nB x F
-            right = torch.cos(torch.cat([beta, beta + half], -1)) * w2  # w ⊙ [cos β, −sin β]
-        else:  # the same values written into one array each
-            F = W2t.shape[-1]
-            left = XA.new_empty(*XA.shape[:-1], 2 * F)  # α (phase included), then α − π/2
-            _linear(XA - self.lo[:dA], W2t[:, :dA], W2t[:, -1:], out=left[..., :F])
-            torch.sub(left[..., :F], half, out=left[..., F:])
-            cos_(left)
-            right = XB.new_empty(*XB.shape[:-1], 2 * F)  # β, then β + π/2
-            _linear(XB - self.lo[dA:], W2t[:, dA:-1], None, out=right[..., :F])
-            torch.add(right[..., :F], half, out=right[..., F:])
-            cos_(right).mul_(w2)
+        alpha = torch.baddbmm(W2t[:, -1:], XA - self.lo[:dA], W2t[:, :dA])  # B x nA x F, phase included
+        left = cos_(torch.cat([alpha, alpha - half], -1))  # B x nA x 2F
+        # B x nB x F; with one coordinate (d = 2, 3) a broadcast product: the value of the batched
+        # product with an inner dimension of 1, without its per-matrix cost
+        XB_ = XB - self.lo[dA:]
+        beta = XB_ * W2t[:, dA:-1] if XB.shape[-1] == 1 else XB_ @ W2t[:, dA:-1]
+        right = cos_(torch.cat([beta, beta + half], -1)).mul_(self._wA.mT.repeat(1, 1, 2))  # w ⊙ [cos β, −sin β]
         prior = left @ right.mT  # B x nA x nB
         bt = self._bt[:, :-1]  # B x d x n: the scaled training inputs
         aA = (XA - self.lo[:dA]) * self._q[..., :dA]  # x̃ / ℓ on each half
@@ -361,15 +352,6 @@ class GPThompsonPaths:
     def value_and_grad(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """Values (``... x B x C``) and input gradients (``... x B x C x d``), in closed form."""
         return self._parts(X, grad=True)
-
-
-def _linear(X: Tensor, W: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
-    """``out = X W (+ bias)`` for ``B x n x k`` points and ``B x k x F`` weights. With ``k = 1`` a
-    broadcast product (then a sum), the values a batched product gives, without its per-matrix cost."""
-    if X.shape[-1] == 1:
-        torch.mul(X, W, out=out)
-        return out if bias is None else out.add_(bias)
-    return out.copy_(torch.bmm(X, W) if bias is None else torch.baddbmm(bias, X, W))
 
 
 __all__ = ["GPThompsonPaths"]

@@ -411,7 +411,7 @@ def test_paths_from_draws_that_record_gradients_equal_the_plain_ones():
 
     fd = (total(W + e) - total(W - e)) / 2e-6
     torch.testing.assert_close(grad[1, 3, 0], fd, rtol=1e-6, atol=1e-8)
-    # the product screen too: in place without gradients, out of place with them, the same values
+    # the product screen too: the same values with and without gradients, and its gradient
     XA = bounds[0, :1] + (bounds[1, :1] - bounds[0, :1]) * torch.rand(3, 4, 1, generator=g, dtype=f64)
     XB = bounds[0, 1:] + (bounds[1, 1:] - bounds[0, 1:]) * torch.rand(3, 6, 1, generator=g, dtype=f64)
     plain_pv = GPThompsonPaths.from_draws(gp.factored(), W, w, eps).product_values(XA, XB)
@@ -419,6 +419,12 @@ def test_paths_from_draws_that_record_gradients_equal_the_plain_ones():
     torch.testing.assert_close(pv.detach(), plain_pv, atol=64 * torch.finfo(f64).eps * plain_pv.abs().max(), rtol=0)
     (grad_pv,) = torch.autograd.grad(pv.sum(), Wg)
     assert torch.isfinite(grad_pv).all() and grad_pv.abs().sum() > 0
+
+    def total_pv(W_):
+        return GPThompsonPaths.from_draws(gp.factored(), W_, w, eps).product_values(XA, XB).sum()
+
+    fd_pv = (total_pv(W + e) - total_pv(W - e)) / 2e-6
+    torch.testing.assert_close(grad_pv[1, 3, 0], fd_pv, rtol=1e-6, atol=1e-8)
 
 
 def test_mll_is_the_same_bits_with_and_without_autograd():

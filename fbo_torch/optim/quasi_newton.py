@@ -336,18 +336,11 @@ def minimize_batched(
             fs, gs = torch.full((B,), torch.inf, dtype=dt, device=dev), g.clone() if with_grad else None
         elif restrict is not None and may_restrict and 4 * num_whole <= 3 * whole.numel():
             pos = whole.repeat_interleave(group).nonzero().squeeze(-1)
-            sub_vg, sub_values = restrict(pos if index is None else index[pos])
-            fs = torch.full((B,), torch.inf, dtype=dt, device=dev)
-            if with_grad:
-                sub, sub_g = sub_vg(pts[pos])
-                fs, gs = fs.index_copy_(0, pos, sub), g.index_copy(0, pos, sub_g)
-            else:
-                sub = (sub_values if sub_values is not None else _stacked(sub_vg))(pts[pos].unsqueeze(0))[0]
-                fs, gs = fs.index_copy_(0, pos, sub), None
-        elif with_grad:
-            fs, gs = value_and_grad(pts)
+            sub, sub_g = _evaluate(restrict(pos if index is None else index[pos]), pts[pos], with_grad)
+            fs = torch.full((B,), torch.inf, dtype=dt, device=dev).index_copy_(0, pos, sub)
+            gs = None if sub_g is None else g.index_copy(0, pos, sub_g)
         else:
-            fs, gs = batch_values(pts.unsqueeze(0))[0], None
+            fs, gs = _evaluate((value_and_grad, batch_values), pts, with_grad)
         if num_few:
             assert few is not None  # num_few > 0
             if num_whole:  # written into below: copies where they are the functions' own outputs
@@ -375,15 +368,14 @@ def minimize_batched(
             real = slots < counts[grp].unsqueeze(-1)
         order = torch.argsort(m.logical_not(), dim=-1, stable=True)[:, :sub_group]  # S x sub_group
         block = (first + torch.where(real, order, order[:, :1])).view(-1)  # S * sub_group problems
-        sub_vg, sub_values = restrict(None if every else block if index is None else index[block], size=sub_group)
+        fns = restrict(None if every else block if index is None else index[block], size=sub_group)
+        sub, sub_g = _evaluate(fns, pts[block], gs is not None)
         keep = real.view(-1)
         dst = block[keep]
-        if gs is not None:
-            sub, sub_g = sub_vg(pts[block])
-            gs.index_copy_(0, dst, sub_g[keep])
-        else:
-            sub = (sub_values if sub_values is not None else _stacked(sub_vg))(pts[block].unsqueeze(0))[0]
         fs.index_copy_(0, dst, sub[keep])
+        if gs is not None:
+            assert sub_g is not None  # evaluated with gradients
+            gs.index_copy_(0, dst, sub_g[keep])
 
     if sub_group is not None:  # constants of _in_blocks
         group_starts = torch.arange(0, B, group, device=dev).unsqueeze(-1)  # G x 1
@@ -534,6 +526,15 @@ def minimize_batched(
         x, f, g, done, iters, nH, first = full
     H = torch.where(first.view(-1, 1, 1), nan, nH.neg())
     return QNResult(x=x, fun=f, grad=g, converged=done, iterations=iters, inv_hessian=H)
+
+
+def _evaluate(fns: tuple[ValueAndGrad, Values | None], x: Tensor, with_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """Values (and gradients) at ``x`` (``batch x p``) of ``(value_and_grad, values)``: with gradients
+    the first, else the second (one call for the candidate step), ``value_and_grad``'s where none."""
+    value_and_grad, values = fns
+    if with_grad:
+        return value_and_grad(x)
+    return (values if values is not None else _stacked(value_and_grad))(x.unsqueeze(0))[0], None
 
 
 def _stacked(value_and_grad: ValueAndGrad) -> Values:

@@ -95,21 +95,32 @@ def default_max_points(device: torch.device | str) -> int:
     return DEFAULT_MAX_POINTS_CUDA if torch.device(device).type == "cuda" else DEFAULT_MAX_POINTS
 
 
-_SOBOL_CACHE: dict[tuple[int, int, torch.dtype, str], Tensor] = {}
+_SOBOL_CACHE: dict[tuple[int, torch.dtype, str], Tensor] = {}
+_SOBOL_MIN_ROWS = 1024  # the raw-point count of a search: one table serves every smaller n
 
 
 def sobol_points(n: int, d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    r"""``n x d`` scrambled Sobol points in ``[0, 1)^d`` (seed 0), cached per shape/device."""
-    key = (n, d, dtype, str(device))
+    r"""``n x d`` scrambled Sobol points in ``[0, 1)^d`` (seed 0), cached per dimension/dtype/device.
+
+    The first ``n`` points of one table (a Sobol sequence's draws are its prefixes), so a smaller
+    ``n`` in a later round is a view, not a new host-to-device copy; the table is copied to a CUDA
+    device from pinned memory without blocking (no synchronization inside a round).
+    """
+    key = (d, dtype, str(device))
     pts = _SOBOL_CACHE.get(key)
-    if pts is None:
+    if pts is None or pts.shape[0] < n:
+        rows = max(_SOBOL_MIN_ROWS, 1 << max(n - 1, 0).bit_length())
         with torch.inference_mode(False):  # cached: an ordinary tensor even if first drawn in inference mode
             eng = torch.quasirandom.SobolEngine(d, scramble=True, seed=0)
-            pts = eng.draw(n, dtype=torch.float64).to(dtype=dtype, device=device).clone()
+            host = eng.draw(rows, dtype=torch.float64).to(dtype=dtype)
+            if torch.device(device).type == "cuda":
+                pts = host.pin_memory().to(device=device, non_blocking=True)
+            else:
+                pts = host.to(device=device)
         if len(_SOBOL_CACHE) > 64:
             _SOBOL_CACHE.clear()
         _SOBOL_CACHE[key] = pts
-    return pts
+    return pts[:n]
 
 
 def raw_points(keys: Tensor, n: int, d: int, dtype: torch.dtype) -> Tensor:

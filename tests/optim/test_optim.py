@@ -542,9 +542,11 @@ def test_a_cpu_maximization_skips_autograd_bookkeeping_and_returns_ordinary_tens
 
     _SOBOL_CACHE.clear()
     with real_inference_mode():
-        for n in (1, 64):  # one point: the engine's stored first point
-            sobol_points(n, 3, f64, torch.device("cpu"))
-    assert len(_SOBOL_CACHE) == 2 and not any(t.is_inference() for t in _SOBOL_CACHE.values())
+        for n in (1, 64, 5000):  # one point: the engine's stored first point; 5000: the table grows
+            pts = sobol_points(n, 3, f64, torch.device("cpu"))
+            ref = torch.quasirandom.SobolEngine(3, scramble=True, seed=0).draw(n, dtype=f64)
+            assert torch.equal(pts, ref)  # the first n points of the sequence, whatever the table's size
+    assert len(_SOBOL_CACHE) == 1 and not any(t.is_inference() for t in _SOBOL_CACHE.values())
     # a maximum: no random point above it (the values are maxima to gtol = 1e-9 in the gradient)
     dense = fn(torch.rand(3, 4096, 2, generator=g, dtype=f64)).max(-1).values
     assert (va >= dense - 1e-9).all(), va - dense

@@ -305,7 +305,7 @@ def run_cell(
             + counts["gp_refit"]["kernel_ops_with_graphs"] / refit_every
         )
     if profile and dev.type == "cuda":
-        prof = one_round(3 + repeats, measure="cuda")
+        prof = one_round(2 + repeats + int(ops), measure="cuda")  # the round after the last one run
         out["cuda_profile"] = prof
         busy = (
             sum(v["gpu_busy_ms"] for k, v in prof.items() if k != "gp_refit")
@@ -461,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                 res = json.loads(line[0][len("CELL_RESULT ") :])
                 res["cell_wall_s"] = wall
                 cells.append(res)
+                _write(args, tag, cells)
                 last[key] = (N, sum(res["phases_s"].values()))
                 ph = res["phases_s"]
                 print(
@@ -477,6 +478,15 @@ def main(argv: list[str] | None = None) -> int:
                     + (f"  GPU busy {100 * res['gpu_busy_fraction']:.0f}%" if "gpu_busy_fraction" in res else ""),
                     flush=True,
                 )
+    json_path = _write(args, tag, cells)
+    result = json.loads(json_path.read_text())
+    (plot_scale if args.scale else plot)(result, args.out / f"round_time_{tag}.png")
+    print(f"wrote {json_path}")
+    return 0
+
+
+def _write(args: argparse.Namespace, tag: str, cells: list[dict]) -> Path:
+    """Write the cells measured so far (after every cell: a run stopped at a time limit keeps them)."""
     result = {
         "benchmark": "round_time",
         "machine": machine_info(args.device),
@@ -485,9 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     json_path = args.out / f"round_time_{tag}.json"
     json_path.write_text(json.dumps(result, indent=1, default=str))
-    (plot_scale if args.scale else plot)(result, args.out / f"round_time_{tag}.png")
-    print(f"wrote {json_path}")
-    return 0
+    return json_path
 
 
 def plot_scale(result: dict, path: Path) -> None:

@@ -53,7 +53,12 @@ def _signed(x: int) -> int:
 _GAMMA = _signed(0x9E3779B97F4A7C15)
 _C1 = _signed(0xBF58476D1CE4E5B9)
 _C2 = _signed(0x94D049BB133111EB)
-_MASK53 = (1 << 53) - 1
+
+
+def _shr(z: Tensor, k: int, out: Tensor) -> Tensor:
+    """Logical right shift of int64 bits into ``out`` (may be ``z``): torch's ``>>`` is arithmetic,
+    so the ``k`` sign copies it shifts in are masked off."""
+    return torch.bitwise_right_shift(z, k, out=out).bitwise_and_((1 << (64 - k)) - 1)
 
 
 def mix64(z: Tensor) -> Tensor:
@@ -67,8 +72,7 @@ def _mix64_(z: Tensor) -> Tensor:
     faults)."""
     t = torch.empty_like(z)
     for shift, mult in ((30, _C1), (27, _C2), (31, None)):
-        torch.bitwise_right_shift(z, shift, out=t).bitwise_and_((1 << (64 - shift)) - 1)  # logical shift
-        z.bitwise_xor_(t)
+        z.bitwise_xor_(_shr(z, shift, out=t))
         if mult is not None:
             z.mul_(mult)
     return z
@@ -142,7 +146,8 @@ def uniform(keys: Tensor, n: int, dtype: torch.dtype = torch.float64, offset: in
     the float64 values (float32 may round up to exactly 1.0 for the top 2⁻²⁵
     of the range; use float64 where that matters).
     """
-    bits = random_bits(keys, n, offset).bitwise_right_shift_(11).bitwise_and_(_MASK53)  # the top 53 bits
+    bits = random_bits(keys, n, offset)
+    bits = _shr(bits, 11, out=bits)  # the top 53 bits
     u = bits.to(torch.float64).mul_(2.0**-53)
     return u if dtype == torch.float64 else u.to(dtype)
 

@@ -455,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
                 if proc.returncode != 0 or not line:
                     err = (proc.stderr.strip().splitlines() or ["?"])[-1]
                     cells.append({"N": N, "M": M, "d": D, "failed": err})
+                    _write(args, tag, cells)
                     print(f"N={N:>6} M={M:>5} D={D:>2}  failed: {err}", flush=True)
                     last[key] = (N, math.inf)
                     continue
@@ -478,15 +479,15 @@ def main(argv: list[str] | None = None) -> int:
                     + (f"  GPU busy {100 * res['gpu_busy_fraction']:.0f}%" if "gpu_busy_fraction" in res else ""),
                     flush=True,
                 )
-    json_path = _write(args, tag, cells)
-    result = json.loads(json_path.read_text())
+    json_path, result = _write(args, tag, cells)
     (plot_scale if args.scale else plot)(result, args.out / f"round_time_{tag}.png")
     print(f"wrote {json_path}")
     return 0
 
 
-def _write(args: argparse.Namespace, tag: str, cells: list[dict]) -> Path:
-    """Write the cells measured so far (after every cell: a run stopped at a time limit keeps them)."""
+def _write(args: argparse.Namespace, tag: str, cells: list[dict]) -> tuple[Path, dict]:
+    """Write the cells run so far (after every cell run: a run stopped at a time limit keeps them);
+    the path and the result written."""
     result = {
         "benchmark": "round_time",
         "machine": machine_info(args.device),
@@ -495,7 +496,7 @@ def _write(args: argparse.Namespace, tag: str, cells: list[dict]) -> Path:
     }
     json_path = args.out / f"round_time_{tag}.json"
     json_path.write_text(json.dumps(result, indent=1, default=str))
-    return json_path
+    return json_path, result
 
 
 def plot_scale(result: dict, path: Path) -> None:

@@ -45,9 +45,10 @@ import torch
 import yaml
 
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, HistorySettings, PrivacySettings
+from fbo_torch.methods.base import get_method
 from fbo_torch.objectives import objective_class
 from fbo_torch.optim.domain import DTYPE_OPTIONS, Domain, check_options, dtype_name
-from fbo_torch.simulate.presets import check_setup, objective_setup, setup_choices
+from fbo_torch.simulate.presets import DEFAULT_SETUP, check_setup, objective_setup, setup_choices
 from fbo_torch.utils.resources import parse_bytes
 
 TOP_KEYS = (
@@ -289,7 +290,7 @@ class Scenario:
     history: HistorySettings
     runs: RunsConfig
     methods: list[tuple[str, Any]]  # (label, settings dataclass)
-    setup: str = "modern"
+    setup: str = DEFAULT_SETUP
     #: Where the scenario stands in the file, for messages (``"exp.yaml: scenarios[1]"``).
     where: str = "config"
 
@@ -354,6 +355,22 @@ def _setup(where: str, section: dict[str, Any], default: str) -> str:
         raise ConfigError(f"{where}: {err}") from None
 
 
+def _fitting_preset(preset: dict[str, Any], algorithm: Any, settings_cls: type) -> dict[str, Any]:
+    r"""A setup's choices without an ``own_acquisition`` the method's algorithm cannot take (``paper``'s
+    Thompson sample for ``peer_prior``, which weights an analytic acquisition): the algorithm's own
+    default stays. An unknown algorithm is left for the settings to refuse."""
+    if "own_acquisition" not in preset:
+        return preset
+    name = algorithm if algorithm is not None else settings_cls.algorithm  # type: ignore[attr-defined]
+    try:
+        method = get_method(name, getattr(settings_cls, "KIND", None))
+    except ValueError:
+        return preset
+    if preset["own_acquisition"] in method.own_acquisitions:
+        return preset
+    return {k: v for k, v in preset.items() if k != "own_acquisition"}
+
+
 def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
     r"""Validate a configuration mapping and resolve scenarios and methods.
 
@@ -387,7 +404,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     checkpoint_every = raw.get("checkpoint_every", 5)
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"{source}: `checkpoint_every` must be an integer >= 0, got {checkpoint_every!r}.")
-    top_setup = _setup(source, raw, "modern")
+    top_setup = _setup(source, raw, DEFAULT_SETUP)
     domain = check_domain(f"{source}: domain", raw.get("domain") or {})
     privacy = build_dataclass(PrivacySettings, raw.get("privacy") or {}, f"{source}: privacy")
     if experiment == "fts" and raw.get("privacy"):
@@ -452,7 +469,13 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
             if label in labels:
                 raise ConfigError(f"{mw}: duplicate method name {label!r}.")
             labels.add(label)
-            values = _merge(_merge(preset, defaults), {k: v for k, v in m.items() if k != "name"})
+            own = {k: v for k, v in m.items() if k != "name"}
+            values = _merge(
+                _merge(
+                    _fitting_preset(preset, own.get("algorithm", defaults.get("algorithm")), settings_cls), defaults
+                ),
+                own,
+            )
             if (
                 privacy.max_epsilon is not None
                 and "max_epsilon" not in values

@@ -187,7 +187,7 @@ class Transfer(DrawMethod):
         if "function" in self.channels:
             k_msg = draw_sources(0.0, r.dist, keys=kr.fold(r.agents.keys, t))  # a peer from P_N
             # a message is worth following only from a peer whose messages rank the agent's data
-            available[:, FUNCTION_ARM] = (k_msg >= 0) & (helpful[rows, k_msg.clamp_min(0)] > 0.5)
+            available[:, FUNCTION_ARM] = (k_msg >= 0) & (helpful[rows, k_msg.clamp_min(0)] >= 0.5)
             omega = self.omegas[rows, k_msg.clamp_min(0)]
             X_msg, _ = maximize_rff_samples(
                 r.features, omega, r.domain, keys=r.agents.round_keys(t, "message-maximize")

@@ -7,6 +7,7 @@ their node state, so a run can be compared with the simulator given the same sec
 
 import json
 import math
+import tempfile
 
 import numpy as np
 import pytest
@@ -15,12 +16,11 @@ from scipy import stats
 
 pytest.importorskip("flwr")
 
-from flower_grid import InProcessGrid
+from flower_grid import InProcessGrid, node_identities
 from flwr.app import ConfigRecord, Message
 from flwr.common.serde import recorddict_to_proto
 from test_flower import RUN_CONFIG as CENTRAL
 from test_flower import SECRET, N
-from test_flower_security import _keys
 
 from fbo_torch.federation.randomness import SecretServerRandomness
 from fbo_torch.federation.secure import SecureMechanism, agent_secret
@@ -47,7 +47,8 @@ RUN_CONFIG = dict(
 MASTER = bytes(range(32, 64))  # the agents' secrets derive from it, in the simulator and in the node states
 
 
-PEM, SSH = _keys(N)
+_IDENTITIES = tempfile.TemporaryDirectory()  # the nodes' SuperNode keys and their roster, for this module
+PEM, SSH, NODE_CONFIGS = node_identities(_IDENTITIES.name, N)
 ROSTER = AgentRoster({n: SSH[n] for n in range(N)}, N)
 
 
@@ -95,6 +96,7 @@ class Recorder:
 
 def deploy(run_config, monkeypatch=None, state=None, **grid_kwargs):
     rec = Recorder(monkeypatch) if monkeypatch is not None else None
+    grid_kwargs.setdefault("node_configs", NODE_CONFIGS)
     grid = InProcessGrid(client_app.app, run_config, N, node_keys={n: PEM[n] for n in range(N)}, **grid_kwargs)
     for n, ctx in enumerate(grid.contexts.values()):  # the agents' own secrets, as the simulator derives them
         ctx.state["fbo.agent-secret"] = ConfigRecord({"secret": agent_secret(MASTER, 0, n)})
@@ -313,7 +315,7 @@ def test_a_crash_between_the_charge_and_the_unmasking_never_under_counts(monkeyp
 
     cfg = dict(RUN_CONFIG, **{"num-rounds": 3})
     folder = tmp_path / "server"
-    grid = InProcessGrid(client_app.app, cfg, N, node_keys={n: PEM[n] for n in range(N)})
+    grid = InProcessGrid(client_app.app, cfg, N, node_keys={n: PEM[n] for n in range(N)}, node_configs=NODE_CONFIGS)
     push = grid.push_messages
 
     def push_or_die(messages):
@@ -363,5 +365,10 @@ def test_a_node_never_reveals_both_secrets_of_one_node_nor_takes_stages_out_of_o
     server.receive_shares({i: clients[i].share_keys(7, k, 2) for i, k in req.items() if i != 101})
     req = server.masked_vector_requests()
     clients[100].masked_vector(7, *req[100])
-    with pytest.raises(SecAggError, match="both alive and dropped"):
-        clients[100].unmask(7, [100, 102], [102])
+    with pytest.raises(SecAggError, match="after stage"):
+        clients[100].unmask(7)  # before it signed a survivor set
+    clients[100].consistency(7, [100, 102])  # 101 dropped before sharing: 100 holds no share of it
+    owners, shares = clients[100].unmask(7)
+    assert owners == [100, 102] and shares == [clients[100].seed_shares[100], clients[100].seed_shares[102]]
+    with pytest.raises(SecAggError, match="after stage"):
+        clients[100].unmask(7)  # once per round: no second set

@@ -160,6 +160,7 @@ def run_federation(
     valid); no reply can stop the server.
     """
     config.check_objective(allowed_objectives())  # the server's own allow-list, before any of its code is imported
+    check_summary_path(config.summary_path)  # on the server's disk: refused before anything runs, not at the end
     objective = config.build_objective()  # only its domain (bounds, dimension) is used here
     coord = Coordinator(config, objective.bounds, objective.dim, secret=secret, state=state)
     try:
@@ -443,6 +444,19 @@ def _take_reply(
     _, fingerprint, omega, best, n_obs = records_to_reply(rep.content)  # a bad reply counts against its agent
     coord.receive(agent, fingerprint, omega, best, n_obs)
     return agent
+
+
+def check_summary_path(path: str) -> None:
+    """Refuse a run config ``summary-path`` whose folder does not exist (or is not a writable folder) on the
+    server, before the run starts rather than after its last round."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"run config `summary-path` = {path!r}: its folder {folder} does not exist on the server or is not "
+            'writable; create it, or give another path ("": no summary file).'
+        )
 
 
 def summary(coord: Coordinator) -> dict[str, Any]:

@@ -372,3 +372,28 @@ def test_a_node_never_reveals_both_secrets_of_one_node_nor_takes_stages_out_of_o
     assert owners == [100, 102] and shares == [clients[100].seed_shares[100], clients[100].seed_shares[102]]
     with pytest.raises(SecAggError, match="after stage"):
         clients[100].unmask(7)  # once per round: no second set
+
+
+def test_a_hostile_nodes_largest_shift_is_bounded_by_what_honest_sums_can_be(monkeypatch):
+    """Before: the decoder clamped only to the worst case of every share at its truncation bound (±N·A): a
+    node adding m/2 - 1 to its masked vector moved coordinates by ~N·A lattice units, 85 times the noise's
+    std. Now by at most 2B per coordinate and 2R in norm (B, R: what an honest sum can be but for < 1e-30)."""
+    m = _modulus()
+
+    def tamper(msg, reply):
+        if msg.metadata.message_type == "train.masked_vector" and msg.metadata.dst_node_id == 103:
+            v = np.frombuffer(reply.content.config_records[SECAGG]["masked"], dtype="<i8")
+            return Message(secagg_reply(masked=((v + m // 2 - 1) % m).astype("<i8").tobytes()), reply_to=msg)
+        return reply
+
+    cfg = dict(RUN_CONFIG, **{"num-rounds": 2})
+    coord, _, _, rec = deploy(cfg, monkeypatch, tamper=tamper)
+    mech = coord.mechanism
+    W = coord.server.aggregator.weights(2)
+    to_lattice = (mech.scale / mech.clip_norm) * coord.settings.sample_rate / float(W.max())
+    honest = torch.stack([rec.vectors[(2, n)] for n in range(N)]).sum(0).to(torch.float64)  # node 3's true vector
+    shift = rec.releases[1].reshape(-1) * to_lattice - honest
+    assert coord.logs[1].secagg["out_of_range"] > 0  # flagged
+    assert float(shift.abs().max()) <= 2 * mech.release_entry_bound + 1e-6
+    assert float(shift.norm()) <= 2 * mech.release_norm_bound * (1 + 1e-9)
+    assert float(shift.abs().max()) < mech.sum_bound / 2  # the old clamp let it reach about N·A

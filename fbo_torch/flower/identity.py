@@ -52,18 +52,23 @@ class IdentityError(ValueError):
     """A node's identity cannot be used (missing, unreadable, not on its roster); the message says why."""
 
 
+def _int(value: int) -> bytes:
+    """A signed integer in 16 bytes (Flower's node ids are unsigned 64-bit; agent ids may be -1)."""
+    return int(value).to_bytes(16, "little", signed=True)
+
+
 def _encode(*parts: str | bytes | int | Iterable[int]) -> bytes:
     """Length-prefixed encoding of a statement's fields (no two statements share an encoding)."""
     out = [_DOMAIN]
     for p in parts:
         if isinstance(p, int):
-            data = b"i" + struct.pack("<q", p)
+            data = b"i" + _int(p)
         elif isinstance(p, (bytes, str)):
             raw = p.encode() if isinstance(p, str) else p
             data = b"b" + struct.pack("<I", len(raw)) + raw
         else:
             ints = [int(v) for v in p]
-            data = b"l" + struct.pack("<I", len(ints)) + struct.pack(f"<{len(ints)}q", *ints)
+            data = b"l" + struct.pack("<I", len(ints)) + b"".join(_int(v) for v in ints)
         out.append(data)
     return b"".join(out)
 

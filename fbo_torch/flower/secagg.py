@@ -333,7 +333,10 @@ class SecAggClient:
         self._expect("unmask", round)
         if identity is not None:
             signed = {self.agent_id}
+            need = max(self.threshold, self.num_agents // 2 + 1)
             for nid, (agent, sig) in sorted((signatures or {}).items()):
+                if len(signed) >= need:  # enough: the rest need not be verified
+                    break
                 if (
                     nid in self.survivors
                     and isinstance(agent, int)
@@ -344,7 +347,6 @@ class SecAggClient:
                     )
                 ):
                     signed.add(agent)
-            need = max(self.threshold, self.num_agents // 2 + 1)
             if len(signed) < need:
                 raise self._refuse(
                     f"{len(signed)} agents confirmed the survivor set this node signed, {need} needed: the server "

@@ -279,3 +279,34 @@ def test_epsilon_against_a_malicious_server_is_the_worst_case_and_reported(tmp_p
     )
     with pytest.raises(SecAggError):
         SecAggClient.setup(1, 1, mech.modulus, np.zeros(2, dtype=np.int64)).consistency(1, [1])
+
+
+def test_a_round_between_nodes_with_flowers_64_bit_node_ids_signs_and_checks():
+    """Flower's node ids are unsigned 64-bit (>= 2**63 half the time): statements must encode them."""
+    from fbo_torch.flower.identity import NodeIdentity
+
+    ids = {2**64 - 1 - n: n for n in range(3)}
+    who = {nid: NodeIdentity.from_node_config(NODE_CONFIGS[a], a) for nid, a in ids.items()}
+    m, d = 2**16, 4
+    clients = {
+        nid: SecAggClient.setup(nid, 1, m, np.full(d, a), agent_id=a, federation="f", num_agents=N, identity=who[nid])
+        for nid, a in ids.items()
+    }
+    server = SecAggServer(
+        1,
+        {i: (c.pk1, c.pk2) for i, c in clients.items()},
+        d,
+        m,
+        3,
+        2,
+        agents=ids,
+        signatures={i: c.signature for i, c in clients.items()},
+    )
+    req, _ = server.share_keys_requests()
+    server.receive_shares({i: clients[i].share_keys(1, k, 2, ids, server.signatures, who[i]) for i, k in req.items()})
+    server.receive_masked({i: clients[i].masked_vector(1, *r) for i, r in server.masked_vector_requests().items()})
+    server.receive_consistency(
+        {i: clients[i].consistency(1, s, who[i]) for i, s in server.consistency_requests().items()}
+    )
+    replies = {i: clients[i].unmask(1, sigs, who[i]) for i, sigs in server.unmask_requests().items()}
+    assert np.array_equal(server.unmask(replies), np.full(d, 0 + 1 + 2))

@@ -19,16 +19,12 @@ from flower_grid import InProcessGrid, node_identities
 from flwr.app import Message
 from test_flower_secagg import RUN_CONFIG
 
-from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.flower import client_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator
-from fbo_torch.flower.floor import PrivacyFloor, worst_case_epsilons
 from fbo_torch.flower.records import parse_secagg, reply_public_keys, secagg_request
-from fbo_torch.flower.secagg import SecAggClient, SecAggError, SecAggServer
+from fbo_torch.flower.secagg import SecAggClient, SecAggServer
 from fbo_torch.flower.server_app import _plan_content
-from fbo_torch.privacy.accountants import get_epsilon
-from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
 from fbo_torch.utils.discrete_gaussian import WordStreams, discrete_gaussian
 
 _KEYS = tempfile.TemporaryDirectory()
@@ -253,32 +249,6 @@ def test_a_node_without_an_identity_refuses_secure_rounds_unless_its_owner_trust
     adv = Adversary(RUN_CONFIG, node_configs={n: {"secagg.trust-server": "true"} for n in range(4)})
     keys, errors = adv.exchange([True] * 4)
     assert not errors and all(sig == b"" for _, _, sig in keys.values())
-
-
-def test_epsilon_against_a_malicious_server_is_the_worst_case_and_reported(tmp_path):
-    """The worst case the protocol allows: every round asked, a sum of t vectors, nothing amplified."""
-    from test_flower_secagg import deploy
-
-    coord, _, lines, _ = deploy(RUN_CONFIG)
-    cfg = FlowerRunConfig.from_run_config(RUN_CONFIG)
-    mech = SecureMechanism.from_settings(cfg.settings, cfg.num_agents)
-    t = cfg.secure_threshold()
-    acc = DistributedDiscreteGaussianAccountant(mech.ddg_constants())
-    for r, log in enumerate(coord.logs, start=1):
-        z_t = math.sqrt(t * mech.local_variance) / mech.l2_sensitivity
-        by_hand = get_epsilon(acc, cfg.ledger_delta, history=[(z_t, 1.0, r)])
-        assert log.epsilon_malicious == pytest.approx(by_hand, rel=1e-12)
-        assert log.epsilon_malicious >= log.epsilon_server  # t <= the survivors the honest ledger counts
-    assert all("epsilon_malicious=" in line for line in lines if line.startswith("round ") and "released" in line)
-    floor = PrivacyFloor(max_epsilon=1e9)
-    assert floor.epsilon(cfg) == pytest.approx(
-        max(worst_case_epsilons(mech, t, cfg.settings.sample_rate, cfg.num_rounds, cfg.ledger_delta)), rel=1e-12
-    )
-    assert worst_case_epsilons(mech, t, cfg.settings.sample_rate, cfg.num_rounds, cfg.ledger_delta)[0] == pytest.approx(
-        coord.logs[-1].epsilon_malicious, rel=1e-12
-    )
-    with pytest.raises(SecAggError):
-        SecAggClient.setup(1, 1, mech.modulus, np.zeros(2, dtype=np.int64)).consistency(1, [1])
 
 
 def test_a_round_between_nodes_with_flowers_64_bit_node_ids_signs_and_checks():

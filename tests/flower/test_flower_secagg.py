@@ -27,10 +27,13 @@ from fbo_torch.federation.secure import SecureMechanism, agent_secret
 from fbo_torch.flower import client_app, server_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator, InvalidReply
+from fbo_torch.flower.floor import PrivacyFloor, worst_case_epsilons
 from fbo_torch.flower.records import OMEGA, SECAGG, secagg_reply
 from fbo_torch.flower.roster import AgentRoster
 from fbo_torch.flower.secagg import SecAggClient, SecAggError, SecAggServer, mask
 from fbo_torch.flower.server_state import ServerState
+from fbo_torch.privacy.accountants import get_epsilon
+from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 RUN_CONFIG = dict(
@@ -397,3 +400,27 @@ def test_a_hostile_nodes_largest_shift_is_bounded_by_what_honest_sums_can_be(mon
     assert float(shift.abs().max()) <= 2 * mech.release_entry_bound + 1e-6
     assert float(shift.norm()) <= 2 * mech.release_norm_bound * (1 + 1e-9)
     assert float(shift.abs().max()) < mech.sum_bound / 2  # the old clamp let it reach about N·A
+
+
+def test_epsilon_against_a_malicious_server_is_the_worst_case_and_reported(secure_run):
+    """The worst case the protocol allows: every round asked, a sum of t vectors, nothing amplified."""
+    (coord, _, lines, _), _ = secure_run
+    cfg = FlowerRunConfig.from_run_config(RUN_CONFIG)
+    mech = SecureMechanism.from_settings(cfg.settings, cfg.num_agents)
+    t = cfg.secure_threshold()
+    acc = DistributedDiscreteGaussianAccountant(mech.ddg_constants())
+    for r, log in enumerate(coord.logs, start=1):
+        z_t = math.sqrt(t * mech.local_variance) / mech.l2_sensitivity
+        by_hand = get_epsilon(acc, cfg.ledger_delta, history=[(z_t, 1.0, r)])
+        assert log.epsilon_malicious == pytest.approx(by_hand, rel=1e-12)
+        assert log.epsilon_malicious >= log.epsilon_server  # t <= the survivors the honest ledger counts
+    assert all("epsilon_malicious=" in line for line in lines if line.startswith("round ") and "released" in line)
+    floor = PrivacyFloor(max_epsilon=1e9)
+    assert floor.epsilon(cfg) == pytest.approx(
+        max(worst_case_epsilons(mech, t, cfg.settings.sample_rate, cfg.num_rounds, cfg.ledger_delta)), rel=1e-12
+    )
+    assert worst_case_epsilons(mech, t, cfg.settings.sample_rate, cfg.num_rounds, cfg.ledger_delta)[0] == pytest.approx(
+        coord.logs[-1].epsilon_malicious, rel=1e-12
+    )
+    with pytest.raises(SecAggError):
+        SecAggClient.setup(1, 1, mech.modulus, np.zeros(2, dtype=np.int64)).consistency(1, [1])

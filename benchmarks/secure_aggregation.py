@@ -306,30 +306,63 @@ def table(done: dict) -> str:
 
 
 # --------------------------------------------------------------------------- overhead
-def in_process_round(N: int, num_shares: int, dim: int, modulus: int) -> dict:
-    """One SecAgg+ round over ``N`` nodes in this process: CPU seconds of the server and of all nodes, bytes."""
+def _identities(N: int) -> dict:
+    """Node ``100 + n``'s identity (agent ``n``'s SuperNode key, and a roster of all ``N`` keys)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from fbo_torch.flower.identity import NodeIdentity
+    from fbo_torch.flower.roster import AgentRoster
+
+    keys = [ec.generate_private_key(ec.SECP384R1()) for _ in range(N)]
+    pem = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    roster = AgentRoster({n: k.public_key().public_bytes(*pem) for n, k in enumerate(keys)}, N)
+    return {100 + n: NodeIdentity(k, roster, n) for n, k in enumerate(keys)}
+
+
+def in_process_round(N: int, num_shares: int, dim: int, modulus: int, signed: bool = True) -> dict:
+    """One SecAgg+ round over ``N`` nodes in this process: CPU seconds of the server and of all nodes, bytes.
+
+    With ``signed`` every node signs its keys and its survivor set and checks the others' (a malicious server's
+    protocol, as deployed); without, the consistency stage carries empty signatures (a trusted server)."""
     import numpy as np
     from flwr.app import ConfigRecord, RecordDict
 
+    from fbo_torch.flower.config import default_threshold
     from fbo_torch.flower.records import payload_bytes, secagg_reply, secagg_request
-    from fbo_torch.flower.secagg import SecAggClient, SecAggServer, default_threshold
+    from fbo_torch.flower.secagg import SecAggClient, SecAggServer
 
     rng = np.random.default_rng(0)
     vecs = {100 + i: rng.integers(-1000, 1000, dim) for i in range(N)}
+    ids = _identities(N) if signed else {}
     t_node = t_server = 0.0
     sent = received = 0
 
-    def timed(fn, *a):  # CPU seconds of this process: steadier than wall time on a shared machine
+    def timed(fn, *a, **kw):  # CPU seconds of this process: steadier than wall time on a shared machine
         t0 = time.process_time()
-        out = fn(*a)
+        out = fn(*a, **kw)
         return out, time.process_time() - t0
 
+    k = min(num_shares, N) + (1 if num_shares < N and num_shares % 2 == 0 else 0)
+    threshold = default_threshold(k, N, N)
     clients = {}
     for nid, v in vecs.items():
-        clients[nid], dt = timed(SecAggClient.setup, nid, 1, modulus, v)
+        clients[nid], dt = timed(
+            SecAggClient.setup,
+            nid,
+            1,
+            modulus,
+            v,
+            agent_id=nid - 100,
+            federation="benchmark",
+            min_threshold=threshold,
+            num_agents=N,
+            identity=ids.get(nid),
+        )
         t_node += dt
     received += sum(
-        payload_bytes(RecordDict({"fbo.secagg": ConfigRecord({"pk1": c.pk1, "pk2": c.pk2})})) for c in clients.values()
+        payload_bytes(RecordDict({"fbo.secagg": ConfigRecord({"pk1": c.pk1, "pk2": c.pk2, "signature": c.signature})}))
+        for c in clients.values()
     )
     (server, dt) = timed(
         SecAggServer,
@@ -337,8 +370,10 @@ def in_process_round(N: int, num_shares: int, dim: int, modulus: int) -> dict:
         {i: (c.pk1, c.pk2) for i, c in clients.items()},
         dim,
         modulus,
-        num_shares,
-        default_threshold(num_shares, N, N),
+        k,
+        threshold,
+        agents={i: i - 100 for i in clients},
+        signatures={i: c.signature for i, c in clients.items()},
     )
     t_server += dt
     (req, _), dt = timed(server.share_keys_requests)
@@ -350,13 +385,17 @@ def in_process_round(N: int, num_shares: int, dim: int, modulus: int) -> dict:
                 1,
                 **{
                     "node-ids": list(keys),
+                    "agent-ids": [server.agents[j] for j in keys],
                     "pk1": [keys[j][0] for j in keys],
                     "pk2": [keys[j][1] for j in keys],
+                    "signatures": [server.signatures[j] for j in keys],
                     "threshold": server.threshold,
                 },
             )
         )
-        replies[nid], dt = timed(clients[nid].share_keys, 1, keys, server.threshold)
+        replies[nid], dt = timed(
+            clients[nid].share_keys, 1, keys, server.threshold, server.agents, server.signatures, ids.get(nid)
+        )
         t_node += dt
         received += payload_bytes(
             secagg_reply(destinations=replies[nid][0], ciphertexts=replies[nid][1], commitment=replies[nid][2])
@@ -373,10 +412,25 @@ def in_process_round(N: int, num_shares: int, dim: int, modulus: int) -> dict:
         received += payload_bytes(secagg_reply(masked=masked[nid].astype("<i8").tobytes()))
     _, dt = timed(server.receive_masked, masked)
     t_server += dt
+    signed_sets = {}
+    for nid, surv in server.consistency_requests().items():
+        sent += payload_bytes(secagg_request(1, survivors=surv))
+        signed_sets[nid], dt = timed(clients[nid].consistency, 1, surv, ids.get(nid))
+        t_node += dt
+        received += payload_bytes(secagg_reply(signature=signed_sets[nid]))
+    _, dt = timed(server.receive_consistency, signed_sets)
+    t_server += dt
     replies = {}
-    for nid, (a, d) in server.unmask_requests().items():
-        sent += payload_bytes(secagg_request(1, active=a, dead=d))
-        replies[nid], dt = timed(clients[nid].unmask, 1, a, d)
+    for nid, signatures in server.unmask_requests().items():
+        sent += payload_bytes(
+            secagg_request(
+                1,
+                signers=list(signatures),
+                **{"signer-agents": [a for a, _ in signatures.values()]},
+                signatures=[s for _, s in signatures.values()],
+            )
+        )
+        replies[nid], dt = timed(clients[nid].unmask, 1, signatures, ids.get(nid))
         t_node += dt
         received += payload_bytes(secagg_reply(**{"node-ids": replies[nid][0], "shares": replies[nid][1]}))
     total, dt = timed(server.unmask, replies)
@@ -386,6 +440,7 @@ def in_process_round(N: int, num_shares: int, dim: int, modulus: int) -> dict:
         "N": N,
         "num_shares": server.num_shares,
         "threshold": server.threshold,
+        "signed": signed,
         "server_s": t_server,
         "nodes_s_total": t_node,
         "node_s_mean": t_node / N,
@@ -442,7 +497,7 @@ def overhead(args) -> dict:
         )
         mech = SecureMechanism.from_settings(s, N)
         for k in sorted({N, 2 * math.ceil(math.log2(N)) + 1}):
-            if any(r["N"] == N and r["num_shares"] == min(k, N) for r in data["in_process"]):
+            if any(r["N"] == N and r["num_shares"] == min(k, N) and r.get("signed") for r in data["in_process"]):
                 continue
             row = in_process_round(N, k, mech.dim, mech.modulus)
             row.update(dim=mech.dim, modulus_bits=mech.bits)

@@ -26,7 +26,15 @@ from torch import Tensor, nn
 
 from fbo_torch.utils.dispatch import gpu_path
 from fbo_torch.utils.resources import check_memory
-from fbo_torch.utils.validation import check_finite, check_floating, check_int, check_last_dim, check_positive
+from fbo_torch.utils.validation import (
+    check_device,
+    check_finite,
+    check_floating,
+    check_int,
+    check_last_dim,
+    check_positive,
+    check_tensor,
+)
 
 #: Bumped whenever the construction below changes, so old fingerprints never
 #: match maps drawn differently.
@@ -97,6 +105,7 @@ class RandomFourierFeatures(nn.Module):
             raise TypeError(f"`normalize` must be a bool, got {type(normalize).__name__}.")
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"`dtype` must be a floating torch.dtype, got {dtype}.")
+        device = check_device("device", device)
         ls = torch.as_tensor(lengthscale, dtype=torch.float64).detach().cpu().reshape(-1)
         if ls.numel() not in (1, dim):
             raise ValueError(f"`lengthscale` must be a scalar or have d = {dim} entries, got {ls.numel()}.")
@@ -135,6 +144,7 @@ class RandomFourierFeatures(nn.Module):
         ``FBO_SYNC_FREE=1``) the check would wait for the device on every call, so
         there they give non-finite features.
         """
+        check_tensor("X", X)
         check_floating("X", X)
         check_last_dim("X", X, self.dim)
         if not gpu_path(X.device):

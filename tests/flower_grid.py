@@ -106,3 +106,42 @@ class InProcessGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return self.pull_messages(self.push_messages(messages))
+
+
+def node_identities(folder: Any, num_nodes: int) -> tuple[list[bytes], list[str], dict[int, dict]]:
+    """SuperNode keys for ``num_nodes`` agents written to ``folder``, as a deployment has them: each node's
+    private key (OpenSSH, mode 0600) and one agent roster (``{agent: OpenSSH public key}``).
+
+    Returns:
+        ``(PEM public keys, OpenSSH public keys, node configs)``: the node configs name each node's key and
+        the roster (``secagg.private-key``, ``secagg.roster``), for ``InProcessGrid(node_configs=...)``.
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = [ec.generate_private_key(ec.SECP384R1()) for _ in range(num_nodes)]
+    spki = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    pem = [k.public_key().public_bytes(*spki) for k in keys]
+    ssh = [
+        k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        for k in keys
+    ]
+    configs = {}
+    roster = folder / "roster.json"
+    roster.write_text(json.dumps({str(n): ssh[n] for n in range(num_nodes)}))
+    for n, key in enumerate(keys):
+        path = folder / f"node-{n}"
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+            )
+        )
+        os.chmod(path, 0o600)
+        configs[n] = {"secagg.private-key": str(path), "secagg.roster": str(roster)}
+    return pem, ssh, configs

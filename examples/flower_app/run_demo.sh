@@ -12,7 +12,8 @@
 #   VENV=.venv PORT=9300 NUM_NODES=4 ROUNDS=3 examples/flower_app/run_demo.sh
 #   ROGUE=1 also starts a SuperNode whose key is not registered, claiming agent 0: it must be refused
 #   SECAGG=1 aggregates every release by SecAgg+ with distributed discrete Gaussian noise: the server
-#            never sees an agent's omega (aggregation = "secure"; DROPOUT_TOLERANCE, default 0.25)
+#            never sees an agent's omega (aggregation = "secure"; DROPOUT_TOLERANCE, default 0.25); each
+#            node signs its SecAgg+ keys with its SuperNode key and checks the others' against the roster
 #   INSECURE=1 runs without TLS and node authentication (anyone who reaches the port can join)
 #   OWN_OBJECTIVES=1: each SuperNode evaluates its own black box, named only in its node config (a CNN
 #     on its own share of the digits, examples/flower_device/); the run config gives only the domain
@@ -42,7 +43,9 @@ TIMEOUT="${DEMO_TIMEOUT:-300}"      # s for the whole run
 SECURE=1
 [[ -n "${INSECURE:-}" && "${INSECURE}" != 0 ]] && SECURE=0
 RUN_CONFIG="num-agents=$NUM_NODES num-rounds=$ROUNDS report-best=true"
+SECAGG_ON=0
 if [[ -n "${SECAGG:-}" && "${SECAGG}" != 0 ]]; then
+    SECAGG_ON=1
     RUN_CONFIG+=" aggregation=\"secure\" dropout-tolerance=${DROPOUT_TOLERANCE:-0.25}"
 fi
 export PATH="$VENV/bin:$PATH"       # flower-superlink spawns flower-superexec / flwr-serverapp from PATH
@@ -179,6 +182,11 @@ for ((n = 0; n < NUM_NODES; n++)); do
     KEY=()
     ((SECURE)) && KEY=(--auth-supernode-private-key "$PKI/node-$n")
     NODE_CONFIG="partition-id=$n num-partitions=$NUM_NODES"
+    if ((SECAGG_ON && SECURE)); then  # the node signs its SecAgg+ keys with its SuperNode key, checks others' on its roster
+        NODE_CONFIG+=" secagg.private-key=\"$PKI/node-$n\" secagg.roster=\"$PKI/roster.json\""
+    elif ((SECAGG_ON)); then  # no keys without TLS and authentication: the server is trusted to follow SecAgg+
+        NODE_CONFIG+=" secagg.trust-server=true"
+    fi
     NODE_ENV=()
     if ((OWN)); then  # the node's own black box: its module on the node's path, its data file
         NODE_CONFIG+=" objective.type=\"digits_on_device:DigitsOnDevice\" objective.data=\"$WORK/device-data/node-$n.npz\""

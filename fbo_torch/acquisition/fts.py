@@ -126,6 +126,12 @@ class FederatedThompsonSampling(AcquisitionFunction):
                 "`model` must be a single-output, unbatched GP of the target agent "
                 f"(got num_outputs={model.num_outputs}, batch_shape={tuple(model.batch_shape)})."
             )
+        inputs = getattr(model, "train_inputs", None)
+        if inputs and inputs[0].shape[-1] != features.dim:
+            raise ValueError(
+                f"`features` is a {features.dim}-dimensional map but `model` was trained on "
+                f"{inputs[0].shape[-1]}-dimensional inputs: messages on that map describe another search space."
+            )
         q = check_int("q", q, minimum=1)
         if own_acquisition is not None:
             if not isinstance(own_acquisition, AcquisitionFunction):

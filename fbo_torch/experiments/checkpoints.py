@@ -4,11 +4,20 @@ A checkpoint holds either a finished method's JSON ``record`` or an unfinished
 runner's ``state_dict`` (``runner``), stamped with the checkpoint format version
 and the run's configuration fingerprint
 (:func:`~fbo_torch.experiments.outdir.fingerprint`).
+
+A checkpoint is data, never code: it is read with ``torch.load(weights_only=True)``,
+whose unpickler rebuilds only tensors and plain containers (dicts, lists, tuples,
+strings, numbers) and refuses anything else before it is constructed, so a file
+planted in ``--out/checkpoints`` (``--out`` may be shared, restored or
+downloaded) cannot run code when a run is resumed; it is named as unreadable.
+:meth:`Checkpoints.save` reads back what it wrote the same way, so a state that
+would not load is refused when it is written, not at the resume.
 """
 
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +52,7 @@ class Checkpoints:
         if not self.resume or not path.exists():
             return None
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
+            state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # truncated zip, bad pickle, ...: torch raises many kinds
             text = str(err).strip()
             reason = text.splitlines()[0].split(". ")[0][:160] if text else type(err).__name__
@@ -78,4 +87,11 @@ class Checkpoints:
     def save(self, path: Path, state: dict[str, Any]) -> None:
         buf = io.BytesIO()
         torch.save({"version": CHECKPOINT_VERSION, "fingerprint": self.fingerprint, **state}, buf)
+        try:
+            torch.load(io.BytesIO(buf.getvalue()), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as err:
+            raise TypeError(
+                f"checkpoint {path}: the state holds objects other than tensors and plain containers, which a "
+                f"resume would refuse to load ({str(err).strip().splitlines()[0][:200]})."
+            ) from None
         atomic_write_bytes(path, buf.getvalue())

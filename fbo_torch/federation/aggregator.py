@@ -242,8 +242,14 @@ class DPAggregator:
         round = check_int("round", round, minimum=0)
         N = omegas.shape[-2]
         batch = omegas.shape[:-1]  # ... x N
-        if reported is not None and reported.shape != batch:
-            raise ValueError(f"`reported` must have shape {tuple(batch)}, got {tuple(reported.shape)}.")
+        if reported is not None:
+            check_tensor("reported", reported)
+            if reported.dtype != torch.bool:
+                raise TypeError(
+                    f"`reported` must be a boolean tensor (agents whose vector arrived), got {reported.dtype}."
+                )
+            if reported.shape != batch:
+                raise ValueError(f"`reported` must have shape {tuple(batch)}, got {tuple(reported.shape)}.")
         if sum(x is not None for x in (generator, keys, randomness)) > 1:
             raise ValueError("give at most one of `generator`, `keys` and `randomness`.")
         if keys is not None:

@@ -75,13 +75,28 @@ any residue ``v ∈ Z_m^d``. Addition modulo ``m`` is a group operation, so its
 integers enter the sum additively — the decoded sum is the honest sum plus
 ``v`` (mod ``m``) and nothing it sends can cancel, copy or expose another
 agent's vector (it never sees one: the masks make every vector uniform). What
-it can do is shift the release: :meth:`SecureMechanism.decode` flags every
-coordinate outside the honest range ``±N·A`` (impossible for honest agents)
-and clamps it there, so whatever it sends, each coordinate of the release
-moves by at most ``2NA`` lattice units (``2NA · (S/c) · w_max / q`` in ``ω``
-units). Proving that each vector is in range (zero-knowledge range proofs,
-as in verifiable secure aggregation) is out of scope. A hostile agent that
-leaves out its noise share lowers the sum's noise by one share.
+it can do is shift the release, and :meth:`SecureMechanism.decode` bounds the
+shift by what honest sums can be, not by the worst case of ``N·A`` (every
+share at its truncation bound at once). The discrete Gaussian is
+``σ²``-sub-Gaussian (Canonne, Kamath & Steinke 2020, Cor. 9), and conditioning
+it on ``|ξ| ≤ L`` keeps that (``cosh`` grows with ``|ξ|``), so a sum of
+``k ≤ N`` shares has ``P(|Σξ_j| > τ√N σ) ≤ 2e^{−τ²/2}`` per coordinate and,
+as a sub-Gaussian vector, ``P(‖Σξ‖² > Nσ²(d + 2√(td) + 2t)) ≤ e^{−t}`` (Hsu,
+Kakade & Zhang 2012, Thm. 1), ``t = τ²/2``; the signal adds at most
+``N⌈c/√P⌉`` per coordinate and ``NΔ₂`` in norm. So every coordinate is
+clamped to ``±B`` (:attr:`SecureMechanism.release_entry_bound`) and the
+vector's norm to ``R`` (:attr:`SecureMechanism.release_norm_bound`); with
+``τ = 12`` an honest sum is touched with probability below ``10⁻³⁰`` per
+coordinate and round (and then only clamped: post-processing, the privacy
+guarantee is unchanged). Whatever a hostile agent sends, each coordinate of
+the release moves by at most ``2B`` lattice units and the release by at most
+``2R`` in L2 norm (``× (S/c) · w_max / q`` in ``ω`` units): against ``2NA``
+per coordinate before, ``N⌈c/√P⌉ + 12√N σ`` instead of ``N⌈c/√P⌉ + 40Nσ``.
+That is still up to ``N`` honest agents' worth of signal plus the noise's
+range: the sum alone cannot tell one agent's share of it. Bounding each
+agent's vector (zero-knowledge range or norm proofs, as in verifiable secure
+aggregation) is out of scope. A hostile agent that leaves out its noise share
+lowers the sum's noise by one share.
 """
 
 from __future__ import annotations
@@ -114,6 +129,8 @@ AGGREGATIONS = ("central", "secure")
 MAX_SCALE = 2**16
 #: The smallest share variance accepted (``τ`` of KLS 2021 below 1e-10 for up to 10⁶ agents).
 MIN_VARIANCE = 4
+#: ``τ`` of the release's bounds: an honest sum leaves them with probability below ``2e^{−τ²/2} ≈ 10⁻³¹``.
+RELEASE_TAIL = 12.0
 
 
 def share_variance(noise_multiplier: float, scale: int, dim: int, min_survivors: int) -> int:
@@ -304,22 +321,49 @@ class SecureMechanism:
         y = torch.where(survivors.unsqueeze(-1), self.reduce(y), 0)
         return self.reduce(y.sum(-2))
 
+    @property
+    def release_entry_bound(self) -> int:
+        r"""``B = N⌈c/√P⌉ + ⌈τ√N σ⌉`` (at most ``N·A``): a coordinate of an honest sum lies in ``±B`` but
+        with probability below ``2e^{−τ²/2}`` (see the module docstring)."""
+        signal = self.num_agents * math.ceil(self.scale / math.sqrt(self.num_regions))
+        noise = math.ceil(RELEASE_TAIL * math.sqrt(self.num_agents * self.local_variance))
+        return min(signal + noise, self.sum_bound)
+
+    @property
+    def release_norm_bound(self) -> float:
+        r"""``R = NΔ₂ + √(Nσ²(d + 2√(td) + 2t))``, ``t = τ²/2``: an honest sum's L2 norm stays within ``R``
+        but with probability below ``e^{−t}`` (see the module docstring)."""
+        t, d = RELEASE_TAIL**2 / 2, self.dim
+        noise = math.sqrt(self.num_agents * self.local_variance * (d + 2 * math.sqrt(t * d) + 2 * t))
+        return self.num_agents * self.l2_sensitivity + noise
+
+    def centre(self, total: Tensor) -> Tensor:
+        r"""The integer sum behind residues ``... x d`` (``[0, m)``): the centred residues in ``[−m/2, m/2)``
+        (exactly the sum of any honest vectors: no wrap-around)."""
+        m = self.modulus
+        total = self.reduce(total.to(torch.int64))
+        return torch.where(total >= m // 2, total - m, total)
+
     def decode(self, total: Tensor) -> tuple[Tensor, Tensor]:
-        r"""The integer sum behind residues ``... x d`` (``[0, m)``), in units of ``ω`` (before ``w_max/q``).
+        r"""The release behind residues ``... x d`` (``[0, m)``), in units of ``ω`` (before ``w_max/q``).
 
         Returns:
             ``(vectors, out_of_range)``: ``... x P x M`` float64 ``(S/c)·Σ y`` with
-            every coordinate clamped to the honest range ``±N·A``, and ``...``
-            counts of coordinates that were outside it (only a hostile agent
-            can put one there).
+            every coordinate clamped to ``±B`` (:attr:`release_entry_bound`) and
+            then the vector's L2 norm to ``R`` (:attr:`release_norm_bound`), and
+            ``...`` counts of coordinates that were outside ``±B`` (plus one when
+            the norm was above ``R``): an honest sum lands there with
+            probability below ``10⁻³⁰``; a hostile agent can put it there.
         """
-        m = self.modulus
-        total = self.reduce(total.to(torch.int64))
-        centred = torch.where(total >= m // 2, total - m, total)
-        bound = self.sum_bound
+        centred = self.centre(total)
+        bound = self.release_entry_bound
         out = (centred.abs() > bound).sum(-1)
-        centred = centred.clamp(-bound, bound)
-        vec = centred.to(torch.float64) * (self.clip_norm / self.scale)
+        vec = centred.clamp(-bound, bound).to(torch.float64)
+        norm = vec.norm(dim=-1, keepdim=True)
+        over = norm > self.release_norm_bound
+        vec = torch.where(over, vec * (self.release_norm_bound / norm.clamp_min(1.0)), vec)
+        out = out + over.squeeze(-1)
+        vec = vec * (self.clip_norm / self.scale)
         return vec.view(*vec.shape[:-1], self.num_regions, self.num_features), out
 
 

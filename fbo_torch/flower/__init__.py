@@ -12,6 +12,8 @@ one agent (``B = 1``) and the ServerApp runs the server of one federation
   secret randomness, every reply checked.
 * :mod:`~fbo_torch.flower.server_state` — the server's secret, ledger and rounds on disk.
 * :mod:`~fbo_torch.flower.roster` — agents bound to authenticated nodes' keys.
+* :mod:`~fbo_torch.flower.identity` — a node's SuperNode key and roster: signed SecAgg+ keys and survivor sets.
+* :mod:`~fbo_torch.flower.floor` — the privacy floor each node owns, and ε against a malicious server.
 * :mod:`~fbo_torch.flower.records` — messages as Flower records (imports ``flwr``).
 * :mod:`~fbo_torch.flower.server_app` / :mod:`~fbo_torch.flower.client_app` —
   the ``ServerApp`` and ``ClientApp`` (import ``flwr``).

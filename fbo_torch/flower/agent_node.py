@@ -35,6 +35,8 @@ from torch import Tensor
 from fbo_torch.federation.agents import Agents, agent_messages, agent_round, broadcast_points, start_agents
 from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.flower.config import FlowerRunConfig, ObjectiveMismatch, node_objective_spec
+from fbo_torch.flower.floor import PrivacyFloorError
+from fbo_torch.flower.identity import IdentityError
 
 
 class FeatureMapMismatch(ValueError):
@@ -42,8 +44,9 @@ class FeatureMapMismatch(ValueError):
 
 
 #: Errors by which a node refuses the federation for good (the server then never contacts it again):
-#: a different feature map, or an objective that does not fit the federation's domain.
-REFUSALS = (FeatureMapMismatch.__name__, ObjectiveMismatch.__name__)
+#: a different feature map, an objective that does not fit the federation's domain, a run config below
+#: the node's privacy floor, or secure rounds without the identity the node needs for them.
+REFUSALS = (FeatureMapMismatch.__name__, ObjectiveMismatch.__name__, PrivacyFloorError.__name__, IdentityError.__name__)
 
 
 @dataclass(frozen=True)

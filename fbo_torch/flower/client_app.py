@@ -22,10 +22,22 @@ turns it into its integer vector with its own noise share
 simulator's function, from the agent's own secret, drawn from the OS at its
 first round and kept in the node's state) and sends it only masked, through
 the SecAgg+ stages (``train.share_keys``, ``train.masked_vector``,
-``train.unmask``; :class:`~fbo_torch.flower.secagg.SecAggClient`). The
-mechanism's constants (lattice, modulus, noise) come from the agent's own
-run config, never from the server, which sends only the agent's coin and
-weight ratios (clamped to ``[0, 1]``).
+``train.consistency``, ``train.unmask``;
+:class:`~fbo_torch.flower.secagg.SecAggClient`), its keys signed with its
+SuperNode key (:mod:`~fbo_torch.flower.identity`). The mechanism's constants
+(lattice, modulus, noise) come from the agent's own run config, never from
+the server, which sends only the agent's coin and weight ratios (clamped to
+``[0, 1]``).
+
+**What the node owns.** Before anything else the node checks the run config
+against its own privacy floor (:mod:`~fbo_torch.flower.floor`, node config
+``privacy.*``) and refuses a run below it. And it answers each round at most
+once: its noise share and rounding coins are a function of (its secret, the
+round), so two answers for one round — one with its Poisson coin up, one
+without — would differ by its noise-free vector. The last round it answered
+is kept with its secret in the node state, and a request for that round or an
+earlier one, or for a round past ``num-rounds``, is refused
+(:class:`ReplayRefused`).
 
 Run it the Flower way: ``clientapp = "fbo_torch.flower.client_app:app"`` in the
 app's ``pyproject.toml``.
@@ -33,7 +45,11 @@ app's ``pyproject.toml``.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import torch
 from flwr.app import ConfigRecord, ConfigRecordValues, Context, Message
@@ -43,6 +59,8 @@ from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.flower.agent_node import FeatureMapMismatch, LiveNodes
 from fbo_torch.flower.config import FlowerRunConfig, allowed_objectives
+from fbo_torch.flower.floor import PrivacyFloor
+from fbo_torch.flower.identity import NodeIdentity
 from fbo_torch.flower.records import (
     AGENT_STATE,
     SECAGG,
@@ -57,8 +75,11 @@ from fbo_torch.flower.records import (
 from fbo_torch.flower.secagg import SecAggClient
 from fbo_torch.utils.secure_random import check_secret, new_secret
 
-#: Node-state records: the agent's own secret, and its side of the running SecAgg+ round.
+#: Node-state records: the agent's own secret (with the last round it answered), and its side of the running
+#: SecAgg+ round.
 AGENT_SECRET, SECAGG_STATE = "fbo.agent-secret", "fbo.secagg-state"
+#: The key of :data:`AGENT_SECRET` that holds the last round the node answered.
+ANSWERED = "answered-round"
 
 app = ClientApp()
 #: The agents this process plays, kept between messages (a node starts once per run).
@@ -72,23 +93,65 @@ def agent_id_of(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
+class ReplayRefused(ValueError):
+    """The server asked this node again for a round it already answered (or for one past the run's end)."""
+
+
+#: Run configs (and floors) this process has checked against its node's floor: the check computes ε.
+_floors_checked: set[str] = set()
+
+
+def check_floor(config: FlowerRunConfig, node_config: Mapping[str, Any], agent_id: int) -> PrivacyFloor:
+    r"""The node's :class:`~fbo_torch.flower.floor.PrivacyFloor`, after refusing ``config`` if it is below it
+    (:class:`~fbo_torch.flower.floor.PrivacyFloorError`)."""
+    floor = PrivacyFloor.from_node_config(node_config)
+    key = json.dumps([config.to_run_config(), dataclasses.asdict(floor), int(agent_id)], sort_keys=True)
+    if key not in _floors_checked:
+        floor.check(config, agent_id)
+        _floors_checked.add(key)
+    return floor
+
+
+def claim_round(context: Context, agent_id: int, omega_round: int, num_rounds: int) -> None:
+    r"""Record in the node state that this node answers round ``omega_round`` — before it computes
+    anything for it; refuse a round it already answered, an earlier one, or one past ``num_rounds``."""
+    record = context.state.config_records.get(AGENT_SECRET)
+    last = record.get(ANSWERED, 0) if record is not None else 0
+    if isinstance(last, bool) or not isinstance(last, int):
+        raise ReplayRefused(f"agent {agent_id}: its node state's last answered round is {last!r}, not a round.")
+    if not last < omega_round <= num_rounds:
+        raise ReplayRefused(
+            f"agent {agent_id} refuses to answer round {omega_round}: it answered round {last} last and the run has "
+            f"{num_rounds} rounds; a node answers each round once (two answers for one round would differ by its "
+            "noise-free vector)."
+        )
+    fields: dict[str, ConfigRecordValues] = dict(record) if record is not None else {"secret": new_secret()}
+    fields[ANSWERED] = int(omega_round)
+    context.state[AGENT_SECRET] = ConfigRecord(fields)
+
+
 def handle_round(msg: Message, context: Context) -> Message:
     r"""Take the round the server's message opens and reply (``ω`` when asked)."""
     config = FlowerRunConfig.from_run_config(context.run_config)
     config.check_objective(allowed_objectives(context.node_config))  # before any of its code is imported
+    agent = agent_id_of(context)
+    floor = check_floor(config, context.node_config, agent)
     plan = records_to_plan(msg.content)
     if plan.features and RandomFourierFeatures.from_config(plan.features).fingerprint != plan.fingerprint:
         raise FeatureMapMismatch(
             f"the server's feature-map arguments {plan.features} do not give its fingerprint {plan.fingerprint!r}."
         )
-    state = None
-    if AGENT_STATE in context.state.array_records:
-        state = record_to_state(context.state.array_records[AGENT_STATE])
-    node = live_nodes.get(context.run_id, context.node_id, config, agent_id_of(context), state, context.node_config)
-    node.check_features(plan.fingerprint)
     settings = config.dp_settings()
     secure = settings.aggregation == "secure" and settings.method.federated() and plan.omega_round > 0
     cohort = records_to_secagg_cohort(msg.content, settings.num_regions) if secure else None  # checked first
+    identity = NodeIdentity.from_node_config(context.node_config, agent) if cohort else None
+    if plan.omega_round > 0:
+        claim_round(context, agent, plan.omega_round, config.num_rounds)
+    state = None
+    if AGENT_STATE in context.state.array_records:
+        state = record_to_state(context.state.array_records[AGENT_STATE])
+    node = live_nodes.get(context.run_id, context.node_id, config, agent, state, context.node_config)
+    node.check_features(plan.fingerprint)
     reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)
     context.state[AGENT_STATE] = state_to_record(node.state_dict())
     if not secure:
@@ -106,10 +169,20 @@ def handle_round(msg: Message, context: Context) -> Message:
         [agent_secret_of(context)],
         plan.omega_round,
     )
-    client = SecAggClient.setup(context.node_id, plan.omega_round, mechanism.modulus, y[0].numpy())
+    client = SecAggClient.setup(
+        context.node_id,
+        plan.omega_round,
+        mechanism.modulus,
+        y[0].numpy(),
+        agent_id=agent,
+        federation=config.fingerprint(),
+        min_threshold=floor.required_threshold(config),
+        num_agents=config.num_agents,
+        identity=identity,
+    )
     context.state[SECAGG_STATE] = ConfigRecord(client.to_state())
     content = reply_to_records(replace(reply, omega=None), config.report_best)
-    content[SECAGG] = ConfigRecord({"pk1": client.pk1, "pk2": client.pk2})
+    content[SECAGG] = ConfigRecord({"pk1": client.pk1, "pk2": client.pk2, "signature": client.signature})
     return Message(content, reply_to=msg)
 
 
@@ -131,15 +204,29 @@ def _secagg_stage(msg: Message, context: Context, stage: str) -> Message:
     """One SecAgg+ stage on this node (checked; a malformed or out-of-order request raises: an error reply)."""
     request = parse_secagg(stage, msg.content)
     client = _secagg_client(context)
+    identity = None
+    if client.signature:  # it signed its keys: it checks everything the server relays against its roster
+        identity = NodeIdentity.from_node_config(context.node_config, client.agent_id)
     if stage == "share_keys":
-        keys = {int(i): (a, b) for i, a, b in zip(request["node-ids"], request["pk1"], request["pk2"], strict=True)}
-        dests, cts, commit = client.share_keys(request["round"], keys, request["threshold"])
+        ids = request["node-ids"]
+        keys = {int(i): (a, b) for i, a, b in zip(ids, request["pk1"], request["pk2"], strict=True)}
+        agents = dict(zip(ids, request["agent-ids"], strict=True))
+        signatures = dict(zip(ids, request["signatures"], strict=True))
+        dests, cts, commit = client.share_keys(
+            request["round"], keys, request["threshold"], agents, signatures, identity
+        )
         reply = secagg_reply(destinations=dests, ciphertexts=cts, commitment=commit)
     elif stage == "masked_vector":
         masked = client.masked_vector(request["round"], request["sources"], request["ciphertexts"])
         reply = secagg_reply(masked=masked.astype("<i8").tobytes())
+    elif stage == "consistency":
+        reply = secagg_reply(signature=client.consistency(request["round"], request["survivors"], identity))
     else:
-        ids, shares = client.unmask(request["round"], request["active"], request["dead"])
+        confirmations = {
+            int(n): (int(a), sig)
+            for n, a, sig in zip(request["signers"], request["signer-agents"], request["signatures"], strict=True)
+        }
+        ids, shares = client.unmask(request["round"], confirmations, identity)
         fields: dict[str, ConfigRecordValues] = {"node-ids": ids, "shares": shares}  # "node-ids" is no identifier
         reply = secagg_reply(**fields)
     context.state[SECAGG_STATE] = ConfigRecord(client.to_state())
@@ -159,6 +246,11 @@ def share_keys(msg: Message, context: Context) -> Message:
 @app.train("masked_vector")
 def masked_vector(msg: Message, context: Context) -> Message:
     return _secagg_stage(msg, context, "masked_vector")
+
+
+@app.train("consistency")
+def consistency(msg: Message, context: Context) -> Message:
+    return _secagg_stage(msg, context, "consistency")
 
 
 @app.train("unmask")

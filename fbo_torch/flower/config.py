@@ -54,8 +54,9 @@ The keys of the deployment itself:
 ``summary-path``              the server writes its round log there as JSON ("": no file)
 ``secagg-num-shares``         with ``aggregation = "secure"``: neighbours of each node in
                               SecAgg+ (itself included); 0: every pair (SecAgg)
-``secagg-threshold``          Shamir threshold of SecAgg+; 0: ``min_survivors`` with every
-                              pair, a majority of the ring otherwise
+``secagg-threshold``          Shamir threshold of SecAgg+, more than half of a neighbourhood
+                              (a lower one is refused); 0: ``min_survivors`` with every pair,
+                              a majority of the ring otherwise
 ============================  =======================================================
 
 Node-local objectives. With ``objective = '{"type": "node", ...}'`` the run
@@ -345,6 +346,17 @@ def _typed(key: str, field_name: str, value: Any, hint: Any) -> Any:
     return value  # Any: as TOML gave it (e.g. p-t, a number or an expression)
 
 
+def default_threshold(num_shares: int, num_agents: int, min_survivors: int) -> int:
+    r"""The Shamir threshold ``t``: with every pair (``k ≥ N``), ``t = k_min``, so any ``k_min`` survivors
+    can unmask and ``t − 1`` nodes colluding with the server learn no node's secret; with a ring of
+    ``k < N`` (SecAgg+), a majority of the ring, ``⌊k/2⌋ + 1`` (a neighbourhood that loses more
+    cannot unmask, and the round fails)."""
+    k = int(num_shares)
+    if k >= int(num_agents):
+        return max(2, int(min_survivors))
+    return max(2, k // 2 + 1)
+
+
 @dataclass(frozen=True)
 class FlowerRunConfig:
     r"""A deployment's run config, typed (see the module docstring for the keys).
@@ -413,12 +425,45 @@ class FlowerRunConfig:
                 raise ValueError(f"run config `{key.replace('_', '-')}` must be >= 0, got {getattr(self, key)}.")
         if self.settings.aggregation == "secure" and self.settings.method.federated():
             try:
-                SecureMechanism.from_settings(self.settings, int(self.num_agents))
+                mech = SecureMechanism.from_settings(self.settings, int(self.num_agents))
             except ValueError as err:  # name the run config key, not the field
                 text = str(err)
                 for f in fields(DPFTSDESettings):
                     text = text.replace(f"`{f.name}`", f"`{_kebab(f.name)}`")
                 raise ValueError(f"run config: {text}") from None
+            self._check_majorities(mech.min_survivors)
+
+    def _check_majorities(self, min_survivors: int) -> None:
+        r"""Secure rounds safe against a server that lies about who dropped out: more than half of the
+        agents survive (so a majority can confirm one survivor set) and the threshold is more than half
+        of each neighbourhood (so no two sets of ``t`` honest neighbours can reveal both secrets of a node)."""
+        N = int(self.num_agents)
+        if 2 * min_survivors <= N:
+            raise ValueError(
+                f"run config `dropout-tolerance` = {self.settings.dropout_tolerance:g} lets a secure round release "
+                f"with {min_survivors} of {N} agents; it must keep more than half of them (dropout-tolerance < 0.5): "
+                "with fewer, a server that tells nodes different dropout sets can unmask one agent's vector."
+            )
+        k, t = self.secagg_neighbours, self.secure_threshold()
+        if not k < 2 * t <= 2 * k:
+            raise ValueError(
+                f"run config `secagg-threshold` = {t} with neighbourhoods of {k} nodes (`secagg-num-shares`): the "
+                "threshold must be more than half of a neighbourhood and at most all of it; a lower one lets a "
+                "server that tells nodes different dropout sets reconstruct both secrets of one node."
+            )
+
+    @property
+    def secagg_neighbours(self) -> int:
+        r"""``k``, the nodes of a SecAgg+ neighbourhood, each itself included: every agent (``secagg-num-shares``
+        0 or ``≥ N``), else a ring of ``secagg-num-shares`` rounded up to an odd number."""
+        N = int(self.num_agents)
+        k = min(self.secagg_num_shares or N, N)
+        return k + 1 if k < N and k % 2 == 0 else k
+
+    def secure_threshold(self) -> int:
+        r"""``t``, the Shamir threshold of the secure rounds: ``secagg-threshold``, or :func:`default_threshold`."""
+        k_min = SecureMechanism.from_settings(self.settings, int(self.num_agents)).min_survivors
+        return self.secagg_threshold or default_threshold(self.secagg_neighbours, int(self.num_agents), k_min)
 
     @classmethod
     def keys(cls) -> dict[str, tuple[str, str]]:

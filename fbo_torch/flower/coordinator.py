@@ -66,6 +66,7 @@ from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.server import DPFTSDEServer, ServerRound
 from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.floor import worst_case_epsilons
 from fbo_torch.flower.server_state import ServerState, ServerStateError
 from fbo_torch.privacy.ledger import PrivacyLedger
 from fbo_torch.utils.secure_random import new_secret
@@ -154,6 +155,10 @@ class RoundLog(ServerRound):
         best_values / num_observations: What agents reported after the round.
         secagg: Secure aggregation: the round's SecAgg+ statistics (``seconds``,
             ``bytes_sent``, ``bytes_received``, ``survivors``, ``out_of_range``).
+        epsilon_malicious: Secure aggregation: ε against a server that deviates from SecAgg+
+            after the round, in the worst case the protocol allows
+            (:func:`~fbo_torch.flower.floor.worst_case_epsilons`: every round so far, a sum of
+            ``t`` vectors, no amplification); NaN otherwise.
     """
 
     num_reported: int = 0
@@ -162,6 +167,7 @@ class RoundLog(ServerRound):
     best_values: dict[int, float] = field(default_factory=dict)
     num_observations: dict[int, int] = field(default_factory=dict)
     secagg: dict[str, Any] = field(default_factory=dict)
+    epsilon_malicious: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -174,6 +180,8 @@ class RoundLog(ServerRound):
         }
         if self.secagg:
             out["secagg"] = dict(self.secagg)
+        if not math.isnan(self.epsilon_malicious):
+            out["epsilon_malicious"] = self.epsilon_malicious if math.isfinite(self.epsilon_malicious) else "inf"
         return out
 
     @classmethod
@@ -191,6 +199,7 @@ class RoundLog(ServerRound):
             {int(k): float(v) for k, v in d["best_values"].items()},
             {int(k): int(v) for k, v in d["num_observations"].items()},
             dict(d.get("secagg", {})),
+            float(d.get("epsilon_malicious", math.nan)),
             epsilon_server=server.epsilon_server,
         )
 
@@ -355,6 +364,7 @@ class Coordinator:
                     num_reported=num_reported if released else 0,
                     num_invalid=self._num_invalid,
                     secagg=self._secagg_stats,
+                    epsilon_malicious=self._malicious_epsilon(t),
                     epsilon_server=math.nan if rec is None else rec.epsilon_server,
                 )
             )
@@ -383,6 +393,14 @@ class Coordinator:
         return plan
 
     # ------------------------------------------------------------------ secure rounds
+    def _malicious_epsilon(self, rounds: int) -> float:
+        """ε against a server that deviates from SecAgg+ after ``rounds`` rounds (NaN unless secure)."""
+        mech = self.mechanism
+        if mech is None:
+            return math.nan
+        cfg = self.config
+        return worst_case_epsilons(mech, cfg.secure_threshold(), cfg.settings.sample_rate, rounds, cfg.ledger_delta)[0]
+
     @property
     def mechanism(self) -> SecureMechanism | None:
         """The secure mechanism's constants (``None`` unless ``aggregation = "secure"``)."""

@@ -19,10 +19,11 @@ With secure aggregation (:mod:`fbo_torch.flower.secagg`) no ``"fbo.omega"``
 is ever sent. The exchange that asks for round ``t``'s vectors carries, per
 agent, ``"fbo.secagg"`` (``ConfigRecord``: ``sampled``, that agent's own
 Poisson coin, and ``ratios``, its ``P`` weight ratios), and the reply carries
-``"fbo.secagg"`` with the node's two public keys (``pk1``, ``pk2``). Then three
-messages of types ``"train.share_keys"``, ``"train.masked_vector"`` and
-``"train.unmask"`` carry the SecAgg+ stages, each a ``"fbo.secagg"``
-``ConfigRecord`` (:func:`secagg_request`, :func:`secagg_reply` and their parsers).
+``"fbo.secagg"`` with the node's two public keys (``pk1``, ``pk2``) and its
+``signature`` of them. Then four messages of types ``"train.share_keys"``,
+``"train.masked_vector"``, ``"train.consistency"`` and ``"train.unmask"`` carry
+the SecAgg+ stages, each a ``"fbo.secagg"`` ``ConfigRecord``
+(:func:`secagg_request`, :func:`secagg_reply` and their parsers).
 
 This module imports ``flwr``; the rest of :mod:`fbo_torch.flower` does not.
 """
@@ -199,17 +200,24 @@ def records_to_secagg_cohort(content: RecordDict, num_regions: int) -> tuple[boo
     return sampled, torch.tensor(ratios, dtype=torch.float64)
 
 
-def reply_public_keys(content: RecordDict, agent_id: int) -> tuple[bytes, bytes]:
-    """The two public keys a secure round's reply carries
+def reply_public_keys(content: RecordDict, agent_id: int) -> tuple[bytes, bytes, bytes]:
+    """The two public keys and their signature a secure round's reply carries
     (:class:`~fbo_torch.flower.coordinator.InvalidReply` if not)."""
     try:
         r = content.config_records[SECAGG]
-        pk1, pk2 = r["pk1"], r["pk2"]
+        pk1, pk2, signature = r["pk1"], r["pk2"], r["signature"]
     except Exception:
-        raise InvalidReply(f"agent {agent_id}: the reply has no {SECAGG!r} record with its public keys") from None
-    if not (isinstance(pk1, bytes) and isinstance(pk2, bytes) and 0 < len(pk1) <= 1024 and 0 < len(pk2) <= 1024):
-        raise InvalidReply(f"agent {agent_id}: the reply's public keys are not bytes")
-    return pk1, pk2
+        raise InvalidReply(f"agent {agent_id}: the reply has no {SECAGG!r} record with its signed keys") from None
+    if not (
+        isinstance(pk1, bytes)
+        and isinstance(pk2, bytes)
+        and isinstance(signature, bytes)
+        and 0 < len(pk1) <= 1024
+        and 0 < len(pk2) <= 1024
+        and len(signature) <= 1024
+    ):
+        raise InvalidReply(f"agent {agent_id}: the reply's public keys and signature are not bytes")
+    return pk1, pk2, signature
 
 
 def secagg_request(round: int, **payload: ConfigRecordValues) -> RecordDict:
@@ -227,14 +235,23 @@ _SECAGG_FIELDS: dict[str, dict[str, tuple[type, type | None]]] = {
     "share_keys": {
         "round": (int, None),
         "node-ids": (list, int),
+        "agent-ids": (list, int),
         "pk1": (list, bytes),
         "pk2": (list, bytes),
+        "signatures": (list, bytes),
         "threshold": (int, None),
     },
     "masked_vector": {"round": (int, None), "sources": (list, int), "ciphertexts": (list, bytes)},
-    "unmask": {"round": (int, None), "active": (list, int), "dead": (list, int)},
+    "consistency": {"round": (int, None), "survivors": (list, int)},
+    "unmask": {
+        "round": (int, None),
+        "signers": (list, int),
+        "signer-agents": (list, int),
+        "signatures": (list, bytes),
+    },
     "share_keys-reply": {"destinations": (list, int), "ciphertexts": (list, bytes), "commitment": (bytes, None)},
     "masked_vector-reply": {"masked": (bytes, None)},
+    "consistency-reply": {"signature": (bytes, None)},
     "unmask-reply": {"node-ids": (list, int), "shares": (list, bytes)},
 }
 

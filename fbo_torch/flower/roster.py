@@ -57,6 +57,7 @@ class AgentRoster:
 
     def __init__(self, keys: Mapping[Any, bytes | str], num_agents: int | None = None) -> None:
         self._agent_of: dict[bytes, int] = {}
+        self._key_of: dict[int, bytes] = {}
         for agent, key in keys.items():
             try:
                 n = int(agent)
@@ -70,7 +71,9 @@ class AgentRoster:
                 raise ValueError(f"roster: agent {n}'s key is {err}.") from None
             if kid in self._agent_of:
                 raise ValueError(f"roster: agents {self._agent_of[kid]} and {n} have the same key.")
-            self._agent_of[kid] = n
+            if n in self._key_of:
+                raise ValueError(f"roster: agent {n} is listed twice.")
+            self._agent_of[kid], self._key_of[n] = n, kid
         self.agents = sorted(self._agent_of.values())
 
     @classmethod
@@ -101,6 +104,10 @@ class AgentRoster:
             return self._agent_of.get(key_id(public_key))
         except ValueError:
             return None
+
+    def public_key(self, agent: int) -> bytes | None:
+        """Agent ``agent``'s public key as DER ``SubjectPublicKeyInfo``, or ``None`` when it is not on the roster."""
+        return self._key_of.get(int(agent))
 
     def bind(self, nodes: Iterable[Any]) -> tuple[dict[int, int], list[int]]:
         r"""``({node id: agent}, [node ids not on the roster])`` for Flower ``NodeInfo`` records

@@ -5,22 +5,28 @@ The server of a secure round (``aggregation = "secure"``,
 agents' integer vectors modulo ``m`` and nothing else. This module is the
 secure aggregation protocol of Bonawitz et al. (2017) with the sparse
 neighbourhoods of Bell et al. (2020, SecAgg+), as Flower implements it —
-four stages, each one message to every live node:
+five stages, each one message to every live node:
 
 0. **setup** (riding on the round's exchange): each node makes two key pairs
-   (P-384) and sends the public keys;
-1. **share keys**: each node gets its neighbours' public keys, draws its
-   private mask seed ``b`` (OS randomness), splits ``b`` and its first secret
-   key into Shamir shares (threshold ``t``), and sends each neighbour its
-   shares encrypted (Fernet, keyed by ECDH with the second keys); it also
-   commits to ``b`` (SHA-256), so a wrong reconstruction is caught;
+   (P-384) and sends the public keys, signed with its SuperNode key
+   (:mod:`fbo_torch.flower.identity`);
+1. **share keys**: each node gets its neighbours' public keys with their
+   signatures and checks each against its own roster (a substituted or invented
+   key is refused, and so is a threshold of at most half of its neighbourhood),
+   draws its private mask seed ``b`` (OS randomness), splits ``b`` and its
+   first secret key into Shamir shares (threshold ``t``), and sends each
+   neighbour its shares encrypted (Fernet, keyed by ECDH with the second keys);
+   it also commits to ``b`` (SHA-256), so a wrong reconstruction is caught;
 2. **masked vectors**: each node gets the encrypted shares addressed to it
    and sends ``y + PRG(b) + Σ_j ±PRG(s_ij) mod m``, ``s_ij`` the ECDH secret of
    its first key with neighbour ``j``'s (the pairwise masks cancel in the sum);
-3. **unmask**: each survivor sends, for each neighbour, the share of ``b``
-   if that neighbour survived and the share of its secret key if it dropped
-   after stage 1 (never both for one node); the server reconstructs and
-   removes the masks.
+3. **consistency** (Bonawitz et al.'s active-security round): each survivor is
+   told the survivor set and signs it; a node signs one set per round;
+4. **unmask**: each survivor gets the others' signatures and reveals shares
+   only if a majority of the federation's agents signed the set it signed;
+   then, for each neighbour, the share of ``b`` if that neighbour is in the set
+   and the share of its secret key if it is not (never both for one node); the
+   server reconstructs and removes the masks.
 
 The cryptography is Flower's (``flwr.common.secure_aggregation.crypto``: key
 agreement, Fernet, Shamir sharing; ``flwr.supercore.primitives.asymmetric``:
@@ -38,16 +44,23 @@ search. Here every mask is SHAKE-256 of the full 256-bit seed
 every message is checked: a malformed one drops its sender from the round,
 like a dropout, and never stops the server.
 
-Security model: the server is **honest but curious** for the protocol (it
-follows it and looks at everything it receives). A malicious server could
-substitute public keys (they are not signed: SuperNode authentication binds
-nodes to the SuperLink, not SecAgg keys to each other) or tell nodes
-inconsistent dropout sets (there is no consistency round) and so unmask a
-single vector — which still carries that agent's own noise share. Nodes
-may be hostile: they can drop out, send garbage (dropped) or in-range
-garbage (bounded damage, :mod:`fbo_torch.federation.secure`), or corrupt a
-reconstruction (caught by the commitment or the public key; the round then
-fails and stays charged). Nothing here imports the rest of Flower's runtime.
+Security model: the server may be **malicious** (Bell et al. 2020's malicious
+variant): with every node holding an identity (its SuperNode key and a roster,
+:mod:`fbo_torch.flower.identity`) it can neither substitute keys nor invent
+nodes, and it cannot tell two honest nodes two survivor sets: two sets each
+signed by a majority of the agents share an honest signer, who signs once.
+So all honest nodes reveal for one survivor set, and each node's threshold is
+more than half of its neighbourhood: no node's seed and key are both
+reconstructed. What such a server still learns is the sum of a set of at
+least ``t`` vectors of its choosing per round (each node answers a round once:
+:mod:`fbo_torch.flower.client_app`); :mod:`fbo_torch.flower.floor` accounts
+for it. A node whose owner set ``secagg.trust-server`` takes part without
+signatures: then the server is trusted to follow the protocol (honest but
+curious). Nodes may be hostile: they can drop out, send garbage (dropped) or
+in-range garbage (bounded damage, :mod:`fbo_torch.federation.secure`), or
+corrupt a reconstruction (caught by the commitment or the public key; the
+round then fails and stays charged). Nothing here imports the rest of
+Flower's runtime.
 """
 
 from __future__ import annotations
@@ -72,9 +85,11 @@ from flwr.supercore.primitives.asymmetric import (
     public_key_to_bytes,
 )
 
+from fbo_torch.flower.config import default_threshold
+from fbo_torch.flower.identity import NodeIdentity, keys_statement, survivors_statement
 from fbo_torch.utils.secure_random import secret_bits
 
-STAGES = ("share_keys", "masked_vector", "unmask")
+STAGES = ("share_keys", "masked_vector", "consistency", "unmask")
 
 
 class SecAggError(ValueError):
@@ -113,33 +128,74 @@ class SecAggClient:
         round: The DP-FTS-DE round the vector is for.
         modulus: ``m``.
         vector: The node's ``d`` int64 entries (its integer vector with its noise share).
+        agent_id: The agent this node plays (signed with its keys).
+        federation: The federation's fingerprint (signed with everything, so no signature serves twice).
+        min_threshold: The fewest shares this node lets reconstruct a secret (its floor).
+        num_agents: ``N``: a survivor set must be signed by more than half of the agents.
     """
 
     node_id: int
     round: int
     modulus: int
     vector: np.ndarray
+    agent_id: int = -1
+    federation: str = ""
+    min_threshold: int = 2
+    num_agents: int = 0
     sk1: bytes = b""
     pk1: bytes = b""
     sk2: bytes = b""
     pk2: bytes = b""
+    signature: bytes = b""
     seed: bytes = b""
     threshold: int = 0
     stage: str = "setup"
     public_keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    agents: dict[int, int] = field(default_factory=dict)
     seed_shares: dict[int, bytes] = field(default_factory=dict)
     key_shares: dict[int, bytes] = field(default_factory=dict)
     sources: list[int] = field(default_factory=list)
+    survivors: list[int] = field(default_factory=list)
 
     @classmethod
-    def setup(cls, node_id: int, round: int, modulus: int, vector: np.ndarray) -> SecAggClient:
-        """Stage 0: fresh key pairs for this round."""
-        client = cls(int(node_id), int(round), int(modulus), np.asarray(vector, dtype=np.int64))
+    def setup(
+        cls,
+        node_id: int,
+        round: int,
+        modulus: int,
+        vector: np.ndarray,
+        *,
+        agent_id: int = -1,
+        federation: str = "",
+        min_threshold: int = 2,
+        num_agents: int = 0,
+        identity: NodeIdentity | None = None,
+    ) -> SecAggClient:
+        """Stage 0: fresh key pairs for this round, signed with ``identity`` (if any)."""
+        client = cls(
+            int(node_id),
+            int(round),
+            int(modulus),
+            np.asarray(vector, dtype=np.int64),
+            int(agent_id),
+            str(federation),
+            max(2, int(min_threshold)),
+            int(num_agents),
+        )
         sk1, pk1 = generate_key_pairs()
         sk2, pk2 = generate_key_pairs()
         client.sk1, client.pk1 = private_key_to_bytes(sk1), public_key_to_bytes(pk1)
         client.sk2, client.pk2 = private_key_to_bytes(sk2), public_key_to_bytes(pk2)
+        if identity is not None:
+            client.signature = identity.sign(client._keys_statement(client.node_id, client.agent_id))
         return client
+
+    def _keys_statement(self, node: int, agent: int) -> bytes:
+        pk1, pk2 = (self.pk1, self.pk2) if node == self.node_id else self.public_keys[node]
+        return keys_statement(self.federation, self.round, node, agent, pk1, pk2)
+
+    def _refuse(self, why: str) -> SecAggError:
+        return SecAggError(f"node {self.node_id} (agent {self.agent_id}), round {self.round}: {why}")
 
     def _expect(self, stage: str, round: int) -> None:
         order = ("setup",) + STAGES
@@ -151,27 +207,46 @@ class SecAggClient:
         self.stage = stage
 
     def share_keys(
-        self, round: int, public_keys: dict[int, tuple[bytes, bytes]], threshold: int
+        self,
+        round: int,
+        public_keys: dict[int, tuple[bytes, bytes]],
+        threshold: int,
+        agents: Mapping[int, int] | None = None,
+        signatures: Mapping[int, bytes] | None = None,
+        identity: NodeIdentity | None = None,
     ) -> tuple[list[int], list[bytes], bytes]:
         r"""Stage 1: shares of the mask seed and of the first secret key, encrypted for each neighbour.
+
+        Args:
+            public_keys: ``{node: (pk1, pk2)}`` of the neighbourhood, this node included.
+            threshold: ``t``: more than half of the neighbourhood and at least :attr:`min_threshold`.
+            agents / signatures: ``{node: agent}`` and ``{node: signature of its keys}``; with an
+                ``identity`` every neighbour's keys must be signed by its agent's roster key.
 
         Returns:
             ``(destinations, ciphertexts, commitment to the seed)``.
         """
         self._expect("share_keys", round)
         if public_keys.get(self.node_id) != (self.pk1, self.pk2):
-            raise SecAggError(f"node {self.node_id}: the server did not relay this node's own public keys.")
+            raise self._refuse("the server did not relay this node's own public keys.")
         flat = [k for pair in public_keys.values() for k in pair]
         if len(set(flat)) != len(flat):
-            raise SecAggError(f"node {self.node_id}: two neighbours have the same public key.")
-        threshold = int(threshold)
-        if not 2 <= threshold <= len(public_keys):
-            raise SecAggError(f"node {self.node_id}: threshold {threshold} with {len(public_keys)} neighbours.")
-        self.public_keys, self.threshold = dict(public_keys), threshold
+            raise self._refuse("two neighbours have the same public key.")
+        t, k = int(threshold), len(public_keys)
+        if not (t >= self.min_threshold and k < 2 * t <= 2 * k):
+            raise self._refuse(
+                f"threshold {t} with {k} neighbours; this node needs more than half of its neighbourhood and at "
+                f"least {self.min_threshold} (with fewer, a server that lies about who dropped out can reconstruct "
+                "both secrets of one node and unmask its vector)."
+            )
+        self.public_keys, self.threshold = dict(public_keys), t
+        self.agents = {int(n): int(a) for n, a in (agents or {}).items()}
+        if identity is not None:
+            self._check_signed_keys(signatures or {}, identity)
         self.seed = os.urandom(32)
         ids = sorted(public_keys)
-        seed_shares = create_shares(self.seed, threshold, len(ids))
-        key_shares = create_shares(self.sk1, threshold, len(ids))
+        seed_shares = create_shares(self.seed, t, len(ids))
+        key_shares = create_shares(self.sk1, t, len(ids))
         dests, cts = [], []
         for nid, b_share, sk_share in zip(ids, seed_shares, key_shares, strict=True):
             if nid == self.node_id:
@@ -182,22 +257,38 @@ class SecAggClient:
             cts.append(encrypt(key, share_keys_plaintext_concat(self.node_id, nid, b_share, sk_share)))
         return dests, cts, commitment(self.seed)
 
+    def _check_signed_keys(self, signatures: Mapping[int, bytes], identity: NodeIdentity) -> None:
+        """Every neighbour is a distinct agent of the federation whose keys its roster key signed."""
+        if self.agents.get(self.node_id) != self.agent_id:
+            raise self._refuse(f"the server relayed this node as agent {self.agents.get(self.node_id)}.")
+        seen: set[int] = set()
+        for nid in sorted(self.public_keys):
+            agent = self.agents.get(nid)
+            if agent is None or not 0 <= agent < self.num_agents or agent in seen:
+                raise self._refuse(f"neighbour {nid} is not a distinct agent of the federation ({agent!r}).")
+            seen.add(agent)
+            if nid != self.node_id and not identity.verify(
+                agent, self._keys_statement(nid, agent), signatures.get(nid, b"")
+            ):
+                raise self._refuse(
+                    f"the public keys of node {nid} are not signed by agent {agent}'s roster key: refusing a "
+                    "substituted or invented key."
+                )
+
     def masked_vector(self, round: int, sources: list[int], ciphertexts: list[bytes]) -> np.ndarray:
         """Stage 2: store the shares addressed to this node; the vector masked with ``b`` and the pairwise masks."""
         self._expect("masked_vector", round)
         if len(sources) != len(ciphertexts) or len(set(sources)) != len(sources):
-            raise SecAggError(f"node {self.node_id}: malformed list of encrypted shares.")
+            raise self._refuse("malformed list of encrypted shares.")
         if len(sources) + 1 < self.threshold:
-            raise SecAggError(
-                f"node {self.node_id}: {len(sources)} neighbours left, below the threshold {self.threshold}."
-            )
+            raise self._refuse(f"{len(sources)} neighbours left, below the threshold {self.threshold}.")
         for src, ct in zip(sources, ciphertexts, strict=True):
             if src not in self.public_keys or src == self.node_id:
-                raise SecAggError(f"node {self.node_id}: a share from {src}, not a neighbour.")
+                raise self._refuse(f"a share from {src}, not a neighbour.")
             key = generate_shared_key(bytes_to_private_key(self.sk2), bytes_to_public_key(self.public_keys[src][1]))
             actual, dst, b_share, sk_share = share_keys_plaintext_separate(decrypt(key, ct))
             if (actual, dst) != (src, self.node_id):
-                raise SecAggError(f"node {self.node_id}: a share claiming {actual} -> {dst} arrived as {src}.")
+                raise self._refuse(f"a share claiming {actual} -> {dst} arrived as {src}.")
             self.seed_shares[src], self.key_shares[src] = b_share, sk_share
         self.sources = list(sources)
         m, d = self.modulus, len(self.vector)
@@ -207,17 +298,62 @@ class SecAggClient:
             out = out + _sign(self.node_id, src) * pairwise
         return np.remainder(out, m)
 
-    def unmask(self, round: int, active: list[int], dead: list[int]) -> tuple[list[int], list[bytes]]:
-        """Stage 3: shares of the survivors' seeds and of the dropped nodes' keys — never both for one node."""
+    @property
+    def _known(self) -> set[int]:
+        """The nodes this node holds shares of: itself and the neighbours whose shares arrived."""
+        return set(self.sources) | {self.node_id}
+
+    def consistency(self, round: int, survivors: list[int], identity: NodeIdentity | None = None) -> bytes:
+        r"""Stage 3: sign the survivor set (the nodes whose masked vectors are in the sum); this node
+        signs one set per round. Returns the signature (``b""`` without an identity)."""
+        self._expect("consistency", round)
+        surv = [int(n) for n in survivors]
+        if len(set(surv)) != len(surv) or self.node_id not in surv:
+            raise self._refuse("the survivor set repeats a node or leaves this node out.")
+        if len(self._known & set(surv)) < self.threshold:
+            raise self._refuse(f"fewer than the threshold {self.threshold} of its neighbours survived.")
+        self.survivors = sorted(surv)
+        if identity is None:
+            return b""
+        return identity.sign(survivors_statement(self.federation, self.round, self.node_id, self.agent_id, surv))
+
+    def unmask(
+        self,
+        round: int,
+        signatures: Mapping[int, tuple[int, bytes]] | None = None,
+        identity: NodeIdentity | None = None,
+    ) -> tuple[list[int], list[bytes]]:
+        r"""Stage 4: shares of the survivors' seeds and of the dropped nodes' keys — never both for one
+        node — for the survivor set this node signed, and only once a majority of the agents (and at least
+        ``t``) signed that same set.
+
+        Args:
+            signatures: ``{node: (agent, signature of the survivor set)}`` of the other survivors.
+        """
         self._expect("unmask", round)
-        active, dead = [int(n) for n in active], [int(n) for n in dead]
-        if set(active) & set(dead) or len(set(active)) != len(active) or len(set(dead)) != len(dead):
-            raise SecAggError(f"node {self.node_id}: a node is both alive and dropped in the unmask request.")
-        if self.node_id not in active or len(active) < self.threshold:
-            raise SecAggError(f"node {self.node_id}: {len(active)} survivors, below the threshold {self.threshold}.")
-        known = set(self.sources) | {self.node_id}
-        if not set(active) <= known or not set(dead) <= known:
-            raise SecAggError(f"node {self.node_id}: asked to unmask nodes it holds no share of.")
+        if identity is not None:
+            signed = {self.agent_id}
+            need = max(self.threshold, self.num_agents // 2 + 1)
+            for nid, (agent, sig) in sorted((signatures or {}).items()):
+                if len(signed) >= need:  # enough: the rest need not be verified
+                    break
+                if (
+                    nid in self.survivors
+                    and isinstance(agent, int)
+                    and 0 <= agent < self.num_agents
+                    and agent not in signed
+                    and identity.verify(
+                        agent, survivors_statement(self.federation, self.round, nid, agent, self.survivors), sig
+                    )
+                ):
+                    signed.add(agent)
+            if len(signed) < need:
+                raise self._refuse(
+                    f"{len(signed)} agents confirmed the survivor set this node signed, {need} needed: the server "
+                    "may be telling nodes different sets; revealing nothing."
+                )
+        active = sorted(self._known & set(self.survivors))
+        dead = sorted(self._known - set(self.survivors))
         self.vector = np.zeros(0, dtype=np.int64)  # done with it
         return active + dead, [self.seed_shares[n] for n in active] + [self.key_shares[n] for n in dead]
 
@@ -229,21 +365,29 @@ class SecAggClient:
             "node-id": self.node_id,
             "round": self.round,
             "modulus": self.modulus,
+            "agent-id": self.agent_id,
+            "federation": self.federation,
+            "min-threshold": self.min_threshold,
+            "num-agents": self.num_agents,
             "stage": self.stage,
             "vector": self.vector.astype("<i8").tobytes(),
             "sk1": self.sk1,
             "pk1": self.pk1,
             "sk2": self.sk2,
             "pk2": self.pk2,
+            "signature": self.signature,
             "seed": self.seed,
             "threshold": self.threshold,
             "keys-ids": ids,
             "keys-1": [self.public_keys[i][0] for i in ids],
             "keys-2": [self.public_keys[i][1] for i in ids],
+            "agents-ids": sorted(self.agents),
+            "agents": [self.agents[i] for i in sorted(self.agents)],
             "shares-ids": sorted(self.seed_shares),
             "seed-shares": [self.seed_shares[i] for i in sorted(self.seed_shares)],
             "key-shares": [self.key_shares[i] for i in sorted(self.seed_shares)],
             "sources": list(self.sources),
+            "survivors": list(self.survivors),
         }
 
     @classmethod
@@ -253,16 +397,23 @@ class SecAggClient:
             int(state["round"]),
             int(state["modulus"]),
             np.frombuffer(state["vector"], dtype="<i8").astype(np.int64),
+            int(state["agent-id"]),
+            str(state["federation"]),
+            int(state["min-threshold"]),
+            int(state["num-agents"]),
         )
         c.sk1, c.pk1, c.sk2, c.pk2, c.seed = state["sk1"], state["pk1"], state["sk2"], state["pk2"], state["seed"]
+        c.signature = state["signature"]
         c.threshold, c.stage = int(state["threshold"]), str(state["stage"])
         c.public_keys = {
             int(i): (a, b) for i, a, b in zip(state["keys-ids"], state["keys-1"], state["keys-2"], strict=True)
         }
+        c.agents = {int(i): int(a) for i, a in zip(state["agents-ids"], state["agents"], strict=True)}
         ids = [int(i) for i in state["shares-ids"]]
         c.seed_shares = dict(zip(ids, state["seed-shares"], strict=True))
         c.key_shares = dict(zip(ids, state["key-shares"], strict=True))
         c.sources = [int(i) for i in state["sources"]]
+        c.survivors = [int(i) for i in state["survivors"]]
         return c
 
 
@@ -277,6 +428,8 @@ class SecAggServer:
         num_shares: Neighbours of each node, itself included (``≥`` the cohort: every
             pair, Bonawitz et al.'s SecAgg; fewer: a ring of that many, SecAgg+).
         threshold: ``t``, shares needed to reconstruct a secret (``2 ≤ t ≤`` neighbours).
+        agents / signatures: ``node id -> agent`` and ``node id -> signature of its keys``
+            (relayed to its neighbours, who check them against their rosters).
 
     Each ``receive_*`` method takes the stage's replies as ``{node: payload}``,
     keeps the nodes whose payload checks out and returns ``{node: why}`` for
@@ -291,9 +444,13 @@ class SecAggServer:
         modulus: int,
         num_shares: int,
         threshold: int,
+        agents: Mapping[int, int] | None = None,
+        signatures: Mapping[int, bytes] | None = None,
     ) -> None:
         self.round, self.dim, self.modulus = int(round), int(dim), int(modulus)
         self.public_keys = dict(cohort)
+        self.agents = {int(n): int(a) for n, a in (agents or {}).items()}
+        self.signatures = dict(signatures or {})
         ids = sorted(self.public_keys)
         n = len(ids)
         k = min(int(num_shares), n)
@@ -315,6 +472,7 @@ class SecAggServer:
         self.masked: dict[int, np.ndarray] = {}
         self.sources: dict[int, list[int]] = {}
         self.requested: dict[int, dict[int, tuple[bytes, bytes]]] = {}
+        self.confirmations: dict[int, bytes] = {}  # survivor -> its signature of the survivor set
 
     def _drop(self, nodes: Iterable[int], why: dict[int, str], reason: str) -> None:
         for nid in nodes:
@@ -395,8 +553,32 @@ class SecAggServer:
         return sorted(self.masked)
 
     # stage 3
-    def unmask_requests(self) -> dict[int, tuple[list[int], list[int]]]:
-        """For each survivor: ``(surviving, dropped)`` neighbours it holds shares of."""
+    def consistency_requests(self) -> dict[int, list[int]]:
+        """For each survivor: the survivor set, to sign."""
+        return {nid: self.survivors for nid in self.survivors}
+
+    def receive_consistency(self, replies: Mapping[int, Any]) -> dict[int, str]:
+        """Stage 3's replies: ``{node: signature of the survivor set}`` (a survivor that does not confirm
+        stays in the sum but reveals nothing)."""
+        why: dict[int, str] = {}
+        for nid in self.survivors:
+            sig = replies.get(nid)
+            if sig is None:
+                why[nid] = "no reply to consistency"
+            elif not isinstance(sig, bytes) or len(sig) > 1024:
+                why[nid] = "malformed consistency reply"
+            else:
+                self.confirmations[nid] = sig
+        return why
+
+    # stage 4
+    def unmask_requests(self) -> dict[int, dict[int, tuple[int, bytes]]]:
+        """For each survivor that confirmed: every confirmation ``{node: (agent, signature)}``."""
+        signed = {nid: (self.agents.get(nid, -1), sig) for nid, sig in self.confirmations.items()}
+        return {nid: signed for nid in sorted(self.confirmations)}
+
+    def _reveal_sets(self) -> dict[int, tuple[list[int], list[int]]]:
+        """For each survivor: ``(surviving, dropped)`` nodes it holds shares of (what it may reveal)."""
         surv = set(self.masked)
         dead = self.shared - surv
         out = {}
@@ -413,7 +595,7 @@ class SecAggServer:
                 match the node's commitment or public key.
         """
         surv, dead = set(self.masked), self.shared - set(self.masked)
-        requests = self.unmask_requests()
+        requests = self._reveal_sets()
         shares: dict[int, list[bytes]] = {}
         for nid, reply in replies.items():
             if nid not in requests:
@@ -454,17 +636,6 @@ class SecAggServer:
             return combine_shares(shares[: self.threshold])
         except Exception as err:
             raise SecAggError(f"the shares of node {owner}'s secret do not combine ({type(err).__name__}).") from None
-
-
-def default_threshold(num_shares: int, num_agents: int, min_survivors: int) -> int:
-    r"""The Shamir threshold ``t``: with every pair (``k ≥ N``), ``t = k_min``, so any ``k_min`` survivors
-    can unmask and ``t − 1`` nodes colluding with the server learn no node's secret; with a ring of
-    ``k < N`` (SecAgg+), a majority of the ring, ``⌊k/2⌋ + 1`` (a neighbourhood that loses more
-    cannot unmask, and the round fails)."""
-    k = int(num_shares)
-    if k >= int(num_agents):
-        return max(2, int(min_survivors))
-    return max(2, k // 2 + 1)
 
 
 __all__ = ["STAGES", "SecAggClient", "SecAggError", "SecAggServer", "commitment", "default_threshold", "mask"]

@@ -55,7 +55,7 @@ from fbo_torch.flower.records import (
     secagg_request,
 )
 from fbo_torch.flower.roster import REQUIRE_ROSTER_ENV, ROSTER_ENV, AgentRoster, NodeBinding
-from fbo_torch.flower.secagg import SecAggError, SecAggServer, default_threshold
+from fbo_torch.flower.secagg import SecAggError, SecAggServer
 from fbo_torch.flower.server_state import STATE_ENV, ServerState
 from fbo_torch.utils.files import write_atomic
 
@@ -160,6 +160,7 @@ def run_federation(
     valid); no reply can stop the server.
     """
     config.check_objective(allowed_objectives())  # the server's own allow-list, before any of its code is imported
+    check_summary_path(config.summary_path)  # on the server's disk: refused before anything runs, not at the end
     objective = config.build_objective()  # only its domain (bounds, dimension) is used here
     coord = Coordinator(config, objective.bounds, objective.dim, secret=secret, state=state)
     try:
@@ -219,7 +220,7 @@ def _run(
         # a secure round's cohort: the nodes already bound to an agent, sent that agent's own coin
         cohort = {m.metadata.dst_node_id for m in messages if SECAGG in m.content.config_records}
         replies, unreadable = transport.exchange(messages, config.round_timeout)
-        keys: dict[int, tuple[bytes, bytes]] = {}  # node -> public keys, of the cohort's valid replies
+        keys: dict[int, tuple[bytes, bytes, bytes]] = {}  # node -> signed public keys, of the cohort's valid replies
         for nid, why in unreadable:
             coord.reject(binding.agent_of.get(nid))
             echo(
@@ -246,6 +247,7 @@ def _run(
             why = f" ({rec.reason})" if rec.reason and not rec.released else ""
             if coord.secure:
                 eps += "" if math.isnan(rec.epsilon_server) else f" epsilon_server={rec.epsilon_server:.4f}"
+                eps += f" epsilon_malicious={rec.epsilon_malicious:.4f}"
             echo(
                 f"round {rec.round}: released={rec.released}{why} reported={rec.num_reported}/{config.num_agents} "
                 f"invalid={rec.num_invalid} epsilon={eps} replies={len(replies)}/{len(messages)} best[{best}]"
@@ -266,14 +268,14 @@ def run_secure_round(
     transport: Transport,
     coord: Coordinator,
     plan: RoundPlan,
-    keys: dict[int, tuple[bytes, bytes]],
+    keys: dict[int, tuple[bytes, bytes, bytes]],
     binding: NodeBinding,
     config: FlowerRunConfig,
     echo: Callable[[str], None],
 ) -> None:
-    r"""SecAgg+ over the nodes that replied to the exchange with their public keys, for round
+    r"""SecAgg+ over the nodes that replied to the exchange with their signed public keys, for round
     ``plan.omega_round``: share keys, masked vectors, commit (the ledgers are charged and written down
-    here), unmask; the decoded release is kept for the next exchange. A node whose message is
+    here), consistency, unmask; the decoded release is kept for the next exchange. A node whose message is
     malformed, or that does not reply in time, is dropped from the round like a dropout (and counted
     invalid when malformed); the round releases only with ``min_survivors`` vectors in the sum."""
     mech = coord.mechanism
@@ -326,8 +328,7 @@ def run_secure_round(
         )
         return False
 
-    num_shares = config.secagg_num_shares or config.num_agents
-    threshold = config.secagg_threshold or default_threshold(num_shares, config.num_agents, mech.min_survivors)
+    num_shares, threshold = config.secagg_neighbours, config.secure_threshold()
     try:
         if len(keys) < mech.min_survivors:
             echo(
@@ -335,7 +336,16 @@ def run_secure_round(
                 f"{mech.min_survivors}: the round releases nothing and costs nothing"
             )
             return
-        server = SecAggServer(t, keys, mech.dim, mech.modulus, num_shares, threshold)
+        server = SecAggServer(
+            t,
+            {nid: (pk1, pk2) for nid, (pk1, pk2, _) in keys.items()},
+            mech.dim,
+            mech.modulus,
+            num_shares,
+            threshold,
+            agents={nid: agent_of[nid] for nid in keys},
+            signatures={nid: sig for nid, (_, _, sig) in keys.items()},
+        )
         requests, why = server.share_keys_requests()
         dropped(why, "share_keys")
         replies = stage(
@@ -343,8 +353,10 @@ def run_secure_round(
             {
                 nid: {
                     "node-ids": list(ks),
+                    "agent-ids": [server.agents[j] for j in ks],
                     "pk1": [ks[j][0] for j in ks],
                     "pk2": [ks[j][1] for j in ks],
+                    "signatures": [server.signatures[j] for j in ks],
                     "threshold": server.threshold,
                 }
                 for nid, ks in requests.items()
@@ -377,7 +389,22 @@ def run_secure_round(
                 f"{mech.min_survivors}: the round releases nothing and costs nothing"
             )
             return
-        replies = stage("unmask", {nid: {"active": a, "dead": d} for nid, (a, d) in server.unmask_requests().items()})
+        replies = stage("consistency", {nid: {"survivors": s} for nid, s in server.consistency_requests().items()})
+        for nid, reason in sorted(server.receive_consistency({n: r["signature"] for n, r in replies.items()}).items()):
+            if not reason.startswith("no "):
+                coord.reject(agent_of.get(nid))
+            echo(f"round {t} secagg consistency: node {nid} (agent {agent_of.get(nid, '?')}) reveals nothing: {reason}")
+        replies = stage(
+            "unmask",
+            {
+                nid: {
+                    "signers": list(signed),
+                    "signer-agents": [a for a, _ in signed.values()],
+                    "signatures": [sig for _, sig in signed.values()],
+                }
+                for nid, signed in server.unmask_requests().items()
+            },
+        )
         total = None
         try:
             total = server.unmask({nid: (r["node-ids"], r["shares"]) for nid, r in replies.items()})
@@ -417,6 +444,19 @@ def _take_reply(
     _, fingerprint, omega, best, n_obs = records_to_reply(rep.content)  # a bad reply counts against its agent
     coord.receive(agent, fingerprint, omega, best, n_obs)
     return agent
+
+
+def check_summary_path(path: str) -> None:
+    """Refuse a run config ``summary-path`` whose folder does not exist (or is not a writable folder) on the
+    server, before the run starts rather than after its last round."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"run config `summary-path` = {path!r}: its folder {folder} does not exist on the server or is not "
+            'writable; create it, or give another path ("": no summary file).'
+        )
 
 
 def summary(coord: Coordinator) -> dict[str, Any]:

@@ -23,16 +23,27 @@ of their broadcasts would show it; the second is refused.
 
 Every state written with rounds in it is also recorded in the **release
 journal** (:class:`ReleaseJournal`), an append-only file of hash-chained
-entries (exchange, releases, ε, the state's SHA-256) kept *outside* the folder
-(``<folder>.journal`` beside it, or ``$FBO_SERVER_JOURNAL``) and fsync'd
-before the exchange is sent. A restart accepts only the state the journal's
-last entry names (or the one written just before a crash stopped its entry):
-a ``server.json`` copied back from earlier, a restored backup of the folder, a
-truncated or emptied state are refused, and a state without rounds never gets
-its federation's old secret back (a fresh one is drawn, and only while the
-journal shows nothing was sent). Someone who can rewrite both the folder and
-the journal consistently (the server's own user, root) is not stopped by it:
-keep the journal on storage that user cannot rewrite if that matters.
+entries (exchange, releases, ε, a commitment to the secret, the state's
+SHA-256) kept *outside* the folder (``<folder>.journal`` beside it, or
+``$FBO_SERVER_JOURNAL``) and fsync'd before the exchange is sent. The journal
+**proves forward progress**: along the chain the federation and the secret's
+commitment never change, and the exchange and release counters only move
+forward, by at most one each per entry (:meth:`ReleaseJournal.follows`);
+an entry that breaks this — appended by anyone who can only append — makes
+the whole journal refused. A restart accepts only the state the journal's
+last entry names, with the secret it commits to, or the one written just
+before a crash stopped its entry — which must follow the last entry the same
+way and whose counters must be what the state holds: a ``server.json`` copied
+back from earlier (with or without a forged "crash" entry), one whose secret
+was replaced, a restored backup of the folder, a truncated or emptied state
+are refused, and a state without rounds never gets its federation's old
+secret back (a fresh one is drawn, and only while the journal shows nothing
+was sent). A journal holds **one federation** and is locked (``flock``) by the
+server that holds the folder: a second federation pointed at it (a shared
+``$FBO_SERVER_JOURNAL``) is refused instead of breaking the chain. Someone who
+can rewrite both the folder and the journal consistently (the server's own
+user, root) is not stopped by it: keep the journal on storage that user
+cannot rewrite if that matters.
 
 A server restarted on the folder of its federation resumes: its ledger,
 verified (ε recomputed from the recorded releases), carries on from what was
@@ -50,6 +61,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -62,11 +74,13 @@ from fbo_torch.utils.secure_random import SECRET_BYTES, check_secret, new_secret
 STATE_ENV = "FBO_SERVER_STATE"
 #: The environment variable that names the release journal (default: ``<state folder>.journal``).
 JOURNAL_ENV = "FBO_SERVER_JOURNAL"
-FORMAT = 3
+FORMAT = 4
 STATE_FILE = "server.json"
 LOCK_FILE = ".lock"
 #: The ``prev`` of a journal's first entry.
 GENESIS = "0" * 64
+#: An entry's ``epsilon`` of a federation without privacy accounting (TS: ``"nan"``; no ε given: ``None``).
+_UNACCOUNTED = ("nan", None)
 
 
 class ServerStateError(RuntimeError):
@@ -93,15 +107,31 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def secret_commitment(secret: bytes) -> str:
+    """SHA-256 commitment to a server secret (256 random bits: it hides the secret), in the journal's chain."""
+    return hashlib.sha256(b"fbo-torch/server-secret/v1" + check_secret(secret)).hexdigest()
+
+
+def _counter(value: Any) -> float:
+    """An entry's exchange, release count or ε as a number (``"inf"`` is infinite); NaN when it is not one."""
+    if isinstance(value, bool):
+        return math.nan
+    if isinstance(value, (int, float)):
+        return float(value)
+    return math.inf if value == "inf" else math.nan
+
+
 class ReleaseJournal:
     r"""An append-only, hash-chained record of every exchange the server wrote before sending it.
 
     One JSON line per entry: ``seq`` (0, 1, ...), ``federation``, ``exchange``
     (the round of the exchange), ``releases`` and ``epsilon`` (the ledger's),
-    ``finished``, ``state`` (SHA-256 of the state written), ``prev`` (the
-    previous entry's ``hash``) and ``hash`` (SHA-256 of the entry without it).
-    An entry is appended with ``O_APPEND`` and fsync'd; the file is opened
-    without following symbolic links and must be a 0600 file of this user.
+    ``finished``, ``secret`` (:func:`secret_commitment`), ``state`` (SHA-256 of
+    the state written), ``prev`` (the previous entry's ``hash``) and ``hash``
+    (SHA-256 of the entry without it). Every entry :meth:`follows` the one
+    before it. An entry is appended with ``O_APPEND`` and fsync'd; the file is
+    opened without following symbolic links and must be a 0600 file of this
+    user.
 
     Args:
         path: The journal file (created, mode 0600, when first appended to).
@@ -136,43 +166,76 @@ class ReleaseJournal:
             _check_private(self.path, st, "release journal", 0o077)
             lines = fh.read().decode("utf-8", errors="replace").splitlines()
         out: list[dict[str, Any]] = []
-        prev = GENESIS
         for i, line in enumerate(lines):
             try:
                 entry = json.loads(line)
-                ok = (
-                    isinstance(entry, dict)
-                    and entry.get("seq") == i
-                    and entry.get("prev") == prev
-                    and entry.get("hash") == _digest({k: v for k, v in entry.items() if k != "hash"})
-                )
+                ok = isinstance(entry, dict) and self.follows(out[-1] if out else None, entry)
             except ValueError:
                 ok = False
             if not ok:
                 raise ServerStateError(
                     f"release journal {self.path}: entry {i + 1} is malformed or does not follow from the one "
-                    "before it (edited or truncated): the server cannot tell what it released. Restore the "
-                    "journal, or start a new federation in a new state folder."
+                    "before it (edited, truncated, or an appended entry that moves a counter back or changes the "
+                    "federation or secret): the server cannot tell what it released. Restore the journal, or start "
+                    "a new federation in a new state folder."
                 )
             out.append(entry)
-            prev = entry["hash"]
         return out
 
     @staticmethod
-    def next_entry(
-        last: dict[str, Any] | None, federation: str, state: dict[str, Any], finished: bool, epsilon: Any
-    ) -> dict[str, Any]:
-        """The entry that records ``state`` after ``last`` (not yet appended)."""
+    def follows(last: dict[str, Any] | None, entry: dict[str, Any]) -> bool:
+        r"""Whether ``entry`` may come right after ``last`` (``None``: first): it chains to it (``seq``, ``prev``,
+        its own ``hash``), names the same federation and secret commitment, and moves forward — exchange and
+        release counters by 0 or 1 each, ε never down, a finished federation never unfinished."""
+        if entry.get("hash") != _digest({k: v for k, v in entry.items() if k != "hash"}):
+            return False
+        if not (isinstance(entry.get("secret"), str) and isinstance(entry.get("finished"), bool)):
+            return False
+        exchange, releases, eps = (_counter(entry.get(k)) for k in ("exchange", "releases", "epsilon"))
+        accounted = entry.get("epsilon") not in _UNACCOUNTED
+        if not (exchange >= 0 and releases >= 0 and (eps >= 0 or not accounted)):
+            return False
+        if last is None:
+            return entry.get("seq") == 0 and entry.get("prev") == GENESIS
+        steps = (exchange - _counter(last["exchange"]), releases - _counter(last["releases"]))
+        return (
+            entry.get("seq") == last["seq"] + 1
+            and entry.get("prev") == last["hash"]
+            and entry.get("federation") == last["federation"]
+            and entry["secret"] == last["secret"]
+            and all(step in (0.0, 1.0) for step in steps)
+            and (eps >= _counter(last["epsilon"]) if accounted else last["epsilon"] in _UNACCOUNTED)
+            and entry["finished"] >= last["finished"]
+        )
+
+    @staticmethod
+    def describe(federation: str, state: dict[str, Any], finished: bool, epsilon: Any, secret: bytes) -> dict[str, Any]:
+        """What an entry says of ``state``: federation, counters, ε, finished, secret commitment, digest."""
         server = state.get("server") or {}
         ledger = server.get("ledger") or {}
-        entry = {
-            "seq": 0 if last is None else last["seq"] + 1,
+        return {
             "federation": federation,
             "exchange": state.get("round"),
             "releases": len(ledger.get("epsilons", [])),
             "epsilon": epsilon,
             "finished": bool(finished),
+            "secret": secret_commitment(secret),
             "state": _digest(state),
+        }
+
+    @staticmethod
+    def next_entry(
+        last: dict[str, Any] | None,
+        federation: str,
+        state: dict[str, Any],
+        finished: bool,
+        epsilon: Any,
+        secret: bytes,
+    ) -> dict[str, Any]:
+        """The entry that records ``state`` after ``last`` (not yet appended)."""
+        entry = {
+            "seq": 0 if last is None else last["seq"] + 1,
+            **ReleaseJournal.describe(federation, state, finished, epsilon, secret),
             "prev": GENESIS if last is None else last["hash"],
         }
         entry["hash"] = _digest(entry)
@@ -211,6 +274,7 @@ class ServerState:
 
     def __init__(self, folder: str | os.PathLike[str], journal: str | os.PathLike[str] | None = None) -> None:
         self._lock_fd: int | None = None
+        self._journal_fd: int | None = None
         self.folder = Path(folder).expanduser()
         if journal is None:
             journal = os.environ.get(JOURNAL_ENV, "").strip() or None
@@ -257,28 +321,40 @@ class ServerState:
 
     # ------------------------------------------------------------------ the lock
     def lock(self) -> None:
-        """Hold the folder for this process (released by :meth:`release` or when the process ends)."""
+        """Hold the folder and its journal for this process (released by :meth:`release` or when the
+        process ends)."""
         if self._lock_fd is not None:
             return
         fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            os.close(fd)
-            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise ServerStateError(
-                    f"server state folder {self.folder} is in use by another server process: two servers on one "
-                    "folder would release different data with the same noise. Stop the other one, or give this "
-                    f"one its own folder ({STATE_ENV})."
-                ) from None
-            raise ServerStateError(f"server state folder {self.folder}: cannot lock it ({err.strerror}).") from None
+        _flock(
+            fd,
+            f"server state folder {self.folder} is in use by another server process: two servers on one folder "
+            f"would release different data with the same noise. Stop the other one, or give this one its own "
+            f"folder ({STATE_ENV}).",
+        )
         self._lock_fd = fd
+        try:
+            new = not os.path.lexists(self.journal.path)
+            jfd = self.journal._open(os.O_RDWR | os.O_CREAT)
+            if new:
+                sync_folder(self.journal.path.parent)
+            _flock(
+                jfd,
+                f"release journal {self.journal.path} is in use by another server (another federation's, or "
+                f"this one's): a journal records one federation. Give each federation its own ({JOURNAL_ENV}).",
+            )
+        except BaseException:
+            self.release()
+            raise
+        self._journal_fd = jfd
 
     def release(self) -> None:
-        """Let go of the folder."""
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        """Let go of the folder and its journal."""
+        for name in ("_journal_fd", "_lock_fd"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
 
     def __del__(self) -> None:
         self.release()
@@ -359,10 +435,15 @@ class ServerState:
                     "running it again would release more about the same agents. Start a new federation in a new "
                     f"state folder ({STATE_ENV}) and account for both runs yourself."
                 )
+        if entries and entries[0]["federation"] != federation:
+            raise ServerStateError(
+                f"release journal {self.journal.path} records federation {str(entries[0]['federation'])[:16]}, not "
+                f"this run's {federation[:16]}: a journal records one federation. Give each federation its own "
+                f"journal ({JOURNAL_ENV}) and state folder ({STATE_ENV})."
+            )
         if state is None or not state.get("state"):
-            sent = [e for e in entries if e["federation"] == federation]
-            if sent:
-                last = sent[-1]
+            if entries:
+                last = entries[-1]
                 raise ServerStateError(
                     f"{path} is {'missing' if state is None else 'empty'}, but the release journal "
                     f"{self.journal.path} records exchange {last['exchange']} of this federation as sent "
@@ -380,12 +461,13 @@ class ServerState:
             raise ServerStateError(f"{path}: its secret is not {SECRET_BYTES} bytes in hex ({err}).") from None
         if secret is not None and secret != saved:
             raise ServerStateError(f"{path} holds another secret than the one given; refusing to mix them.")
-        self._check_journal(state)
+        self._check_journal(state, federation, saved)
         return saved, state["state"]
 
-    def _check_journal(self, state: dict[str, Any]) -> None:
-        r"""``state`` must be what the journal's last entry names, or the state written just before a
-        crash stopped its entry (then that entry is appended now: nothing it describes was sent)."""
+    def _check_journal(self, state: dict[str, Any], federation: str, secret: bytes) -> None:
+        r"""``state`` must be what the journal's last entry names, with the secret it commits to, or the state
+        written just before a crash stopped its entry — an entry that :meth:`ReleaseJournal.follows` the last
+        and says what the state holds (then it is appended now: nothing it describes was sent)."""
         path, last, entry = self.path, self._last, state.get("journal")
         recorded = (
             "holds no entry"
@@ -397,17 +479,12 @@ class ServerState:
             "it was rolled back, restored from a backup or replaced, or the journal was. Restore both, or start "
             f"a new federation in a new state folder ({STATE_ENV})."
         )
-        if (
-            not isinstance(entry, dict)
-            or entry.get("state") != _digest(state["state"])
-            or entry.get("hash") != _digest({k: v for k, v in entry.items() if k != "hash"})
-        ):
+        described = ReleaseJournal.describe(federation, state["state"], state["finished"], state.get("epsilon"), secret)
+        if not isinstance(entry, dict) or any(entry.get(k) != v for k, v in described.items()):
             raise rolled_back
         if last is not None and entry == last:
             return
-        if entry.get("seq") == (0 if last is None else last["seq"] + 1) and entry.get("prev") == (
-            GENESIS if last is None else last["hash"]
-        ):
+        if ReleaseJournal.follows(last, entry):
             self.journal.append(entry)
             self._last = entry
             return
@@ -419,7 +496,7 @@ class ServerState:
         """Write the state atomically (0600), then its journal entry, before anything it describes is sent."""
         entry = None
         if state is not None:
-            entry = ReleaseJournal.next_entry(self._last, federation, state, finished, epsilon)
+            entry = ReleaseJournal.next_entry(self._last, federation, state, finished, epsilon, secret)
         data = {
             "format": FORMAT,
             "federation": federation,
@@ -435,4 +512,15 @@ class ServerState:
             self._last = entry
 
 
-__all__ = ["JOURNAL_ENV", "STATE_ENV", "ReleaseJournal", "ServerState", "ServerStateError"]
+def _flock(fd: int, busy: str) -> None:
+    """An exclusive, non-blocking ``flock`` on ``fd`` (closed, and :class:`ServerStateError` raised, if it fails)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise ServerStateError(busy) from None
+        raise ServerStateError(f"{busy.split(' is ')[0]}: cannot lock it ({err.strerror}).") from None
+
+
+__all__ = ["JOURNAL_ENV", "STATE_ENV", "ReleaseJournal", "ServerState", "ServerStateError", "secret_commitment"]

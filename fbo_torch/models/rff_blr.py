@@ -65,10 +65,12 @@ from fbo_torch.models.weight_posterior import (
 )
 from fbo_torch.sampling.draws import standard_normal
 from fbo_torch.utils.validation import (
+    check_data_device,
     check_finite,
     check_floating,
     check_last_dim,
     check_positive,
+    check_shape,
     check_tensor,
     warn_outside_unit_cube,
 )
@@ -166,6 +168,13 @@ class RFFBayesianLinear(_RFFWeightModel):
         check_tensor("train_Y", train_Y)
         check_floating("train_X", train_X)
         check_floating("train_Y", train_Y)
+        check_data_device("train_X", train_X)
+        check_data_device("train_Y", train_Y)
+        if train_X.dtype != train_Y.dtype or train_X.device != train_Y.device:
+            raise ValueError(
+                f"`train_X` ({train_X.dtype}, {train_X.device}) and `train_Y` ({train_Y.dtype}, {train_Y.device}) "
+                "must share one dtype and device (float64 for GP algebra); convert one of them."
+            )
         if train_X.ndim == 2 and train_Y.ndim == 2:
             self._batched = False
             train_X, train_Y = train_X.unsqueeze(0), train_Y.unsqueeze(0)
@@ -514,7 +523,7 @@ class RFFBayesianLinear(_RFFWeightModel):
         Returns:
             ``*sample_shape x N x M`` draws (``*sample_shape x M`` unbatched).
         """
-        sample_shape = torch.Size(sample_shape)
+        sample_shape = check_shape("sample_shape", sample_shape)
         N, M = self._weight_mean.shape
         n = self._n
         if base_samples is not None:

@@ -13,6 +13,7 @@ from fbo_torch.objectives.har import HARLogReg
 from fbo_torch.objectives.landmine import LandmineSVM
 from fbo_torch.objectives.search_space import Integer, Real, SearchSpace, TuningObjective
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
+from fbo_torch.utils.resources import check_memory
 
 #: Objective ``type`` names used in YAML configs -> "module:Class" (imported on demand).
 REGISTRY: dict[str, type | str] = {
@@ -133,7 +134,19 @@ def build_objective(spec: dict[str, Any], device: str | None = None) -> Objectiv
     cls = objective_class(type_name)
     if device is not None and "device" not in spec and "device" in inspect.signature(cls).parameters:
         spec["device"] = device
+    check_objective_memory(cls, spec, type_name)
     return as_objective(cls(**spec), f"the {type_name!r} objective")
+
+
+def check_objective_memory(cls: Any, kwargs: dict[str, Any], type_name: str) -> None:
+    r"""Refuse, naming the argument of the largest term, an objective whose
+    :meth:`~fbo_torch.objectives.base.Objective.memory_estimate` exceeds the machine's free memory
+    (:class:`~fbo_torch.utils.resources.MemoryLimitError`, before anything is allocated)."""
+    estimate = getattr(cls, "memory_estimate", None)
+    terms = estimate(**kwargs) if callable(estimate) else {}
+    if terms:
+        key = max(terms, key=terms.__getitem__)
+        check_memory(f"`{key}`", sum(terms.values()), f"the {type_name!r} objective")
 
 
 __all__ = [

@@ -64,6 +64,15 @@ from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_bounds, check_finite, check_in_bounds, check_int, check_tensor
 
 
+def size_argument(cls: Any, kwargs: dict[str, Any], name: str) -> float:
+    r"""The number keyword ``name`` of ``cls``'s constructor has with ``kwargs`` (its default when absent), for a
+    :meth:`Objective.memory_estimate`; 0 when it is not a number (the constructor then refuses it itself)."""
+    value = kwargs.get(name, inspect.signature(cls).parameters[name].default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0.0
+    return max(float(value), 0.0)
+
+
 class Objective(ABC):
     r"""Black-box functions of ``num_agents`` agents on a common domain.
 
@@ -88,6 +97,15 @@ class Objective(ABC):
     @property
     def dim(self) -> int:
         return self.bounds.shape[-1]
+
+    @classmethod
+    def memory_estimate(cls, **kwargs: Any) -> dict[str, float]:
+        r"""Bytes the constructor would allocate with keyword arguments ``kwargs``, by the argument that
+        drives each term (``{}``: nothing grows with an argument). :func:`~fbo_torch.objectives.build_objective`
+        compares the total with the machine's memory *before* it builds the objective, and refuses one that
+        does not fit with one line naming the largest term's argument. An estimate of the dominant arrays.
+        """
+        return {}
 
     def __call__(
         self, X: Tensor, agents: Tensor | None = None, keys: Tensor | None = None, validate: bool = True

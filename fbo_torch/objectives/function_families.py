@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from botorch.test_functions.synthetic import Ackley, Griewank, Levy, Rastrigin, Rosenbrock, SyntheticTestFunction
 from torch import Tensor
 
-from fbo_torch.objectives.base import Objective
+from fbo_torch.objectives.base import Objective, size_argument
 from fbo_torch.utils.validation import check_int, check_positive
 
 
@@ -200,6 +201,13 @@ class FunctionFamilyFederation(Objective):
         optimizers: ``A x d`` maximizers in ``[0, 1]^d``. optimum: ``A`` maxima.
         scale: ``A`` divisors of the values (ones unless ``normalize``).
     """
+
+    @classmethod
+    def memory_estimate(cls, **kwargs: Any) -> dict[str, float]:
+        r"""The agents' shifts, widths and optimizers (``A x d``, a few copies) and the normalization's scoring
+        of 1,024 points for ``_NORMALIZE_CHUNK`` agents at a time, by the larger of ``num_agents`` and ``dim``."""
+        A, D = size_argument(cls, kwargs, "num_agents"), size_argument(cls, kwargs, "dim")
+        return {"num_agents" if A >= D else "dim": 8.0 * D * (8 * A + 1024 * min(A, _NORMALIZE_CHUNK))}
 
     def __init__(
         self,

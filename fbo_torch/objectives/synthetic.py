@@ -47,20 +47,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.objectives.base import Objective
-from fbo_torch.optim.batched import maximize_batched
+from fbo_torch.objectives.base import Objective, size_argument
+from fbo_torch.optim.batched import DEFAULT_MAX_POINTS, maximize_batched
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_positive, check_probability
 
 #: Names of the agent kinds; ``kind_of_agent`` holds indices into it.
 AGENT_KINDS = ("helpful", "useless", "adversarial")
 HELPFUL, USELESS, ADVERSARIAL = range(3)
+
+
+def _agents_key(num_groups: float, agents_per_group: float) -> str:
+    """The argument to blame for memory that grows with the number of agents ``G x P``."""
+    return "num_groups" if num_groups >= agents_per_group else "agents_per_group"
 
 
 class _GroupedSynthetic(Objective):
@@ -209,6 +215,14 @@ class GPSampleGridFederation(_GroupedSynthetic):
         self.optimum = self.values.amax(-1)
         self.lengthscale = float(lengthscale)
 
+    @classmethod
+    def memory_estimate(cls, **kwargs: Any) -> dict[str, float]:
+        r"""The grid's kernel matrix and its Cholesky factor (``2 C²`` float64) and the agents' values and signs
+        (``A x C``, a few copies), by ``grid_size`` and by the larger of ``num_groups`` and ``agents_per_group``."""
+        C = size_argument(cls, kwargs, "grid_size")
+        G, P = size_argument(cls, kwargs, "num_groups"), size_argument(cls, kwargs, "agents_per_group")
+        return {"grid_size": 8.0 * 3 * C * C, _agents_key(G, P): 8.0 * 5 * G * P * C}
+
     def grid_index(self, X: Tensor) -> Tensor:
         """Nearest grid index of each point (``... x 1`` → ``...``)."""
         C = self.candidates.shape[0]
@@ -306,6 +320,15 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
             umin = -self._extreme(lambda X: -raw_f(X, w_u), useless.numel(), keys=kr.fold(keys, "min"))
             self._w_base[useless], self._base_shift[useless], self._base_scale[useless] = w_u, umin, umax - umin
         self.optimum = self._extreme(lambda X: self._true(X, torch.arange(self.num_agents)), self.num_agents, opt_gen)
+
+    @classmethod
+    def memory_estimate(cls, **kwargs: Any) -> dict[str, float]:
+        r"""The agents' and groups' feature weights (``A x B``, a few copies) and one scoring call of the
+        range search (``DEFAULT_MAX_POINTS x B`` features), by ``num_basis`` and by the larger of
+        ``num_groups`` and ``agents_per_group``."""
+        B, D = size_argument(cls, kwargs, "num_basis"), size_argument(cls, kwargs, "dim")
+        G, P = size_argument(cls, kwargs, "num_groups"), size_argument(cls, kwargs, "agents_per_group")
+        return {"num_basis": 8.0 * B * (DEFAULT_MAX_POINTS + 4 * D), _agents_key(G, P): 8.0 * 4 * G * P * B}
 
     def _extreme(
         self, fn: Callable[[Tensor], Tensor], batch: int, gen: torch.Generator | None = None, keys: Tensor | None = None

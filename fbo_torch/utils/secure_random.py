@@ -39,6 +39,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fbo_torch.utils.validation import check_shape
+
 #: Bytes of a server secret.
 SECRET_BYTES = 32
 _DOMAIN = b"fbo-torch/secure-random/v1"
@@ -84,7 +86,7 @@ def secret_bits(secret: bytes, label: tuple[int | str, ...], n: int) -> np.ndarr
 
 def secret_uniform(secret: bytes, label: tuple[int | str, ...], shape: tuple[int, ...]) -> Tensor:
     r"""Uniform ``[0, 1)`` float64 numbers of shape ``shape`` (53 random bits each), on the CPU."""
-    n = math.prod(shape)
+    n = math.prod(check_shape("shape", shape))
     bits = secret_bits(secret, label, n) >> np.uint64(11)
     return torch.from_numpy(bits.astype(np.float64) * 2.0**-53).view(shape)
 
@@ -108,7 +110,8 @@ def secret_normal(secret: bytes, label: tuple[int | str, ...], shape: tuple[int,
         mitigate: Return ``(g₁ + g₂ + g₃ + g₄) / 2`` for four independent
             normals, as Opacus' secure mode (see the module docstring).
     """
-    *lead, n = shape
+    size = check_shape("shape", shape)
+    *lead, n = size if len(size) else (1,)  # (): one number, returned as a 0-d tensor
     k = 4 if mitigate else 1
     m = (k * n + 1) // 2
     u = secret_uniform(secret, label, (math.prod(lead), 2 * m))

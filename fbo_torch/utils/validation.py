@@ -130,8 +130,52 @@ def check_in_bounds(name: str, X: Tensor, bounds: Tensor, atol: float = 1e-9) ->
 
 
 def check_last_dim(name: str, X: Tensor, dim: int) -> None:
+    if X.ndim == 0:
+        raise ValueError(f"`{name}` must be ... x d with d = {dim} features in its last dimension, got a 0-d tensor.")
     if X.shape[-1] != dim:
         raise ValueError(f"`{name}` must have d = {dim} features in its last dimension, got shape {tuple(X.shape)}.")
+
+
+def check_shape(name: str, shape: object) -> torch.Size:
+    """``shape`` as a ``torch.Size``: a sequence of integers ``>= 0`` (``TypeError``/``ValueError`` naming ``name``)."""
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, torch.Size)):
+        raise TypeError(
+            f"`{name}` must be a shape (a tuple or torch.Size of integers), got {type(shape).__name__} {shape!r}."
+        )
+    dims = list(shape)
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in dims):
+        raise TypeError(f"`{name}` must be a shape of integers, got {tuple(shape)!r}.")
+    if any(v < 0 for v in dims):
+        raise ValueError(f"`{name}` must have sizes >= 0, got {tuple(dims)}.")
+    return torch.Size(dims)
+
+
+def check_device(name: str, device: object) -> torch.device | None:
+    r"""``device`` as a ``torch.device`` this machine has (``None`` stays ``None``): a one-line ``ValueError``
+    naming ``name`` for a string that names no device, a CUDA device without CUDA (or beyond the devices
+    present), and the ``meta`` device, which holds no data."""
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)  # type: ignore[call-overload]
+    except (RuntimeError, TypeError):
+        raise ValueError(f"`{name}` must name a torch device ('cpu', 'cuda', 'cuda:1'), got {device!r}.") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"`{name}` is {device!r}, but CUDA is not available here (torch {torch.__version__}).")
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"`{name}` is {device!r}, but this machine has {count} CUDA device(s).")
+    if dev.type == "meta":
+        raise ValueError(f"`{name}` is the meta device, which holds no data; use 'cpu' or 'cuda'.")
+    return dev
+
+
+def check_data_device(name: str, value: Tensor) -> Tensor:
+    """``value`` holds data: it is not on the ``meta`` device (``ValueError`` naming ``name``)."""
+    if value.device.type == "meta":
+        raise ValueError(f"`{name}` is on the meta device and holds no data; move it to 'cpu' or 'cuda' first.")
+    return value
 
 
 def as_int_sequence(name: str, values: Sequence[int] | Tensor) -> list[int]:

@@ -35,8 +35,7 @@ def test_the_honest_sum_cannot_wrap_and_one_bit_less_would():
     for sign in (1, -1):  # every agent at the largest honest entry, in every coordinate
         y = torch.full((N, m.dim), sign * A, dtype=torch.int64)
         total = m.modular_sum(y, torch.ones(N, dtype=torch.bool))
-        centred, _ = m.decode(total)
-        assert torch.equal(centred.flatten() / (m.clip_norm / m.scale), torch.full((m.dim,), sign * N * A, dtype=f64))
+        assert torch.equal(m.centre(total), torch.full((m.dim,), sign * N * A))
         smaller = 1 << (bits - 1)  # one bit less: the same sum wraps
         r = (sign * N * A) % smaller
         assert (r - smaller if r >= smaller // 2 else r) != sign * N * A
@@ -112,11 +111,33 @@ def test_a_hostile_agents_integers_shift_the_sum_but_cannot_cross_into_another_a
         released, flagged = m.decode(total)
         # the hostile residue enters additively: removing it gives back the honest sum exactly
         assert torch.equal(m.decode(m.reduce(total - v))[0], honest_dec)
-        # whatever it sent, every coordinate moved by at most 2·N·A lattice units
+        # whatever it sent, every coordinate moved by at most 2B lattice units, the vector by at most 2R
         lattice = m.clip_norm / m.scale
-        assert float((released - honest_dec).abs().max()) <= 2 * m.sum_bound * lattice + 1e-9
-        assert float(released.abs().max()) <= m.sum_bound * lattice
+        assert float((released - honest_dec).abs().max()) <= 2 * m.release_entry_bound * lattice + 1e-9
+        assert float(released.abs().max()) <= m.release_entry_bound * lattice
+        assert float((released - honest_dec).norm()) <= 2 * m.release_norm_bound * lattice * (1 + 1e-12)
     assert int(m.decode(m.reduce(honest + attacks[1]))[1]) > 0  # an impossible sum is flagged
+
+
+def test_the_release_bounds_hold_for_honest_sums_and_are_far_inside_the_worst_case():
+    """B and R hold an honest sum of N shares but with probability < 1e-30 (sub-Gaussian tails, tau = 12):
+    at tau = 3 the same tail bounds predict the fraction of coordinates outside, which a sample matches."""
+    m = mech()
+    sigma = math.sqrt(m.local_variance)
+    assert m.release_entry_bound == N * math.ceil(m.scale / math.sqrt(P)) + math.ceil(12 * math.sqrt(N) * sigma)
+    assert m.release_entry_bound < m.sum_bound / 3  # 40 N sigma of noise range before, 12 sqrt(N) sigma now
+    zeros = torch.zeros(N, M, dtype=f64)
+    sums = torch.stack(
+        [
+            m.contributions(zeros, torch.zeros(N, dtype=torch.bool), torch.ones(N, P, dtype=f64), SECRETS, t)[0].sum(0)
+            for t in range(1, 201)
+        ]
+    ).to(f64)  # 200 rounds of pure noise: 200 x d sums of N shares
+    assert float(sums.abs().max()) < 12 * math.sqrt(N) * sigma and float(sums.norm(dim=-1).max()) < m.release_norm_bound
+    outside = float((sums.abs() > 3 * math.sqrt(N) * sigma).double().mean())
+    assert outside <= 2 * math.exp(-4.5)  # the sub-Gaussian bound at tau = 3 (a Gaussian gives 0.0027)
+    for total in sums.to(torch.int64):
+        assert int(m.decode(m.reduce(total))[1]) == 0
 
 
 def test_mechanism_constants_are_checked_naming_the_setting():

@@ -7,6 +7,7 @@ their node state, so a run can be compared with the simulator given the same sec
 
 import json
 import math
+import tempfile
 
 import numpy as np
 import pytest
@@ -15,22 +16,24 @@ from scipy import stats
 
 pytest.importorskip("flwr")
 
-from flower_grid import InProcessGrid
+from flower_grid import InProcessGrid, node_identities
 from flwr.app import ConfigRecord, Message
 from flwr.common.serde import recorddict_to_proto
 from test_flower import RUN_CONFIG as CENTRAL
 from test_flower import SECRET, N
-from test_flower_security import _keys
 
 from fbo_torch.federation.randomness import SecretServerRandomness
 from fbo_torch.federation.secure import SecureMechanism, agent_secret
 from fbo_torch.flower import client_app, server_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator, InvalidReply
+from fbo_torch.flower.floor import PrivacyFloor, worst_case_epsilons
 from fbo_torch.flower.records import OMEGA, SECAGG, secagg_reply
 from fbo_torch.flower.roster import AgentRoster
 from fbo_torch.flower.secagg import SecAggClient, SecAggError, SecAggServer, mask
 from fbo_torch.flower.server_state import ServerState
+from fbo_torch.privacy.accountants import get_epsilon
+from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 RUN_CONFIG = dict(
@@ -47,7 +50,8 @@ RUN_CONFIG = dict(
 MASTER = bytes(range(32, 64))  # the agents' secrets derive from it, in the simulator and in the node states
 
 
-PEM, SSH = _keys(N)
+_IDENTITIES = tempfile.TemporaryDirectory()  # the nodes' SuperNode keys and their roster, for this module
+PEM, SSH, NODE_CONFIGS = node_identities(_IDENTITIES.name, N)
 ROSTER = AgentRoster({n: SSH[n] for n in range(N)}, N)
 
 
@@ -95,6 +99,7 @@ class Recorder:
 
 def deploy(run_config, monkeypatch=None, state=None, **grid_kwargs):
     rec = Recorder(monkeypatch) if monkeypatch is not None else None
+    grid_kwargs.setdefault("node_configs", NODE_CONFIGS)
     grid = InProcessGrid(client_app.app, run_config, N, node_keys={n: PEM[n] for n in range(N)}, **grid_kwargs)
     for n, ctx in enumerate(grid.contexts.values()):  # the agents' own secrets, as the simulator derives them
         ctx.state["fbo.agent-secret"] = ConfigRecord({"secret": agent_secret(MASTER, 0, n)})
@@ -313,7 +318,7 @@ def test_a_crash_between_the_charge_and_the_unmasking_never_under_counts(monkeyp
 
     cfg = dict(RUN_CONFIG, **{"num-rounds": 3})
     folder = tmp_path / "server"
-    grid = InProcessGrid(client_app.app, cfg, N, node_keys={n: PEM[n] for n in range(N)})
+    grid = InProcessGrid(client_app.app, cfg, N, node_keys={n: PEM[n] for n in range(N)}, node_configs=NODE_CONFIGS)
     push = grid.push_messages
 
     def push_or_die(messages):
@@ -363,5 +368,59 @@ def test_a_node_never_reveals_both_secrets_of_one_node_nor_takes_stages_out_of_o
     server.receive_shares({i: clients[i].share_keys(7, k, 2) for i, k in req.items() if i != 101})
     req = server.masked_vector_requests()
     clients[100].masked_vector(7, *req[100])
-    with pytest.raises(SecAggError, match="both alive and dropped"):
-        clients[100].unmask(7, [100, 102], [102])
+    with pytest.raises(SecAggError, match="after stage"):
+        clients[100].unmask(7)  # before it signed a survivor set
+    clients[100].consistency(7, [100, 102])  # 101 dropped before sharing: 100 holds no share of it
+    owners, shares = clients[100].unmask(7)
+    assert owners == [100, 102] and shares == [clients[100].seed_shares[100], clients[100].seed_shares[102]]
+    with pytest.raises(SecAggError, match="after stage"):
+        clients[100].unmask(7)  # once per round: no second set
+
+
+def test_a_hostile_nodes_largest_shift_is_bounded_by_what_honest_sums_can_be(monkeypatch):
+    """Before: the decoder clamped only to the worst case of every share at its truncation bound (±N·A): a
+    node adding m/2 - 1 to its masked vector moved coordinates by ~N·A lattice units, 85 times the noise's
+    std. Now by at most 2B per coordinate and 2R in norm (B, R: what an honest sum can be but for < 1e-30)."""
+    m = _modulus()
+
+    def tamper(msg, reply):
+        if msg.metadata.message_type == "train.masked_vector" and msg.metadata.dst_node_id == 103:
+            v = np.frombuffer(reply.content.config_records[SECAGG]["masked"], dtype="<i8")
+            return Message(secagg_reply(masked=((v + m // 2 - 1) % m).astype("<i8").tobytes()), reply_to=msg)
+        return reply
+
+    cfg = dict(RUN_CONFIG, **{"num-rounds": 2})
+    coord, _, _, rec = deploy(cfg, monkeypatch, tamper=tamper)
+    mech = coord.mechanism
+    W = coord.server.aggregator.weights(2)
+    to_lattice = (mech.scale / mech.clip_norm) * coord.settings.sample_rate / float(W.max())
+    honest = torch.stack([rec.vectors[(2, n)] for n in range(N)]).sum(0).to(torch.float64)  # node 3's true vector
+    shift = rec.releases[1].reshape(-1) * to_lattice - honest
+    assert coord.logs[1].secagg["out_of_range"] > 0  # flagged
+    assert float(shift.abs().max()) <= 2 * mech.release_entry_bound + 1e-6
+    assert float(shift.norm()) <= 2 * mech.release_norm_bound * (1 + 1e-9)
+    assert float(shift.abs().max()) < mech.sum_bound / 2  # the old clamp let it reach about N·A
+
+
+def test_epsilon_against_a_malicious_server_is_the_worst_case_and_reported(secure_run):
+    """The worst case the protocol allows: every round asked, a sum of t vectors, nothing amplified."""
+    (coord, _, lines, _), _ = secure_run
+    cfg = FlowerRunConfig.from_run_config(RUN_CONFIG)
+    mech = SecureMechanism.from_settings(cfg.settings, cfg.num_agents)
+    t = cfg.secure_threshold()
+    acc = DistributedDiscreteGaussianAccountant(mech.ddg_constants())
+    for r, log in enumerate(coord.logs, start=1):
+        z_t = math.sqrt(t * mech.local_variance) / mech.l2_sensitivity
+        by_hand = get_epsilon(acc, cfg.ledger_delta, history=[(z_t, 1.0, r)])
+        assert log.epsilon_malicious == pytest.approx(by_hand, rel=1e-12)
+        assert log.epsilon_malicious >= log.epsilon_server  # t <= the survivors the honest ledger counts
+    assert all("epsilon_malicious=" in line for line in lines if line.startswith("round ") and "released" in line)
+    floor = PrivacyFloor(max_epsilon=1e9)
+    assert floor.epsilon(cfg) == pytest.approx(
+        max(worst_case_epsilons(mech, t, cfg.settings.sample_rate, cfg.num_rounds, cfg.ledger_delta)), rel=1e-12
+    )
+    assert worst_case_epsilons(mech, t, cfg.settings.sample_rate, cfg.num_rounds, cfg.ledger_delta)[0] == pytest.approx(
+        coord.logs[-1].epsilon_malicious, rel=1e-12
+    )
+    with pytest.raises(SecAggError):
+        SecAggClient.setup(1, 1, mech.modulus, np.zeros(2, dtype=np.int64)).consistency(1, [1])

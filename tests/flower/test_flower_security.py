@@ -380,8 +380,8 @@ def _journal(folder):
 
 
 def _rewrite(folder, edit):
-    """Edit ``server.json`` with ``edit(data)``, and its release journal's last entry to match (where there is
-    one), as someone who can write both could."""
+    """Edit ``server.json`` with ``edit(data)``, and rewrite its release journal to match (where there is one)
+    as a journal of that state alone, as someone who can write both could."""
     path = folder / "server.json"
     data = json.loads(path.read_text())
     edit(data)
@@ -389,18 +389,10 @@ def _rewrite(folder, edit):
     if journal.exists() and data.get("journal") is not None:
         from fbo_torch.flower.server_state import ReleaseJournal
 
-        entries = ReleaseJournal(journal).entries()
         data["journal"] = ReleaseJournal.next_entry(
-            entries[-2] if len(entries) > 1 else None,
-            data["federation"],
-            data["state"],
-            data["finished"],
-            data["epsilon"],
+            None, data["federation"], data["state"], data["finished"], data["epsilon"], bytes.fromhex(data["secret"])
         )
-        lines = journal.read_text().splitlines()[:-1]
-        journal.write_text(
-            "\n".join(lines + [json.dumps(data["journal"], sort_keys=True, separators=(",", ":"))]) + "\n"
-        )
+        journal.write_text(json.dumps(data["journal"], sort_keys=True, separators=(",", ":")) + "\n")
     path.write_text(json.dumps(data))
 
 

@@ -1,0 +1,221 @@
+r"""The privacy floor a node owns: the least protection it accepts from a run config, and its worst-case ε.
+
+The run config is written by whoever submits the run, and every node reads it;
+the device's owner never sees it before it runs. A node's *floor* is its
+owner's answer: node config keys (``--node-config``, or a ``[privacy]`` table
+of a node config file, which Flower flattens into ``privacy.KEY``), checked by
+the ClientApp against every run config before the agent does anything
+(:meth:`PrivacyFloor.check`); a run config below the floor is refused with one
+line naming the run config key and the node config key, and the server stops
+contacting the node (:data:`~fbo_torch.flower.agent_node.REFUSALS`).
+
+=================================  ===============================================================
+``privacy.min-noise-multiplier``   the smallest ``noise-multiplier`` ``z`` accepted
+``privacy.aggregation``            ``"secure"``: refuse ``aggregation = "central"`` (the server
+                                   would see this agent's ω); ``"central"``; unset: either
+``privacy.min-threshold``          the smallest SecAgg+ threshold (shares that reconstruct a
+                                   secret, so the fewest vectors any sum the server learns holds)
+``privacy.max-dropout-tolerance``  the largest ``dropout-tolerance`` accepted
+``privacy.max-epsilon``            the largest ε this node accepts for the whole run: with secure
+                                   aggregation the worst case below; centrally, the release's ε
+``privacy.delta``                  the δ of ``privacy.max-epsilon`` (default: the run's)
+=================================  ===============================================================
+
+**ε against a malicious server** (:func:`worst_case_epsilons`). With signed
+keys and the consistency round (:mod:`fbo_torch.flower.identity`,
+:mod:`fbo_torch.flower.secagg`) a server that deviates from SecAgg+ still
+learns, per round, the sum of a set of vectors of its choice that holds at
+least ``t`` of them, ``t`` the Shamir threshold the node accepted (to remove a
+node's self-mask it needs ``t`` shares of its seed, which only that node's
+neighbours in the survivor set reveal, and the pairwise masks between
+survivors cancel only in the sum over them); it drew the coins, so nothing is
+amplified. A node answers each round at most once (:mod:`fbo_torch.flower.client_app`)
+and at most ``T`` rounds, so ``T`` releases of ``t`` noise shares bound what
+such a server learns: the ``"ddg"`` accountant with ``z_t = √(tσ²)/Δ₂`` and
+``q = 1``. Against the other agents and outsiders the worst case is a sum of
+``k_min`` vectors, of which a curious agent knows its own: ``k_min − 1``
+shares, amplified by ``q``. Each agent that colludes with the server removes
+its own share from either figure. Nothing here imports ``flwr``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fbo_torch.federation.secure import SecureMechanism
+from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.privacy.accountants import get_epsilon
+from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
+
+#: The node config keys of the floor (the ``privacy.`` table).
+PREFIX = "privacy."
+KEYS = ("min-noise-multiplier", "aggregation", "min-threshold", "max-dropout-tolerance", "max-epsilon", "delta")
+
+
+class PrivacyFloorError(ValueError):
+    """A run config below the node's privacy floor (or a floor that cannot be read); the message says which key."""
+
+
+def worst_case_epsilons(
+    mechanism: SecureMechanism, threshold: int, sample_rate: float, releases: int, delta: float
+) -> tuple[float, float]:
+    r"""``(ε against a server that deviates from SecAgg+, ε against the other agents)`` after ``releases``
+    secure releases, in the worst case the protocol allows (see the module docstring).
+
+    Args:
+        mechanism: The federation's secure mechanism.
+        threshold: ``t``, the fewest vectors of any sum the server can learn.
+        sample_rate: ``q`` (amplifies the second figure only).
+        releases: Secure releases this agent's vector took part in.
+        delta: ``δ``.
+    """
+    if releases <= 0:
+        return 0.0, 0.0
+    if mechanism.local_variance == 0:
+        return math.inf, math.inf
+    accountant = DistributedDiscreteGaussianAccountant(mechanism.ddg_constants())
+    server = get_epsilon(
+        accountant, delta, history=[(mechanism.noise_multiplier_of(max(int(threshold), 1)), 1.0, int(releases))]
+    )
+    others = get_epsilon(
+        accountant,
+        delta,
+        history=[(mechanism.noise_multiplier_of(max(mechanism.min_survivors - 1, 1)), float(sample_rate), releases)],
+    )
+    return server, others
+
+
+def _number(key: str, value: Any, integer: bool = False) -> float:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+        if not math.isfinite(number) or number < 0 or (integer and number != int(number)):
+            raise ValueError
+    except (TypeError, ValueError):
+        kind = "an integer >= 0" if integer else "a finite number >= 0"
+        raise PrivacyFloorError(f"node config `{PREFIX}{key}` must be {kind}, got {value!r}.") from None
+    return number
+
+
+@dataclass(frozen=True)
+class PrivacyFloor:
+    r"""A node's floor (see the module docstring for the keys).
+
+    Attributes:
+        min_noise_multiplier: Smallest ``z`` accepted (0: any).
+        aggregation: ``"secure"``, ``"central"``, or ``""`` (either).
+        min_threshold: Smallest SecAgg+ threshold accepted (0: the protocol's own minimum).
+        max_dropout_tolerance: Largest ``dropout-tolerance`` accepted (``None``: any).
+        max_epsilon: Largest ε for the run (``None``: no budget of the node's own).
+        delta: δ of ``max_epsilon`` (``None``: the run's).
+    """
+
+    min_noise_multiplier: float = 0.0
+    aggregation: str = ""
+    min_threshold: int = 0
+    max_dropout_tolerance: float | None = None
+    max_epsilon: float | None = None
+    delta: float | None = None
+
+    @classmethod
+    def from_node_config(cls, node_config: Mapping[str, Any]) -> PrivacyFloor:
+        """The floor a node config sets (``privacy.KEY`` keys; unknown ``privacy.`` keys are an error)."""
+        given = {str(k)[len(PREFIX) :]: v for k, v in node_config.items() if str(k).startswith(PREFIX)}
+        unknown = sorted(set(given) - set(KEYS))
+        if unknown:
+            raise PrivacyFloorError(
+                f"unknown node config key(s) {[PREFIX + k for k in unknown]}; the privacy floor takes "
+                f"{[PREFIX + k for k in KEYS]}."
+            )
+        aggregation = str(given.get("aggregation", "")).strip()
+        if aggregation not in ("", "secure", "central"):
+            raise PrivacyFloorError(
+                f'node config `{PREFIX}aggregation` must be "secure" or "central", got {given["aggregation"]!r}.'
+            )
+        delta = given.get("delta")
+        if delta is not None and not 0 < _number("delta", delta) < 1:
+            raise PrivacyFloorError(f"node config `{PREFIX}delta` must be in (0, 1), got {delta!r}.")
+        max_eps = given.get("max-epsilon")
+        if max_eps is not None and _number("max-epsilon", max_eps) == 0:
+            raise PrivacyFloorError(f"node config `{PREFIX}max-epsilon` must be > 0, got {max_eps!r}.")
+        tolerance = given.get("max-dropout-tolerance")
+        return cls(
+            min_noise_multiplier=_number("min-noise-multiplier", given.get("min-noise-multiplier", 0.0)),
+            aggregation=aggregation,
+            min_threshold=int(_number("min-threshold", given.get("min-threshold", 0), integer=True)),
+            max_dropout_tolerance=None if tolerance is None else _number("max-dropout-tolerance", tolerance),
+            max_epsilon=None if max_eps is None else float(max_eps),
+            delta=None if delta is None else float(delta),
+        )
+
+    def required_threshold(self, config: FlowerRunConfig) -> int:
+        """The fewest shares this node lets reconstruct a secret in ``config``'s secure rounds."""
+        return max(2, self.min_threshold, config.secure_threshold())
+
+    def epsilon(self, config: FlowerRunConfig) -> float:
+        r"""The largest ε a run of ``config`` can cost this node, at this floor's δ: secure, the larger of
+        :func:`worst_case_epsilons` over ``T`` releases with :meth:`required_threshold`; central, the
+        run's accountant over ``T`` releases (the server is trusted with ω there)."""
+        s = config.settings
+        delta = self.delta if self.delta is not None else config.ledger_delta
+        T = int(s.num_iterations)
+        if s.algorithm != "fts_de" or T == 0:
+            return 0.0
+        if s.noise_multiplier <= 0:
+            return math.inf
+        if s.aggregation == "secure":
+            mech = SecureMechanism.from_settings(s, config.num_agents)
+            return max(worst_case_epsilons(mech, self.required_threshold(config), s.sample_rate, T, delta))
+        from opacus.accountants import create_accountant
+
+        accountant = create_accountant(config.privacy.accountant)
+        return get_epsilon(accountant, delta, history=[(float(s.noise_multiplier), float(s.sample_rate), T)])
+
+    def check(self, config: FlowerRunConfig, agent_id: int) -> None:
+        r"""Refuse ``config`` if it is below this floor.
+
+        Raises:
+            PrivacyFloorError: One line naming the run config key and the node config key.
+        """
+        s = config.settings
+        if s.algorithm != "fts_de":  # TS: the agent sends nothing of its data
+            return
+        who = f"agent {int(agent_id)} refuses the run"
+        if s.noise_multiplier < self.min_noise_multiplier:
+            raise PrivacyFloorError(
+                f"{who}: run config `noise-multiplier` = {s.noise_multiplier:g} is below this node's "
+                f"`{PREFIX}min-noise-multiplier` = {self.min_noise_multiplier:g}."
+            )
+        if self.aggregation and s.aggregation != self.aggregation:
+            raise PrivacyFloorError(
+                f'{who}: run config `aggregation` = "{s.aggregation}", this node requires `{PREFIX}aggregation` = '
+                f'"{self.aggregation}".'
+            )
+        if s.aggregation == "secure":
+            if self.max_dropout_tolerance is not None and s.dropout_tolerance > self.max_dropout_tolerance:
+                raise PrivacyFloorError(
+                    f"{who}: run config `dropout-tolerance` = {s.dropout_tolerance:g} is above this node's "
+                    f"`{PREFIX}max-dropout-tolerance` = {self.max_dropout_tolerance:g}."
+                )
+            t = config.secure_threshold()
+            if t < self.min_threshold:
+                raise PrivacyFloorError(
+                    f"{who}: its secure rounds' threshold is {t} (run config `secagg-threshold`, "
+                    f"`dropout-tolerance`), below this node's `{PREFIX}min-threshold` = {self.min_threshold}."
+                )
+        if self.max_epsilon is not None:
+            eps = self.epsilon(config)
+            if eps > self.max_epsilon:
+                where = "against a server that deviates from SecAgg+" if s.aggregation == "secure" else "released"
+                raise PrivacyFloorError(
+                    f"{who}: {int(s.num_iterations)} rounds (run config `num-rounds`, `noise-multiplier`, "
+                    f"`sample-rate`) can cost it epsilon = {eps:.4g} ({where}), above this node's "
+                    f"`{PREFIX}max-epsilon` = {self.max_epsilon:g}."
+                )
+
+
+__all__ = ["KEYS", "PREFIX", "PrivacyFloor", "PrivacyFloorError", "worst_case_epsilons"]

@@ -94,12 +94,21 @@ def reevaluate_landmine(paths: list[Path]) -> list[Path]:
     return out
 
 
-#: Regrets below this count as this in the paired tests on log regret (a regret of 0, an optimum hit
-#: exactly, would otherwise be ``-inf``).
-LOG_FLOOR = 1e-12
+#: In the paired tests on log regret, a task's regrets below this fraction of its mean regret after the
+#: initial design count as that floor (a regret of 0, an optimum hit exactly — common on a finite
+#: domain — would otherwise be ``-inf``, and its log distance to a tiny regret arbitrary).
+LOG_FLOOR = 1e-6
 
 
-def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str], scale: str = "log") -> dict:
+def summarize(
+    finals: dict[str, dict[int, np.ndarray]],
+    references: list[str],
+    scale: str = "log",
+    initial: dict[str, dict[int, np.ndarray]] | None = None,
+) -> dict:
+    r"""Mean ranks and paired differences (module docstring); ``initial`` (the regrets after the initial
+    design, per configuration and seed) sets each task's floor of the log scale (:data:`LOG_FLOOR`)."""
+    initial = initial if initial is not None else finals
     labels = list(finals)
     seeds = sorted(set.intersection(*(set(v) for v in finals.values())))
     if not seeds:
@@ -117,6 +126,7 @@ def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str], s
         "paired": {},
         "scale": scale,
     }
+    floor = LOG_FLOOR * np.mean([initial[lab][s] for lab in labels for s in seeds], axis=0)  # A
     for ref in references:
         if ref not in F:
             raise SystemExit(f"--reference {ref!r} is not a configuration ({labels})")
@@ -128,7 +138,7 @@ def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str], s
             for a in range(A):
                 x, r = F[lab][:, a], F[ref][:, a]
                 if scale == "log":
-                    x, r = np.log(np.maximum(x, LOG_FLOOR)), np.log(np.maximum(r, LOG_FLOOR))
+                    x, r = np.log(np.maximum(x, floor[a])), np.log(np.maximum(r, floor[a]))
                 cells.append(paired_difference((x - r).tolist()))
             better = sum(1 for c in cells if c["distinguishable"] and c["diff"] < 0)
             worse = sum(1 for c in cells if c["distinguishable"] and c["diff"] > 0)
@@ -232,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         keep = [c.strip() for c in args.only.split(",")]
         finals = {k: finals[k] for k in keep}
-    summary = summarize(finals, args.reference, args.scale)
+    summary = summarize(
+        finals,
+        args.reference,
+        args.scale,
+        {k: {s: c[:, int(meta["fe_init"]) - 1] for s, c in v.items()} for k, v in curves.items() if k in finals},
+    )
     text = markdown(meta, summary)
     print(text)
     if args.md:

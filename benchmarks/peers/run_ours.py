@@ -229,9 +229,7 @@ def run_config(
             initial_points=source["initial"](seeds),
         )
         runner.run()
-        out = records(
-            objective, meta, runner, [s for _ in targets for s in seeds], [a for a in targets for _ in seeds], 0
-        )
+        out = records(objective, meta, runner, [s for _ in targets for s in seeds], [a for a in targets for _ in seeds])
     else:  # newcomer: one runner per seed, its peers' history that seed's
         for s in seeds:
             runner = FTSRunner(

@@ -425,8 +425,9 @@ def check_results(data: dict) -> None:
         "tasks",
         "runs",
     ]
-    if sorted(k for k in data if k != "problem_kwargs") != sorted(keys):
-        raise ValueError(f"results keys {sorted(data)}, expected {sorted(keys)} (and optionally problem_kwargs)")
+    optional = ("problem_kwargs", "setting", "peer_observations")  # run_ours.py's newcomer setting adds the last two
+    if sorted(k for k in data if k not in optional) != sorted(keys):
+        raise ValueError(f"results keys {sorted(data)}, expected {sorted(keys)} (and optionally {list(optional)})")
     d, n0, n = data["dim"], data["fe_init"], data["fe_max"]
     if not all(isinstance(v, int) for v in (d, n0, n)) or not 1 <= n0 <= n:
         raise ValueError(f"dim, fe_init, fe_max must be integers with 1 <= fe_init <= fe_max, got {d}, {n0}, {n}")

@@ -86,7 +86,7 @@ def run_cell(
     from fbo_torch.models.batched_gp import BatchedExactGP
     from fbo_torch.models.rff_blr import RFFBayesianLinear
     from fbo_torch.optim.domain import Domain
-    from fbo_torch.simulate.common import maximize_acquisition
+    from fbo_torch.optim.optimize import maximize_acquisition
     from fbo_torch.simulate.presets import PAPER
 
     dev = torch.device(device)

@@ -102,6 +102,9 @@ _THIRD_PARTY = (
 # The standard library's names (annotations such as ``collections.abc.Sequence``, ``pathlib.Path``)
 # are accepted for the same reason: no inventory of docs.python.org here.
 nitpick_ignore_regex = [(r"py:.*", rf"{name}(\..*)?") for name in (*_THIRD_PARTY, *sorted(sys.stdlib_module_names))]
+# A module's private type variables (``_MethodT`` of a class decorator's signature) have no page:
+# they are an annotation's placeholder, not a name a user imports.
+nitpick_ignore_regex.append((r"py:class", r"fbo_torch(\.\w+)*\._\w+T"))
 
 # -- HTML ----------------------------------------------------------------------------------------
 html_theme = "furo"

@@ -53,6 +53,7 @@ from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.federation.search import broadcast_queries
 from fbo_torch.federation.settings import DPFTSDESettings, MethodSettings
 from fbo_torch.models.batched_gp import BatchedExactGP, log_lengthscales
+from fbo_torch.models.gp_posterior import BatchedGPPosterior
 from fbo_torch.models.gp_spec import get_spec
 from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
@@ -476,6 +477,23 @@ class Agents:
                 f"`own_acquisition` {s.own_acquisition!r} has no analytic acquisition (expected 'logei' or 'ucb')."
             )
         return BatchedLogExpectedImprovement(posterior, self.best_observed(model))
+
+    def plug_in_incumbent(self, model: BatchedExactGP, posterior: BatchedGPPosterior | None = None) -> Tensor:
+        r"""``B``: each agent's largest posterior mean at its own valid observations.
+
+        The "plug-in" incumbent (Picheny et al. 2013): with noisy observations the best
+        *observed* value is biased upwards, so expected improvement over it undervalues a
+        candidate that is only as good as the incumbent. :class:`~fbo_torch.methods.transfer.Transfer`
+        scores peers' incumbents against it. It is not the agent's own LogEI ``best_f``: there
+        the smaller plug-in value makes LogEI exploit and, measured on the FTS paper's synthetic
+        newcomer (``benchmarks/peers/run_ours.py``), stalls the local engine in a local optimum.
+        Falls back to :meth:`best_observed` for an agent without valid observations."""
+        posterior = posterior if posterior is not None else model.posterior_moments()
+        lo, hi = model.bounds
+        X = lo + model.X * (hi - lo)  # the training inputs in domain coordinates (padding rows: masked)
+        mean = posterior.moments(X)[0]  # B x n
+        best = torch.where(model.mask, mean, -torch.inf).amax(-1)
+        return torch.where(torch.isfinite(best), best, self.best_observed(model))
 
     def best_observed(self, model: BatchedExactGP | None = None) -> Tensor:
         r"""``B``: each agent's best valid observation so far (LogEI's ``best_f``). An agent

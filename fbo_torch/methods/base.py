@@ -31,12 +31,10 @@ registered class (``docs/design.md``, "Adding an algorithm", has a worked exampl
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+import importlib
+from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fbo_torch.simulate.fts import FTSRunner
 
 #: The experiment kinds (the YAML's ``experiment:``) an algorithm may run in.
 KINDS = ("fts", "dp_fts_de")
@@ -51,7 +49,7 @@ HISTORY_MODES = ("random", "ts", "together")
 class Method:
     r"""An algorithm: what it is, what it refuses, and its round for every run at once.
 
-    Class attributes:
+    Attributes:
         name: The registry key (``algorithm:`` in YAML).
         kinds: Experiment kinds it runs in (:data:`KINDS`).
         message: What each peer sends per message (:data:`MESSAGES`); ``"none"``: the
@@ -80,7 +78,7 @@ class Method:
     uses: ClassVar[tuple[str, ...]] = ()
     aliases: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, runner: FTSRunner) -> None:
+    def __init__(self, runner: Any) -> None:
         self.runner = runner
 
     # ------------------------------------------------------------ what it is
@@ -93,7 +91,7 @@ class Method:
     def check(cls, settings: Any) -> None:
         r"""Refuse settings this algorithm cannot run with (``ValueError`` naming the keys).
 
-        The base checks ``own_acquisition`` against :attr:`own_acquisitions`; subclasses
+        The base checks ``own_acquisition`` against :attr:`~fbo_torch.methods.base.Method.own_acquisitions`; subclasses
         add their own rules and call it.
         """
         own = getattr(settings, "own_acquisition", None)
@@ -185,11 +183,28 @@ def unregister_method(name: str) -> None:
     METHODS.pop(name, None)
 
 
+#: The built-in algorithms' modules (each registers its class when imported).
+BUILTINS = (
+    "fbo_torch.methods.ts",
+    "fbo_torch.methods.fts",
+    "fbo_torch.methods.peer_prior",
+    "fbo_torch.methods.transfer",
+    "fbo_torch.methods.rgpe",
+    "fbo_torch.methods.taf",
+    "fbo_torch.methods.fts_de",
+)
+
+
 def _load_builtins() -> None:
-    """Import the built-in algorithms' modules, which register themselves (once). They import the
-    runners' building blocks, so they are loaded when an algorithm is first looked up, not when
-    this module is imported (the settings import it)."""
-    import fbo_torch.methods.builtins  # noqa: F401
+    """Import the :data:`BUILTINS` modules (once), which register themselves.
+
+    They are named by module path and imported on the first lookup, as a plugin's entry point
+    is: the registry depends on no algorithm. The algorithms are built from the runners'
+    blocks (agents, features, fidelity), which read the settings, and the settings look
+    their algorithm up here, so a registry that imported its algorithms would tie every
+    layer of the package into one."""
+    for module in BUILTINS:
+        importlib.import_module(module)
 
 
 def method_names(kind: str | None = None) -> list[str]:
@@ -222,6 +237,7 @@ def get_method(name: Any, kind: str | None = None, key: str = "algorithm") -> ty
 
 
 __all__ = [
+    "BUILTINS",
     "HISTORY_MODES",
     "KINDS",
     "MESSAGES",

@@ -29,7 +29,7 @@ class DrawMethod(Method):
 
     Attributes:
         omegas: ``R x A x M`` the latest draw of every agent as each run received it
-            (the run's own agent and non-peers included; :attr:`runner.dist <fbo_torch.simulate.fts.FTSRunner.dist>`
+            (the run's own agent and non-peers included; ``runner.dist``
             says whom a run may use).
     """
 

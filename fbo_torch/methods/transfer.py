@@ -176,7 +176,7 @@ class Transfer(DrawMethod):
             mean, var, _, _ = posterior.moments(C)
             plausible = mean + (SCREEN_BETA * var.clamp_min(1e-12)).sqrt() > best.unsqueeze(-1)
             ok = (probs > 0) & ~tried.any(-1) & plausible
-            log_ei = BatchedLogExpectedImprovement(posterior, best)(C)
+            log_ei = BatchedLogExpectedImprovement(posterior, r.agents.plug_in_incumbent(model, posterior))(C)
             score = log_ei + probs.clamp_min(1e-300).log() + (self.peer_wins - self.peer_losses)
             score = torch.where(ok, score, -torch.inf)
             k_opt = score.argmax(-1)

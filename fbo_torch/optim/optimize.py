@@ -15,6 +15,10 @@ problem converging on its own). It evaluates the acquisition on ``C x B x 1 x d`
 inputs: BoTorch broadcasts the t-batch ``C x B`` against the model's batch
 ``B``, so row ``b`` is problem ``b``'s model, and the values ``C x B`` are
 transposed to the ``B x C`` the maximizer takes; gradients come from autograd.
+
+:func:`maximize_acquisition` maximizes one BoTorch acquisition over a
+:class:`~fbo_torch.optim.domain.Domain` (``optimize_acqf`` on a box, exhaustively on a
+finite one): what RGPE's and TAF's targets use, one run at a time.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from typing import Any
 
 import torch
 from botorch.acquisition.acquisition import AcquisitionFunction
+from botorch.optim.optimize import optimize_acqf
 from torch import Tensor
 
-from fbo_torch.optim.batched import REFINE, maximize_batched
+from fbo_torch.optim.batched import REFINE, default_max_points, maximize_batched
+from fbo_torch.optim.domain import Domain
 from fbo_torch.utils.validation import check_int, check_tensor
 
 #: ``options`` keys :func:`optimize_acqf_batched` accepts (those of ``optimize_acqf`` that apply, and the maximizer's).
@@ -171,4 +177,29 @@ def _model_tensor(acq_function: AcquisitionFunction) -> Tensor | None:
     return inputs[0] if inputs else None
 
 
-__all__ = ["DEFAULT_OPTIONS", "OPTIONS", "optimize_acqf_batched"]
+def derive_seed(generator: torch.Generator) -> int:
+    """A fresh integer seed drawn from ``generator`` (for libraries that use the global RNG)."""
+    return int(torch.randint(2**62, (1,), generator=generator, device=generator.device).item())
+
+
+def maximize_acquisition(acqf: Any, domain: Domain, generator: torch.Generator | None = None) -> Tensor:
+    r"""Maximize one BoTorch acquisition function (``b x 1 x d -> b``) over ``domain``.
+
+    Exact on a finite domain (scored in chunks); ``optimize_acqf`` on a box.
+    Returns the ``d``-vector maximizer.
+    """
+    if domain.candidates is not None:
+        C = domain.candidates
+        chunk = max(1, domain.max_points or default_max_points(C.device))
+        with torch.no_grad():
+            vals = torch.cat([acqf(C[s : s + chunk].unsqueeze(-2)) for s in range(0, C.shape[0], chunk)])
+        return C[vals.argmax()]
+    seed = derive_seed(generator) if generator is not None else None
+    with torch.random.fork_rng(enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        X, _ = optimize_acqf(acqf, domain.bounds, q=1, num_restarts=domain.num_restarts, raw_samples=domain.raw_samples)
+    return X.squeeze(0).detach()
+
+
+__all__ = ["DEFAULT_OPTIONS", "OPTIONS", "derive_seed", "maximize_acquisition", "optimize_acqf_batched"]

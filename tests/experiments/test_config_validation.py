@@ -9,6 +9,7 @@ import torch
 from fbo_torch.cli import build_parser, main
 from fbo_torch.experiments.config import ConfigError, parse_config
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
+from fbo_torch.simulate.presets import PAPER
 
 BASE = {
     "experiment": "dp_fts_de",
@@ -74,7 +75,10 @@ def parse(**changes):
         ({"privacy": {"max_epsilon": -1}}, r"privacy: `max_epsilon` must be a finite number > 0"),
         ({"experiment": "fts", "privacy": {"delta": 0.1}}, r"`privacy` applies to `experiment: dp_fts_de` only"),
         # setups and other sections
-        ({"setup": "paper"}, r"exp.yaml: `setup` must be one of \['authors', 'modern'\], got 'paper'"),
+        (
+            {"setup": "papers"},
+            r"exp.yaml: `setup` must be one of \['authors', 'engine', 'modern', 'paper'\], got 'papers'",
+        ),
         (
             {"scenarios": [{"name": "s", "setup": "x", "methods": [{"name": "a"}]}]},
             r"scenarios\[0\]: `setup` must be one of",
@@ -120,7 +124,7 @@ def test_setup_in_yaml_applies_the_preset_and_explicit_keys_win():
     authors, modern = (sc.methods[0][1] for sc in cfg.scenarios)
     assert (authors.gp_kernel, authors.gp_warm_start, authors.broadcast_maximization) == ("authors", True, "per_agent")
     assert authors.gp_restarts == 2  # `defaults` overrides the setup
-    assert modern == DPFTSDESettings(algorithm="ts", gp_restarts=2)
+    assert modern == DPFTSDESettings(algorithm="ts", gp_restarts=2, **PAPER)  # "modern": the papers' agents
     assert [s["setup"] for s in cfg.resolved()["scenarios"]] == ["authors", "modern"]
     land = parse(setup="authors", objective={"type": "landmine"})
     assert land.scenarios[0].objective["scoring"] == "platt"

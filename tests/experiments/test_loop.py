@@ -15,7 +15,7 @@ history: {t_n: 4}
 domain: {raw_samples: 64, num_restarts: 2, maxiter: 10}
 defaults: {num_iterations: 3, num_features: 10, gp_refit_every: 0}
 methods:
-  - {name: TS, algorithm: ts}
+  - {name: TS, algorithm: ts, own_acquisition: ts}
   - {name: TS-LogEI, algorithm: ts, own_acquisition: logei}
   - {name: FTS-LogEI, algorithm: fts, communication: every-round, own_acquisition: logei}
   - {name: FTS-UCB, algorithm: fts, own_acquisition: ucb, ucb_beta: 1.0}

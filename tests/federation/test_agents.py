@@ -21,13 +21,16 @@ BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
 
 
 def _agents(own_acquisition="logei", B=3, n=6, fail=True, **kw):
-    """B agents on 2-D data; agent 0's second evaluation failed (NaN)."""
+    """B agents on 2-D data; agent 0's second evaluation failed (NaN). BoTorch's GP without an
+    outcome warp unless ``kw`` says otherwise: the tests compare with BoTorch's own model."""
     g = torch.Generator().manual_seed(0)
     X = torch.rand(B, n, 2, generator=g, dtype=f64)
     Y = torch.sin(6 * X).sum(-1, keepdim=True) + 0.05 * torch.randn(B, n, 1, generator=g, dtype=f64)
     if fail:
         Y[0, 1] = float("nan")
-    s = FTSSettings(own_acquisition=own_acquisition, gp_fit_maxiter=30, **kw)
+    s = FTSSettings(
+        own_acquisition=own_acquisition, gp_fit_maxiter=30, **{"gp_kernel": "botorch", "gp_warp": "none", **kw}
+    )
     dom = Domain(BOUNDS, raw_samples=256, num_restarts=8, maxiter=40)
     keys = kr.fold(kr.root_key(0, "agents"), torch.arange(B))
     return Agents(keys, X, Y, dom, s, capacity=2), Y
@@ -39,7 +42,7 @@ def _grid(n=121):
 
 
 def test_settings_validate_own_acquisition_and_ucb_beta():
-    assert FTSSettings().own_acquisition == "ts" and DPFTSDESettings().ucb_beta == 2.0
+    assert FTSSettings().own_acquisition == "logei" and DPFTSDESettings().ucb_beta == 2.0
     with pytest.raises(ValueError, match=r"`own_acquisition` must be one of \('ts', 'logei', 'ucb'\), got 'ei'"):
         FTSSettings(own_acquisition="ei")
     for bad in (-1.0, float("inf"), "2", True):

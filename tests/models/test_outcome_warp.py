@@ -100,7 +100,7 @@ def test_warped_gp_is_the_chosen_warp_and_logei_uses_its_units():
     acq = agents.own_acquisition(model)
     torch.testing.assert_close(acq.best_f, chosen.amax(-1))
     # the unwarped default is what it was: the best raw observation
-    plain = _agents(Y, MethodSettings(own_acquisition="logei"))
+    plain = _agents(Y, MethodSettings(own_acquisition="logei", gp_warp="none"))
     torch.testing.assert_close(plain.own_acquisition(plain.gp()).best_f, Y.amax(-1), rtol=0, atol=0)
 
 
@@ -108,7 +108,7 @@ def test_warp_fits_every_candidate_like_separate_gps():
     """One batch of K x B GPs: each candidate's fit equals fitting that warp alone."""
     g = torch.Generator().manual_seed(7)
     Y = -torch.exp(4 * torch.rand(3, 10, generator=g, dtype=f64))
-    agents = _agents(Y, MethodSettings(gp_warp="auto"))
+    agents = _agents(Y, MethodSettings(gp_warp="auto", gp_kernel="botorch"))  # BatchedExactGP's default kernel
     agents.gp()
     K = 1 + len(DEFAULT_OFFSETS)
     Z, log_jac = log_gap_warps(Y, torch.ones_like(Y, dtype=torch.bool))

@@ -141,4 +141,4 @@ def test_peer_trust_is_refused():
 
 def test_own_acquisition_defaults_to_logei():
     assert settings().own_acquisition == "logei"
-    assert FTSSettings(algorithm="fts").own_acquisition == "ts"
+    assert FTSSettings(algorithm="fts").own_acquisition == "logei"  # the engine is every method's default

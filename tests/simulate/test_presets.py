@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
-from fbo_torch.simulate.presets import SETUPS, apply_setup, objective_setup
+from fbo_torch.simulate.presets import PAPER, SETUPS, apply_setup, objective_setup
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "LandmineData.mat"
@@ -18,7 +18,9 @@ def test_authors_setup_sets_the_authors_choices_and_overrides_win():
     s = apply_setup(DPFTSDESettings(), "authors")
     assert (s.gp_kernel, s.gp_restarts, s.gp_refit_every, s.gp_sample_features) == ("authors", 10, 5, 100)
     assert (s.repeated_query, s.broadcast_maximization) == ("random", "per_agent")
-    assert apply_setup(DPFTSDESettings(), "modern") == DPFTSDESettings()
+    assert apply_setup(DPFTSDESettings(), "engine") == DPFTSDESettings()  # the engine is the default
+    assert apply_setup(DPFTSDESettings(), "paper") == DPFTSDESettings(**PAPER)
+    assert apply_setup(DPFTSDESettings(), "modern") == apply_setup(DPFTSDESettings(), "paper")  # its former name
     assert apply_setup(DPFTSDESettings(), "authors", {"gp_restarts": 2}).gp_restarts == 2
     f = apply_setup(FTSSettings(), "authors")  # FTS has no broadcast: that choice is skipped
     assert f.gp_kernel == "authors" and not hasattr(f, "broadcast_maximization")
@@ -26,9 +28,9 @@ def test_authors_setup_sets_the_authors_choices_and_overrides_win():
     assert land["scoring"] == "platt" and land["search_space"]["C"] == {"low": 1e-4, "high": 10.0, "log": False}
     land["scoring"] = "changed"  # a copy: the table is not mutated
     assert objective_setup("landmine", "authors")["scoring"] == "platt"
-    assert objective_setup("synthetic", "authors") == {} and set(SETUPS) == {"modern", "authors"}
+    assert objective_setup("synthetic", "authors") == {} and set(SETUPS) == {"engine", "paper", "modern", "authors"}
     with pytest.raises(ValueError, match="`setup` must be one of"):
-        apply_setup(DPFTSDESettings(), "paper")
+        apply_setup(DPFTSDESettings(), "papers")
 
 
 @pytest.mark.skipif(not DATA.is_file(), reason=f"landmine data not at {DATA}")
@@ -140,8 +142,10 @@ def test_fts_history_follows_the_scenario_setup():
     assert (
         override.settings.gp_kernel == "botorch" and override.settings.gp_restarts == SETUPS["authors"]["gp_restarts"]
     )
-    modern = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None)
-    assert modern.settings.gp_kernel == "botorch" and modern.settings.gp_restarts == 0
+    engine = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None)  # the default setup
+    assert engine.settings.gp_kernel == "fbo" and engine.settings.gp_restarts == 0
+    paper = FederationHistory(obj, dom, t_n=4, mode="ts", num_init=3, gp_kernel=None, setup="paper")
+    assert paper.settings.gp_kernel == "botorch" and paper.settings.own_acquisition == "ts"
     assert torch.isfinite(authors.train_Y).all() and authors.train_X.shape == (3, 4, 1)
 
 

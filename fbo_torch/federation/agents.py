@@ -340,7 +340,9 @@ class Agents:
             return self._X, self._Y.unsqueeze(-1), self._valid
         return self.train_X, self.train_Y, self.mask
 
-    def own_proposals(self, round: int, which: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def own_proposals(
+        self, round: int, which: Tensor | None = None, incumbent: str = "observed"
+    ) -> tuple[Tensor, Tensor]:
         r"""Each agent's maximizer of its own GP's acquisition (``settings.own_acquisition``):
         ``(B x d, B)`` points and the values reached.
 
@@ -351,6 +353,8 @@ class Agents:
 
         Args:
             round: The round.
+            incumbent: LogEI's ``best_f``: ``"observed"`` (the best valid observation,
+                :meth:`best_observed`) or ``"plug-in"`` (:meth:`plug_in_incumbent`).
             which: Optional ``B`` booleans: the agents whose proposal is needed (``None``: all).
                 Off the GPU path (:func:`~fbo_torch.utils.dispatch.gpu_path`: a CPU without
                 ``FBO_SYNC_FREE=1``) only these are maximized and the other rows are NaN; every
@@ -371,7 +375,7 @@ class Agents:
                 F = part.settings.gp_sample_features or 1024
                 fn = model.draw_paths(part.round_keys(round, "own-sample"), num_features=F)
             else:
-                fn = part.own_acquisition(model)
+                fn = part.own_acquisition(model, incumbent)
             need = None if needed is None else needed[rows]
             index = None if need is None else needed_rows(need)
             if need is None or index is None:
@@ -465,9 +469,10 @@ class Agents:
         part.prior_choice = None if self.prior_choice is None else self.prior_choice[rows]
         return part
 
-    def own_acquisition(self, model: BatchedExactGP) -> BatchedAnalyticAcquisition:
+    def own_acquisition(self, model: BatchedExactGP, incumbent: str = "observed") -> BatchedAnalyticAcquisition:
         r"""The agents' analytic acquisition on ``model`` (their GPs) for ``own_acquisition``
-        ``"logei"`` or ``"ucb"``: a ``B x C x d -> B x C`` function (:mod:`fbo_torch.acquisition.batched`)."""
+        ``"logei"`` or ``"ucb"``: a ``B x C x d -> B x C`` function (:mod:`fbo_torch.acquisition.batched`);
+        ``incumbent`` as in :meth:`own_proposals`."""
         s = self.settings
         posterior = model.posterior_moments()
         if s.own_acquisition == "ucb":
@@ -476,7 +481,10 @@ class Agents:
             raise ValueError(
                 f"`own_acquisition` {s.own_acquisition!r} has no analytic acquisition (expected 'logei' or 'ucb')."
             )
-        return BatchedLogExpectedImprovement(posterior, self.best_observed(model))
+        if incumbent not in ("observed", "plug-in"):
+            raise ValueError(f"`incumbent` must be 'observed' or 'plug-in', got {incumbent!r}.")
+        best = self.best_observed(model) if incumbent == "observed" else self.plug_in_incumbent(model, posterior)
+        return BatchedLogExpectedImprovement(posterior, best)
 
     def plug_in_incumbent(self, model: BatchedExactGP, posterior: BatchedGPPosterior | None = None) -> Tensor:
         r"""``B``: each agent's largest posterior mean at its own valid observations.

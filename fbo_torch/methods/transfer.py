@@ -158,7 +158,7 @@ class Transfer(DrawMethod):
         helpful = helpful_posterior(scores, r.agents.mask.sum(-1))  # R x A
         if "landscape" in self.channels:
             r.agents.ls_prior = self.landscape_prior()
-        X_own, _ = r.agents.own_proposals(t)
+        X_own, _ = r.agents.own_proposals(t, incumbent="plug-in")
         X, mask = r.X, r.agents.mask
         y = torch.where(mask, r.Y.squeeze(-1), -torch.inf)
         self._before = y.amax(-1)

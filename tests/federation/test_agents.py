@@ -123,3 +123,19 @@ def test_logei_proposals_on_cuda_match_the_cpu_and_never_synchronize():
         _, vc = cpu.own_proposals(t)
         # the same maximization in another kernel library: values agree to the maximizer's tolerance
         torch.testing.assert_close(vg.cpu(), vc, atol=1e-6, rtol=1e-6)
+
+
+def test_plug_in_incumbent_is_the_largest_posterior_mean_at_the_valid_observations():
+    agents, Y = _agents("logei")
+    model = agents.gp(refit=False)
+    plug = agents.plug_in_incumbent(model)
+    for b in range(3):
+        valid = ~torch.isnan(Y[b, :, 0])
+        with torch.no_grad():
+            mean = model.to_botorch(b).posterior(agents.train_X[b][valid]).mean.squeeze(-1)
+        # the same GP algebra in float64 by two code paths: agreement to a few ulps of the data's scale
+        torch.testing.assert_close(plug[b], mean.max(), atol=1e-9, rtol=1e-9)
+    assert torch.equal(agents.own_acquisition(model, "plug-in").best_f, plug)
+    assert torch.equal(agents.own_acquisition(model).best_f, agents.best_observed(model))
+    with pytest.raises(ValueError, match="`incumbent` must be 'observed' or 'plug-in'"):
+        agents.own_acquisition(model, "mean")

@@ -59,6 +59,7 @@ TOP_KEYS = (
     "max_memory",
     "setup",
     "checkpoint_every",
+    "max_failed_fraction",
     "objective",
     "runs",
     "history",
@@ -311,6 +312,8 @@ class ExperimentConfig:
     source: str = "config"
     #: Working-memory budget of a round in bytes (``max_memory``; ``None``: half the free memory).
     max_memory: int | None = None
+    #: A method stops when more than this fraction of its evaluations failed (``1``: only when every one did).
+    max_failed_fraction: float = 1.0
 
     def build_domain(self, objective: Any) -> Domain:
         """The :class:`~fbo_torch.optim.domain.Domain` of ``objective`` with this file's options (on the CPU)."""
@@ -325,6 +328,7 @@ class ExperimentConfig:
             "device": self.device,
             "max_memory": self.max_memory,
             "checkpoint_every": self.checkpoint_every,
+            "max_failed_fraction": self.max_failed_fraction,
             "domain": dict(self.domain),
             "privacy": dataclasses.asdict(self.privacy),
             "scenarios": [
@@ -387,6 +391,12 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     checkpoint_every = raw.get("checkpoint_every", 5)
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"{source}: `checkpoint_every` must be an integer >= 0, got {checkpoint_every!r}.")
+    max_failed = raw.get("max_failed_fraction", 1.0)
+    if isinstance(max_failed, bool) or not (isinstance(max_failed, (int, float)) and 0 < max_failed <= 1):
+        raise ConfigError(
+            f"{source}: `max_failed_fraction` must be a number in (0, 1] (the fraction of a method's evaluations "
+            f"that may fail before the run stops; 1: only when every one fails), got {max_failed!r}."
+        )
     top_setup = _setup(source, raw, "modern")
     domain = check_domain(f"{source}: domain", raw.get("domain") or {})
     privacy = build_dataclass(PrivacySettings, raw.get("privacy") or {}, f"{source}: privacy")
@@ -466,7 +476,18 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
             Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods, setup, where)
         )
     return ExperimentConfig(
-        experiment, name, seed, device, checkpoint_every, domain, privacy, scenarios, raw, source, max_memory
+        experiment,
+        name,
+        seed,
+        device,
+        checkpoint_every,
+        domain,
+        privacy,
+        scenarios,
+        raw,
+        source,
+        max_memory,
+        float(max_failed),
     )
 
 

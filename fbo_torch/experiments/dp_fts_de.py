@@ -134,6 +134,7 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "agents": res.agents.tolist(),  # agent and repetition of each row of `runs`
                 "repetitions": res.runs.tolist(),
                 "best_value_runs": res.best_value.tolist(),
+                "failed": res.failed.tolist(),
                 "repetition_mean": run_mean,
                 "repetition_stderr": run_se,
                 "accountant": res.accountant,

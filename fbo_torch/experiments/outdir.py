@@ -10,7 +10,7 @@ settings, device) and the ``fbo_torch`` version. Every checkpoint and
 with the same fingerprint and otherwise names the keys that differ.
 
 Things that do not change results (output paths, plot formats, ``--threads``, progress
-bars, ``checkpoint_every``) are not part of the fingerprint.
+bars, ``checkpoint_every``, ``max_memory``, ``max_failed_fraction``) are not part of the fingerprint.
 
 ``run.json`` also lists every file and folder the run writes (``files``),
 each name recorded before its file is first written, with the size and SHA-256
@@ -48,8 +48,9 @@ from fbo_torch.utils.files import WriteError, current_umask, write_atomic, write
 
 MANIFEST = "run.json"
 LOCK = ".lock"
-#: Keys of the resolved configuration that do not change results (``max_memory`` only chunks agents).
-NOT_FINGERPRINTED = ("checkpoint_every", "max_memory")
+#: Keys of the resolved configuration that do not change results (``max_memory`` only chunks agents,
+#: ``max_failed_fraction`` only decides when a failing objective stops the run).
+NOT_FINGERPRINTED = ("checkpoint_every", "max_memory", "max_failed_fraction")
 
 
 class OutputError(RuntimeError):

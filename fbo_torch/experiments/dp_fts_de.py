@@ -322,4 +322,6 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
     return written + save_figure(fig, Path(out) / "epsilon", formats=formats or ("png",))
 
 
-KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot_privacy)
+KIND = ExperimentKind(
+    check=check_scenario, methods=scenario_methods, plot=plot_privacy, plot_names=("privacy_utility", "epsilon")
+)

@@ -162,4 +162,4 @@ def plot(results: dict[str, Any], out: Path, formats: Sequence[str] | None = Non
     return []
 
 
-KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot)
+KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot, plot_names=("message_length",))

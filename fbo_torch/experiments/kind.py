@@ -97,8 +97,11 @@ class ExperimentKind:
         plot: ``(results, out, formats) -> files``: the kind's plots beyond the loss curves, written to
             ``out`` in each of ``formats`` (:data:`~fbo_torch.experiments.report.PLOT_FORMATS`); returns the
             files written.
+        plot_names: The names (without suffix) ``plot`` may give its files, so that ``--overwrite`` can
+            refuse a folder holding a file of such a name that it would keep (one you edited).
     """
 
     check: Callable[[ScenarioContext], None]
     methods: Callable[[ScenarioContext], ScenarioMethods]
     plot: Callable[[dict[str, Any], Path, Sequence[str]], list[Path]]
+    plot_names: tuple[str, ...] = ()

@@ -34,8 +34,9 @@ from fbo_torch.experiments import dp_fts_de, fts
 from fbo_torch.experiments.checkpoints import Checkpoints
 from fbo_torch.experiments.config import ConfigError, ExperimentConfig, check_device
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext
-from fbo_torch.experiments.outdir import OutputFolder, atomic_write_text, fingerprint
+from fbo_torch.experiments.outdir import MANIFEST, OutputFolder, atomic_write_text, fingerprint
 from fbo_torch.experiments.report import (
+    PLOT_FORMATS,
     check_plot_formats,
     environment,
     loss_plot_stem,
@@ -342,6 +343,7 @@ def run_experiment(
         checkpoints = Checkpoints(out / "checkpoints", fingerprint(resolved), resume)
         checkpoints.verify_all()
         contexts = prepare_scenarios(cfg, device, num_inits, log)
+        folder.refuse_overwriting(output_names(cfg, contexts, checkpoints))
         folder.open()
         if overwrite and (folder.deleted or folder.kept):
             kept = folder.kept
@@ -390,6 +392,22 @@ def run_experiment(
     finally:
         folder.close()
     return results
+
+
+#: The files every run writes into its folder (besides its plots and checkpoints).
+RUN_FILES = (MANIFEST, "config.resolved.yaml", "results.json", "results.csv", "summary.txt")
+
+
+def output_names(cfg: ExperimentConfig, contexts: list[ScenarioContext], checkpoints: Checkpoints) -> set[str]:
+    r"""The names (relative to the output folder) of the files a run of ``cfg`` may write: :data:`RUN_FILES`,
+    its checkpoints, and its plots in every format (the loss curves' and the kind's ``plot_names``)."""
+    losses = {"scenarios": [{"methods": [{"loss_name": ctx.objective.loss_name}]} for ctx in contexts]}
+    stems = {loss_plot_stem(losses), "loss", *EXPERIMENTS[cfg.experiment].plot_names}
+    names = set(RUN_FILES) | {f"{stem}.{fmt}" for stem in stems for fmt in PLOT_FORMATS}
+    for si, sc in enumerate(cfg.scenarios):
+        for mi in range(len(sc.methods)):
+            names.add(checkpoints.path(si, mi).relative_to(checkpoints.folder.parent).as_posix())
+    return names
 
 
 def render_reports(

@@ -7,7 +7,8 @@ Commands::
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
     report DIR               redraw plots and summary from DIR/results.json
     privacy                  ε of a DP-FTS-DE setting under each accountant
-    data emnist --root DIR   download EMNIST for the EMNIST CNN objective
+    examples DIR             copy the example configs and programs (configs/, examples/) into DIR
+    data emnist [--root DIR] download EMNIST for the EMNIST CNN objective
 
 Each command imports what it runs when it runs (the experiment modules load
 matplotlib and Opacus), so ``--help`` and ``--version`` answer without them.
@@ -258,6 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="delta of (epsilon, delta)-DP, 0 < delta < 1 (instead of --num-agents)",
     )
 
+    ex = sub.add_parser(
+        "examples",
+        help="copy the example configs and programs into a folder",
+        description="Copy the example configs (configs/: every committed experiment) and programs (examples/: "
+        "your own objective, Ax, the Flower app and its demo) that ship with fbo_torch into DIR, so they run "
+        "outside the repository: cd DIR && fbo-torch run configs/fts_synthetic.yaml --out runs/fts. "
+        "Nothing is overwritten.",
+    )
+    ex.add_argument("dir", type=_user_path, metavar="DIR", help="the folder to copy into (created)")
+
     dt = sub.add_parser(
         "data",
         help="download a dataset for the image objectives (EMNIST)",
@@ -270,7 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Download EMNIST through torchvision (also where `import torchvision` alone fails on a CPU "
         "torch) into DIR/EMNIST/raw, check its MD5, and say how to use it (FBO_EMNIST_ROOT=DIR).",
     )
-    em.add_argument("--root", type=Path, required=True, metavar="DIR", help="the folder to download into")
+    em.add_argument(
+        "--root",
+        type=_user_path,
+        default=None,
+        metavar="DIR",
+        help="the folder to download into (default: the user data folder, $FBO_DATA_DIR or "
+        "~/.local/share/fbo_torch, where the EMNIST objectives look when no root is given)",
+    )
     em.add_argument("--url", default=None, help="a mirror of NIST's gzip.zip (the same file: its MD5 is checked)")
     return parser
 
@@ -450,15 +468,41 @@ def _cmd_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.dataset != "emnist":
         parser.error("give a DATASET: emnist")
     from fbo_torch.objectives.emnist import EMNIST_ROOT_ENV, download_emnist
+    from fbo_torch.utils.paths import user_data_dir
+
+    root = args.root if args.root is not None else user_data_dir()
+    try:
+        n_train, n_test = download_emnist(root, args.url)
+    except (OSError, RuntimeError, ImportError, ValueError) as err:
+        print(f"error: downloading EMNIST into {root} failed: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    use = (
+        "the EMNIST objectives find them there"
+        if args.root is None
+        else f"use them with {EMNIST_ROOT_ENV}={root} (or objective.root)"
+    )
+    print(f"EMNIST digits in {root / 'EMNIST' / 'raw'}: {n_train} training and {n_test} test images; {use}")
+    return 0
+
+
+def _cmd_examples(dest: Path) -> int:
+    """Copy the shipped example configs and programs into ``dest``; errors are one line on stderr."""
+    from fbo_torch.utils.paths import copy_examples
 
     try:
-        n_train, n_test = download_emnist(args.root, args.url)
-    except (OSError, RuntimeError, ImportError, ValueError) as err:
-        print(f"error: downloading EMNIST into {args.root} failed: {' '.join(str(err).split())}", file=sys.stderr)
-        return 1
+        written = copy_examples(dest)
+    except OSError as err:  # FileExistsError (nothing copied) included
+        text = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
+        print(f"error: fbo-torch examples {dest}: {text}", file=sys.stderr)
+        return 2
+    configs = sum(p.relative_to(dest).parts[0] == "configs" for p in written)
     print(
-        f"EMNIST digits in {args.root / 'EMNIST' / 'raw'}: {n_train} training and {n_test} test images; "
-        f"use them with {EMNIST_ROOT_ENV}={args.root} (or objective.root)"
+        f"copied {configs} example configs to {dest / 'configs'} and {len(written) - configs} example files to "
+        f"{dest / 'examples'}. Next:\n"
+        f"  cd {shlex.quote(str(dest))} && fbo-torch run configs/fts_synthetic.yaml --out runs/fts_synthetic\n"
+        f"  cd {shlex.quote(str(dest / 'examples'))} && fbo-torch run custom_objective.yaml --out ../runs/custom\n"
+        f"  {shlex.quote(str(dest / 'examples' / 'flower_app' / 'run_demo.sh'))}"
+        "   (the Flower demo on this machine; needs the flower extra)"
     )
     return 0
 
@@ -478,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        print("\nerror: give a COMMAND (run, quickstart, report, privacy, data)", file=sys.stderr)
+        print("\nerror: give a COMMAND (run, quickstart, report, privacy, examples, data)", file=sys.stderr)
         return 2
     if getattr(args, "threads", None):
         import torch
@@ -529,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_report(args.out, args.plot_format)
     if args.command == "data":
         return _cmd_data(args, parser_for(parser, "data"))
+    if args.command == "examples":
+        return _cmd_examples(args.dir)
     parser.error(f"unknown command {args.command!r}")
 
 

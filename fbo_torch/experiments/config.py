@@ -48,6 +48,7 @@ from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, HistoryS
 from fbo_torch.objectives import objective_class
 from fbo_torch.optim.domain import DTYPE_OPTIONS, Domain, check_options, dtype_name
 from fbo_torch.simulate.presets import check_setup, objective_setup, setup_choices
+from fbo_torch.utils.paths import shipped_example
 from fbo_torch.utils.resources import parse_bytes
 
 TOP_KEYS = (
@@ -558,7 +559,14 @@ def load_config(path: str | Path) -> ExperimentConfig:
     """Read and validate a YAML experiment file (``${VAR}`` values come from the environment)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist.")
+        shipped = shipped_example(path)
+        hint = (
+            f"; fbo_torch ships it as {shipped}: `fbo-torch examples DIR` copies the example configs into DIR "
+            f"(then: fbo-torch run DIR/{shipped} --out ...)"
+            if shipped is not None
+            else ""
+        )
+        raise ConfigError(f"config file {str(path)!r} does not exist{hint}.")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:

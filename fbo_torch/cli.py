@@ -331,15 +331,14 @@ def _cmd_run(
     quiet: bool = False,
     plot_formats: tuple[str, ...] = ("png",),
     max_memory: int | None = None,
+    threads: int | None = None,
 ) -> int:
     r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
     config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
     not be written, ...), 130 for Ctrl-C; the last two say how to resume. Status lines go to stdout
     (one per scenario and per finished method) unless ``quiet``."""
-    from fbo_torch.experiments.config import ConfigError, load_config
-    from fbo_torch.experiments.loop import run_experiment
+    from fbo_torch.experiments.config import ConfigError, load_config  # no torch: a config error is quick
     from fbo_torch.experiments.outdir import MANIFEST, OutputError, WriteError
-    from fbo_torch.experiments.report import summary_table
 
     if again is None:
         again = (
@@ -364,6 +363,13 @@ def _cmd_run(
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from fbo_torch.experiments.loop import run_experiment  # torch, BoTorch, matplotlib: after the config is checked
+    from fbo_torch.experiments.report import summary_table
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -517,17 +523,33 @@ def parser_for(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return parser
 
 
+def check_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    r"""Refuse an option the command does not know before argparse looks for the required ones, so that
+    ``--outt DIR`` says ``unrecognized option --outt (did you mean --out?)``, not that ``--out`` is missing
+    (exits with status 2, as argparse does)."""
+    import difflib
+
+    command = next((a for a in argv if not a.startswith("-")), None)
+    sub = parser_for(parser, command) if command is not None else parser
+    known = [o for p in {parser, sub} for action in p._actions for o in action.option_strings]
+    for arg in argv:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--") or name in known or sum(o.startswith(name) for o in known) == 1:
+            continue
+        close = difflib.get_close_matches(name, [o for o in known if o.startswith("--")], n=1)
+        sub.error(f"unrecognized option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    check_options(parser, list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         print("\nerror: give a COMMAND (run, quickstart, report, privacy, examples, data)", file=sys.stderr)
         return 2
-    if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
     if args.command == "run":
         num_inits = args.inits
         if args.seeds is not None:
@@ -548,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             quiet=args.quiet,
             plot_formats=args.plot_format,
             max_memory=args.max_memory,
+            threads=args.threads,
         )
     if args.command == "quickstart":
         cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")

@@ -278,7 +278,8 @@ def test_help_and_version_answer_without_importing_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
-    assert "data emnist" not in out.stderr and "COMMAND (run, quickstart, report, privacy, data)" in out.stderr
+    assert "data emnist" not in out.stderr
+    assert "COMMAND (run, quickstart, report, privacy, examples, data)" in out.stderr
 
 
 def test_device_switches_every_part_of_a_run_the_objective_included(tmp_path, monkeypatch, capsys):

@@ -293,6 +293,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def say(line: str) -> None:
+    r"""Print ``line`` to stdout; once stdout is a closed pipe (``fbo-torch run ... | head``), print nothing more
+    and go on: a reader that stopped reading ends the output, not the run."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        # Python's advice: point stdout at /dev/null, so later writes (and the flush at exit) do not fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _again(command: list[str], out: Path) -> str:
     """The shell command that resumes a run into ``out`` (``command``: the words before ``--out``)."""
     return shlex.join(["fbo-torch", *command, "--out", str(out), "--resume"])
@@ -355,7 +367,7 @@ def _cmd_run(
 
     def log(line: str) -> None:
         if not quiet:
-            print(line, flush=True)
+            say(line)
 
     _user_modules_importable()
     try:
@@ -406,10 +418,10 @@ def _cmd_run(
         print(f"error: {err}", file=sys.stderr)
         return 1
     if not quiet:
-        print()
-        print(summary_table(results))
-        print(f"\nfinished in {time.perf_counter() - t0:.1f} s")
-        print("\n".join(_written(out, results.get("reports", []))))
+        say("")
+        say(summary_table(results))
+        say(f"\nfinished in {time.perf_counter() - t0:.1f} s")
+        say("\n".join(_written(out, results.get("reports", []))))
     return 0
 
 
@@ -588,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                 plot_formats=args.plot_format,
             )
         if code == 0 and not args.quiet:
-            print("\nOpen the plot above to see simple regret per iteration (lower is better).")
+            say("\nOpen the plot above to see simple regret per iteration (lower is better).")
         return code
     if args.command == "privacy":
         return _cmd_privacy(args, parser_for(parser, "privacy"))

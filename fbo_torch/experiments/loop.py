@@ -131,7 +131,8 @@ def run_methods(
                     postfix = {"method": r.name}
                     eps = getattr(r, "epsilons", None)
                     if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
-                        postfix["eps"] = f"{eps[-1]:.2f}"
+                        delta = getattr(r, "delta", None)  # an ε is shown with its δ
+                        postfix["eps"] = f"{eps[-1]:.2f}" + (f" (δ={delta:.2g})" if delta is not None else "")
                     bar.update(1, **postfix)  # the postfix shown with round r.t is the state after round r.t
                     if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
                         checkpoints.save(ckpt, {"runner": r.state_dict(), "evaluation_failures": failures.state_dict()})

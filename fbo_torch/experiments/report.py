@@ -298,15 +298,21 @@ def _final(m: dict[str, Any], band: bool) -> str:
 
 
 def privacy_label(m: dict[str, Any]) -> str:
-    r"""A private method's guarantee in full, e.g. ``"eps=4.36 (delta=1e-05, rdp)"``; ``""`` for a
-    non-private one. ε means nothing without its δ and the accountant that computed it."""
+    r"""A private method's guarantee in full, e.g. ``"eps=4.36 (delta=1e-05, rdp; prv: 3.98)"``: ε with its δ
+    and the accountant that computed it, then the ε of the same releases under each other accountant the run
+    asked for (``privacy.extra_accountants``; ``n/a`` where one gives none); ``""`` for a non-private method."""
     if m.get("epsilon_final") is None:
         return ""
     delta = m.get("delta")
     parts = [f"delta={delta:.3g}" if delta is not None else "delta=?", str(m.get("accountant") or "?")]
+    others = m.get("epsilon_other_accountants") or {}
+    extra = "".join(f"; {name}: {'n/a' if eps is None else f'{eps:.2f}'}" for name, eps in others.items())
     if m.get("epsilon_server_final") is not None:  # secure aggregation: ε against others, and the server
-        return f"eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f} ({', '.join(parts)})"
-    return f"eps={m['epsilon_final']:.2f} ({', '.join(parts)})"
+        return (
+            f"eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f} "
+            f"({', '.join(parts)}{extra})"
+        )
+    return f"eps={m['epsilon_final']:.2f} ({', '.join(parts)}{extra})"
 
 
 def summary_table(results: dict[str, Any]) -> str:

@@ -48,7 +48,13 @@ class FederatedThompsonSampling(AcquisitionFunction):
         messages: ``N x M`` tensor of received weight vectors, or a sequence of
             :class:`~fbo_torch.federation.AgentMessage` (fingerprints are checked
             against ``features``). May be empty (``N = 0``) only with ``p_t = 1``,
-            e.g. in a loop that has used every message.
+            e.g. in a loop that has used every message. A tensor carries no
+            fingerprint: weights drawn on another feature map (another seed,
+            lengthscale or ``M`` of the same size) are *not* detected unless
+            ``fingerprint`` says which map they were drawn on; send
+            :class:`~fbo_torch.federation.AgentMessage` between agents
+            (:meth:`RFFBayesianLinear.messages <fbo_torch.models.RFFBayesianLinear.messages>`)
+            to have every one checked.
         features: The shared :class:`RandomFourierFeatures`.
         p_t: Probability in ``[0, 1]`` of using the own GP sample. With
             ``p_t = 1`` every candidate uses it and nothing is drawn from ``generator``
@@ -83,6 +89,9 @@ class FederatedThompsonSampling(AcquisitionFunction):
             fitted on raw inputs, unless ``model`` has an input transform: then
             ``input_transform`` is required (the rule of
             :func:`~fbo_torch.federation.input_space.resolve_message_space`).
+        fingerprint: The fingerprint (:attr:`~fbo_torch.features.RandomFourierFeatures.fingerprint`)
+            of the map a ``messages`` tensor was drawn on (e.g. sent beside it, or the
+            sender's ``rff.fingerprint``); a ``ValueError`` when it is not ``features``'s.
 
     Attributes:
         source: ``"own"`` or the chosen message index (q = 1).
@@ -118,6 +127,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         train_Y: Tensor | None = None,
         own_acquisition: AcquisitionFunction | None = None,
         input_transform: Module | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         features = _check_features(features)
         super().__init__(model=model)
@@ -143,7 +153,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         if not isinstance(peer_trust, bool):
             raise ValueError(f"`peer_trust` must be True or False, got {peer_trust!r}.")
         if isinstance(messages, Tensor):
-            omegas = _omega_from(features, messages, name="messages")
+            omegas = _omega_from(features, messages, name="messages", fingerprint=fingerprint)
             if omegas.ndim != 2:
                 raise ValueError(f"`messages` must be an N x M tensor, got shape {tuple(omegas.shape)}.")
         elif isinstance(messages, Sequence) and len(messages) == 0:

@@ -68,10 +68,12 @@ class FederatedThompsonSampling(AcquisitionFunction):
         peer_trust: Scale the probability of following a message by the trust
             in ``P_N``'s draw: ``p_t' = 1 - (1 - p_t)·g``
             (:func:`~fbo_torch.federation.fidelity.peer_trust`).
-        train_X / train_Y: The target's observations (``n x d`` raw inputs, like
-            the candidates; ``n`` or ``n x 1`` values) for ``"learned"`` weights and
-            ``peer_trust``; by default the model's training data (a model with an
-            input transform must be given ``train_X``: its stored inputs are transformed).
+        train_X: The target's ``n x d`` observed inputs (raw, like the candidates), for
+            ``"learned"`` weights and ``peer_trust``; by default the model's training inputs
+            (a model with an input transform must be given ``train_X``: its stored inputs
+            are transformed).
+        train_Y: The target's ``n`` (or ``n x 1``) observed values at ``train_X``, for
+            ``"learned"`` weights and ``peer_trust``; by default the model's training targets.
         generator: Optional ``torch.Generator``; it drives ``u``, the agent draw
             and (through a derived seed) the GP sample, so construction is
             reproducible.

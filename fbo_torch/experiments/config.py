@@ -377,7 +377,7 @@ def _setup(where: str, section: dict[str, Any], default: str) -> str:
 
 
 @dataclasses.dataclass
-class _Checked:
+class CheckedConfig:
     """What :func:`check_config` read from a configuration mapping (before anything is resolved)."""
 
     experiment: str
@@ -413,7 +413,7 @@ def check_annotated(where: str, annotations: dict[str, str], values: dict[str, A
     _check_hints(where, {k: h for k, h in hints.items() if h is not None}, values)
 
 
-def check_config(raw: Any, source: str = "config") -> _Checked:
+def check_config(raw: Any, source: str = "config") -> CheckedConfig:
     r"""Check what a configuration mapping can be checked for without importing torch: the keys of every
     section (from the settings classes' source, :mod:`~fbo_torch.experiments.schema`), the top-level values,
     the structure of ``scenarios`` and ``methods``, and the types of values whose fields have builtin types.
@@ -505,7 +505,7 @@ def check_config(raw: Any, source: str = "config") -> _Checked:
             check_method_keys(mw, own, experiment)
             check_annotated(mw, fields, own)
         scenarios.append((where, sc, _setup(where, sc, top_setup)))
-    return _Checked(
+    return CheckedConfig(
         experiment, name, seed, device, max_memory, checkpoint_every, float(max_failed), top_setup, scenarios
     )
 

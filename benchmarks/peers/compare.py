@@ -94,7 +94,12 @@ def reevaluate_landmine(paths: list[Path]) -> list[Path]:
     return out
 
 
-def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str]) -> dict:
+#: Regrets below this count as this in the paired tests on log regret (a regret of 0, an optimum hit
+#: exactly, would otherwise be ``-inf``).
+LOG_FLOOR = 1e-12
+
+
+def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str], scale: str = "log") -> dict:
     labels = list(finals)
     seeds = sorted(set.intersection(*(set(v) for v in finals.values())))
     if not seeds:
@@ -110,6 +115,7 @@ def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str]) -
         "mean_rank": {lab: float(ranks[i].mean()) for i, lab in enumerate(labels)},
         "ranks": {lab: ranks[i].tolist() for i, lab in enumerate(labels)},
         "paired": {},
+        "scale": scale,
     }
     for ref in references:
         if ref not in F:
@@ -120,7 +126,10 @@ def summarize(finals: dict[str, dict[int, np.ndarray]], references: list[str]) -
                 continue
             cells = []
             for a in range(A):
-                cells.append(paired_difference((F[lab][:, a] - F[ref][:, a]).tolist()))
+                x, r = F[lab][:, a], F[ref][:, a]
+                if scale == "log":
+                    x, r = np.log(np.maximum(x, LOG_FLOOR)), np.log(np.maximum(r, LOG_FLOOR))
+                cells.append(paired_difference((x - r).tolist()))
             better = sum(1 for c in cells if c["distinguishable"] and c["diff"] < 0)
             worse = sum(1 for c in cells if c["distinguishable"] and c["diff"] > 0)
             out["paired"][ref][lab] = {"per_task": cells, "better": better, "worse": worse}
@@ -156,8 +165,8 @@ def markdown(meta: dict, summary: dict) -> str:
     for ref, rows in summary["paired"].items():
         lines += [
             "",
-            f"Paired difference to **{ref}** (configuration − {ref}; negative = better; ** distinguishable, "
-            "two-sided paired t-test 95 %):",
+            f"Paired difference of {'log ' if summary.get('scale') == 'log' else ''}final regret to **{ref}** "
+            f"(configuration − {ref}; negative = better; ** distinguishable, two-sided paired t-test 95 %):",
             "",
             "| configuration | better | worse | " + " | ".join(str(i + 1) for i in range(len(names))) + " |",
             "|---|---|---|" + "---|" * len(names),
@@ -206,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--reference", action="append", default=[])
+    ap.add_argument(
+        "--scale",
+        choices=("log", "raw"),
+        default="log",
+        help="paired tests on log final regret (default) or on the regret itself",
+    )
     ap.add_argument("--only", default=None, help="comma-separated configurations to keep (default: all)")
     ap.add_argument("--md", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
@@ -217,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         keep = [c.strip() for c in args.only.split(",")]
         finals = {k: finals[k] for k in keep}
-    summary = summarize(finals, args.reference)
+    summary = summarize(finals, args.reference, args.scale)
     text = markdown(meta, summary)
     print(text)
     if args.md:

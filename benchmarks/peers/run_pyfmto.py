@@ -39,7 +39,7 @@ Output (``--out``, default ``benchmarks/results/peers/pyfmto/<problem>_d<d>.json
      "tasks": [{"name", "lb", "ub", "y_global"}],
      "runs": {LABEL: [{"seed", "wall_time", "tasks": [{"X": fe_max x d, "y": fe_max}]}]}}
 
-``X`` is in the task's original units in evaluation order (the first ``fe_init``
+plus ``"problem_kwargs"`` when ``--problem-kwargs`` was given. ``X`` is in the task's original units in evaluation order (the first ``fe_init``
 rows are the initial design), ``y`` the minimized values pyfmto recorded; every
 ``y`` is checked against the task's ``evaluate(X)`` before the run is saved.
 ``wall_time`` is the seconds from building the problem (initial designs included)
@@ -258,6 +258,7 @@ def problem_kwargs(args) -> dict:
     for key in ("dim", "fe_init", "fe_max"):
         if getattr(args, key) is not None:
             kw[key] = getattr(args, key)
+    kw.update(args.problem_kwargs)
     return kw
 
 
@@ -392,8 +393,10 @@ def header(args, problem) -> dict:
                 "y_global": float(yg[0]) if yg.size else None,
             }
         )
+    extra = {"problem_kwargs": args.problem_kwargs} if args.problem_kwargs else {}
     return {
         "problem": args.problem,
+        **extra,
         "dim": int(t0.dim),
         "fe_init": int(t0.fe_init),
         "fe_max": int(t0.fe_max),
@@ -421,8 +424,8 @@ def check_results(data: dict) -> None:
         "tasks",
         "runs",
     ]
-    if sorted(data) != sorted(keys):
-        raise ValueError(f"results keys {sorted(data)}, expected {sorted(keys)}")
+    if sorted(k for k in data if k != "problem_kwargs") != sorted(keys):
+        raise ValueError(f"results keys {sorted(data)}, expected {sorted(keys)} (and optionally problem_kwargs)")
     d, n0, n = data["dim"], data["fe_init"], data["fe_max"]
     if not all(isinstance(v, int) for v in (d, n0, n)) or not 1 <= n0 <= n:
         raise ValueError(f"dim, fe_init, fe_max must be integers with 1 <= fe_init <= fe_max, got {d}, {n0}, {n}")
@@ -492,7 +495,7 @@ def merge(argv: list[str]) -> None:
     data["runs"] = {}
     for part in parts:
         for key in ("problem", "dim", "fe_init", "fe_max", "tasks", "pyfmto_version", "fmto_commit"):
-            if part[key] != data[key]:
+            if part[key] != data[key] or part.get("problem_kwargs") != data.get("problem_kwargs"):
                 p.error(f"the inputs differ in {key!r}: {part[key]!r} vs {data[key]!r}")
         for key in ("machine", "command"):
             if part[key] not in data[key].split("; "):
@@ -559,6 +562,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fmto-commit", default=None, help="the checkout's commit (read with git when omitted)")
     p.add_argument("--problem", required=True, help="fmto problem, e.g. tetci2019, svm_landmine")
     p.add_argument("--dim", type=int, default=None, help="problem dimension (omit for fixed-dimension problems)")
+    p.add_argument(
+        "--problem-kwargs",
+        type=json.loads,
+        default={},
+        help='further arguments of the problem as JSON, e.g. \'{"task_num": 20}\' (gecco2020)',
+    )
     p.add_argument("--fe-init", dest="fe_init", type=int, default=None, help="initial design size (pyfmto: 5d)")
     p.add_argument("--fe-max", dest="fe_max", type=int, default=None, help="total evaluations (pyfmto: 11d)")
     p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("0-9"), help="e.g. 0-9 or 0,2,5")

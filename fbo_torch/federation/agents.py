@@ -117,6 +117,9 @@ class Agents:
         self.gp_updates = 0
         #: ``B`` indices of each agent's output warp at its last GP (``gp_warp="auto"``; 0 is the identity).
         self.warp_choice: Tensor | None = None
+        #: Optional per-agent lengthscale prior ``(loc, scale)``, ``B x k`` each, of the GPs' MAP fits
+        #: (:class:`~fbo_torch.models.batched_gp.BatchedExactGP`'s ``ls_prior``; ``None``: the spec's).
+        self.ls_prior: tuple[Tensor, Tensor] | None = None
         self.rff: RFFBayesianLinear | None = None
         if features is not None:
             self.rff = RFFBayesianLinear(
@@ -238,6 +241,9 @@ class Agents:
             Z, log_jac = log_gap_warps(Y.squeeze(-1), mask)
             K = Z.shape[0]
             X, Y, mask = X.repeat(K, 1, 1), Z.reshape(K * B, -1, 1), mask.repeat(K, 1)
+        prior = self.ls_prior
+        if prior is not None and K > 1:
+            prior = (prior[0].repeat(K, 1), prior[1].repeat(K, 1))
         model = BatchedExactGP(
             X,
             Y,
@@ -246,6 +252,7 @@ class Agents:
             mask=mask,
             params=self.gp_params,
             validate=False,
+            ls_prior=prior,
         )
         if refit:
             if self.gp_params is not None and not s.gp_warm_start:
@@ -273,6 +280,7 @@ class Agents:
                 mask=mask[rows],
                 params=model.params[rows],
                 validate=False,
+                ls_prior=self.ls_prior,
             )
         return model
 
@@ -402,6 +410,7 @@ class Agents:
             K = self.gp_params.shape[0] // B
             part.gp_params = self.gp_params.view(K, B, -1)[:, rows].reshape(-1, self.gp_params.shape[-1])
         part.warp_choice = None if self.warp_choice is None else self.warp_choice[rows]
+        part.ls_prior = None if self.ls_prior is None else (self.ls_prior[0][rows], self.ls_prior[1][rows])
         return part
 
     def own_acquisition(self, model: BatchedExactGP) -> BatchedAnalyticAcquisition:

@@ -75,6 +75,12 @@ class BatchedExactGP:
         params: Optional ``B x p`` unconstrained hyperparameters (e.g. a previous fit).
         validate: Check ``bounds`` (reads device values on the host; engines that
             pass their domain's already-checked bounds use ``False``).
+        ls_prior: Optional per-agent LogNormal prior of the lengthscales (unit-cube units),
+            ``(loc, scale)``, each ``B x k`` (``k = d`` with ARD, else 1) or broadcastable to it:
+            ``log ℓ_bj ~ N(loc_bj, scale_bj²)`` in place of the spec's one prior for every
+            agent (a spec with ``priors``). An agent's prior learned from others (e.g. from its
+            peers' fitted lengthscales, :mod:`~fbo_torch.models.landscape_prior`) enters its MAP fit
+            and its marginal likelihood exactly as the spec's does.
 
     The unconstrained vector per agent is ``[log(ℓ - ℓ_min) (d or 1),
     log σ_f² (if learned), log(σ² - σ²_min), c (if constant mean)]``.
@@ -89,6 +95,7 @@ class BatchedExactGP:
         mask: Tensor | None = None,
         params: Tensor | None = None,
         validate: bool = True,
+        ls_prior: tuple[Tensor, Tensor] | None = None,
     ) -> None:
         check_tensor("train_X", train_X)
         check_tensor("train_Y", train_Y)
@@ -128,6 +135,7 @@ class BatchedExactGP:
         self.X = (train_X - bounds[0]) / (bounds[1] - bounds[0])  # unit cube
         self.X = torch.where(self.mask.unsqueeze(-1), self.X, 0.0)
         self.num_valid = count
+        self.ls_prior = self._check_ls_prior(ls_prior, B) if ls_prior is not None else None
         p = self.spec.num_params(d)
         if params is None:
             params = self.initial_params(B, dtype=dt, device=dev)
@@ -137,6 +145,23 @@ class BatchedExactGP:
         self._chol: Tensor | None = None
         self._sqd: Tensor | None = None
         self._bias: Tensor | None = None
+
+    def _check_ls_prior(self, ls_prior: Any, B: int) -> tuple[Tensor, Tensor]:
+        """``ls_prior`` as two ``B x k`` tensors (``ValueError`` naming the argument otherwise)."""
+        k = self.dim if self.spec.ard else 1
+        if not self.spec.priors:
+            raise ValueError("`ls_prior` needs a GP spec with priors (a MAP fit); this spec fits by maximum likelihood.")
+        if not (isinstance(ls_prior, tuple) and len(ls_prior) == 2 and all(isinstance(t, Tensor) for t in ls_prior)):
+            raise ValueError("`ls_prior` must be a tuple (loc, scale) of two tensors.")
+        dt, dev = self.X.dtype, self.X.device
+        try:
+            loc, scale = (t.to(dtype=dt, device=dev).expand(B, k) for t in ls_prior)
+        except RuntimeError:
+            shapes = tuple(tuple(t.shape) for t in ls_prior)
+            raise ValueError(f"`ls_prior` (loc, scale) must broadcast to {B} x {k}, got shapes {shapes}.") from None
+        if not bool(torch.isfinite(loc).all()) or not bool((torch.isfinite(scale) & (scale > 0)).all()):
+            raise ValueError("`ls_prior`: loc must be finite and scale finite and > 0.")
+        return loc.contiguous(), scale.contiguous()
 
     # ----------------------------------------------------------- parameters
     def initial_params(
@@ -156,7 +181,13 @@ class BatchedExactGP:
         parts.append(math.log(max(noise0 - s.noise_lower, 1e-12)))
         if s.mean == "constant":
             parts.append(0.0)
-        return constant_tensor(parts, dtype=dtype, device=device).expand(batch, len(parts)).clone()
+        out = constant_tensor(parts, dtype=dtype, device=device).expand(batch, len(parts)).clone()
+        prior = getattr(self, "ls_prior", None)
+        if prior is not None and s.lengthscale_init is None and batch == prior[0].shape[0]:
+            loc, scale = prior  # each agent starts at its own prior's mode
+            k = loc.shape[-1]
+            out[:, :k] = (loc - scale.square()).exp().sub(s.lengthscale_lower).clamp_min(1e-12).log().to(out)
+        return out
 
     def unpack(self, params: Tensor) -> dict[str, Tensor]:
         r"""Constrained hyperparameters from ``... x p`` unconstrained ones.
@@ -256,10 +287,18 @@ class BatchedExactGP:
             "one": torch.ones((), dtype=dt, device=dev),
         }
         if s.priors:  # LogNormal on the lengthscales (k) and the noise (1)
-            loc, scale = s.ls_prior(d)
-            c["prior_inv_scale"] = constant_tensor([1.0 / scale] * k + [1.0], dtype=dt, device=dev)
-            c["prior_shift"] = constant_tensor([-loc / scale] * k + [4.0], dtype=dt, device=dev)
-            const = const + k * (math.log(scale) + 0.5 * _LOG2PI) + 0.5 * _LOG2PI
+            ls_prior = getattr(self, "ls_prior", None)
+            if ls_prior is None:
+                loc, scale = s.ls_prior(d)
+                c["prior_inv_scale"] = constant_tensor([1.0 / scale] * k + [1.0], dtype=dt, device=dev)
+                c["prior_shift"] = constant_tensor([-loc / scale] * k + [4.0], dtype=dt, device=dev)
+                const = const + k * (math.log(scale) + 0.5 * _LOG2PI) + 0.5 * _LOG2PI
+            else:  # one prior per agent: B x (k + 1), the noise's LogNormal(-4, 1) last
+                loc_b, scale_b = ls_prior
+                one = torch.ones_like(loc_b[:, :1])
+                c["prior_inv_scale"] = torch.cat([1.0 / scale_b, one], -1)
+                c["prior_shift"] = torch.cat([-loc_b / scale_b, 4.0 * one], -1)
+                const = const + scale_b.log().sum(-1) + (k + 1) * 0.5 * _LOG2PI
         c["const"] = const
         self._const_cache = c
         return c
@@ -429,8 +468,8 @@ class BatchedExactGP:
         opts = {"init_step": 0.5, "gtol": 1e-6, "ftol": 1e-10, **options}
         spec, dim = self.spec, self.dim
 
-        def pure(X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, start: Tensor) -> tuple[Tensor, ...]:
-            data = BatchedExactGP._view(spec, dim, X, y, mask, num_valid, reps)
+        def pure(X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, start: Tensor, *prior: Tensor) -> tuple[Tensor, ...]:
+            data = BatchedExactGP._view(spec, dim, X, y, mask, num_valid, reps, (prior[0], prior[1]) if prior else None)
 
             def functions(
                 gp: BatchedExactGP,
@@ -451,8 +490,8 @@ class BatchedExactGP:
             )
             return res.x, res.fun, res.converged
 
-        tensors = (self.X, self.y, self.mask, self.num_valid, x0.reshape(reps * B, p))
-        key = (spec, dim, reps, maxiter, tuple(sorted(opts.items())))
+        tensors = (self.X, self.y, self.mask, self.num_valid, x0.reshape(reps * B, p), *(self.ls_prior or ()))
+        key = (spec, dim, reps, maxiter, tuple(sorted(opts.items())), self.ls_prior is not None)
         if gpu_path(self.X.device):
             xs, fs, conv = _FIT_GRAPHS(pure, tensors, key)
         else:  # the MLL's gradient in closed form, the GP a fresh view of the tensors
@@ -466,7 +505,15 @@ class BatchedExactGP:
 
     @classmethod
     def _view(
-        cls, spec: GPSpec, dim: int, X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, reps: int = 1
+        cls,
+        spec: GPSpec,
+        dim: int,
+        X: Tensor,
+        y: Tensor,
+        mask: Tensor,
+        num_valid: Tensor,
+        reps: int = 1,
+        ls_prior: tuple[Tensor, Tensor] | None = None,
     ) -> BatchedExactGP:
         """A bare GP on given tensors (what :meth:`mll` needs), its batch repeated ``reps`` times."""
         obj = cls.__new__(cls)
@@ -475,13 +522,15 @@ class BatchedExactGP:
             (lambda t: t.repeat(reps, *([1] * (t.ndim - 1)))) if reps > 1 else (lambda t: t)
         )
         obj.X, obj.y, obj.mask, obj.num_valid = rep(X), rep(y), rep(mask), rep(num_valid)
+        obj.ls_prior = None if ls_prior is None else (rep(ls_prior[0]), rep(ls_prior[1]))
         obj._sqd = obj._bias = None
         return obj
 
     def _subset(self, index: Tensor) -> BatchedExactGP:
         """A bare GP of the agents ``index`` (what :meth:`mll` needs), sharing the cached distances."""
+        prior = None if self.ls_prior is None else (self.ls_prior[0][index], self.ls_prior[1][index])
         obj = BatchedExactGP._view(
-            self.spec, self.dim, self.X[index], self.y[index], self.mask[index], self.num_valid[index]
+            self.spec, self.dim, self.X[index], self.y[index], self.mask[index], self.num_valid[index], 1, prior
         )
         obj._sqd = self.sqdist[index]
         obj._bias = self._pair_bias[index]

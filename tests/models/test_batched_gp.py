@@ -436,3 +436,42 @@ def test_mll_is_the_same_bits_with_and_without_autograd():
         plain = gp.mll(p)
         recorded = gp.mll(p.clone().requires_grad_(True))
         assert torch.equal(recorded.detach(), plain)
+
+
+def _lognormal_lengthscale_logpdf(ls: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    z = (ls.log() - loc) / scale
+    return (-0.5 * z**2 - ls.log() - scale.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+def test_per_agent_lengthscale_prior_enters_the_mll_like_the_spec_prior():
+    X, Y, b = _data(B=3, n=12, d=2)
+    plain = BatchedExactGP(X, Y, b, spec="fbo")
+    loc, scale = plain.spec.ls_prior(2)
+    same = BatchedExactGP(X, Y, b, spec="fbo", ls_prior=(torch.full((3, 2), loc, dtype=f64), torch.full((3, 2), scale, dtype=f64)))
+    assert torch.equal(same.params, plain.params)  # both start at the prior's mode
+    torch.testing.assert_close(same.mll_and_grad()[0], plain.mll_and_grad()[0], rtol=0, atol=1e-13)
+    torch.testing.assert_close(same.mll_and_grad()[1], plain.mll_and_grad()[1], rtol=0, atol=1e-13)
+    # another prior changes the MLL by exactly the difference of the two log densities (÷ n)
+    loc2 = torch.tensor([[-3.0, -1.0], [-2.0, -2.0], [0.0, -4.0]], dtype=torch.float64)
+    scale2 = torch.tensor([[0.2, 0.5], [1.0, 0.3], [0.4, 0.4]], dtype=torch.float64)
+    other = BatchedExactGP(X, Y, b, spec="fbo", params=plain.params, ls_prior=(loc2, scale2))
+    ls = plain.hyperparameters["lengthscale"]
+    expected = (
+        _lognormal_lengthscale_logpdf(ls, loc2, scale2)
+        - _lognormal_lengthscale_logpdf(ls, torch.tensor(loc, dtype=torch.float64), torch.tensor(scale, dtype=torch.float64))
+    ) / 12
+    torch.testing.assert_close(other.mll() - plain.mll(), expected, rtol=0, atol=1e-12)
+    # and the fit follows a tight prior: lengthscales at its median
+    tight = BatchedExactGP(X, Y, b, spec="fbo", ls_prior=(torch.tensor([[-3.0, -3.0]], dtype=f64), torch.tensor([[0.02, 0.02]], dtype=f64)))
+    tight.fit()
+    torch.testing.assert_close(tight.hyperparameters["lengthscale"], torch.full((3, 2), math.exp(-3.0), dtype=f64), rtol=0.1, atol=0)
+
+
+def test_per_agent_lengthscale_prior_is_checked():
+    X, Y, b = _data(B=2, n=6, d=2)
+    with pytest.raises(ValueError, match="`ls_prior` .* broadcast to 2 x 2"):
+        BatchedExactGP(X, Y, b, spec="fbo", ls_prior=(torch.zeros(3, 2), torch.ones(3, 2)))
+    with pytest.raises(ValueError, match="scale finite and > 0"):
+        BatchedExactGP(X, Y, b, spec="fbo", ls_prior=(torch.zeros(2, 2), torch.zeros(2, 2)))
+    with pytest.raises(ValueError, match="needs a GP spec with priors"):
+        BatchedExactGP(X, Y, b, spec="rbf", ls_prior=(torch.zeros(2, 2), torch.ones(2, 2)))

@@ -541,9 +541,15 @@ def check_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     (exits with status 2, as argparse does)."""
     import difflib
 
-    command = next((a for a in argv if not a.startswith("-")), None)
-    sub = parser_for(parser, command) if command is not None else parser
-    known = [o for p in {parser, sub} for action in p._actions for o in action.option_strings]
+    chain, sub = [parser], parser  # the parsers of the command and its sub-commands (`data emnist`)
+    for arg in argv:
+        if arg == "--":
+            break
+        inner = parser_for(sub, arg) if not arg.startswith("-") else sub
+        if inner is not sub:
+            chain.append(inner)
+            sub = inner
+    known = [o for p in chain for action in p._actions for o in action.option_strings]
     for arg in argv:
         if arg == "--":
             break

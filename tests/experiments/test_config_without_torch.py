@@ -128,6 +128,9 @@ def test_a_mistyped_flag_is_named_not_a_missing_one(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["privacy", "-q", "0.5", "-z", "1", "-T", "3", "--detla", "1e-5"])
     assert "unrecognized option --detla (did you mean --delta?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a sub-command's own options are known to it (`data emnist --root`)
+        main(["data", "emnist", "--rooot", str(tmp_path)])
+    assert "fbo-torch data emnist: error: unrecognized option --rooot (did you mean --root?)" in capsys.readouterr().err
 
 
 def test_bounds_of_another_dimension_name_the_inputs_dimension():

@@ -138,19 +138,24 @@ class EvaluationFailures:
         """
         pending, self._pending = self._pending, []
         for agents, nan, bad, raised, rnd in pending:
-            ids = agents.reshape(-1).tolist()
             points = nan.shape[-1]
-            self.evaluations += len(ids) * points
-            n_nan, n_bad = nan.sum(-1).tolist(), bad.sum(-1).tolist()
-            for row, agent in enumerate(ids):
+            self.evaluations += nan.numel()
+            # only the rows with a failure are read one by one (a round of 100,000 agents mostly has none)
+            rows = sorted(set(raised) | set(bad.any(-1).nonzero().view(-1).tolist()))
+            if not rows:
+                continue
+            index = torch.tensor(rows, device=bad.device)
+            ids = agents.reshape(-1)[index].tolist()
+            n_nan, n_bad = nan[index].sum(-1).tolist(), bad[index].sum(-1).tolist()
+            for i, (row, agent) in enumerate(zip(rows, ids, strict=True)):
                 err = raised.get(row)
                 if err is not None:
                     self._add(agent, rnd, points, type(err).__name__, self._first_raised(err))
                     continue
-                if n_nan[row]:
-                    self._add(agent, rnd, n_nan[row], "NaN", {"message": "a NaN value"})
-                if n_bad[row] > n_nan[row]:
-                    self._add(agent, rnd, n_bad[row] - n_nan[row], "inf", {"message": "an infinite value"})
+                if n_nan[i]:
+                    self._add(agent, rnd, n_nan[i], "NaN", {"message": "a NaN value"})
+                if n_bad[i] > n_nan[i]:
+                    self._add(agent, rnd, n_bad[i] - n_nan[i], "inf", {"message": "an infinite value"})
         too_many = self.failed > self.max_failed_fraction * self.evaluations
         if self.failed and (self.failed == self.evaluations or too_many):
             raise EvaluationError(self._stop_line())

@@ -110,7 +110,9 @@ def study(functions: int, inits: int, seed: int) -> dict:
         R = runner.num_runs
         peers = torch.stack([obj.members(int(g))[1:] for g in runner.targets // obj.agents_per_group])  # R x 20
         kinds = obj.kind_of_agent[peers]
-        honest = runner.omegas.gather(1, peers.unsqueeze(-1).expand(-1, -1, runner.omegas.shape[-1]))  # R x 20 x M
+        honest = runner.method.omegas.gather(
+            1, peers.unsqueeze(-1).expand(-1, -1, runner.method.omegas.shape[-1])
+        )  # R x 20 x M
         X, y, mask = runner.X, runner.Y.squeeze(-1), runner.agents.mask
         gen = torch.Generator().manual_seed(seed + n)
         helpful_idx = torch.stack([torch.nonzero(row == HELPFUL).squeeze(-1) for row in kinds])  # R x 10

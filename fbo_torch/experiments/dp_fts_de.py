@@ -73,14 +73,14 @@ def check_scenario(ctx: ScenarioContext) -> None:
                 f"takes δ = 1/N^1.1, which needs N >= 2 agents, but the objective has {N}; set `privacy.delta` "
                 "or give the objective more agents."
             )
-        if s.algorithm == "fts_de" and s.aggregation == "secure":
+        if s.method.federated() and s.aggregation == "secure":
             try:
                 SecureMechanism.from_settings(s, N)
             except ValueError as err:
                 raise ConfigError(f"{where}: {err}") from None
         P = s.num_regions
         candidates = domain.candidates  # the objective's (config.py builds the domain from them)
-        if not (s.algorithm == "fts_de" and s.distributed_init and P > 1 and candidates is not None):
+        if not (s.method.federated() and s.distributed_init and P > 1 and candidates is not None):
             continue
         filled = set(SubRegionPartition(domain.bounds, P).region_of(candidates).unique().tolist())
         empty = sorted({n % P for n in range(N)} - filled)

@@ -20,8 +20,9 @@ from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, Scenario
 from fbo_torch.experiments.report import plot_message_length, summarize_curves
 from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.federation.evaluation_failures import recording
+from fbo_torch.methods.base import METHODS, method_names
 from fbo_torch.objectives.base import Objective
-from fbo_torch.simulate.fts import FEDERATED, FederationHistory, FTSRunner
+from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 
 
 def targets(objective: Objective, sc: Scenario) -> torch.Tensor:
@@ -51,30 +52,23 @@ def check_scenario(ctx: ScenarioContext) -> None:
     objective has groups, as :class:`~fbo_torch.simulate.fts.FTSRunner` picks them)."""
     sc, objective = ctx.scenario, ctx.objective
     tg = targets(objective, sc)
-    if sc.history.mode == "together":
-        if not torch.equal(tg.cpu(), torch.arange(objective.num_agents)):
-            raise ConfigError(
-                f"{sc.where}: history.mode together makes every agent a target (the agents of one "
-                f"initialization are each other's peers); runs.targets must be all "
-                f"{objective.num_agents} agents (leave it out), got {tg.tolist()}."
-            )
-        for j, (label, settings) in enumerate(sc.methods):
-            if settings.algorithm in ("rgpe", "taf"):
-                raise ConfigError(
-                    f"{sc.where}: methods[{j}] ({label!r}): history.mode together supports "
-                    "algorithms fts, peer_prior and ts, not " + settings.algorithm + "."
-                )
-            if settings.algorithm in ("fts", "peer_prior") and settings.communication != "every-round":
-                raise ConfigError(
-                    f"{sc.where}: methods[{j}] ({label!r}): agents that optimize together send a "
-                    "fresh message every round; set communication: every-round."
-                )
+    if sc.history.mode == "together" and not torch.equal(tg.cpu(), torch.arange(objective.num_agents)):
+        raise ConfigError(
+            f"{sc.where}: history.mode together makes every agent a target (the agents of one "
+            f"initialization are each other's peers); runs.targets must be all "
+            f"{objective.num_agents} agents (leave it out), got {tg.tolist()}."
+        )
+    for j, (label, settings) in enumerate(sc.methods):
+        try:
+            settings.method.check_history(settings, sc.history.mode)
+        except ValueError as err:
+            raise ConfigError(f"{sc.where}: methods[{j}] ({label!r}): {err}") from None
     groups = getattr(objective, "group_of_agent", None)
     groups = torch.zeros(objective.num_agents, dtype=torch.long) if groups is None else groups.cpu()
     peers = (groups.unsqueeze(0) == groups[tg.cpu()].unsqueeze(-1)).sum(-1) - 1
     alone = tg[peers.cpu() < 1].tolist()
     for j, (label, settings) in enumerate(sc.methods):
-        if settings.algorithm in FEDERATED and alone:
+        if settings.method.federated() and alone:
             kind = "of its group " if getattr(objective, "group_of_agent", None) is not None else ""
             raise ConfigError(
                 f"{sc.where}: methods[{j}] ({label!r}, algorithm {settings.algorithm}): target agent(s) {alone} "
@@ -94,7 +88,7 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
     history = None
     together = sc.history.mode == "together"
     scenario_record: dict[str, Any] = {}
-    if any(m.algorithm in FEDERATED for _, m in sc.methods) and not together:
+    if any(m.method.federated() for _, m in sc.methods) and not together:
         h = sc.history
         t0 = time.perf_counter()
         failures = ctx.evaluation_failures("the other agents' histories")
@@ -154,10 +148,15 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
     return ScenarioMethods(make_runner, make_record, int(tg.numel() * num_inits), scenario_record)
 
 
+def _sends_posteriors(algorithm: Any) -> bool:
+    """Whether a recorded method's peers sent whole posteriors (an algorithm no longer registered: no)."""
+    return algorithm in method_names() and METHODS[algorithm].message == "posterior"
+
+
 def plot(results: dict[str, Any], out: Path, formats: Sequence[str] | None = None) -> list[Path]:
-    r"""``message_length`` when a method is RGPE or TAF (see
+    r"""``message_length`` when a method's peers send whole posteriors (RGPE, TAF) (see
     :func:`~fbo_torch.experiments.report.plot_message_length`), in each of ``formats``; returns the files."""
-    if any(m["settings"].get("algorithm") in ("rgpe", "taf") for sc in results["scenarios"] for m in sc["methods"]):
+    if any(_sends_posteriors(m["settings"].get("algorithm")) for sc in results["scenarios"] for m in sc["methods"]):
         return plot_message_length(results, Path(out) / "message_length", formats=formats or ("png",))
     return []
 

@@ -214,13 +214,7 @@ def unit_cube_note(ctx: ScenarioContext) -> str | None:
     bounds = ctx.objective.bounds.detach().cpu()
     if bool(((bounds[0] >= -1e-9) & (bounds[1] <= 1 + 1e-9)).all()):
         return None
-    scales = sorted(
-        {
-            float(s.rff_lengthscale)
-            for _, s in ctx.scenario.methods
-            if getattr(s, "algorithm", "ts") != "ts" and hasattr(s, "rff_lengthscale")
-        }
-    )
+    scales = sorted({float(s.rff_lengthscale) for _, s in ctx.scenario.methods if s.method.federated()})
     if not scales:
         return None
     box = " x ".join(f"[{lo:g}, {hi:g}]" for lo, hi in zip(bounds[0].tolist(), bounds[1].tolist(), strict=True))

@@ -53,7 +53,7 @@ def method_memory(
     """
     T = int(settings.num_iterations)
     n = int(getattr(settings, "num_init", 0)) + T + int(history)
-    M = int(getattr(settings, "num_features", 0)) if getattr(settings, "algorithm", "ts") != "ts" else 0
+    M = int(settings.num_features) if settings.method.federated() else 0
     B = int(agents)
     return {
         "num_iterations": _F64 * B * (4.0 * n * n + n * (dim + 2 + M)) + 4 * _F64 * float(runs) * T,

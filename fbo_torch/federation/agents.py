@@ -52,7 +52,7 @@ from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.federation.search import broadcast_queries
 from fbo_torch.federation.settings import DPFTSDESettings, MethodSettings
-from fbo_torch.models.batched_gp import BatchedExactGP
+from fbo_torch.models.batched_gp import BatchedExactGP, log_lengthscales
 from fbo_torch.models.gp_spec import get_spec
 from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
@@ -216,6 +216,30 @@ class Agents:
         return RFFBayesianLinear(
             self.features, self.train_X, z.unsqueeze(-1), self.settings.rff_noise_variance, mask=mask.clone()
         )
+
+    def incumbents(self) -> Tensor:
+        r"""``B x d``: each agent's best valid observation's input (its first point while it has none)."""
+        y = torch.where(self.mask, self.train_Y.squeeze(-1), -torch.inf)
+        return self.train_X[torch.arange(self.num_agents, device=y.device), y.argmax(-1)]
+
+    def log_lengthscales(self) -> Tensor | None:
+        r"""``B x k``: the log lengthscales (unit-cube units) of each agent's last fitted GP, at the
+        output warp it chose (``k = d`` with ARD, else 1); ``None`` before the first fit."""
+        if self.gp_params is None:
+            return None
+        B = self.num_agents
+        rows = torch.arange(B, device=self.gp_params.device)
+        if self.warp_choice is not None and self.gp_params.shape[0] > B:
+            rows = self.warp_choice * B + rows
+        return log_lengthscales(self.gp_params[rows], self.gp_spec, self._X.shape[-1])
+
+    def current_gp(self) -> BatchedExactGP:
+        r"""The agents' GPs at their current hyperparameters (no refit, the refit schedule untouched):
+        what their last own proposals were computed on."""
+        updates = self.gp_updates
+        model = self.gp(refit=self.gp_params is None)
+        self.gp_updates = updates
+        return model
 
     # ---------------------------------------------------------------- own GP
     def gp(self, refit: bool | None = None) -> BatchedExactGP:
@@ -565,7 +589,7 @@ def start_agents(
         max_memory: The agents' working-memory budget (:class:`Agents`).
     """
     spread = (
-        settings.algorithm == "fts_de"
+        settings.method.federated()
         and settings.distributed_init
         and partition is not None
         and partition.num_regions > 1

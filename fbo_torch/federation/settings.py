@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -43,6 +43,7 @@ from fbo_torch.federation.fidelity import check_agent_weights
 from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.secure import check_aggregation
 from fbo_torch.federation.weights import ExplorationWeights
+from fbo_torch.methods.base import Method, get_method
 from fbo_torch.models.gp_spec import GP_SPECS
 from fbo_torch.privacy import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from fbo_torch.utils.validation import check_int, check_probability
@@ -60,6 +61,18 @@ OWN_ACQUISITIONS = ("ts", "logei", "ucb")
 GP_WARPS = ("none", "auto")
 #: Values of ``message_outputs``.
 MESSAGE_OUTPUTS = ("raw", "standardized", "warped")
+
+
+#: The fields of an agent's own model and search (its GP, warp, Thompson samples, repeats).
+OWN_MODEL_FIELDS = (
+    "gp_kernel",
+    "gp_warp",
+    "gp_sample_features",
+    "gp_fit_maxiter",
+    "gp_restarts",
+    "gp_warm_start",
+    "repeated_query",
+)
 
 
 @dataclass
@@ -141,6 +154,9 @@ class MethodSettings:
     ucb_beta: float = 2.0
     faults: dict[str, Any] | None = None
 
+    #: The experiment kind whose methods these settings describe (``None``: no algorithm field).
+    KIND: ClassVar[str | None] = None
+
     def __post_init__(self) -> None:
         for key in ("rff_lengthscale", "rff_outputscale", "rff_noise_variance"):
             check_finite_positive(key, getattr(self, key))
@@ -181,11 +197,20 @@ class MethodSettings:
             raise ValueError(f"`gp_kernel` must be one of {sorted(GP_SPECS)}, got {self.gp_kernel!r}.")
         self.fault_injector()  # validates
         PtSchedule(self.p_t, self.p1_equals_p2)  # validates
+        if self.KIND is not None:
+            self.method.check(self)  # the algorithm's own rules
+
+    @property
+    def method(self) -> type[Method]:
+        """The algorithm's :class:`~fbo_torch.methods.base.Method` class (from the registry)."""
+        return get_method(getattr(self, "algorithm", None), self.KIND)
 
     @property
     def default_own_acquisition(self) -> str:
-        """``own_acquisition`` when none is given: a Thompson sample (the papers' agents)."""
-        return "ts"
+        """``own_acquisition`` when none is given: the algorithm's default."""
+        if self.KIND is None:
+            return "ts"
+        return self.method.default_own_acquisition
 
     def fault_injector(self) -> FaultInjector:
         """The :class:`~fbo_torch.federation.faults.FaultInjector` :attr:`faults` describes (validated)."""
@@ -204,7 +229,6 @@ class MethodSettings:
         )
 
 
-FTS_ALGORITHMS = ("ts", "fts", "rgpe", "taf", "peer_prior")
 COMMUNICATION = ("one-shot", "every-round")
 HISTORIES = ("random", "ts", "together")
 
@@ -238,6 +262,12 @@ class FTSSettings(MethodSettings):
         message_memory: ``peer_prior``: each peer's messages are averaged over this many
             rounds before its believed optimum is taken
             (:class:`~fbo_torch.federation.message_average.MessageAverage`).
+        channels: ``transfer``: what peers share and an agent may follow
+            (:mod:`~fbo_torch.methods.transfer`): ``"optima"`` (their incumbents),
+            ``"function"`` (FTS's messages), ``"landscape"`` (their GPs' lengthscales, a prior
+            of the agent's own fit).
+        landscape_scale: ``transfer``: the smallest scale (log units) of the lengthscale prior
+            learned from the peers; their spread adds to it.
     """
 
     algorithm: str = "fts"
@@ -250,10 +280,13 @@ class FTSSettings(MethodSettings):
     prior_width: float = 0.1
     prior_floor: float = 0.05
     message_memory: int = 10
+    channels: list[str] = field(default_factory=lambda: ["optima", "function", "landscape"])
+    landscape_scale: float = 0.5
+
+    KIND: ClassVar[str | None] = "fts"
 
     def __post_init__(self) -> None:
-        if self.algorithm not in FTS_ALGORITHMS:
-            raise ValueError(f"`algorithm` must be one of {FTS_ALGORITHMS}, got {self.algorithm!r}.")
+        get_method(self.algorithm, self.KIND)  # a registered algorithm of this kind
         if self.communication not in COMMUNICATION:
             raise ValueError(f"`communication` must be one of {COMMUNICATION}, got {self.communication!r}.")
         super().__post_init__()
@@ -266,11 +299,9 @@ class FTSSettings(MethodSettings):
         check_finite_positive("prior_width", self.prior_width)
         check_probability("prior_floor", self.prior_floor, open_left=True, open_right=True)
         check_int("message_memory", self.message_memory, minimum=1)
-        if self.algorithm == "peer_prior" and self.own_acquisition == "ts":
-            raise ValueError(
-                "`own_acquisition`: peer_prior weights an analytic acquisition by its prior; "
-                "use 'logei' (its default) or 'ucb', not 'ts'."
-            )
+        if isinstance(self.channels, (list, tuple)):
+            self.channels = list(self.channels)
+        check_finite_positive("landscape_scale", self.landscape_scale)
         faults = self.fault_injector()
         if faults.affects_messages:
             key = "faults.dropout_rate" if faults.dropout_rate > 0 else "faults.byzantine_rate"
@@ -279,20 +310,6 @@ class FTSSettings(MethodSettings):
                 "messages each round; in FTS experiments the other agents' messages come from their "
                 "histories (use `eval_failure_rate` for failing evaluations)."
             )
-
-    @property
-    def parameters_per_agent(self) -> int:
-        """Numbers each other agent sends per message."""
-        M = self.num_features
-        return {"ts": 0, "fts": M, "peer_prior": M, "rgpe": M + M * M, "taf": M + M * M + 1}[self.algorithm]
-
-    @property
-    def default_own_acquisition(self) -> str:
-        """``"logei"`` for ``peer_prior`` (πBO weights a log acquisition), else ``"ts"``."""
-        return "logei" if self.algorithm == "peer_prior" else "ts"
-
-
-DP_ALGORITHMS = ("ts", "fts_de")
 
 
 @dataclass
@@ -351,9 +368,10 @@ class DPFTSDESettings(MethodSettings):
     dropout_tolerance: float = 0.0
     lattice_scale: int | None = None
 
+    KIND: ClassVar[str | None] = "dp_fts_de"
+
     def __post_init__(self) -> None:
-        if self.algorithm not in DP_ALGORITHMS:
-            raise ValueError(f"`algorithm` must be one of {DP_ALGORITHMS}, got {self.algorithm!r}.")
+        get_method(self.algorithm, self.KIND)  # a registered algorithm of this kind
         super().__post_init__()
         check_int("num_regions", self.num_regions, minimum=1)
         check_probability("sample_rate", self.sample_rate, open_left=True)
@@ -389,12 +407,13 @@ class DPFTSDESettings(MethodSettings):
         check_probability("dropout_tolerance", self.dropout_tolerance, open_right=True)
         if self.lattice_scale is not None:
             check_int("lattice_scale", self.lattice_scale, minimum=1)
-        if self.aggregation == "secure" and self.algorithm == "fts_de" and self.clip_norm is None:
+        if self.aggregation == "secure" and self.method.federated() and self.clip_norm is None:
             raise ValueError("`aggregation: secure` needs `clip_norm` (the integer vectors are bounded by it).")
 
     @property
     def is_private(self) -> bool:
-        return self.algorithm == "fts_de" and self.noise_multiplier > 0
+        """Whether these settings release differentially private messages (the algorithm's say)."""
+        return self.method.is_private(self)
 
 
 @dataclass

@@ -108,7 +108,7 @@ class AgentNode:
         self.keys = config.agent_keys(self.ids)
         self.federation_key = config.federation_key()
         self.faults = self.settings.fault_injector()
-        fts = self.settings.algorithm == "fts_de"
+        fts = self.settings.method.federated()
         self.features = self.settings.features(self.objective.dim) if fts else None
         if not state:
             partition = SubRegionPartition(self.domain.bounds, self.settings.num_regions) if fts else None

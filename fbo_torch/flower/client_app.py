@@ -87,7 +87,7 @@ def handle_round(msg: Message, context: Context) -> Message:
     node = live_nodes.get(context.run_id, context.node_id, config, agent_id_of(context), state, context.node_config)
     node.check_features(plan.fingerprint)
     settings = config.dp_settings()
-    secure = settings.aggregation == "secure" and settings.algorithm == "fts_de" and plan.omega_round > 0
+    secure = settings.aggregation == "secure" and settings.method.federated() and plan.omega_round > 0
     cohort = records_to_secagg_cohort(msg.content, settings.num_regions) if secure else None  # checked first
     reply = node.step(plan.round, plan.p, plan.broadcast, plan.region_bounds, plan.omega_round)
     context.state[AGENT_STATE] = state_to_record(node.state_dict())

@@ -111,6 +111,7 @@ from torch import Tensor
 from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
+from fbo_torch.methods.base import get_method
 from fbo_torch.objectives import REGISTRY, build_objective
 from fbo_torch.objectives.base import Objective
 from fbo_torch.objectives.search_space import SearchSpace
@@ -391,7 +392,7 @@ class FlowerRunConfig:
                 and (value > 0 if minimum == "> 0" else value >= 0)
             ):
                 raise ValueError(f"run config `{key}` must be a finite number of seconds {minimum}, got {value!r}.")
-        algorithm = "fts_de" if self.method == "dp-fts-de" else "ts"
+        algorithm = get_method(self.method, "dp_fts_de").name
         if self.settings.algorithm != algorithm:
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, algorithm=algorithm))
         delta = self.privacy.delta
@@ -410,7 +411,7 @@ class FlowerRunConfig:
         for key in ("secagg_num_shares", "secagg_threshold"):
             if getattr(self, key) < 0:
                 raise ValueError(f"run config `{key.replace('_', '-')}` must be >= 0, got {getattr(self, key)}.")
-        if self.settings.aggregation == "secure" and self.settings.algorithm == "fts_de":
+        if self.settings.aggregation == "secure" and self.settings.method.federated():
             try:
                 SecureMechanism.from_settings(self.settings, int(self.num_agents))
             except ValueError as err:  # name the run config key, not the field
@@ -447,7 +448,8 @@ class FlowerRunConfig:
         run = parts["run"]
         method = run.get("method", cls.method)
         try:
-            settings = DPFTSDESettings(algorithm="fts_de" if method == "dp-fts-de" else "ts", **parts["settings"])
+            algorithm = get_method(method, "dp_fts_de", key="method").name
+            settings = DPFTSDESettings(algorithm=algorithm, **parts["settings"])
             privacy = PrivacySettings(**parts["privacy"])
         except ValueError as err:  # name the run config key, not the field
             text = str(err)

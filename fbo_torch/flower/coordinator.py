@@ -252,7 +252,7 @@ class Coordinator:
         self._secret = secret
         self.server: DPFTSDEServer | None = None
         self.features: RandomFourierFeatures | None = None
-        if s.algorithm == "fts_de":
+        if s.method.federated():
             self.features = s.features(dim)
             self.server = DPFTSDEServer(
                 self.N,

@@ -190,7 +190,7 @@ def _run(
         f"federation: {config.method}, N={config.num_agents}, T={s.num_iterations}, q={s.sample_rate}, "
         f"z={s.noise_multiplier}, S={s.clip_norm}, P={s.num_regions}; feature map {coord.fingerprint}{resumed}"
     )
-    if not s.is_private and s.algorithm == "fts_de":
+    if not s.is_private and s.method.federated():
         echo(
             "the releases are not private (noise-multiplier = 0): every agent's clipped omega enters the broadcast "
             "without noise; set noise-multiplier (and clip-norm) for differential privacy"

@@ -150,7 +150,9 @@ class BatchedExactGP:
         """``ls_prior`` as two ``B x k`` tensors (``ValueError`` naming the argument otherwise)."""
         k = self.dim if self.spec.ard else 1
         if not self.spec.priors:
-            raise ValueError("`ls_prior` needs a GP spec with priors (a MAP fit); this spec fits by maximum likelihood.")
+            raise ValueError(
+                "`ls_prior` needs a GP spec with priors (a MAP fit); this spec fits by maximum likelihood."
+            )
         if not (isinstance(ls_prior, tuple) and len(ls_prior) == 2 and all(isinstance(t, Tensor) for t in ls_prior)):
             raise ValueError("`ls_prior` must be a tuple (loc, scale) of two tensors.")
         dt, dev = self.X.dtype, self.X.device
@@ -468,7 +470,9 @@ class BatchedExactGP:
         opts = {"init_step": 0.5, "gtol": 1e-6, "ftol": 1e-10, **options}
         spec, dim = self.spec, self.dim
 
-        def pure(X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, start: Tensor, *prior: Tensor) -> tuple[Tensor, ...]:
+        def pure(
+            X: Tensor, y: Tensor, mask: Tensor, num_valid: Tensor, start: Tensor, *prior: Tensor
+        ) -> tuple[Tensor, ...]:
             data = BatchedExactGP._view(spec, dim, X, y, mask, num_valid, reps, (prior[0], prior[1]) if prior else None)
 
             def functions(
@@ -640,5 +644,13 @@ class BatchedExactGP:
         return to_single_task_gp(self.spec, self.factored(), index)
 
 
+def log_lengthscales(params: Tensor, spec: str | GPSpec, dim: int) -> Tensor:
+    r"""``... x k`` log lengthscales (unit-cube units; ``k = d`` with ARD, else 1) from ``... x p``
+    unconstrained :class:`BatchedExactGP` parameters of a spec (``ℓ = ℓ_min + exp(p)``)."""
+    s = get_spec(spec)
+    k = dim if s.ard else 1
+    return (params[..., :k].exp() + s.lengthscale_lower).log()
+
+
 # GPSpec, GP_SPECS and get_spec live in fbo_torch.models.gp_spec; imported from here they still work
-__all__ = ["GP_SPECS", "BatchedExactGP", "GPSpec", "get_spec"]
+__all__ = ["GP_SPECS", "BatchedExactGP", "GPSpec", "get_spec", "log_lengthscales"]

@@ -185,7 +185,7 @@ class DPFTSDERunner:
         self.features = None
         self.accountant_name = None
         self.delta = None
-        if settings.algorithm == "fts_de":
+        if settings.method.federated():
             self.features = settings.features(objective.dim, device=dev)
             randomness = server_randomness if server_randomness is not None else self.federation_keys
             self.server = DPFTSDEServer(N, self.domain.bounds, settings, randomness, accountant, delta)
@@ -430,7 +430,7 @@ class DPFTSDERunner:
             data_norm=[row[3 + 2 * P : 3 + 3 * P] if row else [nan] * P for row in stats],
             sample_norm=[row[3 + 3 * P : 3 + 4 * P] if row else [nan] * P for row in stats],
             wall_time=self.wall_time,
-            parameters_per_agent=self.settings.num_features if self.settings.algorithm == "fts_de" else 0,
+            parameters_per_agent=self.settings.method.parameters_per_agent(self.settings, self.objective.dim),
             settings=asdict(self.settings),
             accountant=self.accountant_name,
             delta=self.delta,

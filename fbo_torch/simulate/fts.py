@@ -38,31 +38,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from botorch.acquisition.acquisition import AcquisitionFunction
-from botorch.acquisition.analytic import LogExpectedImprovement
 from torch import Tensor
 
-from fbo_torch.acquisition.rgpe import RGPE
-from fbo_torch.acquisition.taf import TransferAcquisitionFunction
 from fbo_torch.federation.agents import Agents, observe_initial
-from fbo_torch.federation.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
-from fbo_torch.federation.message_average import MessageAverage
-from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
-from fbo_torch.federation.search import maximize_rff_samples
-from fbo_torch.federation.settings import HISTORIES, FTSSettings, HistorySettings, MethodSettings
-from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
+from fbo_torch.federation.schedules import AgentDistribution, PtSchedule
+from fbo_torch.federation.settings import HISTORIES, OWN_MODEL_FIELDS, FTSSettings, HistorySettings, MethodSettings
+from fbo_torch.methods.base import Method, get_method
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
-from fbo_torch.sampling.rff_paths import RFFSamplePaths
-from fbo_torch.simulate.common import cpu_state, maximize_acquisition
+from fbo_torch.simulate.common import cpu_state
 from fbo_torch.simulate.presets import apply_setup
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
-
-#: Methods whose other agents send messages.
-FEDERATED = ("fts", "rgpe", "taf", "peer_prior")
-#: Methods whose messages are ``ω`` draws.
-DRAWS = ("fts", "peer_prior")
 
 
 class FederationHistory:
@@ -126,6 +113,16 @@ class FederationHistory:
     @property
     def train_Y(self) -> Tensor:
         return self.agents.train_Y
+
+    def continuation(self, settings: MethodSettings) -> MethodSettings:
+        r"""The settings with which these agents go on after their history, as the peers of a method
+        with ``settings``: standard TS (a hyperparameter refit every round) with the history's own
+        model (:data:`~fbo_torch.federation.settings.OWN_MODEL_FIELDS`, so its fitted GPs carry
+        over), and the method's shared map and messages."""
+        own: dict[str, Any] = {name: getattr(self.settings, name) for name in OWN_MODEL_FIELDS}
+        if hasattr(settings, "algorithm"):
+            own["algorithm"] = "ts"
+        return dataclasses.replace(settings, **own, gp_refit_every=1, own_acquisition="ts")
 
 
 @dataclass
@@ -205,6 +202,8 @@ class FTSRunner:
         initial_points: Tensor | None = None,
         max_memory: int | str | None = None,
     ) -> None:
+        method_cls = get_method(settings.algorithm, "fts")
+        method_cls.check(settings)
         self.objective, self.settings = objective, settings
         self.device = dev = torch.device(device)
         self.name = name or settings.algorithm.upper()
@@ -214,6 +213,17 @@ class FTSRunner:
         A = objective.num_agents
         if ((targets < 0) | (targets >= A)).any():
             raise ValueError(f"`targets` must lie in [0, {A}), got {targets.tolist()}.")
+        federated = method_cls.federated()
+        if together:
+            self._check_together(targets, A)
+            method_cls.check_history(settings, "together")
+        elif federated:
+            if history is None:
+                raise ValueError(
+                    f"{settings.algorithm!r} needs a FederationHistory with the other agents' observations "
+                    "(or `together=True`: the targets are each other's peers)."
+                )
+            method_cls.check_history(settings, history.mode)
         G = targets.numel()
         self.targets = targets.repeat_interleave(num_inits).to(dev)  # R
         self.inits = torch.arange(num_inits).repeat(G).to(dev)
@@ -232,32 +242,23 @@ class FTSRunner:
         self.best = f0.max(-1).values.unsqueeze(-1)
         self.sources = torch.empty(R, 0, dtype=torch.long, device=dev)
         self.failed = torch.zeros(R, 0, dtype=torch.bool, device=dev)
-        self.together = bool(together) and settings.algorithm in FEDERATED
-        if together:
-            self._check_together(targets, A)
-        self.features = None
-        if self.together:
-            self.features = settings.features(objective.dim, device=dev)
+        self.together = bool(together) and federated
+        self.features = settings.features(objective.dim, device=dev) if federated else None
         self.agents = Agents(
             self.keys,
             X0,
             y0.unsqueeze(-1),
             self.domain,
             settings,
-            self.features,
+            self.features if self.together else None,
             capacity=settings.num_iterations,
             max_memory=max_memory,
         )
         self.wall_time = 0.0
         self.elapsed: list[float] = []
 
-        self.dist = None
-        if settings.algorithm in FEDERATED:
-            if history is None and not self.together:
-                raise ValueError(
-                    "FTS needs a FederationHistory with the other agents' observations "
-                    "(or `together=True`: the targets are each other's peers)."
-                )
+        self.dist: AgentDistribution | None = None
+        if federated:
             if others is None:
                 others = self._default_others(targets)
             others = torch.as_tensor(others, dtype=torch.bool).to(dev)
@@ -276,13 +277,6 @@ class FTSRunner:
             order = torch.sort(mask.to(torch.int8), dim=-1, descending=True, stable=True).indices[:, :K]
             first = order[:, :1].expand(-1, K)
             self.peer_index = torch.where(mask.gather(1, order), order, first)
-            if settings.algorithm == "peer_prior":
-                if settings.peer_trust:
-                    raise ValueError(
-                        "`peer_trust` scales FTS's probability of following a peer; peer_prior "
-                        "follows none (its prior's floor and decay bound the peers' influence)."
-                    )
-                self.message_average = MessageAverage(settings.message_memory)
             if self.together:
                 # run of (agent b, initialization i): targets are 0..A-1 in order, num_inits runs each
                 run_of = torch.arange(R, device=dev).view(A, num_inits)
@@ -291,22 +285,24 @@ class FTSRunner:
                 self.history_rounds = 0
             else:
                 assert history is not None  # checked above
-                self.features = settings.features(objective.dim, device=dev)
                 extra = settings.num_iterations if settings.communication == "every-round" else 0
                 self.others = Agents(
                     history.keys.to(dev),
                     history.train_X.to(dev),
                     history.train_Y.to(dev),
                     self.domain,
-                    dataclasses.replace(settings, gp_refit_every=1, own_acquisition="ts"),
+                    history.continuation(settings),
                     self.features,
                     capacity=extra,
                     max_memory=max_memory,
-                )  # the other agents run standard TS
+                )  # the other agents go on as their history ran: standard TS with its GP
                 self.others.gp_updates = history.agents.gp_updates
                 self.others.gp_params = history.agents.gp_params
+                self.others.warp_choice = history.agents.warp_choice
                 self.history_rounds = history.rounds
-            self._receive_messages(0)
+        self.method: Method = method_cls(self)
+        if federated:
+            self.method.receive(0)
 
     def _check_initial_points(self, X0: Tensor, R: int) -> Tensor:
         X0 = torch.as_tensor(X0)
@@ -325,62 +321,6 @@ class FTSRunner:
             raise ValueError(
                 f"`together=True` needs every agent as a target, in order (0..{A - 1}), got targets {targets.tolist()}."
             )
-        if self.settings.algorithm in ("rgpe", "taf"):
-            raise ValueError(
-                f"`together=True` supports algorithms 'fts', 'peer_prior' (and 'ts'), not {self.settings.algorithm!r}."
-            )
-        if self.settings.algorithm in DRAWS and self.settings.communication != "every-round":
-            raise ValueError(
-                "`together=True`: agents that optimize together send a fresh message every round; "
-                "set `communication: every-round`."
-            )
-
-    def _receive_messages(self, round: int) -> None:
-        """Messages from the other agents' current posteriors: ω draws (FTS) or whole posteriors."""
-        if self.settings.algorithm in DRAWS and self.together:
-            # every agent sends one draw (from its key and the round); its peers all receive it
-            sent = self.agents.message(round)  # R x M
-            self.omegas = sent[self.peer_runs]  # R x A x M
-            if self.settings.algorithm == "peer_prior":
-                self._peer_optima(sent, round, self.agents.round_keys(round, "peer-optima"), self.peer_runs)
-        elif self.settings.algorithm in DRAWS:
-            # every run receives its own draw from every agent: base samples keyed by (run, round)
-            rff = self.others.rff
-            assert rff is not None and self.features is not None  # FTS's others hold the shared map
-            n = rff._n
-            M = self.features.num_features
-            A = self.others.num_agents
-            k = kr.fold(
-                kr.fold(kr.fold(self.keys, "message"), round).unsqueeze(-1), torch.arange(A, device=self.device)
-            )
-            base = kr.normal(k, M + n)  # R x A x (M + n)
-            self.omegas = rff.sample_weights(torch.Size([self.num_runs]), base_samples=base)  # R x A x M
-            if self.settings.algorithm == "peer_prior":
-                keys = kr.fold(kr.fold(self.keys, "peer-optima").unsqueeze(-1), torch.arange(A, device=self.device))
-                self._peer_optima(self.omegas.reshape(-1, M), round, kr.fold(keys.reshape(-1), round), None)
-        else:
-            self.posteriors = AgentRFFPosteriors.from_model(self.others.rff)
-
-    def _peer_optima(self, messages: Tensor, round: int, keys: Tensor, gather: Tensor | None) -> None:
-        r"""``peer_prior``: add this round's messages to each sender's running average and take
-        its maximizer (every sender once: ``messages`` is ``S x M``, one row per sending slot);
-        :attr:`peer_centers` becomes ``R x A x d`` (``gather``: ``R x A`` slots of the senders,
-        else the slots are already ``R·A`` in order)."""
-        assert self.features is not None  # peer_prior's shared map
-        avg = self.message_average.update(messages)
-        # a bump's center needs no more precision than the bump's width: a lighter search than a query's
-        d = self.domain
-        centers, _ = d.maximize(
-            RFFSamplePaths(self.features, avg),
-            avg.shape[0],
-            keys=keys,
-            raw_samples=d.raw_samples,
-            num_restarts=4,
-            maxiter=10,
-        )
-        R, A = self.num_runs, self.objective.num_agents
-        self.peer_centers = centers.view(R, A, -1) if gather is None else centers[gather]
-        self._averaged_slots = avg.view(R, A, -1) if gather is None else avg[gather]
 
     def _default_others(self, targets: Tensor) -> Tensor:
         A = self.objective.num_agents
@@ -411,119 +351,30 @@ class FTSRunner:
         return self.t >= self.settings.num_iterations
 
     def step(self) -> None:
-        """One BO iteration for every run."""
+        """One BO iteration for every run (the method's :meth:`~fbo_torch.methods.base.Method.step`)."""
         t0 = time.perf_counter()
         self.t += 1
         t = self.t
-        if self.settings.algorithm in ("rgpe", "taf"):
-            self._transfer_step(t, t0)
-            return
-        R = self.num_runs
-        if self.settings.algorithm == "peer_prior":
-            self._prior_step(t, t0)
-            return
-        if self.settings.algorithm == "ts":
-            sources = torch.full((R,), OWN, dtype=torch.long, device=self.device)
-        else:
-            # OWN where the coin says so or no message is left
-            sources = draw_sources(self._p_t(t), self.dist, keys=kr.fold(self.agents.keys, t))
-        # FTS: only the runs whose source is OWN use their own proposal (the others' rows may be NaN)
-        X_next, _ = self.agents.own_proposals(t, which=sources < 0 if self.settings.algorithm == "fts" else None)
-        if self.settings.algorithm == "fts":
-            assert self.features is not None and self.dist is not None  # FTS has both
-            omega = self.omegas[torch.arange(R, device=self.device), sources.clamp_min(0)]
-            X_msg, _ = maximize_rff_samples(
-                self.features, omega, self.domain, keys=self.agents.round_keys(t, "message-maximize")
-            )
-            X_next = torch.where((sources >= 0).unsqueeze(-1), X_msg, X_next)
-            if self.settings.communication == "one-shot":
-                self.dist.remove(sources)
-        self._observe(X_next, sources, t, t0)
-
-    def _prior_step(self, t: int, t0: float) -> None:
-        r"""``peer_prior``: every run maximizes its own acquisition weighted by its peers' prior
-        (bumps at the maximizers of their averaged messages, weighted by ``P_N``, exponent ``β/t``)."""
-        s = self.settings
-        if s.agent_weights == "learned":
-            self._p_t(t)  # re-weights P_N from the (averaged) messages' ranking of each run's data
-        assert self.dist is not None  # peer_prior's P_N
-        probs = self.dist.probs  # R x A, 0 for the run's own agent and non-peers
-        log_w = torch.where(probs > 0, probs.clamp_min(1e-300).log(), -torch.inf)
-        X_next, _ = self.agents.prior_guided_proposals(
-            t, self.peer_centers, log_w, s.prior_strength / t, s.prior_width, s.prior_floor
-        )
-        sources = torch.full((self.num_runs,), OWN, dtype=torch.long, device=self.device)
-        self._observe(X_next, sources, t, t0)
-
-    def _p_t(self, t: int) -> float | Tensor:
-        r"""``p_t`` of iteration ``t``; with learned ``P_N`` or peer trust, first score every
-        peer's message on each target's observations (one batched ``R x A x n x n`` comparison)
-        and update ``P_N`` (and ``p_t`` per run)."""
-        p = self.schedule(t)
-        s = self.settings
-        if s.algorithm not in DRAWS or (s.agent_weights == "uniform" and not s.peer_trust):
-            return p
-        assert self.features is not None and self.dist is not None  # FTS and peer_prior have both
-        # score only each run's possible peers (R x K, K = the most any run has), not all A agents;
-        # peer_prior scores the averaged messages whose maximizers it uses
-        slots = self._averaged_slots if s.algorithm == "peer_prior" else self.omegas
-        omegas = slots.gather(1, self.peer_index.unsqueeze(-1).expand(-1, -1, slots.shape[-1]))
-        preds = peer_predictions(self.features, omegas, self.X)  # R x K x n
-        peer_scores = fidelity_scores(preds, self.Y.squeeze(-1), self.agents.mask)
-        scores = torch.zeros_like(self.dist.base).scatter_(1, self.peer_index, peer_scores.to(self.dist.base.dtype))
-        padding = torch.cat(
-            [
-                torch.zeros_like(self.peer_index[:, :1], dtype=torch.bool),
-                self.peer_index[:, 1:] == self.peer_index[:, :1],
-            ],
-            dim=1,
-        )
-        copies = torch.ones_like(self.dist.base).scatter_(1, self.peer_index, redundancy(omegas, ~padding))
-        return learn_peer_choice(self.dist, scores, self.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust, copies)
-
-    def _observe(self, X_next: Tensor, sources: Tensor, t: int, t0: float) -> None:
-        _, f, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)
+        X_next, sources = self.method.step(t)
+        y, f, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)
         self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f.unsqueeze(-1))], dim=1)
         self.sources = torch.cat([self.sources, sources.unsqueeze(-1)], dim=1)
         self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
-        if self.settings.algorithm in FEDERATED and self.settings.communication == "every-round":
+        self.method.observed(t, y, ok, sources)
+        if self.method.federated() and self.settings.communication == "every-round":
             self._others_step(t)
         self.wall_time += time.perf_counter() - t0
         self.elapsed.append(self.wall_time)
 
-    def _transfer_step(self, t: int, t0: float) -> None:
-        r"""RGPE / TAF: one acquisition per run (each run has its own target data);
-        within a run every agent's posterior is evaluated in one batched op."""
-        s = self.settings
-        gp_all = self.agents.gp()
-        X_next = torch.empty(self.num_runs, self.objective.dim, dtype=self.X.dtype, device=self.device)
-        gen = torch.Generator().manual_seed(kr.fold(kr.root_key(self.seed, "transfer"), t) & (2**62 - 1))
-        for r in range(self.num_runs):
-            keep = self.agents.mask[r]
-            Xr, Yr = self.X[r][keep], self.Y[r][keep]
-            gp = gp_all.to_botorch(index=r)
-            peers = self.posteriors.subset(self.peers[r])
-            acqf: AcquisitionFunction
-            if s.algorithm == "rgpe":
-                model = RGPE.from_data(gp, peers, Xr, Yr, num_samples=s.rgpe_samples, generator=gen)
-                acqf = LogExpectedImprovement(model, best_f=Yr.max())
-            else:
-                acqf = TransferAcquisitionFunction(gp, peers, Xr, Yr, bandwidth=s.taf_bandwidth)
-            X_next[r] = maximize_acquisition(acqf, self.domain, generator=gen)
-        sources = torch.full((self.num_runs,), OWN, dtype=torch.long, device=self.device)
-        self._observe(X_next, sources, t, t0)
-
     def _others_step(self, t: int) -> None:
-        """The other agents run one TS iteration each and send fresh draws (together: the
+        """The other agents run one TS iteration each and send fresh messages (together: the
         targets, which have just observed, send theirs)."""
-        if self.together:
-            self._receive_messages(t)
-            return
-        round = self.history_rounds + t  # the other agents' rounds continue their history's
-        X_next, _ = self.others.own_proposals(round)
-        agents = torch.arange(self.others.num_agents, device=self.device)
-        self.others.evaluate(self.objective, agents, X_next, round)
-        self._receive_messages(t)
+        if not self.together:
+            round = self.history_rounds + t  # the other agents' rounds continue their history's
+            X_next, _ = self.others.own_proposals(round)
+            agents = torch.arange(self.others.num_agents, device=self.device)
+            self.others.evaluate(self.objective, agents, X_next, round)
+        self.method.receive(t)
 
     def run(self, callback: Callable[[FTSRunner], None] | None = None) -> FTSResult:
         """Iterate until ``num_iterations``; ``callback(self)`` after each step."""
@@ -544,7 +395,7 @@ class FTSRunner:
             targets=self.targets.cpu(),
             inits=self.inits.cpu(),
             wall_time=self.wall_time,
-            parameters_per_agent=self.settings.parameters_per_agent,
+            parameters_per_agent=self.method.parameters_per_agent(self.settings, self.objective.dim),
             settings=asdict(self.settings),
             elapsed=list(self.elapsed),
             failed=self.failed.cpu(),
@@ -562,16 +413,10 @@ class FTSRunner:
             "objective_rng": self.objective.rng_state(),
             "wall_time": self.wall_time,
             "elapsed": self.elapsed,
+            "method": cpu_state(self.method.state_dict()),
         }
-        if self.settings.algorithm in FEDERATED:
-            assert self.dist is not None  # every federated algorithm's P_N
-            state.update(dist=self.dist.state_dict(), omegas=getattr(self, "omegas", None))
-            if self.settings.algorithm == "peer_prior":
-                state.update(
-                    message_average=self.message_average.state_dict(),
-                    peer_centers=self.peer_centers,
-                    averaged_slots=self._averaged_slots,
-                )
+        if self.dist is not None:
+            state["dist"] = self.dist.state_dict()
             if not self.together:
                 state["others"] = cpu_state(self.others.state_dict())
         return state
@@ -585,16 +430,8 @@ class FTSRunner:
         self.objective.set_rng_state(state["objective_rng"])
         self.wall_time = float(state["wall_time"])
         self.elapsed = list(state["elapsed"])
-        if self.settings.algorithm in FEDERATED:
-            assert self.dist is not None  # every federated algorithm's P_N
+        if self.dist is not None:
             self.dist.load_state_dict(state["dist"])
             if not self.together:
                 self.others.load_state_dict(state["others"])
-            if self.settings.algorithm == "peer_prior":
-                self.message_average.load_state_dict(state["message_average"])
-                self.peer_centers = state["peer_centers"].to(dev)
-                self._averaged_slots = state["averaged_slots"].to(dev)
-            if self.settings.algorithm in DRAWS:
-                self.omegas = state["omegas"].to(dev)
-            else:
-                self._receive_messages(self.t)
+        self.method.load_state_dict(state["method"])

@@ -42,9 +42,9 @@ def test_a_together_run_records_every_agent_of_the_federation(tmp_path):
         (
             "  - {name: local, algorithm: ts}\n",
             "  - {name: R, algorithm: rgpe}\n",
-            "methods[0] ('R'): history.mode together supports algorithms fts, peer_prior and ts, not rgpe",
+            "methods[0] ('R'): algorithm 'rgpe' does not run with `history.mode: together`",
         ),
-        ("communication: every-round", "communication: one-shot", "set communication: every-round"),
+        ("communication: every-round", "communication: one-shot", "set `communication: every-round`"),
         (
             "runs: {num_inits: 1}",
             "runs: {num_inits: 1, targets: [0, 1]}",

@@ -447,7 +447,9 @@ def test_per_agent_lengthscale_prior_enters_the_mll_like_the_spec_prior():
     X, Y, b = _data(B=3, n=12, d=2)
     plain = BatchedExactGP(X, Y, b, spec="fbo")
     loc, scale = plain.spec.ls_prior(2)
-    same = BatchedExactGP(X, Y, b, spec="fbo", ls_prior=(torch.full((3, 2), loc, dtype=f64), torch.full((3, 2), scale, dtype=f64)))
+    same = BatchedExactGP(
+        X, Y, b, spec="fbo", ls_prior=(torch.full((3, 2), loc, dtype=f64), torch.full((3, 2), scale, dtype=f64))
+    )
     assert torch.equal(same.params, plain.params)  # both start at the prior's mode
     torch.testing.assert_close(same.mll_and_grad()[0], plain.mll_and_grad()[0], rtol=0, atol=1e-13)
     torch.testing.assert_close(same.mll_and_grad()[1], plain.mll_and_grad()[1], rtol=0, atol=1e-13)
@@ -458,13 +460,19 @@ def test_per_agent_lengthscale_prior_enters_the_mll_like_the_spec_prior():
     ls = plain.hyperparameters["lengthscale"]
     expected = (
         _lognormal_lengthscale_logpdf(ls, loc2, scale2)
-        - _lognormal_lengthscale_logpdf(ls, torch.tensor(loc, dtype=torch.float64), torch.tensor(scale, dtype=torch.float64))
+        - _lognormal_lengthscale_logpdf(
+            ls, torch.tensor(loc, dtype=torch.float64), torch.tensor(scale, dtype=torch.float64)
+        )
     ) / 12
     torch.testing.assert_close(other.mll() - plain.mll(), expected, rtol=0, atol=1e-12)
     # and the fit follows a tight prior: lengthscales at its median
-    tight = BatchedExactGP(X, Y, b, spec="fbo", ls_prior=(torch.tensor([[-3.0, -3.0]], dtype=f64), torch.tensor([[0.02, 0.02]], dtype=f64)))
+    tight = BatchedExactGP(
+        X, Y, b, spec="fbo", ls_prior=(torch.tensor([[-3.0, -3.0]], dtype=f64), torch.tensor([[0.02, 0.02]], dtype=f64))
+    )
     tight.fit()
-    torch.testing.assert_close(tight.hyperparameters["lengthscale"], torch.full((3, 2), math.exp(-3.0), dtype=f64), rtol=0.1, atol=0)
+    torch.testing.assert_close(
+        tight.hyperparameters["lengthscale"], torch.full((3, 2), math.exp(-3.0), dtype=f64), rtol=0.1, atol=0
+    )
 
 
 def test_per_agent_lengthscale_prior_is_checked():

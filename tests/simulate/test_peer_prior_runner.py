@@ -51,7 +51,7 @@ def test_centers_are_the_maximizers_of_each_senders_averaged_messages():
     avg.update(r.agents.message(0))
     r.step()  # observes, then receives round 1's messages
     means = avg.update(r.agents.message(1))
-    torch.testing.assert_close(r._averaged_slots, means[r.peer_runs], rtol=0, atol=0)
+    torch.testing.assert_close(r.method._averaged_slots, means[r.peer_runs], rtol=0, atol=0)
     d = r.domain
     centers, _ = d.maximize(
         RFFSamplePaths(r.features, means),
@@ -61,7 +61,7 @@ def test_centers_are_the_maximizers_of_each_senders_averaged_messages():
         num_restarts=4,
         maxiter=10,
     )
-    torch.testing.assert_close(r.peer_centers, centers[r.peer_runs], rtol=0, atol=0)
+    torch.testing.assert_close(r.method.peer_centers, centers[r.peer_runs], rtol=0, atol=0)
     assert (r.sources == -1).all()  # every query is the agent's own acquisition's
 
 
@@ -92,7 +92,7 @@ def test_a_vanishing_prior_is_the_local_acquisition():
     probs = r.dist.probs
     log_w = torch.where(probs > 0, probs.clamp_min(1e-300).log(), -torch.inf)
     s = r.settings
-    guided = BatchedPriorGuided(own, r.peer_centers, log_w, s.prior_strength / 2, s.prior_width, s.prior_floor)
+    guided = BatchedPriorGuided(own, r.method.peer_centers, log_w, s.prior_strength / 2, s.prior_width, s.prior_floor)
     X = torch.rand(
         r.num_runs, 64, obj.bounds.shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(0)
     )

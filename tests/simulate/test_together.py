@@ -43,16 +43,16 @@ def test_peers_are_the_runs_of_the_same_initialization(objective):
         assert r.peer_runs[run].tolist() == [b * INITS + init for b in range(A)]
     # every run receives exactly the message its peer's run sends this round
     sent = r.agents.message(0)
-    torch.testing.assert_close(r.omegas, sent[r.peer_runs], rtol=0, atol=0)
+    torch.testing.assert_close(r.method.omegas, sent[r.peer_runs], rtol=0, atol=0)
 
 
 def test_messages_follow_the_peers_data(objective):
     r = runner(objective)
-    before = r.omegas.clone()
+    before = r.method.omegas.clone()
     r.step()
     # after one iteration every agent has a new observation and sends a fresh draw
-    torch.testing.assert_close(r.omegas, r.agents.message(1)[r.peer_runs], rtol=0, atol=0)
-    assert not torch.equal(before, r.omegas)
+    torch.testing.assert_close(r.method.omegas, r.agents.message(1)[r.peer_runs], rtol=0, atol=0)
+    assert not torch.equal(before, r.method.omegas)
     # p_t = 0: every run followed a peer of its own initialization, never itself
     src = r.sources[:, 0]
     assert (src >= 0).all() and (src != r.targets).all()
@@ -92,7 +92,7 @@ def test_initial_points_are_used_as_given(objective):
     [
         (dict(targets=torch.tensor([0, 1])), "every agent as a target"),
         (dict(settings_kw=dict(communication="one-shot")), "every-round"),
-        (dict(settings_kw=dict(algorithm="rgpe")), "supports algorithms 'fts', 'peer_prior'"),
+        (dict(settings_kw=dict(algorithm="rgpe")), r"algorithm 'rgpe' does not run with `history.mode: together`"),
     ],
 )
 def test_together_refuses_what_it_cannot_run(objective, kw, match):

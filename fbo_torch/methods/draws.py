@@ -1,0 +1,97 @@
+r"""What methods whose peers send RFF weight draws share: receiving them, and learned ``P_N``.
+
+FTS, the peer prior and the multi-channel transfer all hear the same message
+from every peer, one draw ``ω_n ~ N(ν_n, σ²Σ_n⁻¹)`` of its RFF posterior per
+round (:meth:`~fbo_torch.federation.agents.Agents.message`), and may weight
+their peers by how well each message ranks the agent's own observations
+(:mod:`~fbo_torch.federation.fidelity`). :class:`DrawMethod` does both for every
+run at once:
+
+* agents that optimize *together* each send one draw, which all their peers receive;
+* a target among *other agents with a history* receives its own draw from each of
+  them (base samples keyed by run and round), so runs stay independent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from fbo_torch.federation.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
+from fbo_torch.methods.base import Method
+from fbo_torch.utils import keyed_random as kr
+
+
+class DrawMethod(Method):
+    r"""Base of the methods whose peers send one ``ω`` draw per round (not registered itself).
+
+    Attributes:
+        omegas: ``R x A x M`` the latest draw of every agent as each run received it
+            (the run's own agent and non-peers included; :attr:`runner.dist <fbo_torch.simulate.fts.FTSRunner.dist>`
+            says whom a run may use).
+    """
+
+    message = "draw"
+    #: Settings fields of learned ``P_N`` and trust (read by every draw method that uses them).
+    weight_fields: ClassVar[tuple[str, ...]] = ("agent_weights", "peer_trust")
+
+    omegas: Tensor
+
+    def receive(self, round: int) -> None:
+        """Every peer's draw of round ``round`` for every run (:attr:`omegas`)."""
+        r = self.runner
+        if r.together:
+            sent = r.agents.message(round)  # R x M: each run's agent sends one draw
+            self.omegas = sent[r.peer_runs]  # R x A x M
+            self.sent(sent, round)
+            return
+        rff = r.others.rff
+        assert rff is not None and r.features is not None  # the other agents hold the shared map
+        M = r.features.num_features
+        A = r.others.num_agents
+        k = kr.fold(kr.fold(kr.fold(r.keys, "message"), round).unsqueeze(-1), torch.arange(A, device=r.device))
+        base = kr.normal(k, M + rff._n)  # R x A x (M + n)
+        self.omegas = rff.sample_weights(torch.Size([r.num_runs]), base_samples=base)  # R x A x M
+        self.sent(None, round)
+
+    def sent(self, sent: Tensor | None, round: int) -> None:
+        r"""Hook after :meth:`receive`: ``sent`` is the ``R x M`` draws the runs' own agents sent
+        (agents that optimize together), ``None`` when each run received its own draws."""
+
+    def scored_messages(self) -> Tensor:
+        """``R x A x M`` messages the peers are scored by (the latest draws; subclasses may average them)."""
+        return self.omegas
+
+    def learned_p_t(self, t: int) -> float | Tensor:
+        r"""``p_t`` of iteration ``t``; with learned ``P_N`` or peer trust, first score every peer's
+        message on each run's observations (one batched ``R x K x n x n`` comparison) and update
+        ``P_N`` (and ``p_t`` per run)."""
+        r = self.runner
+        s = r.settings
+        p = r.schedule(t)
+        if s.agent_weights == "uniform" and not s.peer_trust:
+            return p
+        assert r.features is not None and r.dist is not None  # a draw method's runner has both
+        # score only each run's possible peers (R x K, K = the most any run has), not all A agents
+        slots = self.scored_messages()
+        omegas = slots.gather(1, r.peer_index.unsqueeze(-1).expand(-1, -1, slots.shape[-1]))
+        preds = peer_predictions(r.features, omegas, r.X)  # R x K x n
+        peer_scores = fidelity_scores(preds, r.Y.squeeze(-1), r.agents.mask)
+        scores = torch.zeros_like(r.dist.base).scatter_(1, r.peer_index, peer_scores.to(r.dist.base.dtype))
+        padding = torch.cat(
+            [torch.zeros_like(r.peer_index[:, :1], dtype=torch.bool), r.peer_index[:, 1:] == r.peer_index[:, :1]],
+            dim=1,
+        )
+        copies = torch.ones_like(r.dist.base).scatter_(1, r.peer_index, redundancy(omegas, ~padding))
+        return learn_peer_choice(r.dist, scores, r.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust, copies)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"omegas": getattr(self, "omegas", None)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.omegas = state["omegas"].to(self.runner.device)
+
+
+__all__ = ["DrawMethod"]

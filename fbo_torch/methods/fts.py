@@ -1,0 +1,46 @@
+r"""Federated Thompson sampling (FTS, Dai, Low & Jaillet 2020, Algorithm 1): ``algorithm: fts``.
+
+With probability ``p_t`` an agent maximizes its own acquisition (a Thompson
+sample of its GP in the paper); otherwise it draws a peer ``n ~ P_N`` and
+maximizes the peer's sampled function ``φ(x)ᵀω_n``. ``P_N`` is uniform (the paper)
+or learned from how well each peer's message ranks the agent's observations
+(``agent_weights: learned``), and ``peer_trust`` scales ``1 − p_t`` by the trust in
+the drawn peer (:mod:`~fbo_torch.federation.fidelity`). With one-shot communication
+a used message leaves ``P_N``; a run whose messages are used up continues alone.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from fbo_torch.federation.schedules import draw_sources
+from fbo_torch.federation.search import maximize_rff_samples
+from fbo_torch.methods.base import register_method
+from fbo_torch.methods.draws import DrawMethod
+from fbo_torch.utils import keyed_random as kr
+
+
+@register_method
+class FTS(DrawMethod):
+    """FTS for every run at once: the ``p_t`` coin, a peer from ``P_N``, its message's maximizer."""
+
+    name = "fts"
+    uses = DrawMethod.weight_fields
+
+    def step(self, t: int) -> tuple[Tensor, Tensor]:
+        r = self.runner
+        assert r.features is not None and r.dist is not None  # FTS's runner has both
+        # OWN where the coin says so or no message is left
+        sources = draw_sources(self.learned_p_t(t), r.dist, keys=kr.fold(r.agents.keys, t))
+        # only the runs whose source is OWN use their own proposal (the others' rows may be NaN)
+        X_next, _ = r.agents.own_proposals(t, which=sources < 0)
+        omega = self.omegas[torch.arange(r.num_runs, device=r.device), sources.clamp_min(0)]
+        X_msg, _ = maximize_rff_samples(r.features, omega, r.domain, keys=r.agents.round_keys(t, "message-maximize"))
+        X_next = torch.where((sources >= 0).unsqueeze(-1), X_msg, X_next)
+        if r.settings.communication == "one-shot":
+            r.dist.remove(sources)
+        return X_next, sources
+
+
+__all__ = ["FTS"]

@@ -1,0 +1,226 @@
+r"""Transfer through every channel a peer offers, learned per agent: ``algorithm: transfer``.
+
+Peers can help an agent in three ways, each suited to another kind of
+relatedness (``docs/design.md``, "Transfer that pays"):
+
+* **where the optimum is** (``"optima"``): every peer shares its incumbent, the
+  input of its best observation (``d`` numbers). Tasks that differ in shape and
+  scale but are best in the same place — shifted, rescaled or rotated copies,
+  related tuning problems — hand a newcomer a near-optimal query at once (the
+  warm start of Feurer et al. 2015);
+* **the function itself** (``"function"``): FTS's message, one draw ``ω_n`` of the
+  peer's RFF posterior, whose maximizer the agent may query (near-copies);
+* **the landscape's statistics** (``"landscape"``): every peer shares its GP's
+  fitted lengthscales (``k`` numbers); the agent fits its own GP under a LogNormal
+  prior centred on their ``P_N``-weighted log-mean, as wide as the peers disagree
+  plus :attr:`~fbo_torch.federation.settings.FTSSettings.landscape_scale`
+  (federated empirical Bayes: where tasks are shifted or rotated copies their
+  lengthscales carry over even when their optima do not).
+
+Each iteration an agent has up to three candidates: its own proposal (its own
+acquisition on its GP), the best untried peer incumbent, and the maximizer of
+the message of a peer drawn from ``P_N``. Which one it queries is a bandit over
+the channels that learns from the agent's own observations: each channel's
+probability of improving the agent's incumbent has a Beta posterior (prior
+``Beta(1, 1)``) updated whenever the channel is followed, and the channel whose
+Thompson draw (a normal approximation of the Beta) is highest is followed. A
+channel that stops paying is followed less and less, so an agent whose peers do
+not help falls back to its local engine; one whose peers share its optimum keeps
+following them while they improve it.
+
+Peers are weighted by learned ``P_N`` (how well each peer's message ranks the
+agent's observations, :mod:`~fbo_torch.federation.fidelity`) and, for the
+incumbents, by what following each of them has earned: a peer's candidate scores
+``log EI(c_n) + log P_N(n) + (wins_n − losses_n)``, so weight grows only with
+evidence the agent itself observed (sybils that agree with each other gain
+nothing they did not earn). An incumbent is a candidate only while the agent's GP
+still finds it plausible (its upper confidence bound ``μ + 2σ`` exceeds the agent's
+best observation) and the agent has not queried it.
+
+Privacy: an incumbent is one raw input of the sender (not its value); the
+lengthscales are statistics of its data. Both are shared as they are: this
+algorithm is for the FTS experiment kind, whose messages carry no differential
+privacy (a DP-FTS-DE federation shares only its server's noisy release).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from fbo_torch.acquisition.batched import BatchedLogExpectedImprovement
+from fbo_torch.federation.schedules import OWN, draw_sources
+from fbo_torch.federation.search import maximize_rff_samples
+from fbo_torch.methods.base import register_method
+from fbo_torch.methods.draws import DrawMethod
+from fbo_torch.models.gp_spec import get_spec
+from fbo_torch.utils import keyed_random as kr
+
+#: The channels, in the order of the bandit's arms after the agent's own (arm 0).
+CHANNELS = ("optima", "function", "landscape")
+#: Arms of the bandit: the agent's own proposal, a peer's incumbent, a peer's message.
+OWN_ARM, OPTIMA_ARM, FUNCTION_ARM = 0, 1, 2
+#: ``β`` of the plausibility screen of a peer's incumbent: ``μ + √β σ`` must exceed the best observation.
+SCREEN_BETA = 4.0
+
+
+@register_method
+class Transfer(DrawMethod):
+    r"""Multi-channel transfer for every run at once (module docstring).
+
+    Attributes:
+        wins / losses: ``R x 3`` times each arm (own, optima, function) was followed and
+            improved (did not improve) the run's incumbent.
+        peer_wins / peer_losses: ``R x A`` the same per peer, over the optima and function arms.
+    """
+
+    name = "transfer"
+    uses = (*DrawMethod.weight_fields, "channels", "landscape_scale")
+    channel_names: ClassVar[tuple[str, ...]] = CHANNELS
+
+    @classmethod
+    def check(cls, settings: Any) -> None:
+        super().check(settings)
+        channels = getattr(settings, "channels", CHANNELS)
+        if not isinstance(channels, (list, tuple)) or not channels or any(c not in CHANNELS for c in channels):
+            raise ValueError(f"`channels` must be a non-empty list of {list(CHANNELS)}, got {channels!r}.")
+        if len(set(channels)) != len(channels):
+            raise ValueError(f"`channels` lists a channel twice: {list(channels)}.")
+
+    @classmethod
+    def parameters_per_agent(cls, settings: Any, dim: int) -> int:
+        """The draw (sent even without the function channel: ``P_N`` is learned from it), plus the
+        incumbent (``d``) and the lengthscales (``d``; one shared: 1) of the other channels."""
+        channels = getattr(settings, "channels", CHANNELS)
+        ard = get_spec(settings.gp_kernel).ard
+        return (
+            super().parameters_per_agent(settings, dim)
+            + dim * ("optima" in channels)
+            + (dim if ard else 1) * ("landscape" in channels)
+        )
+
+    def __init__(self, runner: Any) -> None:
+        super().__init__(runner)
+        R, A = runner.num_runs, runner.objective.num_agents
+        dev = runner.device
+        self.channels = tuple(runner.settings.channels)
+        self.wins = torch.zeros(R, 3, dtype=torch.float64, device=dev)
+        self.losses = torch.zeros(R, 3, dtype=torch.float64, device=dev)
+        self.peer_wins = torch.zeros(R, A, dtype=torch.float64, device=dev)
+        self.peer_losses = torch.zeros(R, A, dtype=torch.float64, device=dev)
+        self._arm = torch.zeros(R, dtype=torch.long, device=dev)
+        self._before = torch.zeros(R, dtype=torch.float64, device=dev)
+
+    # ------------------------------------------------------------ what peers share
+    def _peer_view(self, values: Tensor | None) -> Tensor | None:
+        """``R x A x ...``: every agent's ``values`` (one row per sending agent) as each run sees them."""
+        r = self.runner
+        if values is None:
+            return None
+        if r.together:
+            return values[r.peer_runs]
+        return values.unsqueeze(0).expand(r.num_runs, *values.shape)
+
+    def incumbents(self) -> Tensor:
+        """``R x A x d``: the peers' incumbents (the optima channel's message)."""
+        r = self.runner
+        out = self._peer_view((r.agents if r.together else r.others).incumbents())
+        assert out is not None
+        return out
+
+    def landscape_prior(self) -> tuple[Tensor, Tensor] | None:
+        r"""The runs' lengthscale priors from their peers' fitted GPs, ``(loc, scale)``, ``R x k`` each:
+        the ``P_N``-weighted mean of the peers' log lengthscales, and the square root of their weighted
+        variance plus ``landscape_scale²`` (``None`` before any peer has fitted a GP)."""
+        r = self.runner
+        assert r.dist is not None
+        ll = self._peer_view((r.agents if r.together else r.others).log_lengthscales())
+        if ll is None:
+            return None
+        w = r.dist.probs.to(ll.dtype).unsqueeze(-1)  # R x A x 1: 0 for the run itself and non-peers
+        loc = (w * ll).sum(1)
+        var = (w * (ll - loc.unsqueeze(1)).square()).sum(1)
+        return loc, (var + r.settings.landscape_scale**2).sqrt()
+
+    # ------------------------------------------------------------------- round
+    def step(self, t: int) -> tuple[Tensor, Tensor]:
+        r = self.runner
+        assert r.features is not None and r.dist is not None  # a draw method's runner has both
+        R, dev = r.num_runs, r.device
+        rows = torch.arange(R, device=dev)
+        self.learned_p_t(t)  # learned P_N from this round's messages (the bandit replaces p_t)
+        if "landscape" in self.channels:
+            r.agents.ls_prior = self.landscape_prior()
+        X_own, _ = r.agents.own_proposals(t)
+        X, mask = r.X, r.agents.mask
+        y = torch.where(mask, r.Y.squeeze(-1), -torch.inf)
+        self._before = y.amax(-1)
+        probs = r.dist.probs
+        available = torch.zeros(R, 3, dtype=torch.bool, device=dev)
+        available[:, OWN_ARM] = True
+        X_opt = X_own
+        k_opt = torch.full((R,), OWN, dtype=torch.long, device=dev)
+        if "optima" in self.channels:
+            model = r.agents.current_gp()
+            posterior = model.posterior_moments()
+            best = r.agents.best_observed(model)
+            C = self.incumbents()  # R x A x d
+            tried = ((C.unsqueeze(2) - X.unsqueeze(1)).abs() <= 1e-9).all(-1) & mask.unsqueeze(1)  # R x A x n
+            mean, var, _, _ = posterior.moments(C)
+            plausible = mean + (SCREEN_BETA * var.clamp_min(1e-12)).sqrt() > best.unsqueeze(-1)
+            ok = (probs > 0) & ~tried.any(-1) & plausible
+            log_ei = BatchedLogExpectedImprovement(posterior, best)(C)
+            score = log_ei + probs.clamp_min(1e-300).log() + (self.peer_wins - self.peer_losses)
+            score = torch.where(ok, score, -torch.inf)
+            k_opt = score.argmax(-1)
+            available[:, OPTIMA_ARM] = ok.any(-1)
+            X_opt = C[rows, k_opt]
+        X_msg = X_own
+        k_msg = torch.full((R,), OWN, dtype=torch.long, device=dev)
+        if "function" in self.channels:
+            k_msg = draw_sources(0.0, r.dist, keys=kr.fold(r.agents.keys, t))  # a peer from P_N
+            available[:, FUNCTION_ARM] = k_msg >= 0
+            omega = self.omegas[rows, k_msg.clamp_min(0)]
+            X_msg, _ = maximize_rff_samples(
+                r.features, omega, r.domain, keys=r.agents.round_keys(t, "message-maximize")
+            )
+        # Thompson sampling on each arm's probability of improving the incumbent (normal approximation)
+        a, b = self.wins + 1, self.losses + 1
+        mean = a / (a + b)
+        draw = mean + (mean * (1 - mean) / (a + b + 1)).sqrt() * kr.normal(r.agents.round_keys(t, "channel"), 3)
+        arm = torch.where(available, draw, -torch.inf).argmax(-1)
+        self._arm = arm
+        X_next = torch.where((arm == OPTIMA_ARM).unsqueeze(-1), X_opt, X_own)
+        X_next = torch.where((arm == FUNCTION_ARM).unsqueeze(-1), X_msg, X_next)
+        sources = torch.where(arm == OPTIMA_ARM, k_opt, torch.where(arm == FUNCTION_ARM, k_msg, OWN))
+        return X_next, sources
+
+    def observed(self, t: int, y: Tensor, ok: Tensor, sources: Tensor) -> None:
+        win = (ok & (y > self._before)).to(self.wins.dtype)
+        arm = torch.nn.functional.one_hot(self._arm, 3).to(self.wins.dtype)
+        self.wins += arm * win.unsqueeze(-1)
+        self.losses += arm * (1 - win).unsqueeze(-1)
+        followed = (sources >= 0).to(self.wins.dtype)
+        peer = torch.nn.functional.one_hot(sources.clamp_min(0), self.peer_wins.shape[-1]).to(self.wins.dtype)
+        self.peer_wins += peer * (followed * win).unsqueeze(-1)
+        self.peer_losses += peer * (followed * (1 - win)).unsqueeze(-1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "wins": self.wins,
+            "losses": self.losses,
+            "peer_wins": self.peer_wins,
+            "peer_losses": self.peer_losses,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        dev = self.runner.device
+        for name in ("wins", "losses", "peer_wins", "peer_losses"):
+            setattr(self, name, state[name].to(dev))
+
+
+__all__ = ["CHANNELS", "Transfer"]

@@ -87,12 +87,16 @@ def run_cell(
     from fbo_torch.models.rff_blr import RFFBayesianLinear
     from fbo_torch.optim.domain import Domain
     from fbo_torch.simulate.common import maximize_acquisition
+    from fbo_torch.simulate.presets import PAPER
 
     dev = torch.device(device)
     f64 = torch.float64
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    s = FTSSettings(num_features=M, rgpe_samples=rgpe_samples, taf_bandwidth=taf_bandwidth)
-    params = {a: FTSSettings(algorithm=a, num_features=M).parameters_per_agent for a in ("rgpe", "taf")}
+    s = FTSSettings(num_features=M, rgpe_samples=rgpe_samples, taf_bandwidth=taf_bandwidth, **PAPER)
+    params = {}
+    for a in ("rgpe", "taf"):
+        sa = FTSSettings(algorithm=a, num_features=M, **PAPER)
+        params[a] = sa.method.parameters_per_agent(sa, 2)
 
     def f(X):  # a smooth 2-D-ish test function shared by the target and its peers
         return torch.sin(5 * X).sum(-1, keepdim=True)

@@ -48,7 +48,10 @@ CELLS = (
     + [(f"z={z}", {"z": z}) for z in (0.5, 2.0, 4.0)]
     + [(f"M={m}", {"M": m}) for m in (25, 100)]
 )
+from fbo_torch.simulate.presets import PAPER
+
 SETTINGS = dict(
+    **PAPER,  # the paper's agents (Thompson samples of BoTorch's GP), as when the results were committed
     num_init=10,
     rff_lengthscale=0.03,
     rff_noise_variance=0.01,

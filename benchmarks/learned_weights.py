@@ -252,6 +252,7 @@ def cost(out: Path, rounds: int, repeats: int) -> dict:
     from fbo_torch.objectives import GPSampleGridFederation
     from fbo_torch.optim.domain import Domain
     from fbo_torch.simulate.fts import FederationHistory, FTSRunner
+    from fbo_torch.simulate.presets import PAPER
 
     obj = GPSampleGridFederation(num_groups=5, agents_per_group=51, perturbation=0.02, seed=0)
     dom = Domain(obj.bounds, obj.candidates)
@@ -264,7 +265,7 @@ def cost(out: Path, rounds: int, repeats: int) -> dict:
     runners = {
         k: FTSRunner(
             obj,
-            FTSSettings(num_iterations=rounds * repeats, p_t="1-1/sqrt(t)", **v),
+            FTSSettings(num_iterations=rounds * repeats, p_t="1-1/sqrt(t)", **PAPER, **v),
             obj.targets,
             5,
             history=hist,

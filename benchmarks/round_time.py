@@ -138,6 +138,7 @@ def run_cell(
     from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.models.batched_gp import BatchedExactGP
     from fbo_torch.optim.domain import Domain
+    from fbo_torch.simulate.presets import PAPER
     from fbo_torch.utils import keyed_random as kr
 
     dev = torch.device(device)
@@ -152,6 +153,7 @@ def run_cell(
     domain = Domain(bounds, max_points=max_points)
     P = 4 if d >= 2 else 2
     s = DPFTSDESettings(
+        **PAPER,  # the papers' round (Thompson samples of BoTorch's GP), as every committed timing
         num_regions=P,
         sample_rate=0.35,
         clip_norm=22.0,

@@ -50,6 +50,7 @@ from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.objectives.synthetic import AGENT_KINDS, GPSampleGridFederation
 from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
+from fbo_torch.simulate.presets import PAPER
 
 HELPFUL, USELESS = AGENT_KINDS.index("helpful"), AGENT_KINDS.index("useless")
 SYBILS = (0, 1, 3, 10)
@@ -95,6 +96,7 @@ def study(functions: int, inits: int, seed: int) -> dict:
     rows = []
     for n in OBSERVATIONS:
         settings = FTSSettings(
+            **PAPER,
             algorithm="fts",
             num_init=n,
             num_iterations=1,

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 import yaml
 
 from fbo_torch.experiments import schema
-from fbo_torch.simulate.presets import check_setup, objective_setup, setup_choices
+from fbo_torch.simulate.presets import DEFAULT_SETUP, check_setup, objective_setup, setup_choices
 from fbo_torch.utils.paths import shipped_example
 from fbo_torch.utils.resources import parse_bytes
 
@@ -306,7 +306,7 @@ class Scenario:
     history: HistorySettings
     runs: RunsConfig
     methods: list[tuple[str, Any]]  # (label, settings dataclass)
-    setup: str = "modern"
+    setup: str = DEFAULT_SETUP
     #: Where the scenario stands in the file, for messages (``"exp.yaml: scenarios[1]"``).
     where: str = "config"
 
@@ -374,6 +374,24 @@ def _setup(where: str, section: dict[str, Any], default: str) -> str:
         return check_setup(section.get("setup", default))
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
+
+
+def _fitting_preset(preset: dict[str, Any], algorithm: Any, settings_cls: type) -> dict[str, Any]:
+    r"""A setup's choices without an ``own_acquisition`` the method's algorithm cannot take (``paper``'s
+    Thompson sample for ``peer_prior``, which weights an analytic acquisition): the algorithm's own
+    default stays. An unknown algorithm is left for the settings to refuse."""
+    from fbo_torch.methods.base import get_method
+
+    if "own_acquisition" not in preset:
+        return preset
+    name = algorithm if algorithm is not None else settings_cls.algorithm  # type: ignore[attr-defined]
+    try:
+        method = get_method(name, getattr(settings_cls, "KIND", None))
+    except ValueError:
+        return preset
+    if preset["own_acquisition"] in method.own_acquisitions:
+        return preset
+    return {k: v for k, v in preset.items() if k != "own_acquisition"}
 
 
 @dataclasses.dataclass
@@ -450,7 +468,7 @@ def check_config(raw: Any, source: str = "config") -> CheckedConfig:
             f"{source}: `max_failed_fraction` must be a number in (0, 1] (the fraction of a method's evaluations "
             f"that may fail before the run stops; 1: only when every one fails), got {max_failed!r}."
         )
-    top_setup = _setup(source, raw, "modern")
+    top_setup = _setup(source, raw, DEFAULT_SETUP)
     for key, fields in (("domain", schema.domain_options()), ("privacy", schema.privacy_fields())):
         section = raw.get(key) or {}
         check_keys(f"{source}: {key}", section, list(fields))
@@ -565,7 +583,9 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         methods = []
         for j, m in enumerate(sc["methods"]):
             mw = f"{where}: methods[{j}]"
-            values = _merge(_merge(preset, defaults), {k: v for k, v in m.items() if k != "name"})
+            own = {k: v for k, v in m.items() if k != "name"}
+            fitting = _fitting_preset(preset, own.get("algorithm", defaults.get("algorithm")), settings_cls)
+            values = _merge(_merge(fitting, defaults), own)
             if (
                 privacy.max_epsilon is not None
                 and "max_epsilon" not in values

@@ -117,9 +117,12 @@ class Agents:
         self.gp_updates = 0
         #: ``B`` indices of each agent's output warp at its last GP (``gp_warp="auto"``; 0 is the identity).
         self.warp_choice: Tensor | None = None
-        #: Optional per-agent lengthscale prior ``(loc, scale)``, ``B x k`` each, of the GPs' MAP fits
-        #: (:class:`~fbo_torch.models.batched_gp.BatchedExactGP`'s ``ls_prior``; ``None``: the spec's).
+        #: Optional per-agent lengthscale prior ``(loc, scale)``, ``B x k`` each (e.g. learned from peers):
+        #: each agent's GP is then fitted under the spec's prior and under this one, and keeps the fit
+        #: whose evidence for its observations is higher (:meth:`gp`; ``None``: the spec's prior only).
         self.ls_prior: tuple[Tensor, Tensor] | None = None
+        #: ``B``: which prior each agent's last GP kept (0 the spec's, 1 :attr:`ls_prior`), or ``None``.
+        self.prior_choice: Tensor | None = None
         self.rff: RFFBayesianLinear | None = None
         if features is not None:
             self.rff = RFFBayesianLinear(
@@ -229,8 +232,11 @@ class Agents:
             return None
         B = self.num_agents
         rows = torch.arange(B, device=self.gp_params.device)
-        if self.warp_choice is not None and self.gp_params.shape[0] > B:
+        K = 1 if self.warp_choice is None else self.gp_params.shape[0] // B // (1 if self.prior_choice is None else 2)
+        if self.warp_choice is not None:
             rows = self.warp_choice * B + rows
+        if self.prior_choice is not None:
+            rows = self.prior_choice * K * B + rows
         return log_lengthscales(self.gp_params[rows], self.gp_spec, self._X.shape[-1])
 
     def current_gp(self) -> BatchedExactGP:
@@ -261,41 +267,58 @@ class Agents:
         X, Y, mask = self._gp_data()
         B = X.shape[0]
         K = 1
+        log_jac: Tensor | float = 0.0
         if s.gp_warp != "none":
             Z, log_jac = log_gap_warps(Y.squeeze(-1), mask)
             K = Z.shape[0]
             X, Y, mask = X.repeat(K, 1, 1), Z.reshape(K * B, -1, 1), mask.repeat(K, 1)
-        prior = self.ls_prior
-        if prior is not None and K > 1:
-            prior = (prior[0].repeat(K, 1), prior[1].repeat(K, 1))
+        # candidate models: every warp (K), under the spec's prior and, with `ls_prior`, under that one too
+        prior = None
+        P = 1
+        if self.ls_prior is not None:
+            P = 2
+            spec_loc, spec_scale = self.gp_spec.ls_prior(X.shape[-1])
+            own_loc, own_scale = self.ls_prior
+            prior = (
+                torch.cat([torch.full_like(own_loc, spec_loc).repeat(K, 1), own_loc.repeat(K, 1)]),
+                torch.cat([torch.full_like(own_scale, spec_scale).repeat(K, 1), own_scale.repeat(K, 1)]),
+            )
+            X, Y, mask = X.repeat(P, 1, 1), Y.repeat(P, 1, 1), mask.repeat(P, 1)
+        params = self.gp_params
+        if params is not None and params.shape[0] != K * P * B:  # the candidates changed: fit afresh
+            params, refit = None, True
         model = BatchedExactGP(
             X,
             Y,
             self.domain.bounds,
             spec=self.gp_spec,
             mask=mask,
-            params=self.gp_params,
+            params=params,
             validate=False,
             ls_prior=prior,
         )
         if refit:
-            if self.gp_params is not None and not s.gp_warm_start:
+            if params is not None and not s.gp_warm_start:
                 model.params = model.initial_params(model.params.shape[0], model.params.dtype, model.params.device)
             restarts = None
             if s.gp_restarts > 0:
-                keys = self.keys.repeat(K)
+                keys = self.keys.repeat(K * P)
                 restarts = model.random_params(kr.fold(kr.fold(keys, self.gp_updates), "gp-restarts"), s.gp_restarts)
             model.fit(maxiter=s.gp_fit_maxiter, restarts=restarts)
         self.gp_params = model.params
         self.gp_updates += 1
-        if K > 1:
-            # log p(y) = log p_GP(standardized w(y)) + Σ log w'(y_i) − n log s (the standardization's scale)
-            n = model.num_valid.view(K, B)
-            evidence = model.mll().view(K, B) * n - n * model.y_std.view(K, B).log() + log_jac
+        if K * P > 1:
+            # log p(y) = log p_GP(standardized w(y)) + Σ log w'(y_i) − n log s (the standardization's scale),
+            # the GP's term with its hyperparameters' prior at the fit (a MAP approximation of the evidence)
+            C = K * P
+            n = model.num_valid.view(C, B)
+            jac = log_jac.repeat(P, 1) if isinstance(log_jac, Tensor) else log_jac
+            evidence = model.mll().view(C, B) * n - n * model.y_std.view(C, B).log() + jac
             evidence = torch.where(torch.isfinite(evidence), evidence, -torch.inf)
-            best = evidence.argmax(0)  # B; the identity (0) where every candidate failed
+            best = evidence.argmax(0)  # B; candidate 0 (identity warp, spec prior) where every one failed
             rows = best * B + torch.arange(B, device=best.device)
-            self.warp_choice = best
+            self.warp_choice = best % K if K > 1 else None
+            self.prior_choice = best // K if P > 1 else None
             model = BatchedExactGP(
                 X[rows],
                 Y[rows],
@@ -304,7 +327,7 @@ class Agents:
                 mask=mask[rows],
                 params=model.params[rows],
                 validate=False,
-                ls_prior=self.ls_prior,
+                ls_prior=None if prior is None else (prior[0][rows], prior[1][rows]),
             )
         return model
 
@@ -417,6 +440,9 @@ class Agents:
         choices = [q.warp_choice for q in parts if q.warp_choice is not None]
         if choices:
             self.warp_choice = torch.cat(choices)
+        priors = [q.prior_choice for q in parts if q.prior_choice is not None]
+        if priors:
+            self.prior_choice = torch.cat(priors)
         self.gp_updates = last.gp_updates
         return tuple(torch.cat(list(column)) for column in zip(*outs, strict=True))
 
@@ -435,6 +461,7 @@ class Agents:
             part.gp_params = self.gp_params.view(K, B, -1)[:, rows].reshape(-1, self.gp_params.shape[-1])
         part.warp_choice = None if self.warp_choice is None else self.warp_choice[rows]
         part.ls_prior = None if self.ls_prior is None else (self.ls_prior[0][rows], self.ls_prior[1][rows])
+        part.prior_choice = None if self.prior_choice is None else self.prior_choice[rows]
         return part
 
     def own_acquisition(self, model: BatchedExactGP) -> BatchedAnalyticAcquisition:
@@ -543,6 +570,8 @@ class Agents:
             "gp_params": self.gp_params,
             "gp_updates": self.gp_updates,
             "warp_choice": self.warp_choice,
+            "prior_choice": self.prior_choice,
+            "ls_prior": self.ls_prior,
         }
         if self.rff is not None:
             state["rff_buffers"] = {k: v for k, v in self.rff.named_buffers(recurse=False)}
@@ -559,6 +588,9 @@ class Agents:
         self.gp_updates = int(state["gp_updates"])
         choice = state.get("warp_choice")
         self.warp_choice = None if choice is None else choice.to(dev)
+        prior_choice, ls_prior = state.get("prior_choice"), state.get("ls_prior")
+        self.prior_choice = None if prior_choice is None else prior_choice.to(dev)
+        self.ls_prior = None if ls_prior is None else (ls_prior[0].to(dev), ls_prior[1].to(dev))
         if self.rff is not None:
             for name, buf in state["rff_buffers"].items():
                 setattr(self.rff, name, buf.to(dev))

@@ -204,6 +204,23 @@ def fidelity_weights(scores: Tensor, support: Tensor | None = None, redundancy: 
     return torch.nan_to_num(probs, nan=0.0)  # rows with no support: softmax of all -inf
 
 
+def helpful_posterior(scores: Tensor, num_valid: Tensor, tau_helpful: float = TAU_HELPFUL) -> Tensor:
+    r"""``P(helpful_n | z_n) = σ(z_n μ − μ²/2)``, ``μ = τ_h / s(n)``: each peer's posterior of being
+    helpful (rank agreement ``τ_h``) rather than unrelated (``τ = 0``), equally likely a priori
+    (:func:`peer_trust`). 1/2 while the agent has fewer than two observations.
+
+    Args:
+        scores: ``batch_shape x N`` fidelity scores. num_valid: ``batch_shape`` valid observations.
+        tau_helpful: ``τ_h``.
+
+    Returns:
+        ``batch_shape x N`` probabilities.
+    """
+    z = scores.to(torch.float64)
+    mu = (tau_helpful / null_std(num_valid).to(z)).unsqueeze(-1)  # 0 with fewer than two observations
+    return torch.sigmoid(z * mu - mu.square() / 2)
+
+
 def peer_trust(scores: Tensor, probs: Tensor, num_valid: Tensor, tau_helpful: float = TAU_HELPFUL) -> Tensor:
     r"""How much the peer drawn from ``P_N`` is expected to help: ``g = Σ_n P_N(n) · min(1, 2 P(helpful_n | z_n))``.
 
@@ -224,9 +241,7 @@ def peer_trust(scores: Tensor, probs: Tensor, num_valid: Tensor, tau_helpful: fl
     Returns:
         ``batch_shape`` trust in ``[0, 1]``.
     """
-    z = scores.to(torch.float64)
-    mu = (tau_helpful / null_std(num_valid).to(z)).unsqueeze(-1)  # 0 with fewer than two observations
-    helpful = torch.sigmoid(z * mu - mu.square() / 2)
+    helpful = helpful_posterior(scores, num_valid, tau_helpful)
     g = (probs.to(torch.float64) * (2 * helpful).clamp_max(1)).sum(-1)
     return g.clamp(0, 1)
 
@@ -284,6 +299,7 @@ __all__ = [
     "check_agent_weights",
     "fidelity_scores",
     "fidelity_weights",
+    "helpful_posterior",
     "kendall_tau",
     "learn_peer_choice",
     "null_std",

@@ -9,6 +9,9 @@ r"""The settings of a federation: one dataclass per concern, one set of defaults
 * :class:`PrivacySettings` — how releases are accounted: the accountant, δ, a budget.
 * :class:`~fbo_torch.optim.domain.Domain` — where agents search and the maximizer's options.
 
+The defaults are the local engine (``gp_kernel: fbo``, ``gp_warp: auto``,
+``own_acquisition: logei``); the papers' agents (a Thompson sample of BoTorch's
+``SingleTaskGP``) are the setup ``paper`` (:mod:`fbo_torch.simulate.presets`).
 These classes hold the only defaults. The YAML experiment file
 (:mod:`fbo_torch.experiments.config`), a Flower run config
 (:mod:`fbo_torch.flower.config`) and Python code build them and add no
@@ -87,8 +90,9 @@ class MethodSettings:
         rff_noise_variance: ``σ²`` in the agents' RFF posteriors.
         p_t / p1_equals_p2: Probability of using the own GP (see :class:`PtSchedule`).
         gp_kernel / gp_refit_every: The agents' own GPs: a name in
-            :data:`~fbo_torch.models.batched_gp.GP_SPECS` (``"botorch"``: BoTorch's
-            ``SingleTaskGP``; ``"rbf"``: scaled RBF/ARD by maximum likelihood) and how
+            :data:`~fbo_torch.models.batched_gp.GP_SPECS` (``"fbo"``, the default: the local
+            engine's; ``"botorch"``: BoTorch's ``SingleTaskGP``, ``setup: paper``; ``"rbf"``:
+            scaled RBF/ARD by maximum likelihood) and how
             often hyperparameters are re-fitted (every ``k`` GP updates; 0: only once).
         gp_fit_maxiter: Iteration cap of the batched hyperparameter fit.
         gp_restarts: Random restarts of each refit besides its first start (the
@@ -101,8 +105,8 @@ class MethodSettings:
         repeated_query: ``"keep"``, or ``"random"``: a query that repeats one of
             the agent's earlier queries is replaced by a uniform random point
             (the authors' code does this).
-        gp_warp: ``"none"``, or ``"auto"``: each agent's GP models an increasing warp of
-            its observations, chosen per agent and refit among the identity and the
+        gp_warp: ``"auto"`` (the default), or ``"none"`` (``setup: paper``): each agent's GP
+            models an increasing warp of its observations, chosen per agent and refit among the identity and the
             log-gap warps by the marginal likelihood of the original observations
             (:mod:`~fbo_torch.models.outcome_warp`; for heavy-tailed values such as a
             shifted Sphere's or Rosenbrock's). Thompson samples, LogEI and UCB then act
@@ -115,12 +119,12 @@ class MethodSettings:
             Thompson sample (256; None: BoTorch's default, 1024, about 4x slower;
             the reference implementation used 100 features for its own samples).
         own_acquisition: What an agent maximizes on its own GP's branch (probability
-            ``p_t``; ``None``: the algorithm's default, ``"logei"`` for ``peer_prior``,
-            else ``"ts"``): ``"ts"``, a Thompson sample (the papers' choice); ``"logei"``,
-            BoTorch's analytic ``LogExpectedImprovement`` with ``best_f`` the agent's
-            best valid observation so far; ``"ucb"``, ``UpperConfidenceBound`` with
-            ``β = ucb_beta`` (:mod:`fbo_torch.acquisition.batched`, all agents in one
-            batch). RGPE and TAF have acquisitions of their own and ignore it.
+            ``p_t``): ``"logei"`` (the default, the local engine's), BoTorch's analytic
+            ``LogExpectedImprovement`` with ``best_f`` the agent's best valid observation
+            so far; ``"ts"``, a Thompson sample (the papers' choice, ``setup: paper``);
+            ``"ucb"``, ``UpperConfidenceBound`` with ``β = ucb_beta``
+            (:mod:`fbo_torch.acquisition.batched`, all agents in one batch). RGPE and TAF
+            have acquisitions of their own and ignore it; ``peer_prior`` needs an analytic one.
         ucb_beta: ``β ≥ 0`` of ``own_acquisition="ucb"``.
         faults: Fault injection for robustness studies, ``{eval_failure_rate: r,
             dropout_rate: r, byzantine_rate: r, byzantine_kind: nan | inf | huge |
@@ -141,16 +145,16 @@ class MethodSettings:
     rff_noise_variance: float = 0.01
     p_t: Any = "1-1/sqrt(t)"
     p1_equals_p2: bool = True
-    gp_kernel: str = "botorch"
+    gp_kernel: str = "fbo"
     gp_refit_every: int = 1
     gp_sample_features: int | None = 256
     gp_fit_maxiter: int = 60
     gp_restarts: int = 0
     gp_warm_start: bool = False
-    gp_warp: str = "none"
+    gp_warp: str = "auto"
     message_outputs: str = "raw"
     repeated_query: str = "keep"
-    own_acquisition: str | None = None
+    own_acquisition: str = "logei"
     ucb_beta: float = 2.0
     faults: dict[str, Any] | None = None
 
@@ -180,8 +184,6 @@ class MethodSettings:
             raise ValueError(f"`gp_warp` must be one of {GP_WARPS}, got {self.gp_warp!r}.")
         if self.message_outputs not in MESSAGE_OUTPUTS:
             raise ValueError(f"`message_outputs` must be one of {MESSAGE_OUTPUTS}, got {self.message_outputs!r}.")
-        if self.own_acquisition is None:
-            self.own_acquisition = self.default_own_acquisition
         if self.own_acquisition not in OWN_ACQUISITIONS:
             raise ValueError(f"`own_acquisition` must be one of {OWN_ACQUISITIONS}, got {self.own_acquisition!r}.")
         b = self.ucb_beta
@@ -204,13 +206,6 @@ class MethodSettings:
     def method(self) -> type[Method]:
         """The algorithm's :class:`~fbo_torch.methods.base.Method` class (from the registry)."""
         return get_method(getattr(self, "algorithm", None), self.KIND)
-
-    @property
-    def default_own_acquisition(self) -> str:
-        """``own_acquisition`` when none is given: the algorithm's default."""
-        if self.KIND is None:
-            return "ts"
-        return self.method.default_own_acquisition
 
     def fault_injector(self) -> FaultInjector:
         """The :class:`~fbo_torch.federation.faults.FaultInjector` :attr:`faults` describes (validated)."""

@@ -58,7 +58,6 @@ class Method:
             agents never hear from peers (standard TS).
         histories: The ``history.mode`` values it supports in an FTS experiment.
         own_acquisitions: The ``own_acquisition`` values it supports.
-        default_own_acquisition: ``own_acquisition`` when the settings give none.
         uses: Settings fields that only this algorithm reads (the YAML refuses them on
             another algorithm's method).
         aliases: Other names it is known by (e.g. a Flower run config's ``method``).
@@ -78,7 +77,6 @@ class Method:
     message: ClassVar[str] = "none"
     histories: ClassVar[tuple[str, ...]] = HISTORY_MODES
     own_acquisitions: ClassVar[tuple[str, ...]] = OWN_ACQUISITIONS
-    default_own_acquisition: ClassVar[str] = "ts"
     uses: ClassVar[tuple[str, ...]] = ()
     aliases: ClassVar[tuple[str, ...]] = ()
 

@@ -64,17 +64,12 @@ class DrawMethod(Method):
         """``R x A x M`` messages the peers are scored by (the latest draws; subclasses may average them)."""
         return self.omegas
 
-    def learned_p_t(self, t: int) -> float | Tensor:
-        r"""``p_t`` of iteration ``t``; with learned ``P_N`` or peer trust, first score every peer's
-        message on each run's observations (one batched ``R x K x n x n`` comparison) and update
-        ``P_N`` (and ``p_t`` per run)."""
+    def peer_scores(self) -> tuple[Tensor, Tensor]:
+        r"""Every peer's fidelity score on each run's observations and its near-duplicate count:
+        ``(scores, copies)``, ``R x A`` each (0 and 1 for the run's own agent and non-peers), from one
+        batched ``R x K x n x n`` comparison over each run's possible peers (``K`` the most any run has)."""
         r = self.runner
-        s = r.settings
-        p = r.schedule(t)
-        if s.agent_weights == "uniform" and not s.peer_trust:
-            return p
         assert r.features is not None and r.dist is not None  # a draw method's runner has both
-        # score only each run's possible peers (R x K, K = the most any run has), not all A agents
         slots = self.scored_messages()
         omegas = slots.gather(1, r.peer_index.unsqueeze(-1).expand(-1, -1, slots.shape[-1]))
         preds = peer_predictions(r.features, omegas, r.X)  # R x K x n
@@ -85,6 +80,18 @@ class DrawMethod(Method):
             dim=1,
         )
         copies = torch.ones_like(r.dist.base).scatter_(1, r.peer_index, redundancy(omegas, ~padding))
+        return scores, copies
+
+    def learned_p_t(self, t: int) -> float | Tensor:
+        r"""``p_t`` of iteration ``t``; with learned ``P_N`` or peer trust, first score every peer's
+        message on each run's observations (:meth:`peer_scores`) and update ``P_N`` (and ``p_t`` per run)."""
+        r = self.runner
+        s = r.settings
+        p = r.schedule(t)
+        if s.agent_weights == "uniform" and not s.peer_trust:
+            return p
+        assert r.dist is not None
+        scores, copies = self.peer_scores()
         return learn_peer_choice(r.dist, scores, r.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust, copies)
 
     def state_dict(self) -> dict[str, Any]:

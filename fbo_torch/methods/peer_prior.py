@@ -32,7 +32,6 @@ class PeerPrior(DrawMethod):
 
     name = "peer_prior"
     own_acquisitions = ("logei", "ucb")
-    default_own_acquisition = "logei"  # πBO weights a log acquisition
     uses = ("agent_weights", "prior_strength", "prior_width", "prior_floor", "message_memory")
 
     peer_centers: Tensor

@@ -51,6 +51,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.acquisition.batched import BatchedLogExpectedImprovement
+from fbo_torch.federation.fidelity import fidelity_weights, helpful_posterior
 from fbo_torch.federation.schedules import OWN, draw_sources
 from fbo_torch.federation.search import maximize_rff_samples
 from fbo_torch.methods.base import register_method
@@ -150,7 +151,11 @@ class Transfer(DrawMethod):
         assert r.features is not None and r.dist is not None  # a draw method's runner has both
         R, dev = r.num_runs, r.device
         rows = torch.arange(R, device=dev)
-        self.learned_p_t(t)  # learned P_N from this round's messages (the bandit replaces p_t)
+        assert r.dist is not None
+        scores, copies = self.peer_scores()
+        if r.settings.agent_weights == "learned":
+            r.dist.reweight(fidelity_weights(scores, r.dist.support, copies))
+        helpful = helpful_posterior(scores, r.agents.mask.sum(-1))  # R x A
         if "landscape" in self.channels:
             r.agents.ls_prior = self.landscape_prior()
         X_own, _ = r.agents.own_proposals(t)
@@ -181,7 +186,8 @@ class Transfer(DrawMethod):
         k_msg = torch.full((R,), OWN, dtype=torch.long, device=dev)
         if "function" in self.channels:
             k_msg = draw_sources(0.0, r.dist, keys=kr.fold(r.agents.keys, t))  # a peer from P_N
-            available[:, FUNCTION_ARM] = k_msg >= 0
+            # a message is worth following only from a peer whose messages rank the agent's data
+            available[:, FUNCTION_ARM] = (k_msg >= 0) & (helpful[rows, k_msg.clamp_min(0)] >= 0.5)
             omega = self.omegas[rows, k_msg.clamp_min(0)]
             X_msg, _ = maximize_rff_samples(
                 r.features, omega, r.domain, keys=r.agents.round_keys(t, "message-maximize")

@@ -47,7 +47,7 @@ from fbo_torch.methods.base import Method, get_method
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.common import cpu_state
-from fbo_torch.simulate.presets import apply_setup
+from fbo_torch.simulate.presets import DEFAULT_SETUP, apply_setup
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
 
@@ -61,11 +61,11 @@ class FederationHistory:
         t_n: Observations per agent.
         mode: ``"random"`` or ``"ts"``.
         num_init: Random points before TS (``"ts"`` mode).
-        gp_kernel: Kernel of the agents' GPs (``"ts"`` mode; ``None``: ``setup``'s, ``"botorch"`` for ``modern``).
+        gp_kernel: Kernel of the agents' GPs (``"ts"`` mode; ``None``: ``setup``'s).
         seed: Seed of this history.
         device: Where tensors live.
-        setup: ``"modern"`` or ``"authors"`` (:mod:`fbo_torch.simulate.presets`): how the agents'
-            GPs are refit and sampled.
+        setup: A name in :data:`~fbo_torch.simulate.presets.SETUPS` (``"engine"``, ``"paper"``,
+            ``"authors"``): how the agents model and search their functions.
     """
 
     def __init__(
@@ -78,7 +78,7 @@ class FederationHistory:
         gp_kernel: str | None = HistorySettings.gp_kernel,
         seed: int = 0,
         device: torch.device | str = "cpu",
-        setup: str = "modern",
+        setup: str = DEFAULT_SETUP,
     ) -> None:
         if mode not in HISTORIES:
             raise ValueError(f"`history` must be one of {HISTORIES}, got {mode!r}.")

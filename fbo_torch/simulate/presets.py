@@ -1,33 +1,34 @@
-r"""Experimental setups: our defaults (``"modern"``) and the authors' (``"authors"``).
+r"""Experimental setups: the local engine (``"engine"``, the default), the papers' (``"paper"``) and the authors' code's (``"authors"``).
 
-The DP-FTS-DE and FTS algorithms are the same in both; what differs is how each
-agent models and searches its own function, and how the landmine objective is
-scored. ``setup: authors`` reproduces the choices of the authors' released code
-(the FTS code of 2020 and the DP-FTS-DE code of 2021; ``docs/design.md``, "Experiments",
-says where each comes from)::
+The FTS and DP-FTS-DE algorithms are the same in all three; what differs is how
+each agent models and searches its own function, and how the landmine objective
+is scored. ``setup: paper`` is what the papers describe with BoTorch's modern
+GP (``modern`` is its former name, still accepted); ``setup: authors`` reproduces
+the choices of the authors' released code (the FTS code of 2020 and the DP-FTS-DE
+code of 2021; ``docs/design.md``, "Experiments", says where each comes from)::
 
-    =====================================  =====================================  ==========================================
-    choice                                 ``modern`` (default)                   ``authors``
-    =====================================  =====================================  ==========================================
-    agent's GP                             BoTorch's ``SingleTaskGP`` model: RBF  isotropic RBF, zero mean, raw outputs,
-                                           with ARD and BoTorch's priors,         maximum likelihood (``gp_kernel="authors"``)
-                                           standardized outputs, MAP fit
-                                           (``"botorch"``)
-    hyperparameter refit                   the method's ``gp_refit_every`` (FTS:  every 5 evaluations, from the current
-                                           every evaluation; DP-FTS-DE: every 5;  values and 10 random restarts
-                                           see :mod:`~fbo_torch.federation.settings`),
-                                           from the default initialization
-                                           (as BoTorch)
-    own Thompson sample                    Matheron path, 256 random features     100 fresh random features
-    broadcast maximization                 one search per region, shared by all   each agent searches the broadcast with its
-                                           agents following it (``"shared"``)      own random restarts (``"per_agent"``)
-    a query that repeats an observed one   kept                                   replaced by a uniform random point
-    landmine SVM score                     AUC of ``decision_function``           AUC of Platt-scaled ``predict_proba``
-    landmine search space                  log-scale ``C``, ``γ``                  linear ``C ∈ [1e-4, 10]``, ``γ ∈ [1e-2, 10]``
-    =====================================  =====================================  ==========================================
+    =========================  ========================  ==========================  ==========================================
+    choice                     ``engine`` (default)      ``paper``                   ``authors``
+    =========================  ========================  ==========================  ==========================================
+    agent's GP                 BoTorch's model, noise    BoTorch's ``SingleTaskGP``  isotropic RBF, zero mean, raw outputs,
+                               floor 1e-6, short-        (RBF/ARD, its priors, MAP   maximum likelihood (``gp_kernel="authors"``)
+                               lengthscale prior         fit; ``"botorch"``)
+                               (``"fbo"``)
+    outputs                    per-agent log warps       as observed                 as observed
+                               chosen by evidence
+                               (``gp_warp: auto``)
+    own acquisition            LogEI                     Thompson sample (Matheron   Thompson sample, 100 fresh random features
+                                                         path, 256 features)
+    hyperparameter refit       the method's              the method's                every 5 evaluations, from the current
+                               ``gp_refit_every``        ``gp_refit_every``          values and 10 random restarts
+    broadcast maximization     one per region (shared)   one per region (shared)     each agent with its own restarts
+    a repeated query           kept                      kept                        replaced by a uniform random point
+    landmine SVM score         AUC of decision_function  AUC of decision_function    AUC of Platt-scaled ``predict_proba``
+    landmine search space      log-scale ``C``, ``γ``     log-scale ``C``, ``γ``       linear ``C ∈ [1e-4, 10]``, ``γ ∈ [1e-2, 10]``
+    =========================  ========================  ==========================  ==========================================
 
 Everything else (RFF features, weights, clipping, noise, accounting, ``p_t``,
-initial points) is the same in both. In FTS experiments the other agents' TS
+initial points) is the same in all. In FTS experiments the other agents' TS
 histories are built with the setup's GP choices too.
 """
 
@@ -37,10 +38,18 @@ import copy
 import dataclasses
 from typing import Any
 
-#: Runner settings each setup sets (fields of ``DPFTSDESettings`` / ``FTSSettings``).
+#: What the papers' agents do alone (FTS and DP-FTS-DE with BoTorch's modern GP): a Thompson sample of
+#: BoTorch's ``SingleTaskGP``, no output warp. ``paper`` and ``authors`` start from it.
+PAPER: dict[str, Any] = {"gp_kernel": "botorch", "gp_warp": "none", "own_acquisition": "ts"}
+
+#: Runner settings each setup sets (fields of ``DPFTSDESettings`` / ``FTSSettings``). ``engine`` sets
+#: nothing: the settings' defaults are the local engine. ``modern`` is ``paper``'s former name.
 SETUPS: dict[str, dict[str, Any]] = {
-    "modern": {},
+    "engine": {},
+    "paper": dict(PAPER),
+    "modern": dict(PAPER),
     "authors": {
+        **PAPER,
         "gp_kernel": "authors",
         "gp_restarts": 10,
         "gp_warm_start": True,
@@ -50,9 +59,13 @@ SETUPS: dict[str, dict[str, Any]] = {
         "broadcast_maximization": "per_agent",
     },
 }
+#: The setup of a configuration that names none.
+DEFAULT_SETUP = "engine"
 
 #: Objective arguments each setup sets, by objective type.
 OBJECTIVE_SETUPS: dict[str, dict[str, dict[str, Any]]] = {
+    "engine": {},
+    "paper": {},
     "modern": {},
     "authors": {
         "landmine": {
@@ -97,4 +110,13 @@ def objective_setup(objective_type: str, setup: str) -> dict[str, Any]:
     return copy.deepcopy(OBJECTIVE_SETUPS[setup].get(objective_type, {}))
 
 
-__all__ = ["OBJECTIVE_SETUPS", "SETUPS", "apply_setup", "check_setup", "objective_setup", "setup_choices"]
+__all__ = [
+    "DEFAULT_SETUP",
+    "OBJECTIVE_SETUPS",
+    "PAPER",
+    "SETUPS",
+    "apply_setup",
+    "check_setup",
+    "objective_setup",
+    "setup_choices",
+]

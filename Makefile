@@ -48,9 +48,11 @@ format: $(STAMP)
 	$(PY) -m ruff format .
 
 # The API reference (from the docstrings) and docs/*.md as one site in docs/_build/html; every
-# warning is an error and every cross-reference must resolve (-n)
+# warning is an error and every cross-reference must resolve (-n); then no link may leave the site
+# (the repository files the guides link to are copied into it: docs/_ext/repo_pages.py)
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -n -b html docs docs/_build/html
+	$(PY) docs/check_links.py docs/_build/html
 
 # DP-FTS-DE on Flower's deployment engine: a SuperLink and 4 SuperNodes on 127.0.0.1 with
 # TLS and SuperNode authentication (credentials generated in a temporary folder), 3 rounds on
@@ -61,4 +63,4 @@ flower-demo: $(STAMP)
 	VENV=$(abspath $(VENV)) examples/flower_app/run_demo.sh
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache docs/_build docs/_autosummary
+	rm -rf $(VENV) runs .pytest_cache docs/_build docs/_autosummary docs/_repo

@@ -28,7 +28,8 @@ extensions = [
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
     "myst_parser",
-    "fbo_refs",  # docs/_ext/fbo_refs.py: names resolved as Python resolves them, repository links
+    "fbo_refs",  # docs/_ext/fbo_refs.py: names resolved as Python resolves them
+    "repo_pages",  # docs/_ext/repo_pages.py: the repository files the guides link to, copied into the site
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}

@@ -7,7 +7,8 @@ Commands::
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
     report DIR               redraw plots and summary from DIR/results.json
     privacy                  ε of a DP-FTS-DE setting under each accountant
-    data emnist --root DIR   download EMNIST for the EMNIST CNN objective
+    examples DIR             copy the example configs and programs (configs/, examples/) into DIR
+    data emnist [--root DIR] download EMNIST for the EMNIST CNN objective
 
 Each command imports what it runs when it runs (the experiment modules load
 matplotlib and Opacus), so ``--help`` and ``--version`` answer without them.
@@ -258,6 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="delta of (epsilon, delta)-DP, 0 < delta < 1 (instead of --num-agents)",
     )
 
+    ex = sub.add_parser(
+        "examples",
+        help="copy the example configs and programs into a folder",
+        description="Copy the example configs (configs/: every committed experiment) and programs (examples/: "
+        "your own objective, Ax, the Flower app and its demo) that ship with fbo_torch into DIR, so they run "
+        "outside the repository: cd DIR && fbo-torch run configs/fts_synthetic.yaml --out runs/fts. "
+        "Nothing is overwritten.",
+    )
+    ex.add_argument("dir", type=_user_path, metavar="DIR", help="the folder to copy into (created)")
+
     dt = sub.add_parser(
         "data",
         help="download a dataset for the image objectives (EMNIST)",
@@ -270,9 +281,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Download EMNIST through torchvision (also where `import torchvision` alone fails on a CPU "
         "torch) into DIR/EMNIST/raw, check its MD5, and say how to use it (FBO_EMNIST_ROOT=DIR).",
     )
-    em.add_argument("--root", type=Path, required=True, metavar="DIR", help="the folder to download into")
+    em.add_argument(
+        "--root",
+        type=_user_path,
+        default=None,
+        metavar="DIR",
+        help="the folder to download into (default: the user data folder, $FBO_DATA_DIR or "
+        "~/.local/share/fbo_torch, where the EMNIST objectives look when no root is given)",
+    )
     em.add_argument("--url", default=None, help="a mirror of NIST's gzip.zip (the same file: its MD5 is checked)")
     return parser
+
+
+def say(line: str) -> None:
+    r"""Print ``line`` to stdout; once stdout is a closed pipe (``fbo-torch run ... | head``), print nothing more
+    and go on: a reader that stopped reading ends the output, not the run."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        # Python's advice: point stdout at /dev/null, so later writes (and the flush at exit) do not fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _again(command: list[str], out: Path) -> str:
@@ -313,15 +343,14 @@ def _cmd_run(
     quiet: bool = False,
     plot_formats: tuple[str, ...] = ("png",),
     max_memory: int | None = None,
+    threads: int | None = None,
 ) -> int:
     r"""Run ``config`` into ``out``; returns the exit status. Errors are one line on stderr: 2 for a
     config or output-folder problem (nothing ran), 1 for a failure while running (a file that could
     not be written, ...), 130 for Ctrl-C; the last two say how to resume. Status lines go to stdout
     (one per scenario and per finished method) unless ``quiet``."""
-    from fbo_torch.experiments.config import ConfigError, load_config
-    from fbo_torch.experiments.loop import run_experiment
+    from fbo_torch.experiments.config import ConfigError, load_config  # no torch: a config error is quick
     from fbo_torch.experiments.outdir import MANIFEST, OutputError, WriteError
-    from fbo_torch.experiments.report import summary_table
 
     if again is None:
         again = (
@@ -338,7 +367,7 @@ def _cmd_run(
 
     def log(line: str) -> None:
         if not quiet:
-            print(line, flush=True)
+            say(line)
 
     _user_modules_importable()
     try:
@@ -346,6 +375,13 @@ def _cmd_run(
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from fbo_torch.experiments.loop import run_experiment  # torch, BoTorch, matplotlib: after the config is checked
+    from fbo_torch.experiments.report import summary_table
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -382,10 +418,10 @@ def _cmd_run(
         print(f"error: {err}", file=sys.stderr)
         return 1
     if not quiet:
-        print()
-        print(summary_table(results))
-        print(f"\nfinished in {time.perf_counter() - t0:.1f} s")
-        print("\n".join(_written(out, results.get("reports", []))))
+        say("")
+        say(summary_table(results))
+        say(f"\nfinished in {time.perf_counter() - t0:.1f} s")
+        say("\n".join(_written(out, results.get("reports", []))))
     return 0
 
 
@@ -450,15 +486,41 @@ def _cmd_data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.dataset != "emnist":
         parser.error("give a DATASET: emnist")
     from fbo_torch.objectives.emnist import EMNIST_ROOT_ENV, download_emnist
+    from fbo_torch.utils.paths import user_data_dir
+
+    root = args.root if args.root is not None else user_data_dir()
+    try:
+        n_train, n_test = download_emnist(root, args.url)
+    except (OSError, RuntimeError, ImportError, ValueError) as err:
+        print(f"error: downloading EMNIST into {root} failed: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    use = (
+        "the EMNIST objectives find them there"
+        if args.root is None
+        else f"use them with {EMNIST_ROOT_ENV}={root} (or objective.root)"
+    )
+    print(f"EMNIST digits in {root / 'EMNIST' / 'raw'}: {n_train} training and {n_test} test images; {use}")
+    return 0
+
+
+def _cmd_examples(dest: Path) -> int:
+    """Copy the shipped example configs and programs into ``dest``; errors are one line on stderr."""
+    from fbo_torch.utils.paths import copy_examples
 
     try:
-        n_train, n_test = download_emnist(args.root, args.url)
-    except (OSError, RuntimeError, ImportError, ValueError) as err:
-        print(f"error: downloading EMNIST into {args.root} failed: {' '.join(str(err).split())}", file=sys.stderr)
-        return 1
+        written = copy_examples(dest)
+    except OSError as err:  # FileExistsError (nothing copied) included
+        text = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
+        print(f"error: fbo-torch examples {dest}: {text}", file=sys.stderr)
+        return 2
+    configs = sum(p.relative_to(dest).parts[0] == "configs" for p in written)
     print(
-        f"EMNIST digits in {args.root / 'EMNIST' / 'raw'}: {n_train} training and {n_test} test images; "
-        f"use them with {EMNIST_ROOT_ENV}={args.root} (or objective.root)"
+        f"copied {configs} example configs to {dest / 'configs'} and {len(written) - configs} example files to "
+        f"{dest / 'examples'}. Next:\n"
+        f"  cd {shlex.quote(str(dest))} && fbo-torch run configs/fts_synthetic.yaml --out runs/fts_synthetic\n"
+        f"  cd {shlex.quote(str(dest / 'examples'))} && fbo-torch run custom_objective.yaml --out ../runs/custom\n"
+        f"  {shlex.quote(str(dest / 'examples' / 'flower_app' / 'run_demo.sh'))}"
+        "   (the Flower demo on this machine; needs the flower extra)"
     )
     return 0
 
@@ -473,17 +535,39 @@ def parser_for(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return parser
 
 
+def check_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    r"""Refuse an option the command does not know before argparse looks for the required ones, so that
+    ``--outt DIR`` says ``unrecognized option --outt (did you mean --out?)``, not that ``--out`` is missing
+    (exits with status 2, as argparse does)."""
+    import difflib
+
+    chain, sub = [parser], parser  # the parsers of the command and its sub-commands (`data emnist`)
+    for arg in argv:
+        if arg == "--":
+            break
+        inner = parser_for(sub, arg) if not arg.startswith("-") else sub
+        if inner is not sub:
+            chain.append(inner)
+            sub = inner
+    known = [o for p in chain for action in p._actions for o in action.option_strings]
+    for arg in argv:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--") or name in known or sum(o.startswith(name) for o in known) == 1:
+            continue
+        close = difflib.get_close_matches(name, [o for o in known if o.startswith("--")], n=1)
+        sub.error(f"unrecognized option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    check_options(parser, list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        print("\nerror: give a COMMAND (run, quickstart, report, privacy, data)", file=sys.stderr)
+        print("\nerror: give a COMMAND (run, quickstart, report, privacy, examples, data)", file=sys.stderr)
         return 2
-    if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
     if args.command == "run":
         num_inits = args.inits
         if args.seeds is not None:
@@ -504,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             quiet=args.quiet,
             plot_formats=args.plot_format,
             max_memory=args.max_memory,
+            threads=args.threads,
         )
     if args.command == "quickstart":
         cfg = resources.files("fbo_torch.experiments").joinpath("quickstart.yaml")
@@ -521,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
                 plot_formats=args.plot_format,
             )
         if code == 0 and not args.quiet:
-            print("\nOpen the plot above to see simple regret per iteration (lower is better).")
+            say("\nOpen the plot above to see simple regret per iteration (lower is better).")
         return code
     if args.command == "privacy":
         return _cmd_privacy(args, parser_for(parser, "privacy"))
@@ -529,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_report(args.out, args.plot_format)
     if args.command == "data":
         return _cmd_data(args, parser_for(parser, "data"))
+    if args.command == "examples":
+        return _cmd_examples(args.dir)
     parser.error(f"unknown command {args.command!r}")
 
 

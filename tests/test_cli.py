@@ -98,6 +98,39 @@ def test_dp_cli_end_to_end_and_resume(tmp_path):
     assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--resume"]) == 0
     again = json.loads((out / "results.json").read_text())
     assert again["scenarios"][0]["methods"][2]["loss_mean"] == dp["loss_mean"]
+    # every accountant asked for is in the summary, beside the run's own and its delta
+    summary = (out / "summary.txt").read_text()
+    assert f"(delta={dp['delta']:.3g}, rdp-classic; rdp: {dp['epsilon_other_accountants']['rdp']:.2f})" in summary
+
+
+def test_a_run_without_private_methods_writes_no_privacy_plots(tmp_path, capsys):
+    """Before: a non-private dp_fts_de run with `privacy.delta: 1e-5` wrote an empty privacy_utility.png
+    labelled "privacy loss ε (, δ unknown)", and epsilon.png."""
+    text = DP_TINY.replace("privacy: {accountant: rdp-classic, extra_accountants: [rdp]}", "privacy: {delta: 1.0e-5}")
+    text = text.replace("runs: {num_inits: 2}", "runs: {num_inits: 1}").rsplit("  - {name: DP-FTS-DE", 1)[0]
+    out = tmp_path / "out"
+    assert main(["run", str(write(tmp_path, text)), "--out", str(out), "--no-progress"]) == 0
+    assert not list(out.glob("privacy_utility.*")) and not list(out.glob("epsilon.*"))
+    assert json.loads((out / "results.json").read_text())["reports"] == [
+        "simple_regret.png",
+        "results.csv",
+        "summary.txt",
+    ]
+    assert "plots:   " + str(out / "simple_regret.png") + "\n" in capsys.readouterr().out
+
+
+def test_a_closed_pipe_ends_the_output_not_the_run(tmp_path):
+    """Before: `fbo-torch run ... | head -1` killed the run ("Broken pipe", exit status 1)."""
+    cfg = _tiny_quickstart(tmp_path)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "fbo_torch.cli", "run", str(cfg), "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("resolved config:")
+    proc.stdout.close()  # as `| head -1` does after its line
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "Broken pipe" not in err and "BrokenPipeError" not in err
+    assert {"results.json", "summary.txt", "simple_regret.png"} <= {p.name for p in out.iterdir()}
 
 
 @pytest.mark.parametrize(
@@ -278,7 +311,8 @@ def test_help_and_version_answer_without_importing_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
-    assert "data emnist" not in out.stderr and "COMMAND (run, quickstart, report, privacy, data)" in out.stderr
+    assert "data emnist" not in out.stderr
+    assert "COMMAND (run, quickstart, report, privacy, examples, data)" in out.stderr
 
 
 def test_device_switches_every_part_of_a_run_the_objective_included(tmp_path, monkeypatch, capsys):

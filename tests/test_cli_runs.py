@@ -218,6 +218,11 @@ def test_overwrite_refuses_a_folder_no_run_wrote(tmp_path, capsys):
     assert (out / "thesis.tex").read_text() == "precious"
     assert _run(_cfg(tmp_path, FTS), "--out", out, "--resume") == 2  # nothing to check the config against
     assert "no run.json" in capsys.readouterr().err
+    # without a flag: not told to --overwrite (or --resume) a folder no run wrote, such as `--out /`
+    assert _run(_cfg(tmp_path, FTS), "--out", out) == 2
+    err = capsys.readouterr().err
+    assert "holds files that no fbo-torch run wrote (thesis.tex)" in err and "choose an empty or new folder" in err
+    assert "--overwrite" not in err and "--resume" not in err
 
 
 def test_resume_and_overwrite_exclude_each_other(tmp_path, capsys):
@@ -363,6 +368,60 @@ def test_overwrite_deletes_only_files_that_hold_what_the_run_wrote(finished, tmp
         assert "results.json" in folder.deleted and not set(forged) & set(folder.deleted)
     assert [(out / m).read_text() for m in mine] == ["print('mine')", "ref: refs/heads/main", "precious", "also mine"]
     assert (out / "summary.txt").read_text() == "edited by the user" and not (out / "results.json").exists()
+
+
+def test_overwrite_never_writes_over_a_file_it_kept(finished, tmp_path, capsys):
+    """Before: an edited summary.txt was kept by --overwrite ("kept 2 it did not write: ..., summary.txt") and
+    then written over by the new run. Each file the run wrote, edited in turn, survives --overwrite: the run is
+    refused with one line and deletes nothing."""
+    _, cfg, src = finished
+    written = [f for f in json.loads((src / "run.json").read_text())["files"] if not f.endswith("/")]
+    assert {"summary.txt", "results.csv", "epsilon.png", "config.resolved.yaml", "run.json"} <= set(written)
+    assert any(f.startswith("checkpoints/") for f in written)
+    for i, name in enumerate(written):
+        out = _copy(src, tmp_path / f"out{i}")
+        with open(out / name, "ab") as f:
+            f.write(b"\nmy note\n")
+        edited = (out / name).read_bytes()
+        results = (out / "results.json").read_bytes()
+        capsys.readouterr()
+        assert _run(cfg, "--out", out, "--overwrite") == 2, name
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "nothing was deleted" in err, (name, err)
+        assert (out / name).read_bytes() == edited, name
+        if name != "results.json":
+            assert (out / "results.json").read_bytes() == results, name
+    # a file of yours that no run wrote but whose name the run writes: the same
+    out = _copy(src, tmp_path / "foreign")
+    (out / "epsilon.png").unlink()
+    (out / "epsilon.svg").write_text("my drawing")
+    assert _run(cfg, "--out", out, "--overwrite", "--plot-format", "png,svg") == 2
+    assert "epsilon.svg" in capsys.readouterr().err and (out / "epsilon.svg").read_text() == "my drawing"
+    # what --overwrite kept is never written over, even by a write the run's plan did not foresee
+    out = _copy(src, tmp_path / "guard")
+    (out / "notes.txt").write_text("mine")
+    with OutputFolder(out, overwrite=True) as folder:
+        assert "notes.txt" in folder.kept
+        with pytest.raises(OutputError, match="notes.txt was kept by --overwrite"):
+            outdir.atomic_write_text(out / "notes.txt", "the run's")
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_file_holding_its_previous_recorded_contents_counts_as_written(tmp_path):
+    """A run killed between recording a write in run.json and finishing it leaves the earlier contents: still
+    the run's, so --overwrite deletes it (and does not refuse the folder as if the user had edited it)."""
+    out = tmp_path / "out"
+    with OutputFolder(out) as folder:
+        folder.write_manifest({"experiment": "fts"})
+        outdir.atomic_write_text(out / "summary.txt", "first")
+        folder.record(out / "summary.txt", data=b"second")  # recorded, then killed before the write
+    folder = OutputFolder(out, overwrite=True).open(create=False)
+    try:
+        folder.refuse_overwriting({"summary.txt"})  # the run writes a summary.txt: not refused
+        folder.open()
+    finally:
+        folder.close()
+    assert "summary.txt" in folder.deleted and not (out / "summary.txt").exists()
 
 
 def _linked_checkpoints(src, tmp_path):

@@ -1,5 +1,7 @@
 """The package as a user gets it: ``python -m build`` makes an sdist and a wheel, and the wheel, installed
-into a fresh virtual environment, runs the quickstart's smallest path from outside the repository.
+into a fresh virtual environment, runs the quickstart's smallest path from outside the repository, copies the
+example configs and programs it ships (``fbo-torch examples DIR``) and runs one of them there, and looks for
+data in the user's data folder, never in its own.
 
 No network: the build runs without isolation (setuptools from the ``dev`` extra), the wheel is installed
 with ``--no-index --no-deps``, and the fresh environment sees the test environment's dependencies
@@ -27,7 +29,8 @@ import fbo_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What the sdist may hold at its top level: the project's files, and what setuptools adds.
-SDIST_TOP_LEVEL = {"fbo_torch", "pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in"}
+SDIST_TOP_LEVEL = {"fbo_torch", "pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", "LICENSE"}
+SDIST_TOP_LEVEL |= {"configs", "examples", "_build_examples.py"}  # the examples, and the hook that ships them
 SDIST_TOP_LEVEL |= {"PKG-INFO", "setup.cfg", "fbo_torch.egg-info"}
 
 pytestmark = pytest.mark.skipif(
@@ -36,8 +39,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _run(cmd, cwd, **kwargs):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+def _run(cmd, cwd, env=None, **kwargs):
+    env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PYTHON")}
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, **kwargs)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -69,7 +72,8 @@ def test_sdist_holds_the_package_and_no_tests_benchmarks_or_runs(dists):
     assert sdist.name == f"{top}.tar.gz"
     with tarfile.open(sdist) as tar:
         names = {name.removeprefix(f"{top}/") for name in tar.getnames()}
-    assert {"pyproject.toml", "README.md", "CHANGELOG.md", "PKG-INFO"} <= names
+    assert {"pyproject.toml", "README.md", "CHANGELOG.md", "PKG-INFO", "LICENSE"} <= names
+    assert {"configs/fts_synthetic.yaml", "examples/custom_objective.py", "examples/flower_app/run_demo.sh"} <= names
     assert {"fbo_torch/py.typed", "fbo_torch/experiments/quickstart.yaml", "fbo_torch/cli.py"} <= names
     # Nothing beside the package and the project's files: no tests, benchmarks (or their results), runs, docs.
     top_level = {name.split("/")[0] for name in names if name != top}
@@ -84,6 +88,12 @@ def test_wheel_installs_and_runs_the_quickstart_outside_the_repository(dists, tm
         meta = email.message_from_bytes(zf.read(f"fbo_torch-{fbo_torch.__version__}.dist-info/METADATA"))
     assert meta["Version"] == fbo_torch.__version__
     assert {"fbo_torch/py.typed", "fbo_torch/experiments/quickstart.yaml"} <= names
+    # the license the metadata names, and the examples as package data
+    assert meta["License-Expression"] == "MIT" and meta["License-File"] == "LICENSE"
+    assert f"fbo_torch-{fbo_torch.__version__}.dist-info/licenses/LICENSE" in names
+    shipped = {n.removeprefix("fbo_torch/_examples/") for n in names if n.startswith("fbo_torch/_examples/")}
+    repo = {p.relative_to(ROOT).as_posix() for d in ("configs", "examples") for p in (ROOT / d).rglob("*")}
+    assert shipped == {n for n in repo if (ROOT / n).is_file() and "__pycache__" not in n}
     assert all(n.startswith(("fbo_torch/", "fbo_torch-")) for n in names), sorted(names)
 
     # A fresh environment (no pip inside: the test environment's pip installs into it).
@@ -128,3 +138,45 @@ def test_wheel_installs_and_runs_the_quickstart_outside_the_repository(dists, tm
     assert results["fbo_torch_version"] == fbo_torch.__version__
     written = {p.name for p in out.iterdir()}
     assert {"results.csv", "summary.txt", "simple_regret.png", "config.resolved.yaml"} <= written
+
+    # A README command from outside the tree: the config is not there, and the error says where it is
+    proc = subprocess.run(
+        [script, "run", "configs/fts_synthetic.yaml", "--out", "o"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "fbo-torch examples DIR" in proc.stderr, proc.stderr
+    # ... and `fbo-torch examples DIR` copies the configs and programs; the custom-objective example runs there
+    mine = tmp_path / "mine"
+    said = _run([script, "examples", mine], cwd=tmp_path)
+    assert (
+        "cd" in said
+        and (mine / "configs" / "fts_synthetic.yaml").read_text()
+        == (ROOT / "configs" / "fts_synthetic.yaml").read_text()
+    )
+    assert os.access(mine / "examples" / "flower_app" / "run_demo.sh", os.X_OK)
+    cfg = mine / "examples" / "custom_objective.yaml"
+    text = cfg.read_text()
+    for old, new in (
+        ("num_agents: 6", "num_agents: 3"),
+        ("steps: 60", "steps: 5"),
+        ("num_inits: 2", "num_inits: 1"),
+        ("num_iterations: 12", "num_iterations: 2"),
+        ("num_init: 3", "num_init: 2"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    cfg.write_text(text)
+    _run(
+        [script, "run", "custom_objective.yaml", "--out", "../runs/custom", "--quiet"],
+        cwd=mine / "examples",
+        timeout=300,
+    )
+    assert json.loads((mine / "runs" / "custom" / "results.json").read_text())["name"] == "custom_objective"
+
+    # Data is looked for in the user's data folder, never inside the installed package
+    env = {"FBO_DATA_DIR": str(tmp_path / "my-data"), "FBO_LANDMINE_PATH": ""}
+    probe = (
+        "from fbo_torch.objectives.landmine import resolve_landmine_path\n"
+        "try:\n    resolve_landmine_path()\nexcept FileNotFoundError as err:\n    print(err)\n"
+    )
+    said = _run([python, "-c", probe], cwd=tmp_path, env={**os.environ, **env})
+    assert str(tmp_path / "my-data" / "LandmineData.mat") in said and "site-packages" not in said, said

@@ -183,3 +183,35 @@ def test_relative_links_resolve_to_files_in_the_repository(doc):
         elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
             bad.append(f"{target} (no heading #{anchor})")
     assert not bad, f"{doc.relative_to(ROOT)}: broken links: {bad}"
+
+
+def _per_agent(configuration: str, reference: str = "local") -> list[tuple[int, int, int, int]]:
+    """``(agents, better by mean, distinguishably better, distinguishably worse)`` of ``configuration`` against
+    ``reference`` on each committed peer benchmark (benchmarks/results/peers/*.md, paired differences)."""
+    out = []
+    for name in ("tetci2019_d3", "tetci2019_d10", "svm_landmine_d2"):
+        text = (ROOT / "benchmarks" / "results" / "peers" / f"{name}.md").read_text()
+        table = text.split(f"Paired difference to **{reference}**")[1].split("\n\n")[1]
+        (row,) = [line for line in table.splitlines() if line.startswith(f"| {configuration} |")]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        diffs = [float(c.rstrip("*")) for c in cells[3:]]
+        out.append((len(diffs), sum(d < 0 for d in diffs), int(cells[1]), int(cells[2])))
+    return out
+
+
+def test_the_recommendation_says_what_the_committed_numbers_say_per_agent():
+    """Before: the README called `FTS learned + trust` "ahead of local on all three peer benchmarks" (by mean
+    rank), while per agent it is ahead on about half of them."""
+    text = " ".join(README.read_text().split())
+    paragraph = text.split("**What we recommend when agents tune together:**")[1].split("**")[0]
+    assert "agent_weights: learned, peer_trust: true" in paragraph
+    per = _per_agent("FTS learned + trust")
+    agents, better = sum(p[0] for p in per), sum(p[1] for p in per)
+    split = ", ".join(f"{p[1]}/{p[0]}" for p in per)
+    words = {0: "none", 1: "1"}
+    claim = (
+        f"per agent better by mean on {better} of their {agents} agents ({split}), distinguishably better on "
+        f"{words.get(sum(p[2] for p in per), sum(p[2] for p in per))} and worse on "
+        f"{words.get(sum(p[3] for p in per), sum(p[3] for p in per))}"
+    )
+    assert claim in paragraph, (claim, paragraph)

@@ -9,25 +9,22 @@
 - Private base classes that public classes inherit from are documented (their methods are the
   public classes' methods).
 - Attribute docstrings are prose: a first line "Numbers sent: ..." is not napoleon's "type: text".
-- A guide's link to a file or folder of the repository outside ``docs/`` (``../configs/``,
-  ``../benchmarks/results/x/README.md``) links to that path in the checkout.
+
+(A guide's links to repository files outside ``docs/`` are the business of ``repo_pages.py``.)
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 from docutils import nodes
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.ext.napoleon.docstring import GoogleDocstring
-from sphinx.transforms.post_transforms import SphinxPostTransform
 
 PACKAGE = "fbo_torch"
 _MISSING = object()
@@ -162,37 +159,33 @@ def joined_attribute_names(app: Sphinx, what: str, name: str, obj: Any, options:
         lines[i] = _IVAR_NAMES.sub(lambda m: m.group(1) + re.sub(r"\s+", "", m.group(2)) + ":", line)
 
 
-class RepositoryLinks(SphinxPostTransform):
-    """A guide's link to a repository path outside docs/ links to that path in the checkout."""
+_JOINT_PARAM = re.compile(r"^(\s*):param ([A-Za-z_]\w*(?:\s*[/,]\s*[A-Za-z_]\w*)+):(.*)$")
 
-    default_priority = 5  # before MyST's resolver (9), which would warn about it
 
-    def run(self, **kwargs: Any) -> None:
-        srcdir = Path(self.env.srcdir)
-        root = srcdir.parent
-        outdir = Path(self.app.outdir)
-        for node in list(self.document.findall(addnodes.pending_xref)):
-            if node.get("reftype") != "myst":
-                continue
-            target = node["reftarget"]
-            if node.get("refdomain") == "doc":
-                if target in self.env.all_docs:
-                    continue
-                path = Path(target + ".md") if Path(target + ".md").is_absolute() else srcdir / (target + ".md")
-                anchor = node.get("reftargetid")
-            elif node.get("refdomain") is None:
-                target, _, anchor = target.partition("#")
-                path = (srcdir / Path(node["refdoc"]).parent / target).resolve()
-            else:
-                continue
-            path = path.resolve()
-            if not path.exists() or srcdir in path.parents or root not in path.parents:
-                continue
-            page = outdir / Path(node["refdoc"]).parent
-            uri = Path(os.path.relpath(path, page)).as_posix() + ("/" if path.is_dir() else "")
-            ref = nodes.reference("", "", refuri=uri + (f"#{anchor}" if anchor else ""), internal=False)
-            ref += node[0].deepcopy() if node.children else nodes.literal(target, target)
-            node.replace_self(ref)
+def split_joint_params(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+    """An "Args:" entry for several arguments (``num_restarts / raw_samples:``) documents each of them.
+
+    Napoleon turns it into one field ``:param num_restarts / raw_samples:``, which Sphinx shows as one
+    unknown name (and, with the type hints, both arguments again as undocumented); this gives each argument
+    its own field with the entry's text.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = _JOINT_PARAM.match(lines[i])
+        if m is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent, names, first = m.group(1), re.split(r"\s*[/,]\s*", m.group(2)), m.group(3)
+        body = []
+        i += 1
+        while i < len(lines) and lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) > len(indent):
+            body.append(lines[i])
+            i += 1
+        for n in names:
+            out += [f"{indent}:param {n}:{first}", *body]
+    lines[:] = out
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
@@ -200,5 +193,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("autodoc-skip-member", document_private_bases)
     GoogleDocstring._consume_inline_attribute = _consume_prose_attribute  # Sphinx 8.2 (pinned)
     app.connect("autodoc-process-docstring", joined_attribute_names, priority=600)  # after napoleon (500)
-    app.add_post_transform(RepositoryLinks)
+    app.connect("autodoc-process-docstring", split_joint_params, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

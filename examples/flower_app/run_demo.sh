@@ -10,6 +10,8 @@
 #
 #   examples/flower_app/run_demo.sh            (or: make flower-demo)
 #   VENV=.venv PORT=9300 NUM_NODES=4 ROUNDS=3 examples/flower_app/run_demo.sh
+#   (VENV: the environment with fbo_torch[flower]; default the repository's .venv, else the one whose
+#    fbo-torch is on PATH, as in a copy made by `fbo-torch examples DIR`)
 #   ROGUE=1 also starts a SuperNode whose key is not registered, claiming agent 0: it must be refused
 #   SECAGG=1 aggregates every release by SecAgg+ with distributed discrete Gaussian noise: the server
 #            never sees an agent's omega (aggregation = "secure"; DROPOUT_TOLERANCE, default 0.25); each
@@ -33,6 +35,9 @@ fi
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
+if [[ ! -x "$VENV/bin/python" ]]; then   # a copy from `fbo-torch examples DIR`: the environment fbo-torch runs in
+    VENV="$(dirname "$(dirname "$(command -v fbo-torch || echo /nonexistent/bin/fbo-torch)")")"
+fi
 PORT="${PORT:-9300}"                # SuperLink's HTTPS port (Fleet, Control and Runtime APIs)
 NUM_NODES="${NUM_NODES:-4}"
 ROUNDS="${ROUNDS:-3}"

@@ -48,7 +48,13 @@ class FederatedThompsonSampling(AcquisitionFunction):
         messages: ``N x M`` tensor of received weight vectors, or a sequence of
             :class:`~fbo_torch.federation.AgentMessage` (fingerprints are checked
             against ``features``). May be empty (``N = 0``) only with ``p_t = 1``,
-            e.g. in a loop that has used every message.
+            e.g. in a loop that has used every message. A tensor carries no
+            fingerprint: weights drawn on another feature map (another seed,
+            lengthscale or ``M`` of the same size) are *not* detected unless
+            ``fingerprint`` says which map they were drawn on; send
+            :class:`~fbo_torch.federation.AgentMessage` between agents
+            (:meth:`RFFBayesianLinear.messages <fbo_torch.models.RFFBayesianLinear.messages>`)
+            to have every one checked.
         features: The shared :class:`RandomFourierFeatures`.
         p_t: Probability in ``[0, 1]`` of using the own GP sample. With
             ``p_t = 1`` every candidate uses it and nothing is drawn from ``generator``
@@ -62,10 +68,12 @@ class FederatedThompsonSampling(AcquisitionFunction):
         peer_trust: Scale the probability of following a message by the trust
             in ``P_N``'s draw: ``p_t' = 1 - (1 - p_t)·g``
             (:func:`~fbo_torch.federation.fidelity.peer_trust`).
-        train_X / train_Y: The target's observations (``n x d`` raw inputs, like
-            the candidates; ``n`` or ``n x 1`` values) for ``"learned"`` weights and
-            ``peer_trust``; by default the model's training data (a model with an
-            input transform must be given ``train_X``: its stored inputs are transformed).
+        train_X: The target's ``n x d`` observed inputs (raw, like the candidates), for
+            ``"learned"`` weights and ``peer_trust``; by default the model's training inputs
+            (a model with an input transform must be given ``train_X``: its stored inputs
+            are transformed).
+        train_Y: The target's ``n`` (or ``n x 1``) observed values at ``train_X``, for
+            ``"learned"`` weights and ``peer_trust``; by default the model's training targets.
         generator: Optional ``torch.Generator``; it drives ``u``, the agent draw
             and (through a derived seed) the GP sample, so construction is
             reproducible.
@@ -83,6 +91,9 @@ class FederatedThompsonSampling(AcquisitionFunction):
             fitted on raw inputs, unless ``model`` has an input transform: then
             ``input_transform`` is required (the rule of
             :func:`~fbo_torch.federation.input_space.resolve_message_space`).
+        fingerprint: The fingerprint (:attr:`~fbo_torch.features.RandomFourierFeatures.fingerprint`)
+            of the map a ``messages`` tensor was drawn on (e.g. sent beside it, or the
+            sender's ``rff.fingerprint``); a ``ValueError`` when it is not ``features``'s.
 
     Attributes:
         source: ``"own"`` or the chosen message index (q = 1).
@@ -118,6 +129,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         train_Y: Tensor | None = None,
         own_acquisition: AcquisitionFunction | None = None,
         input_transform: Module | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         features = _check_features(features)
         super().__init__(model=model)
@@ -149,7 +161,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         if not isinstance(peer_trust, bool):
             raise ValueError(f"`peer_trust` must be True or False, got {peer_trust!r}.")
         if isinstance(messages, Tensor):
-            omegas = _omega_from(features, messages, name="messages")
+            omegas = _omega_from(features, messages, name="messages", fingerprint=fingerprint)
             if omegas.ndim != 2:
                 raise ValueError(f"`messages` must be an N x M tensor, got shape {tuple(omegas.shape)}.")
         elif isinstance(messages, Sequence) and len(messages) == 0:

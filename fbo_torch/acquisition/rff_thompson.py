@@ -36,9 +36,28 @@ def _check_features(features: object) -> RandomFourierFeatures:
     return features
 
 
-def _omega_from(features: RandomFourierFeatures, omega: Tensor | AgentMessage, name: str = "omega") -> Tensor:
+def check_fingerprint(features: RandomFourierFeatures, fingerprint: str | None, name: str = "omega") -> None:
+    r"""Weight vectors given as tensors carry no fingerprint: the caller may say which map they were drawn on
+    (``fingerprint``, a :attr:`RandomFourierFeatures.fingerprint`), and it must be ``features``'s."""
+    if fingerprint is None:
+        return
+    if not isinstance(fingerprint, str):
+        raise TypeError(f"`fingerprint` must be a RandomFourierFeatures.fingerprint (a str), got {fingerprint!r}.")
+    if fingerprint != features.fingerprint:
+        raise ValueError(
+            f"`{name}` were drawn on another feature map (fingerprint {fingerprint[:12]}...) than `features` "
+            f"({features.fingerprint[:12]}...): every agent must build the shared map from the same arguments "
+            "(RandomFourierFeatures.config()), or the weights mean nothing on it."
+        )
+
+
+def _omega_from(
+    features: RandomFourierFeatures, omega: Tensor | AgentMessage, name: str = "omega", fingerprint: str | None = None
+) -> Tensor:
     if isinstance(omega, AgentMessage):  # its dimension, then its feature map, checked
         omega = stack_omegas([omega], fingerprint=features.fingerprint, dim=features.dim)[0]
+    else:
+        check_fingerprint(features, fingerprint, name)
     check_tensor(name, omega)
     check_floating(name, omega)
     if omega.dtype != features.spectral.dtype:
@@ -79,13 +98,18 @@ class RFFThompsonSample(AcquisitionFunction):
     Args:
         features: The shared feature map ``φ``.
         omega: ``M`` weights, ``q x M`` weights, or an :class:`AgentMessage`
-            (whose fingerprint must match ``features``).
+            (whose fingerprint must match ``features``). A tensor carries no
+            fingerprint: it is checked against ``features`` only when
+            ``fingerprint`` is given, otherwise taken on trust.
         input_transform: The sender's input transform ``T`` (e.g. the
             ``Normalize(d, bounds=...)`` its model used), for a raw ``omega``
             tensor fitted on transformed inputs: the value is then ``φ(T(x))ᵀω``.
             By default a tensor is taken as fitted on raw inputs, and a message
             uses its own ``input_bounds``; a transform that disagrees with them
             is an error.
+        fingerprint: The :attr:`RandomFourierFeatures.fingerprint` of the map a
+            tensor ``omega`` was drawn on (e.g. sent beside it); a ``ValueError``
+            when it is not ``features``'s.
 
     Attributes:
         message_space: The :class:`~fbo_torch.federation.input_space.MessageSpace`
@@ -101,10 +125,14 @@ class RFFThompsonSample(AcquisitionFunction):
     omega: Tensor
 
     def __init__(
-        self, features: RandomFourierFeatures, omega: Tensor | AgentMessage, input_transform: Module | None = None
+        self,
+        features: RandomFourierFeatures,
+        omega: Tensor | AgentMessage,
+        input_transform: Module | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         features = _check_features(features)
-        weights = _omega_from(features, omega)
+        weights = _omega_from(features, omega, fingerprint=fingerprint)
         space = resolve_message_space(omega, input_transform, features.dim)
         omega = weights
         if omega.ndim not in (1, 2):

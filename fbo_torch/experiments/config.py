@@ -39,17 +39,18 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import torch
 import yaml
 
-from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings, HistorySettings, PrivacySettings
-from fbo_torch.methods.base import get_method
-from fbo_torch.objectives import objective_class
-from fbo_torch.optim.domain import DTYPE_OPTIONS, Domain, check_options, dtype_name
+from fbo_torch.experiments import schema
 from fbo_torch.simulate.presets import DEFAULT_SETUP, check_setup, objective_setup, setup_choices
+from fbo_torch.utils.paths import shipped_example
 from fbo_torch.utils.resources import parse_bytes
+
+if TYPE_CHECKING:  # torch and the settings classes are imported where a config is resolved, not to check one
+    from fbo_torch.federation.settings import HistorySettings, PrivacySettings
+    from fbo_torch.optim.domain import Domain
 
 TOP_KEYS = (
     "experiment",
@@ -60,6 +61,7 @@ TOP_KEYS = (
     "max_memory",
     "setup",
     "checkpoint_every",
+    "max_failed_fraction",
     "objective",
     "runs",
     "history",
@@ -70,8 +72,15 @@ TOP_KEYS = (
     "privacy",
 )
 SCENARIO_KEYS = ("name", "setup", "objective", "history", "defaults", "methods", "runs")
-#: The settings class of each experiment kind's methods (its keys: the kinds ``experiment:`` names).
-SETTINGS = {"fts": FTSSettings, "dp_fts_de": DPFTSDESettings}
+#: The experiment kinds ``experiment:`` names (their method settings: :func:`settings_class`).
+EXPERIMENT_KINDS = tuple(schema.SETTINGS_SOURCE)
+
+
+def settings_class(experiment: str) -> type:
+    """The settings class of an experiment kind's methods (``FTSSettings``, ``DPFTSDESettings``)."""
+    from fbo_torch.federation import settings
+
+    return cast(type, getattr(settings, schema.SETTINGS_SOURCE[experiment][1]))
 
 
 class ConfigError(ValueError):
@@ -183,7 +192,10 @@ def _hints(fn: Any) -> dict[str, Any]:
 
 def check_types(where: str, fn: Any, values: dict[str, Any]) -> None:
     r"""Values whose type does not fit ``fn``'s annotations (a dataclass or a callable) raise :class:`ConfigError`."""
-    hints = _hints(fn)
+    _check_hints(where, _hints(fn), values)
+
+
+def _check_hints(where: str, hints: dict[str, Any], values: dict[str, Any]) -> None:
     for key, value in values.items():
         hint = hints.get(key)
         if hint is not None and not _type_ok(value, hint):
@@ -215,6 +227,8 @@ def check_callable_kwargs(where: str, fn: Any, kwargs: dict[str, Any], skip: tup
 def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
     r"""A ``cuda`` device (the config's ``device``, the ``--device`` override or ``objective.device``)
     without an available CUDA device raises :class:`ConfigError` naming the YAML key or flag."""
+    import torch
+
     if torch.cuda.is_available():
         return
     src = cfg.source
@@ -269,6 +283,8 @@ class RunsConfig:
 def check_domain(where: str, options: Any) -> dict[str, Any]:
     r"""The YAML ``domain:`` section: options of :class:`~fbo_torch.optim.domain.Domain`, validated by it
     (:class:`ConfigError` naming the key otherwise); returned with every default filled in, as YAML writes them."""
+    from fbo_torch.optim.domain import DTYPE_OPTIONS, Domain, check_options, dtype_name
+
     check_keys(where, options, list(Domain.option_defaults()))
     check_types(where, Domain, options)
     try:
@@ -312,9 +328,13 @@ class ExperimentConfig:
     source: str = "config"
     #: Working-memory budget of a round in bytes (``max_memory``; ``None``: half the free memory).
     max_memory: int | None = None
+    #: A method stops when more than this fraction of its evaluations failed (``1``: only when every one did).
+    max_failed_fraction: float = 1.0
 
     def build_domain(self, objective: Any) -> Domain:
         """The :class:`~fbo_torch.optim.domain.Domain` of ``objective`` with this file's options (on the CPU)."""
+        from fbo_torch.optim.domain import Domain
+
         return Domain(objective.bounds, objective.candidates, **self.domain)
 
     def resolved(self) -> dict[str, Any]:
@@ -326,6 +346,7 @@ class ExperimentConfig:
             "device": self.device,
             "max_memory": self.max_memory,
             "checkpoint_every": self.checkpoint_every,
+            "max_failed_fraction": self.max_failed_fraction,
             "domain": dict(self.domain),
             "privacy": dataclasses.asdict(self.privacy),
             "scenarios": [
@@ -359,6 +380,8 @@ def _fitting_preset(preset: dict[str, Any], algorithm: Any, settings_cls: type) 
     r"""A setup's choices without an ``own_acquisition`` the method's algorithm cannot take (``paper``'s
     Thompson sample for ``peer_prior``, which weights an analytic acquisition): the algorithm's own
     default stays. An unknown algorithm is left for the settings to refuse."""
+    from fbo_torch.methods.base import get_method
+
     if "own_acquisition" not in preset:
         return preset
     name = algorithm if algorithm is not None else settings_cls.algorithm  # type: ignore[attr-defined]
@@ -371,13 +394,48 @@ def _fitting_preset(preset: dict[str, Any], algorithm: Any, settings_cls: type) 
     return {k: v for k, v in preset.items() if k != "own_acquisition"}
 
 
-def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
-    r"""Validate a configuration mapping and resolve scenarios and methods.
+@dataclasses.dataclass
+class CheckedConfig:
+    """What :func:`check_config` read from a configuration mapping (before anything is resolved)."""
 
-    Everything is checked here, before anything runs: keys (unknown ones are
-    named with their path and the valid keys listed), value types (from the
-    annotations of the settings dataclasses and of the objective's
-    constructor), ranges, accountant names and setups.
+    experiment: str
+    name: str
+    seed: int
+    device: str
+    max_memory: int | None
+    checkpoint_every: int
+    max_failed_fraction: float
+    setup: str
+    #: ``(where, section, setup)`` of each scenario (a top-level ``methods`` list is one).
+    scenarios: list[tuple[str, dict[str, Any], str]]
+
+
+def check_method_keys(where: str, section: dict[str, Any], experiment: str) -> None:
+    r"""Unknown method keys (in ``methods[j]`` or ``defaults``) raise :class:`ConfigError`; a key of the other
+    experiment kind's methods is named as such (``agent_weights`` belongs to ``experiment: fts``)."""
+    own = schema.settings_fields(experiment)
+    for key in section if isinstance(section, dict) else ():
+        others = [kind for kind in EXPERIMENT_KINDS if kind != experiment and key in schema.settings_fields(kind)]
+        if key not in own and others:
+            raise ConfigError(
+                f"{where}: `{key}` is a method key of `experiment: {others[0]}`, not of `experiment: {experiment}`"
+                f"{_suggest(str(key), list(own))}; allowed: {sorted(own)}."
+            )
+    check_keys(where, section, list(own))
+
+
+def check_annotated(where: str, annotations: dict[str, str], values: dict[str, Any]) -> None:
+    r"""Values whose type does not fit their field's annotation (source text, :mod:`~fbo_torch.experiments.schema`)
+    raise :class:`ConfigError`, as :func:`check_types` does; annotations beyond builtin types are not checked."""
+    hints = {k: schema.annotation_type(a) for k, a in annotations.items()}
+    _check_hints(where, {k: h for k, h in hints.items() if h is not None}, values)
+
+
+def check_config(raw: Any, source: str = "config") -> CheckedConfig:
+    r"""Check what a configuration mapping can be checked for without importing torch: the keys of every
+    section (from the settings classes' source, :mod:`~fbo_torch.experiments.schema`), the top-level values,
+    the structure of ``scenarios`` and ``methods``, and the types of values whose fields have builtin types.
+    :func:`parse_config` calls it first, so these mistakes are reported within a second.
     """
     if isinstance(raw, dict) and "optimizer" in raw:
         raise ConfigError(
@@ -386,8 +444,8 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         )
     check_keys(source, raw, TOP_KEYS)
     experiment = raw.get("experiment")
-    if experiment not in SETTINGS:
-        raise ConfigError(f"{source}: `experiment` must be one of {list(SETTINGS)}, got {experiment!r}.")
+    if experiment not in EXPERIMENT_KINDS:
+        raise ConfigError(f"{source}: `experiment` must be one of {list(EXPERIMENT_KINDS)}, got {experiment!r}.")
     name = str(raw.get("name") or Path(source).stem)
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
@@ -404,18 +462,24 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     checkpoint_every = raw.get("checkpoint_every", 5)
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"{source}: `checkpoint_every` must be an integer >= 0, got {checkpoint_every!r}.")
+    max_failed = raw.get("max_failed_fraction", 1.0)
+    if isinstance(max_failed, bool) or not (isinstance(max_failed, (int, float)) and 0 < max_failed <= 1):
+        raise ConfigError(
+            f"{source}: `max_failed_fraction` must be a number in (0, 1] (the fraction of a method's evaluations "
+            f"that may fail before the run stops; 1: only when every one fails), got {max_failed!r}."
+        )
     top_setup = _setup(source, raw, DEFAULT_SETUP)
-    domain = check_domain(f"{source}: domain", raw.get("domain") or {})
-    privacy = build_dataclass(PrivacySettings, raw.get("privacy") or {}, f"{source}: privacy")
+    for key, fields in (("domain", schema.domain_options()), ("privacy", schema.privacy_fields())):
+        section = raw.get(key) or {}
+        check_keys(f"{source}: {key}", section, list(fields))
+        check_annotated(f"{source}: {key}", fields, section)
     if experiment == "fts" and raw.get("privacy"):
         raise ConfigError(f"{source}: `privacy` applies to `experiment: dp_fts_de` only.")
     for key in ("runs", "history", "defaults"):
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             raise ConfigError(f"{source}: `{key}` must be a mapping, got {type(raw[key]).__name__}.")
-
     if "objective" not in raw or not isinstance(raw["objective"], dict) or "type" not in raw["objective"]:
         raise ConfigError(f"{source}: `objective` must be a mapping with a `type`.")
-    settings_cls = SETTINGS[experiment]
     scenarios_raw = raw.get("scenarios")
     in_scenarios = scenarios_raw is not None
     if scenarios_raw is None:
@@ -426,7 +490,9 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         raise ConfigError(f"{source}: give either top-level `methods` or `scenarios`, not both.")
     if not isinstance(scenarios_raw, list) or not scenarios_raw:
         raise ConfigError(f"{source}: `scenarios` must be a non-empty list.")
-
+    fields = schema.settings_fields(experiment)
+    check_method_keys(f"{source}: defaults", raw.get("defaults") or {}, experiment)  # a typo is named where it is
+    check_annotated(f"{source}: defaults", fields, raw.get("defaults") or {})
     scenarios = []
     for i, sc in enumerate(scenarios_raw):
         where = f"{source}: scenarios[{i}]" if in_scenarios else source
@@ -434,7 +500,66 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
         for key in ("objective", "runs", "history", "defaults"):
             if sc.get(key) is not None and not isinstance(sc[key], dict):
                 raise ConfigError(f"{where}: `{key}` must be a mapping, got {type(sc[key]).__name__}.")
-        setup = _setup(where, sc, top_setup)
+        history = schema.history_fields()
+        for part in (raw.get("history") or {}, sc.get("history") or {}):
+            check_keys(f"{where}: history", part, list(history))
+            check_annotated(f"{where}: history", history, part)
+        build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")
+        check_method_keys(f"{where}: defaults", sc.get("defaults") or {}, experiment)
+        check_annotated(f"{where}: defaults", fields, sc.get("defaults") or {})
+        methods_raw = sc.get("methods")
+        if not isinstance(methods_raw, list) or not methods_raw:
+            raise ConfigError(f"{where}: `methods` must be a non-empty list.")
+        labels = set()
+        for j, m in enumerate(methods_raw):
+            mw = f"{where}: methods[{j}]"
+            if not isinstance(m, dict) or "name" not in m:
+                raise ConfigError(f"{mw}: each method needs a `name`.")
+            label = str(m["name"])
+            if label in labels:
+                raise ConfigError(f"{mw}: duplicate method name {label!r}.")
+            labels.add(label)
+            own = {k: v for k, v in m.items() if k != "name"}
+            check_method_keys(mw, own, experiment)
+            check_annotated(mw, fields, own)
+        scenarios.append((where, sc, _setup(where, sc, top_setup)))
+    return CheckedConfig(
+        experiment, name, seed, device, max_memory, checkpoint_every, float(max_failed), top_setup, scenarios
+    )
+
+
+def _blame(err: ConfigError, method: dict[str, Any], mw: str, defaults: list[tuple[str, dict[str, Any]]]) -> str:
+    r"""The message of a method's settings error, naming the ``defaults`` section (and the method) when the key
+    it names came from there rather than from the method itself."""
+    text = str(err).removeprefix(f"{mw}: ")
+    found = re.search(r"`([A-Za-z_][A-Za-z0-9_]*)", text)
+    key = found.group(1) if found else None
+    if key is None or key in method:
+        return str(err)
+    for where, section in reversed(defaults):  # the scenario's defaults override the file's
+        if key in section:
+            return f"{where}: {text.rstrip('.')} (in methods[{mw.rsplit('[', 1)[-1]} {method.get('name')!r})."
+    return str(err)
+
+
+def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    r"""Validate a configuration mapping and resolve scenarios and methods.
+
+    Everything is checked here, before anything runs: first what needs no torch (:func:`check_config`:
+    keys, top-level values, structure, builtin types), then what the settings classes and the objective's
+    constructor check: value types (from their annotations), ranges, accountant names and setups. An error
+    names the section the offending value is in (a method's own key, or the ``defaults`` it inherited).
+    """
+    checked = check_config(raw, source)  # first, and without torch: the mistakes it finds are named at once
+    from fbo_torch.federation.settings import HistorySettings, PrivacySettings
+    from fbo_torch.objectives import objective_class
+
+    experiment = checked.experiment
+    domain = check_domain(f"{source}: domain", raw.get("domain") or {})
+    privacy = build_dataclass(PrivacySettings, raw.get("privacy") or {}, f"{source}: privacy")
+    settings_cls = settings_class(experiment)
+    scenarios = []
+    for i, (where, sc, setup) in enumerate(checked.scenarios):
         objective = _merge(raw["objective"], sc.get("objective"))
         try:
             cls = objective_class(objective["type"])
@@ -451,31 +576,16 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
             HistorySettings, _merge(raw.get("history") or {}, sc.get("history")), f"{where}: history"
         )
         runs = build_dataclass(RunsConfig, _merge(raw.get("runs") or {}, sc.get("runs")), f"{where}: runs")
-        fields = [f.name for f in dataclasses.fields(settings_cls)]
-        check_keys(f"{source}: defaults", raw.get("defaults") or {}, fields)  # a typo is named where it is
-        check_keys(f"{where}: defaults", sc.get("defaults") or {}, fields)
         defaults = _merge(raw.get("defaults") or {}, sc.get("defaults"))
-        methods_raw = sc.get("methods")
-        if not isinstance(methods_raw, list) or not methods_raw:
-            raise ConfigError(f"{where}: `methods` must be a non-empty list.")
+        sources = [(f"{source}: defaults", raw.get("defaults") or {}), (f"{where}: defaults", sc.get("defaults") or {})]
         # the setup's choices first; `defaults` and the method's own keys override them
         preset = setup_choices(setup, settings_cls)
-        methods, labels = [], set()
-        for j, m in enumerate(methods_raw):
+        methods = []
+        for j, m in enumerate(sc["methods"]):
             mw = f"{where}: methods[{j}]"
-            if not isinstance(m, dict) or "name" not in m:
-                raise ConfigError(f"{mw}: each method needs a `name`.")
-            label = str(m["name"])
-            if label in labels:
-                raise ConfigError(f"{mw}: duplicate method name {label!r}.")
-            labels.add(label)
             own = {k: v for k, v in m.items() if k != "name"}
-            values = _merge(
-                _merge(
-                    _fitting_preset(preset, own.get("algorithm", defaults.get("algorithm")), settings_cls), defaults
-                ),
-                own,
-            )
+            fitting = _fitting_preset(preset, own.get("algorithm", defaults.get("algorithm")), settings_cls)
+            values = _merge(_merge(fitting, defaults), own)
             if (
                 privacy.max_epsilon is not None
                 and "max_epsilon" not in values
@@ -483,13 +593,27 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
                 and values["noise_multiplier"] > 0
             ):
                 values["max_epsilon"] = privacy.max_epsilon  # privacy.max_epsilon: the private methods' default
-            settings = build_dataclass(settings_cls, values, mw)
-            methods.append((label, settings))
+            try:
+                settings = build_dataclass(settings_cls, values, mw)
+            except ConfigError as err:
+                raise ConfigError(_blame(err, m, mw, sources)) from None
+            methods.append((str(m["name"]), settings))
         scenarios.append(
             Scenario(str(sc.get("name", f"scenario {i}")), objective, history, runs, methods, setup, where)
         )
     return ExperimentConfig(
-        experiment, name, seed, device, checkpoint_every, domain, privacy, scenarios, raw, source, max_memory
+        experiment,
+        checked.name,
+        checked.seed,
+        checked.device,
+        checked.checkpoint_every,
+        domain,
+        privacy,
+        scenarios,
+        raw,
+        source,
+        checked.max_memory,
+        checked.max_failed_fraction,
     )
 
 
@@ -560,7 +684,14 @@ def load_config(path: str | Path) -> ExperimentConfig:
     """Read and validate a YAML experiment file (``${VAR}`` values come from the environment)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist.")
+        shipped = shipped_example(path)
+        hint = (
+            f"; fbo_torch ships it as {shipped}: `fbo-torch examples DIR` copies the example configs into DIR "
+            f"(then: fbo-torch run DIR/{shipped} --out ...)"
+            if shipped is not None
+            else ""
+        )
+        raise ConfigError(f"config file {str(path)!r} does not exist{hint}.")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:

@@ -134,6 +134,7 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "agents": res.agents.tolist(),  # agent and repetition of each row of `runs`
                 "repetitions": res.runs.tolist(),
                 "best_value_runs": res.best_value.tolist(),
+                "failed": res.failed.tolist(),
                 "repetition_mean": run_mean,
                 "repetition_stderr": run_se,
                 "accountant": res.accountant,
@@ -193,12 +194,14 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
     ``privacy.accountant`` and each of ``privacy.extra_accountants``: one series per accountant and
     scenario; non-private methods as horizontal lines) and ``epsilon`` (ε after each round, one
     panel per scenario, the other accountants' final ε marked at the last round).
-    No two series share a colour and line style; the axes say what the error bars are. Returns the
-    files written, in each of ``formats`` (default PNG)."""
+    No two series share a colour and line style; the axes say what the error bars are and every ε its
+    δ. Returns the files written, in each of ``formats`` (default PNG); none when no method is private."""
     private = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is not None]
+    if not private:  # a run without private methods has no privacy loss to plot
+        return []
     public = [(sc, m) for sc in results["scenarios"] for m in sc["methods"] if m.get("epsilon_final") is None]
     loss_name = results["scenarios"][0]["methods"][0]["loss_name"]
-    acc = private[0][1]["accountant"] if private else ""
+    acc = private[0][1]["accountant"]
     accountants = [acc] + list(
         dict.fromkeys(name for _, m in private for name in (m.get("epsilon_other_accountants") or {}) if name != acc)
     )
@@ -269,12 +272,11 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
                 mfc="0.35" if ai == 0 else "none",
                 label=f"ε under {name}",
             )
-    if private or seen:
-        ax.legend(fontsize=7)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     written = save_figure(fig, Path(out) / "privacy_utility", formats=formats or ("png",))
 
-    panels = list(groups.items()) or [("", [])]
+    panels = list(groups.items())
     cols = min(len(panels), 3)
     rows = math.ceil(len(panels) / cols)
     fig = Figure(figsize=(7 if cols == 1 else 5.2 * cols, 4 if rows == 1 else 3.8 * rows))
@@ -321,4 +323,6 @@ def plot_privacy(results: dict[str, Any], out: Path, formats: Sequence[str] | No
     return written + save_figure(fig, Path(out) / "epsilon", formats=formats or ("png",))
 
 
-KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot_privacy)
+KIND = ExperimentKind(
+    check=check_scenario, methods=scenario_methods, plot=plot_privacy, plot_names=("privacy_utility", "epsilon")
+)

@@ -19,6 +19,7 @@ from fbo_torch.experiments.config import ConfigError, Scenario
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, ScenarioMethods
 from fbo_torch.experiments.report import plot_message_length, summarize_curves
 from fbo_torch.experiments.resources import check_scenario_memory
+from fbo_torch.federation.evaluation_failures import recording
 from fbo_torch.methods.base import METHODS, method_names
 from fbo_torch.objectives.base import Objective
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
@@ -86,20 +87,26 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
     tg = targets(objective, sc)
     history = None
     together = sc.history.mode == "together"
+    scenario_record: dict[str, Any] = {}
     if any(m.method.federated() for _, m in sc.methods) and not together:
         h = sc.history
         t0 = time.perf_counter()
-        history = FederationHistory(
-            objective,
-            domain,
-            t_n=h.t_n,
-            mode=h.mode,
-            num_init=h.num_init,
-            gp_kernel=h.gp_kernel,
-            seed=seed + 17,
-            device=device,
-            setup=sc.setup,
-        )
+        failures = ctx.evaluation_failures("the other agents' histories")
+        failures.round = None  # the history's rounds are not told apart
+        with recording(failures):
+            history = FederationHistory(
+                objective,
+                domain,
+                t_n=h.t_n,
+                mode=h.mode,
+                num_init=h.num_init,
+                gp_kernel=h.gp_kernel,
+                seed=seed + 17,
+                device=device,
+                setup=sc.setup,
+            )
+            failures.flush()
+        scenario_record["history_evaluation_failures"] = failures.summary()
         ctx.log(f"  other agents' histories ({h.mode}, t_n={h.t_n}) built in {time.perf_counter() - t0:.1f} s")
 
     def make_runner(label: str, settings: Any) -> FTSRunner:
@@ -131,13 +138,14 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "inits": res.inits.tolist(),
                 "queries": res.queries.tolist(),
                 "best_value_runs": res.best_value.tolist(),
+                "failed": res.failed.tolist() if res.failed is not None else None,
                 "wall_time_s": res.wall_time,
                 "elapsed_s": res.elapsed,
                 "parameters_per_agent": res.parameters_per_agent,
             },
         )
 
-    return ScenarioMethods(make_runner, make_record, int(tg.numel() * num_inits))
+    return ScenarioMethods(make_runner, make_record, int(tg.numel() * num_inits), scenario_record)
 
 
 def _sends_posteriors(algorithm: Any) -> bool:
@@ -153,4 +161,4 @@ def plot(results: dict[str, Any], out: Path, formats: Sequence[str] | None = Non
     return []
 
 
-KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot)
+KIND = ExperimentKind(check=check_scenario, methods=scenario_methods, plot=plot, plot_names=("message_length",))

@@ -12,11 +12,12 @@ the plots beyond the loss curves. The kinds are registered in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fbo_torch.experiments.config import ExperimentConfig, Scenario
+from fbo_torch.federation.evaluation_failures import EvaluationFailures
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 
@@ -36,6 +37,8 @@ class ScenarioContext:
         num_inits: Initializations per target (``runs.num_inits`` or the run's ``num_inits`` override).
         max_memory: The round's working-memory budget in bytes (``max_memory``; ``None``: by the device).
         log: Where status lines go.
+        reported_failures: The kinds of failed evaluations the run has reported (each once per run; shared by
+            its scenarios).
     """
 
     cfg: ExperimentConfig
@@ -48,6 +51,18 @@ class ScenarioContext:
     num_inits: int
     log: Callable[[str], None]
     max_memory: int | None = None
+    reported_failures: set[str] = field(default_factory=set)
+
+    def evaluation_failures(self, what: str) -> EvaluationFailures:
+        r"""A log of the failed evaluations of ``what`` (a method, the other agents' histories) in this
+        scenario: bounded by the config's ``max_failed_fraction``, the first failure of each kind logged."""
+        return EvaluationFailures(
+            f"objective {self.scenario.objective['type']}",
+            max_failed_fraction=self.cfg.max_failed_fraction,
+            report=self.log,
+            what=f"{what}, scenario {self.scenario.name!r}",
+            reported=self.reported_failures,
+        )
 
 
 @dataclass(frozen=True)
@@ -60,11 +75,13 @@ class ScenarioMethods:
         make_record: ``(label, settings, runner) -> record``: a finished runner's JSON record
             (:func:`~fbo_torch.experiments.report.summarize_curves` and the kind's fields).
         num_runs: Independent runs behind each method's curves (the scenario record's ``num_runs``).
+        record: Further entries of the scenario's JSON record (e.g. ``history_evaluation_failures``).
     """
 
     make_runner: Callable[[str, Any], Any]
     make_record: Callable[[str, Any, Any], dict[str, Any]]
     num_runs: int
+    record: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,8 +97,11 @@ class ExperimentKind:
         plot: ``(results, out, formats) -> files``: the kind's plots beyond the loss curves, written to
             ``out`` in each of ``formats`` (:data:`~fbo_torch.experiments.report.PLOT_FORMATS`); returns the
             files written.
+        plot_names: The names (without suffix) ``plot`` may give its files, so that ``--overwrite`` can
+            refuse a folder holding a file of such a name that it would keep (one you edited).
     """
 
     check: Callable[[ScenarioContext], None]
     methods: Callable[[ScenarioContext], ScenarioMethods]
     plot: Callable[[dict[str, Any], Path, Sequence[str]], list[Path]]
+    plot_names: tuple[str, ...] = ()

@@ -34,8 +34,9 @@ from fbo_torch.experiments import dp_fts_de, fts
 from fbo_torch.experiments.checkpoints import Checkpoints
 from fbo_torch.experiments.config import ConfigError, ExperimentConfig, check_device
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext
-from fbo_torch.experiments.outdir import OutputFolder, atomic_write_text, fingerprint
+from fbo_torch.experiments.outdir import MANIFEST, OutputFolder, atomic_write_text, fingerprint
 from fbo_torch.experiments.report import (
+    PLOT_FORMATS,
     check_plot_formats,
     environment,
     loss_plot_stem,
@@ -44,6 +45,7 @@ from fbo_torch.experiments.report import (
     write_json,
     write_tidy_csv,
 )
+from fbo_torch.federation.evaluation_failures import EvaluationFailures, recording
 from fbo_torch.objectives import build_objective
 from fbo_torch.utils.resources import parse_bytes
 
@@ -91,6 +93,14 @@ def run_methods(
     turns a finished runner into its JSON record. Finished methods are stored
     in their checkpoint and not re-run on resume; unfinished ones continue from
     their last checkpoint.
+
+    Each method's evaluations are noted in its own
+    :class:`~fbo_torch.federation.evaluation_failures.EvaluationFailures` log
+    (:meth:`ScenarioContext.evaluation_failures
+    <fbo_torch.experiments.kind.ScenarioContext.evaluation_failures>`), flushed after the initial
+    points and after every round (where the run stops, with an
+    :class:`~fbo_torch.federation.evaluation_failures.EvaluationError`, if too many failed) and
+    kept in the method's checkpoints and in its record (``evaluation_failures``).
     """
     cfg, si, sc, log = ctx.cfg, ctx.index, ctx.scenario, ctx.log
     total = sum(m.num_iterations for _, m in sc.methods)
@@ -104,22 +114,33 @@ def run_methods(
                 records.append(state["record"])
                 bar.update(settings.num_iterations)
                 continue
-            runner = make_runner(label, settings)
-            if state is not None and "runner" in state:
-                runner.load_state_dict(state["runner"])
-                bar.update(runner.t)
+            failures = ctx.evaluation_failures(f"method {label!r}")
+            with recording(failures):
+                runner = make_runner(label, settings)  # evaluates the initial points (round 0)
+                failures.flush()
+                if state is not None and "runner" in state:
+                    runner.load_state_dict(state["runner"])
+                    if "evaluation_failures" in state:
+                        failures.load_state_dict(state["evaluation_failures"])
+                    bar.update(runner.t)
+                failures.round = runner.t + 1
 
-            def callback(r: Any, ckpt: Path = ckpt) -> None:
-                postfix = {"method": r.name}
-                eps = getattr(r, "epsilons", None)
-                if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
-                    postfix["eps"] = f"{eps[-1]:.2f}"
-                bar.update(1, **postfix)  # the postfix shown with round r.t is the state after round r.t
-                if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
-                    checkpoints.save(ckpt, {"runner": r.state_dict()})
+                def callback(r: Any, ckpt: Path = ckpt, failures: EvaluationFailures = failures) -> None:
+                    failures.flush()  # after the round: its values are read on the host here, not inside it
+                    failures.round = r.t + 1
+                    postfix = {"method": r.name}
+                    eps = getattr(r, "epsilons", None)
+                    if eps and eps[-1] == eps[-1] and eps[-1] != float("inf"):
+                        delta = getattr(r, "delta", None)  # an ε is shown with its δ
+                        postfix["eps"] = f"{eps[-1]:.2f}" + (f" (δ={delta:.2g})" if delta is not None else "")
+                    bar.update(1, **postfix)  # the postfix shown with round r.t is the state after round r.t
+                    if cfg.checkpoint_every and r.t % cfg.checkpoint_every == 0 and not r.done:
+                        checkpoints.save(ckpt, {"runner": r.state_dict(), "evaluation_failures": failures.state_dict()})
 
-            runner.run(callback)
+                runner.run(callback)
+                failures.flush()
             record = make_record(label, settings, runner)
+            record["evaluation_failures"] = failures.summary()
             log(f"  {label}: final {record['loss_name']} {record['loss_mean'][-1]:.4f}, {record['wall_time_s']:.1f} s")
             checkpoints.save(ckpt, {"record": record})
             records.append(record)
@@ -152,6 +173,7 @@ def prepare_scenarios(
     """
     kind = EXPERIMENTS[cfg.experiment]
     contexts = []
+    reported: set[str] = set()  # kinds of failed evaluations shown: each once per run
     for si, sc in enumerate(cfg.scenarios):
         try:
             objective = build_objective(sc.objective, device=device)
@@ -168,6 +190,7 @@ def prepare_scenarios(
             num_inits=num_inits if num_inits is not None else sc.runs.num_inits,
             log=log,
             max_memory=cfg.max_memory,
+            reported_failures=reported,
         )
         kind.check(ctx)
         note = unit_cube_note(ctx)
@@ -208,7 +231,13 @@ def run_scenario(ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool)
     sc = ctx.scenario
     methods = EXPERIMENTS[ctx.cfg.experiment].methods(ctx)
     records = run_methods(ctx, checkpoints, progress, methods.make_runner, methods.make_record)
-    return {"name": sc.name, "objective": sc.objective, "num_runs": methods.num_runs, "methods": records}
+    return {
+        "name": sc.name,
+        "objective": sc.objective,
+        "num_runs": methods.num_runs,
+        **methods.record,
+        "methods": records,
+    }
 
 
 def on_device(cfg: ExperimentConfig, device: str) -> ExperimentConfig:
@@ -309,6 +338,7 @@ def run_experiment(
         checkpoints = Checkpoints(out / "checkpoints", fingerprint(resolved), resume)
         checkpoints.verify_all()
         contexts = prepare_scenarios(cfg, device, num_inits, log)
+        folder.refuse_overwriting(output_names(cfg, contexts, checkpoints))
         folder.open()
         if overwrite and (folder.deleted or folder.kept):
             kept = folder.kept
@@ -357,6 +387,22 @@ def run_experiment(
     finally:
         folder.close()
     return results
+
+
+#: The files every run writes into its folder (besides its plots and checkpoints).
+RUN_FILES = (MANIFEST, "config.resolved.yaml", "results.json", "results.csv", "summary.txt")
+
+
+def output_names(cfg: ExperimentConfig, contexts: list[ScenarioContext], checkpoints: Checkpoints) -> set[str]:
+    r"""The names (relative to the output folder) of the files a run of ``cfg`` may write: :data:`RUN_FILES`,
+    its checkpoints, and its plots in every format (the loss curves' and the kind's ``plot_names``)."""
+    losses = {"scenarios": [{"methods": [{"loss_name": ctx.objective.loss_name}]} for ctx in contexts]}
+    stems = {loss_plot_stem(losses), "loss", *EXPERIMENTS[cfg.experiment].plot_names}
+    names = set(RUN_FILES) | {f"{stem}.{fmt}" for stem in stems for fmt in PLOT_FORMATS}
+    for si, sc in enumerate(cfg.scenarios):
+        for mi in range(len(sc.methods)):
+            names.add(checkpoints.path(si, mi).relative_to(checkpoints.folder.parent).as_posix())
+    return names
 
 
 def render_reports(

@@ -10,13 +10,17 @@ settings, device) and the ``fbo_torch`` version. Every checkpoint and
 with the same fingerprint and otherwise names the keys that differ.
 
 Things that do not change results (output paths, plot formats, ``--threads``, progress
-bars, ``checkpoint_every``) are not part of the fingerprint.
+bars, ``checkpoint_every``, ``max_memory``, ``max_failed_fraction``) are not part of the fingerprint.
 
 ``run.json`` also lists every file and folder the run writes (``files``),
 each name recorded before its file is first written, with the size and SHA-256
 of what was written (``written``), so ``--overwrite`` deletes only files that
-still hold exactly what an fbo-torch run wrote there and keeps everything else
-(a file a forged ``run.json`` lists is kept unless it holds those very bytes).
+still hold exactly what an fbo-torch run wrote there (its latest write of the
+file, or the one before, which a run killed mid-write leaves) and keeps
+everything else (a file a forged ``run.json`` lists is kept unless it holds
+those very bytes). It never writes over a file it kept: a run is refused before
+anything is deleted when a file it would keep has a name the run writes
+(:meth:`OutputFolder.refuse_overwriting`), and a write to a kept file is refused.
 
 Nothing a run writes or deletes leaves ``OUT``: every write and deletion inside
 it walks from ``OUT`` one folder at a time without following symbolic links
@@ -30,6 +34,7 @@ unless a caller asks for a mode.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import errno
@@ -40,6 +45,7 @@ import math
 import os
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
@@ -48,8 +54,9 @@ from fbo_torch.utils.files import WriteError, current_umask, write_atomic, write
 
 MANIFEST = "run.json"
 LOCK = ".lock"
-#: Keys of the resolved configuration that do not change results (``max_memory`` only chunks agents).
-NOT_FINGERPRINTED = ("checkpoint_every", "max_memory")
+#: Keys of the resolved configuration that do not change results (``max_memory`` only chunks agents,
+#: ``max_failed_fraction`` only decides when a failing objective stops the run).
+NOT_FINGERPRINTED = ("checkpoint_every", "max_memory", "max_failed_fraction")
 
 
 class OutputError(RuntimeError):
@@ -188,6 +195,23 @@ def _digest(data: bytes) -> dict[str, Any]:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def _holds(fd: int, record: Any) -> bool:
+    r"""Whether the file open as ``fd`` is a regular file holding what ``record`` (``run.json``'s entry of it)
+    says a run wrote: its latest write, or the one before (a run killed between recording a write and
+    finishing it leaves the earlier contents)."""
+    if not isinstance(record, dict):
+        return False
+    wanted = [record] + ([record["previous"]] if isinstance(record.get("previous"), dict) else [])
+    with os.fdopen(os.dup(fd), "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size not in [w.get("size") for w in wanted]:
+            return False
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest() in [w.get("sha256") for w in wanted]
+
+
 class _Linked(OSError):
     """A folder on the way to a file inside ``OUT`` is a symbolic link or not a folder."""
 
@@ -240,6 +264,7 @@ class OutputFolder:
         self.deleted: list[str] = []
         self.kept: list[str] = []
         self._manifest: dict[str, Any] | None = None  # run.json once read or written; {} if it lists no files
+        self._kept_files: set[str] = set()  # files --overwrite kept: never written over
         self._record_lock = threading.Lock()
 
     # -- lifecycle
@@ -344,6 +369,11 @@ class OutputFolder:
             if not (out / MANIFEST).is_file():
                 self.check_resume({})  # refused now: there is no run to resume (nothing is read from `{}`)
             return
+        if not os.path.lexists(out / MANIFEST):
+            raise OutputError(
+                f"--out {out} holds files that no fbo-torch run wrote ({_shown([p.name for p in entries])}); "
+                "choose an empty or new folder."
+            )
         raise OutputError(
             f"--out {out} is not empty ({_shown([p.name for p in entries])}); pass --resume to continue the run "
             "in it, --overwrite to delete the files an earlier run wrote there (other files are kept), "
@@ -407,34 +437,14 @@ class OutputFolder:
         written = self._to_check or {}
         deleted = []
 
-        def matches(fd: int, record: Any) -> bool:
-            with os.fdopen(os.dup(fd), "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if not stat.S_ISREG(st.st_mode) or not isinstance(record, dict) or st.st_size != record.get("size"):
-                    return False
-                digest = hashlib.sha256()
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-            return digest.hexdigest() == record.get("sha256")
-
         def remove(name: str, check: bool = True) -> None:
-            rel = PurePosixPath(name)
-            try:
-                parent = self._walk(rel.parts[:-1])
-            except OSError:  # a folder on the way is missing, linked elsewhere, or not a folder
-                return
-            try:
-                fd = os.open(rel.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
-            except OSError:
-                os.close(parent)
-                return
-            try:
-                if matches(fd, written.get(name)) or (not check and stat.S_ISREG(os.fstat(fd).st_mode)):
-                    os.unlink(rel.name, dir_fd=parent)
+            with self._opened(name) as opened:
+                if opened is None:  # missing, a link, or a folder on the way missing or linked elsewhere
+                    return
+                parent, fd = opened
+                if _holds(fd, written.get(name)) or (not check and stat.S_ISREG(os.fstat(fd).st_mode)):
+                    os.unlink(PurePosixPath(name).name, dir_fd=parent)
                     deleted.append(name)
-            finally:
-                os.close(fd)
-                os.close(parent)
 
         def remove_folder(name: str) -> None:
             rel = PurePosixPath(name)
@@ -467,6 +477,70 @@ class OutputFolder:
         self.deleted = [d + "/" if d + "/" in folders else d for d in deleted]
         self.kept = [p.name + ("/" if p.is_dir() else "") for p in _entries(out)]
         self.had_files = bool(self.kept)
+        self._kept_files = set(self._files())
+
+    def _files(self, parts: tuple[str, ...] = ()) -> list[str]:
+        r"""The files below ``OUT/parts`` (relative names; symbolic links are not followed, ``.lock`` is left out)."""
+        try:
+            fd = self._walk(parts)
+        except OSError:
+            return []
+        try:
+            names = sorted(os.listdir(fd))
+            out = []
+            for name in names:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    out += self._files((*parts, name))
+                elif (parts or name != LOCK) and not stat.S_ISLNK(st.st_mode):
+                    out.append(PurePosixPath(*parts, name).as_posix())
+            return out
+        finally:
+            os.close(fd)
+
+    def refuse_overwriting(self, names: set[str]) -> None:
+        r"""With ``overwrite``, before anything is deleted: refuse (one-line :class:`OutputError`) when a file
+        that would be kept (one no run wrote, or one changed since a run wrote it) has a name in ``names``,
+        the files this run may write (relative names), since the run would write over it."""
+        if self._to_delete is None or self._dir_fd is None:
+            return
+        listed = set(self._to_delete)
+        written = self._to_check or {}
+        clash = []
+        for name in sorted(names & set(self._files())):
+            if name == MANIFEST:
+                continue  # the list itself, read and checked when the folder was opened
+            with self._opened(name) as opened:
+                if opened is None or not (name in listed and _holds(opened[1], written.get(name))):
+                    clash.append(name)
+        if clash:
+            raise OutputError(
+                f"--overwrite: {_shown(clash)} in {self.path} do not hold what an fbo-torch run wrote there "
+                "(changed since, or yours), and this run writes files of those names: nothing was deleted; "
+                "move them out of --out, or choose another --out."
+            )
+
+    @contextlib.contextmanager
+    def _opened(self, name: str) -> Iterator[tuple[int, int] | None]:
+        r"""``(folder, file)`` descriptors of the file ``OUT/name``, reached without following symbolic links
+        (``None`` when it, or a folder on the way, is missing, a link or not a folder); closed afterwards."""
+        rel = PurePosixPath(name)
+        try:
+            parent = self._walk(rel.parts[:-1])
+        except OSError:
+            yield None
+            return
+        try:
+            fd = os.open(rel.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=parent)
+        except OSError:
+            os.close(parent)
+            yield None
+            return
+        try:
+            yield parent, fd
+        finally:
+            os.close(fd)
+            os.close(parent)
 
     def _walk(self, parts: tuple[str, ...], create: bool = False) -> int:
         r"""A new descriptor of the folder ``OUT/parts``, reached one folder at a time without following
@@ -521,6 +595,11 @@ class OutputFolder:
         rel = self._relative(path)
         if rel is None:
             raise ValueError(f"{path} is not inside the output folder {self.path}.")
+        if rel in self._kept_files:
+            raise OutputError(
+                f"--out {self.path}: {rel} was kept by --overwrite (no run wrote it, or it changed since), so "
+                "this run does not write over it; move it out of --out, or choose another --out."
+            )
         parts = PurePosixPath(rel).parts
         self.record(path, data=data)
         folder = self._folder(parts[:-1], path)
@@ -580,13 +659,16 @@ class OutputFolder:
             if not isinstance(written, dict):
                 written = self._manifest["written"] = {}
             entry = None if data is None or name == MANIFEST else _digest(data)
-            if name in files and (entry is None or written.get(name) == entry):
+            before = written.get(name)
+            if isinstance(before, dict):
+                before = {k: v for k, v in before.items() if k != "previous"}
+            if name in files and (entry is None or before == entry):
                 return
             if name not in files:
                 files.append(name)
                 files.sort()
             if entry is not None:
-                written[name] = entry
+                written[name] = {**entry, "previous": before} if isinstance(before, dict) else entry
             self._write_manifest()
 
     def _write_manifest(self) -> None:

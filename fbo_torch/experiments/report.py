@@ -298,15 +298,21 @@ def _final(m: dict[str, Any], band: bool) -> str:
 
 
 def privacy_label(m: dict[str, Any]) -> str:
-    r"""A private method's guarantee in full, e.g. ``"eps=4.36 (delta=1e-05, rdp)"``; ``""`` for a
-    non-private one. ε means nothing without its δ and the accountant that computed it."""
+    r"""A private method's guarantee in full, e.g. ``"eps=4.36 (delta=1e-05, rdp; prv: 3.98)"``: ε with its δ
+    and the accountant that computed it, then the ε of the same releases under each other accountant the run
+    asked for (``privacy.extra_accountants``; ``n/a`` where one gives none); ``""`` for a non-private method."""
     if m.get("epsilon_final") is None:
         return ""
     delta = m.get("delta")
     parts = [f"delta={delta:.3g}" if delta is not None else "delta=?", str(m.get("accountant") or "?")]
+    others = m.get("epsilon_other_accountants") or {}
+    extra = "".join(f"; {name}: {'n/a' if eps is None else f'{eps:.2f}'}" for name, eps in others.items())
     if m.get("epsilon_server_final") is not None:  # secure aggregation: ε against others, and the server
-        return f"eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f} ({', '.join(parts)})"
-    return f"eps={m['epsilon_final']:.2f} ({', '.join(parts)})"
+        return (
+            f"eps(others)={m['epsilon_final']:.2f} eps(server)={m['epsilon_server_final']:.2f} "
+            f"({', '.join(parts)}{extra})"
+        )
+    return f"eps={m['epsilon_final']:.2f} ({', '.join(parts)}{extra})"
 
 
 def summary_table(results: dict[str, Any]) -> str:
@@ -326,8 +332,29 @@ def summary_table(results: dict[str, Any]) -> str:
                 f"   {m['name']:<28} {_final(m, band)} {m.get('wall_time_s', float('nan')):>9.1f} "
                 f"{m.get('parameters_per_agent', 0):>13}{'  ' + privacy if privacy else ''}"
             )
-    lines.extend(f"note: {note}" for note in privacy_notes(results))
+    lines.extend(f"note: {note}" for note in privacy_notes(results) + failure_notes(results))
     return "\n".join(lines)
+
+
+def failure_notes(results: dict[str, Any]) -> list[str]:
+    r"""One line per method (and per FTS scenario's other agents' histories) whose objective evaluations failed:
+    how many of how many, by kind, and the first one (``evaluation_failures`` in ``results.json``)."""
+    notes = []
+    for sc in results["scenarios"]:
+        records = [("the other agents' histories", sc.get("history_evaluation_failures"))]
+        records += [(m["name"], m.get("evaluation_failures")) for m in sc["methods"]]
+        for name, rec in records:
+            if not rec or not rec.get("failed"):
+                continue
+            kinds = ", ".join(f"{k} {v['count']}" for k, v in rec["kinds"].items())
+            first = next(iter(rec["kinds"].values()))["first"]
+            rnd = "round unknown" if first.get("round") is None else f"round {first['round']}"
+            notes.append(
+                f"{sc['name']}, {name}: {rec['failed']} of {rec['evaluations']} evaluations failed ({kinds}); "
+                f"the first: {first['message']} (agent {first['agent']}, {rnd}); per agent and round in "
+                "results.json (evaluation_failures) and results.csv (failed)"
+            )
+    return notes
 
 
 def privacy_notes(results: dict[str, Any]) -> list[str]:
@@ -364,7 +391,9 @@ def privacy_notes(results: dict[str, Any]) -> list[str]:
 #: ``iteration`` 0 for the initial points, then each iteration (round); ``loss`` is the
 #: ``loss_name`` of the best value so far (``best_value``, empty where not recorded) and
 #: ``epsilon`` the privacy loss after that round, an (ε, ``delta``)-DP guarantee under
-#: ``accountant`` (all three empty for non-private methods).
+#: ``accountant`` (all three empty for non-private methods); ``failed`` is 1 where that iteration's
+#: evaluation failed (the objective raised or returned a non-finite value, or ``faults.eval_failure_rate``
+#: injected a failure), else 0 (empty for iteration 0 and where not recorded).
 TIDY_COLUMNS = (
     "scenario",
     "method",
@@ -378,6 +407,7 @@ TIDY_COLUMNS = (
     "epsilon",
     "delta",
     "accountant",
+    "failed",
 )
 
 
@@ -399,6 +429,7 @@ def tidy_rows(results: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
             if not curves:
                 continue
             best = m.get("best_value_runs") or []
+            failed = m.get("failed") or []
             B = len(curves)
             if "num_agents" in m:  # DP-FTS-DE: row r·N + n is agent n of repetition r
                 N = int(m["num_agents"])
@@ -415,6 +446,7 @@ def tidy_rows(results: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
             delta = m.get("delta") if private else None
             for b, curve in enumerate(curves):
                 row_best = best[b] if b < len(best) else []
+                row_failed = failed[b] if b < len(failed) else []
                 for t, loss in enumerate(curve):
                     e = eps[t - 1] if private and 1 <= t <= len(eps) else None
                     yield (
@@ -430,6 +462,7 @@ def tidy_rows(results: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
                         _cell(e),
                         _cell(delta if e is not None else None),
                         accountant or "",
+                        int(row_failed[t - 1]) if 1 <= t <= len(row_failed) else "",
                     )
 
 

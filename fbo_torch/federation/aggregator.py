@@ -111,6 +111,10 @@ class AggregationRecord:
 def clip_vectors(omegas: Tensor, max_norm: float) -> tuple[Tensor, Tensor]:
     r"""Clip each vector (last dimension) to L2 norm ``max_norm``.
 
+    Args:
+        omegas: ``... x M`` vectors.
+        max_norm: The bound ``S`` on each vector's L2 norm.
+
     Returns ``(clipped, was_clipped)``; vectors within the bound are unchanged.
     Entries are first limited to ``±sqrt(max_float / M) / 2``, so no finite
     vector's norm overflows: one with larger entries (only a hostile agent

@@ -24,12 +24,14 @@ deployed agent (:mod:`fbo_torch.flower`) inject the same faults.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from fbo_torch.federation import evaluation_failures as failures
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_probability
 
@@ -125,7 +127,13 @@ def evaluate_agents(objective: Objective, X: Tensor, agents: Tensor, keys: Tenso
     :meth:`~fbo_torch.objectives.base.Objective.observe` (each query once: the
     noiseless value comes with the observation); if that raises, agents are
     evaluated one by one and those that raise get NaN. Non-finite values are
-    returned as they are (the caller treats them as failures).
+    returned as they are (the caller treats them as failures). Every call is
+    noted in the active :class:`~fbo_torch.federation.evaluation_failures.EvaluationFailures`
+    log (which counts the failures, reports the first of each kind and stops a
+    run that fails too often; its values are read on the host only when the log
+    is flushed, so a round stays free of host synchronization); without one, an
+    exception is reported as an
+    :class:`~fbo_torch.federation.evaluation_failures.EvaluationFailureWarning`.
 
     Args:
         objective: An :class:`~fbo_torch.objectives.base.Objective`.
@@ -136,25 +144,58 @@ def evaluate_agents(objective: Objective, X: Tensor, agents: Tensor, keys: Tenso
         ``(y, f, raised)``: ``B`` (or ``B x q``) observations, their noiseless
         values (for the records; NaN where the evaluation raised) and ``B``
         booleans (the evaluation raised).
+
+    Raises:
+        ValueError: The objective returned values of another shape than ``B x q``
+            (naming the objective): a bug in it, not a failed evaluation.
     """
     single = X.ndim == 2
     Xq = X.unsqueeze(1) if single else X
+    errors: dict[int, BaseException] = {}
     try:
         y, f = objective.observe(Xq, keys, agents=agents, validate=False)
-        raised = torch.zeros(y.shape[0], dtype=torch.bool, device=y.device)
     except Exception:
-        ys, fs, flags = [], [], []
+        ys, fs = [], []
         for b in range(Xq.shape[0]):
             try:
                 yb, fb = objective.observe(Xq[b : b + 1], keys[b : b + 1], agents=agents[b : b + 1], validate=False)
-                ys.append(yb.reshape(1, -1).to(device=X.device, dtype=X.dtype))
-                fs.append(fb.reshape(1, -1).to(device=X.device, dtype=X.dtype))
-                flags.append(False)
-            except Exception:
+            except Exception as err:
+                errors[b] = err
                 ys.append(torch.full((1, Xq.shape[1]), torch.nan, dtype=X.dtype, device=X.device))
                 fs.append(ys[-1])
-                flags.append(True)
-        y, f, raised = torch.cat(ys), torch.cat(fs), torch.tensor(flags, device=X.device)
+                continue
+            _check_shape(objective, yb, fb, (1, Xq.shape[1]))
+            ys.append(yb.to(device=X.device, dtype=X.dtype))
+            fs.append(fb.to(device=X.device, dtype=X.dtype))
+        y, f = torch.cat(ys), torch.cat(fs)
+    else:
+        _check_shape(objective, y, f, tuple(Xq.shape[:2]))
+    raised = torch.zeros(Xq.shape[0], dtype=torch.bool, device=y.device)
+    if errors:
+        raised[list(errors)] = True
+    log = failures.active()
+    if log is not None:
+        log.add(agents, y, f, errors)
+    else:
+        for first in {type(e): e for e in errors.values()}.values():  # one warning per kind
+            warnings.warn(
+                f"objective {failures.objective_name(objective)} raised {failures.describe(first)}; the "
+                "evaluation is a failed (NaN) observation, left out of the models",
+                failures.EvaluationFailureWarning,
+                stacklevel=2,
+            )
     if single:
         y, f = y.squeeze(-1), f.squeeze(-1)
     return y, f, raised
+
+
+def _check_shape(objective: Objective, y: Tensor, f: Tensor, shape: tuple[int, ...]) -> None:
+    """A ``ValueError`` naming the objective when its values are not ``shape`` (one per agent and point)."""
+    for name, value in (("observations", y), ("noiseless values", f)):
+        if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+            got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise ValueError(
+                f"objective {failures.objective_name(objective)} returned {name} of shape {got} for {shape[0]} "
+                f"agent(s) x {shape[1]} point(s); expected {shape} (k x q values for X of k x q x d: one per agent "
+                "and point)."
+            )

@@ -30,6 +30,10 @@ def default_splits(num_regions: int, dim: int) -> tuple[int, ...]:
     dimensions the prime factors of ``P`` are spread over the leading
     dimensions, largest first, e.g. ``P = 2`` halves the first dimension and
     ``P = 4`` halves the first two (``[0, .5) x [0, .5)``, ``[0, .5) x [.5, 1]``, ...).
+
+    Args:
+        num_regions: ``P``.
+        dim: ``d``, the number of dimensions.
     """
     P = check_int("num_regions", num_regions, minimum=1)
     dim = check_int("dim", dim, minimum=1)

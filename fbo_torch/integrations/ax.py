@@ -54,26 +54,27 @@ Example:
     >>> import math
     >>> from ax.api.client import Client
     >>> from ax.api.configs import ChoiceParameterConfig, RangeParameterConfig
-    >>> from fbo_torch import RandomFourierFeatures
     >>> from fbo_torch.integrations.ax import AxFederation
     >>> def branin(p):  # Branin at (x1, x2), plus a penalty for two of the three variants
     ...     x1, x2 = p["x1"], p["x2"]
     ...     b = (x2 - 5.1 / (4 * math.pi**2) * x1**2 + 5 / math.pi * x1 - 6) ** 2
     ...     b += 10 * (1 - 1 / (8 * math.pi)) * math.cos(x1)
     ...     return b + 10 + {"a": 0.0, "b": 1.0, "c": 3.0}[p["variant"]]
-    >>> federation = AxFederation(RandomFourierFeatures(dim=5, num_features=200, lengthscale=0.2, seed=0))
+    >>> # the map's dimension comes from the first search space: x1, x2 and variant's 3 one-hot coordinates
+    >>> federation = AxFederation(num_features=200, lengthscale=0.2)
     >>> clients = []
     >>> for n in range(3):
     ...     client = Client(random_seed=n)
     ...     client.configure_experiment(parameters=[
     ...         RangeParameterConfig(name="x1", parameter_type="float", bounds=(-5.0, 10.0)),
     ...         RangeParameterConfig(name="x2", parameter_type="int", bounds=(0, 15)),
-    ...         ChoiceParameterConfig(name="variant", parameter_type="str", values=["a", "b", "c"], is_ordered=False)])
+    ...         ChoiceParameterConfig(name="variant", parameter_type="str",
+    ...                               values=["a", "b", "c"], is_ordered=False)])
     ...     client.configure_optimization(objective="-branin")   # minimize branin
-    ...     federation.add_agent(client, num_initial_trials=5)   # 5 coordinates: x1, x2, variant one-hot
+    ...     federation.add_agent(client, num_initial_trials=5)
     ...     clients.append(client)
     >>> for round in range(10):
-    ...     federation.exchange()       # agents with data send fresh messages to the others
+    ...     federation.exchange()   # agents with data send fresh messages to the others
     ...     for client in clients:
     ...         for index, params in client.get_next_trials(max_trials=1).items():
     ...             client.complete_trial(index, raw_data={"branin": branin(params)})
@@ -126,34 +127,59 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- the federation
+def _experiment_of(client: Client | Experiment) -> Experiment:
+    """The experiment of an Ax ``Client`` (or the ``Experiment`` itself); a ``ValueError`` when none is configured."""
+    if isinstance(client, Experiment):
+        return client
+    try:
+        return client._experiment  # Ax's Client keeps it private (a property that asserts one is set)
+    except AssertionError as err:
+        raise ValueError(f"`client` has no experiment: call client.configure_experiment first ({err}).") from None
+
+
 class AxFederation:
     r"""Ax agents that exchange FTS messages.
 
     Args:
         features: The shared :class:`~fbo_torch.features.RandomFourierFeatures`
             (``dim`` = the number of coordinates of every agent's
-            :class:`~fbo_torch.integrations.ax_unit_cube.UnitCube`).
+            :class:`~fbo_torch.integrations.ax_unit_cube.UnitCube`), or ``None``
+            (default): built by the first :meth:`add_agent` with the dimension of
+            that agent's search space (one coordinate per float or integer
+            parameter and ordered choice, one per value of an unordered choice),
+            ``num_features``, ``lengthscale`` and ``seed``.
         p_t: Default ``p_t`` schedule of the agents (see :class:`~fbo_torch.integrations.ax_node.FTSGenerationNode`).
         one_shot: Each received message is used for at most one trial (default).
         noise_variance: Default ``σ²`` of the agents' messages.
-        seed: Base seed: agent ``n``'s draws use ``(seed, n)``.
-        num_restarts / raw_samples: Default ``optimize_acqf`` options.
+        seed: Base seed: agent ``n``'s draws use ``(seed, n)``; the feature map's seed when it is built here.
+        num_restarts: Default ``optimize_acqf`` restarts.
+        raw_samples: Default ``optimize_acqf`` raw samples.
+        num_features: ``M`` of the feature map built when ``features`` is ``None``.
+        lengthscale: The lengthscale (unit-cube units) of the feature map built when ``features`` is ``None``.
 
     Attributes:
         agents: The agents' :class:`~fbo_torch.integrations.ax_node.FTSGenerationNode`, indexed by ``agent_id``.
+        features: The shared map (``None`` until the first agent when it is built here); every agent of
+            another process builds it from ``features.config()``
+            (:meth:`RandomFourierFeatures.from_config <fbo_torch.features.RandomFourierFeatures.from_config>`).
     """
 
     def __init__(
         self,
-        features: RandomFourierFeatures,
+        features: RandomFourierFeatures | None = None,
         p_t: str | float | Callable[[int], float] = "1-1/sqrt(t)",
         one_shot: bool = True,
         noise_variance: float = 1e-2,
         seed: int = 0,
         num_restarts: int = 10,
         raw_samples: int = 512,
+        num_features: int = 100,
+        lengthscale: float = 0.2,
     ) -> None:
-        self.features = _check_features(features)
+        self.features = None if features is None else _check_features(features)
+        self.num_features = check_int("num_features", num_features, minimum=1)
+        check_positive("lengthscale", lengthscale)
+        self.lengthscale = float(lengthscale)
         self.seed = check_int("seed", seed)
         # validated by FTSGenerationNode; checked here so a bad default fails at once
         PtSchedule(p_t)
@@ -206,6 +232,9 @@ class AxFederation:
                 f"`client` must be an ax.api.client.Client or an ax Experiment, got {type(client).__name__}."
             )
         agent_id = len(self.agents)
+        if self.features is None:  # the map's dimension is the first agent's search space's
+            dim = UnitCube.from_search_space(_experiment_of(client).search_space).dim
+            self.features = RandomFourierFeatures(dim, self.num_features, lengthscale=self.lengthscale, seed=self.seed)
         node = FTSGenerationNode(
             self.features,
             agent_id=agent_id,
@@ -226,13 +255,17 @@ class AxFederation:
         else:
             strategy.experiment = client
         cube = UnitCube.from_search_space(strategy.experiment.search_space)
-        _check_features(self.features, cube)
+        _check_features(self.features, cube)  # every agent's search space has the map's dimension
         objective_weights(strategy.experiment)
         self.agents.append(node)
         return node
 
     def deliver(self, message: AgentMessage) -> None:
-        r"""Give ``message`` to every agent but its sender (e.g. one received from another process)."""
+        r"""Give ``message`` to every agent but its sender (e.g. one received from another process).
+
+        Args:
+            message: An :class:`~fbo_torch.federation.AgentMessage` on this federation's feature map.
+        """
         for node in self.agents:
             if node.agent_id != message.agent_id:
                 node.receive(message)

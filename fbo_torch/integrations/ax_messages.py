@@ -35,6 +35,9 @@ __all__ = ["agent_message", "objective_data", "objective_weights"]
 def objective_weights(experiment: Experiment) -> dict[str, float]:
     r"""``{metric signature: weight}`` of the expression Ax maximizes (``"-loss"``: ``{"loss": -1}``).
 
+    Args:
+        experiment: An Ax ``Experiment`` with a single-objective optimization config.
+
     Raises:
         ValueError: No optimization config, a multi-objective one, or one with
             outcome constraints.

@@ -79,7 +79,7 @@ class BatchedExactGP:
             ``(loc, scale)``, each ``B x k`` (``k = d`` with ARD, else 1) or broadcastable to it:
             ``log ℓ_bj ~ N(loc_bj, scale_bj²)`` in place of the spec's one prior for every
             agent (a spec with ``priors``). An agent's prior learned from others (e.g. from its
-            peers' fitted lengthscales, :mod:`~fbo_torch.methods.transfer`) enters its MAP fit
+            peers' fitted lengthscales, :meth:`~fbo_torch.methods.transfer.Transfer.landscape_prior`) enters its MAP fit
             and its marginal likelihood exactly as the spec's does.
 
     The unconstrained vector per agent is ``[log(ℓ - ℓ_min) (d or 1),

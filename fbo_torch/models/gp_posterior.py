@@ -48,6 +48,19 @@ class BatchedGPPosterior:
     returned as ``y_mean + y_std · mean`` and ``y_std² · variance``.
 
     Build it with ``gp.posterior_moments()`` (or :meth:`from_factor`).
+
+    Args:
+        lo: ``d`` lower bounds of the domain (the normalization's offset).
+        width: ``d`` widths of the domain (the normalization's scale).
+        Xt: ``B x n x d`` normalized training inputs.
+        mask: ``B x n`` booleans: valid observations.
+        L: ``B x n x n`` Cholesky factors of ``K + σ²I`` on the valid observations.
+        alpha: ``B x n`` weights ``(K + σ²I)⁻¹(y − c)`` (0 at invalid observations).
+        ls: ``B x d`` lengthscales (normalized units).
+        os_: ``B`` outputscales ``σ_f²``.
+        mean: ``B`` constant means ``c`` (standardized units).
+        y_mean: ``B`` means of the outcome standardization.
+        y_std: ``B`` standard deviations of the outcome standardization.
     """
 
     #: ``maximize_batched`` folds the line search's candidates into ``C`` (the per-agent

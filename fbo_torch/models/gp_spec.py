@@ -26,6 +26,9 @@ class GPSpec:
         lengthscale_lower / noise_lower: Lower bounds (constraints).
         lengthscale_init / outputscale_init / noise_init: Starting values
             (``None``: the prior's mode, as BoTorch initializes).
+        ls_prior_median: The lengthscale prior's median per ``√d`` (the median is
+            ``ls_prior_median·√d``); ``None``: BoTorch's (``e^√2·√d``).
+        ls_prior_scale: The lengthscale prior's LogNormal scale; ``None``: BoTorch's (``√3``).
     """
 
     ard: bool = True

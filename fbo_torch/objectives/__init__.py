@@ -128,6 +128,11 @@ def build_objective(spec: dict[str, Any], device: str | None = None) -> Objectiv
     (the CNN objectives train there) unless ``spec`` names its own ``device``.
     An instance of a class that follows the objective protocol without subclassing
     :class:`Objective` is wrapped (:func:`~fbo_torch.objectives.base.as_objective`).
+
+    Args:
+        spec: ``{"type": name, **kwargs}``: a registered name or ``"module:Class"``, and its
+            constructor's keyword arguments.
+        device: The run's device, passed to a constructor that takes ``device`` unless ``spec`` has one.
     """
     spec = dict(spec)
     type_name = spec.pop("type")

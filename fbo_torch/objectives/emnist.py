@@ -14,16 +14,18 @@ import os
 import torch
 from torch import Tensor
 
+from fbo_torch.utils.paths import user_data_dir
+
 __all__ = ["EMNIST_ROOT_ENV", "download_emnist", "emnist_to_float", "load_emnist_digits"]
 
 #: Environment variable naming the folder that holds ``EMNIST/raw`` (used when ``root`` is not given).
 EMNIST_ROOT_ENV = "FBO_EMNIST_ROOT"
 
 _EMNIST_HOW_TO = (
-    "Download it with `fbo-torch data emnist --root <folder>` (NIST's gzip.zip, about 540 MB, through "
-    "torchvision) and set FBO_EMNIST_ROOT=<folder> (or pass root=<folder>); on a machine without internet "
-    "access, run that command on one with it and copy <folder>/EMNIST/raw/emnist-digits-* to "
-    "<folder>/EMNIST/raw/ here."
+    "Download it with `fbo-torch data emnist` (NIST's gzip.zip, about 540 MB, through torchvision, into the "
+    "user data folder, where it is found without settings; `--root <folder>` elsewhere, then set "
+    "FBO_EMNIST_ROOT=<folder> or pass root=<folder>); on a machine without internet access, run that command "
+    "on one with it and copy <folder>/EMNIST/raw/emnist-digits-* to <folder>/EMNIST/raw/ here."
 )
 _EMNIST_HELP = (
     "EMNIST 'digits' was not found under {root!r} (torchvision reads "
@@ -38,7 +40,8 @@ def load_emnist_digits(
 
     Args:
         root: Folder holding ``EMNIST/raw/emnist-digits-*-ubyte``; default: the
-            environment variable ``FBO_EMNIST_ROOT``.
+            environment variable ``FBO_EMNIST_ROOT``, else the user data folder
+            (:func:`~fbo_torch.utils.paths.user_data_dir`, where ``fbo-torch data emnist`` downloads it).
         train: EMNIST's training file (``True``) or its test file.
         download: Let torchvision download EMNIST (needs internet access).
 
@@ -55,12 +58,7 @@ def load_emnist_digits(
 
     tv = import_torchvision()
     if root is None:
-        root = os.environ.get(EMNIST_ROOT_ENV)
-        if not root:
-            raise FileNotFoundError(
-                f"EMNISTCNN needs the EMNIST files: `root` was not given and {EMNIST_ROOT_ENV} is not set. "
-                + _EMNIST_HOW_TO
-            )
+        root = os.environ.get(EMNIST_ROOT_ENV) or user_data_dir()
     root = os.fspath(root)
     try:
         ds = tv.datasets.EMNIST(root, split="digits", train=bool(train), download=bool(download))

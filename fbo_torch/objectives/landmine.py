@@ -51,6 +51,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.objectives.search_space import Real, SearchSpace, TuningObjective, as_search_space
+from fbo_torch.utils.paths import checkout_root, user_data_dir
 from fbo_torch.utils.validation import check_int
 
 #: Where the data set comes from (as cited in the FTS paper, appendix D.2.2).
@@ -67,15 +68,13 @@ def default_landmine_search_space() -> SearchSpace:
 
 
 def _candidates() -> list[Path]:
-    repo_root = Path(__file__).resolve().parents[2]
     cwd = Path.cwd()
-    out = [
-        repo_root.parent / "shared" / "data" / LANDMINE_FILENAME,
-        repo_root / "data" / LANDMINE_FILENAME,
-        cwd / LANDMINE_FILENAME,
-        cwd / "data" / LANDMINE_FILENAME,
-        cwd.parent / "shared" / "data" / LANDMINE_FILENAME,
-    ]
+    out = [user_data_dir() / LANDMINE_FILENAME]
+    root = checkout_root()
+    if root is not None:  # a source checkout: its data folder and the shared one beside it
+        out += [root.parent / "shared" / "data" / LANDMINE_FILENAME, root / "data" / LANDMINE_FILENAME]
+    out += [cwd / LANDMINE_FILENAME, cwd / "data" / LANDMINE_FILENAME]
+    out += [cwd.parent / "shared" / "data" / LANDMINE_FILENAME]
     seen: list[Path] = []
     for p in out:
         if p not in seen:
@@ -88,8 +87,8 @@ def _not_found(looked: Sequence[Path], why: str) -> FileNotFoundError:
     return FileNotFoundError(
         f"{LANDMINE_FILENAME} not found ({why}). Looked in:\n{where}\n"
         f"It is the landmine detection data set of the FTS paper (Xue et al., 2007): download "
-        f"{LANDMINE_URL}, unzip it, and pass `path=` (the .mat file or its folder) or set the "
-        f"environment variable {LANDMINE_ENV}."
+        f"{LANDMINE_URL}, unzip it, and put {LANDMINE_FILENAME} in {user_data_dir()}, pass `path=` (the .mat "
+        f"file or its folder) or set the environment variable {LANDMINE_ENV}."
     )
 
 
@@ -97,9 +96,11 @@ def resolve_landmine_path(path: str | os.PathLike[str] | None = None) -> Path:
     r"""Find ``LandmineData.mat``.
 
     Order: the ``path`` argument (a file, or a folder holding the file), else the
-    environment variable ``FBO_LANDMINE_PATH`` (same), else the defaults
-    ``<repo>/../shared/data``, ``<repo>/data``, ``<cwd>``, ``<cwd>/data`` and
-    ``<cwd>/../shared/data``. An explicit ``path`` or environment variable that
+    environment variable ``FBO_LANDMINE_PATH`` (same), else the defaults: the user
+    data folder (:func:`~fbo_torch.utils.paths.user_data_dir`: ``$FBO_DATA_DIR``,
+    else ``~/.local/share/fbo_torch``), in a source checkout ``<repo>/../shared/data``
+    and ``<repo>/data``, then ``<cwd>``, ``<cwd>/data`` and ``<cwd>/../shared/data``
+    (never a folder of the installed package). An explicit ``path`` or environment variable that
     does not lead to the file is an error (no silent fallback).
 
     Raises:

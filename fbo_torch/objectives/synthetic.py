@@ -250,12 +250,17 @@ class GPSampleContinuousFederation(_GroupedSynthetic):
 
     Args:
         dim: ``D``.
+        num_groups: Independent sampled functions ``f`` (as in :class:`GPSampleGridFederation`).
+        agents_per_group: Agents per group, including the target.
+        perturbation: ``d_n``, a number or one value per agent of a group.
+        perturb_first: Whether agent 0 of a group is perturbed too.
         lengthscale: SE lengthscale of ``f``.
+        perturbation_lengthscale: SE lengthscale of the perturbations ``h_n`` (``None``: ``lengthscale``).
         num_basis: Random features representing each sampled function.
-
-    The other arguments (``num_groups``, ``agents_per_group``, ``perturbation``,
-    ``perturb_first``, ``noise_variance``, ``seed``, ``useless_fraction``,
-    ``adversarial_fraction``) are those of :class:`GPSampleGridFederation`.
+        noise_variance: Observation noise ``σ²``.
+        seed: Seed for the functions, perturbations and observation noise.
+        useless_fraction: Fraction of the non-target agents whose function is an independent sample.
+        adversarial_fraction: Fraction of them whose function is ``1 - f``.
     """
 
     def __init__(

@@ -402,7 +402,8 @@ class EMNISTCNN(AgentImageCNN):
 
     Args:
         root: Folder holding ``EMNIST/raw/emnist-digits-*-ubyte`` (torchvision's
-            layout); default: the environment variable ``FBO_EMNIST_ROOT``.
+            layout); default: the environment variable ``FBO_EMNIST_ROOT``, else the user data folder
+            (:func:`~fbo_torch.utils.paths.user_data_dir`, where ``fbo-torch data emnist`` downloads it).
         num_agents: Number of agents ``N`` (the paper: 50).
         alpha: Dirichlet label-skew concentration.
         samples_per_agent: Mean samples per agent (train + validation).

@@ -247,6 +247,11 @@ def maximize_batched(
             maxima and values are full precision, while most evaluations run at float32 speed
             (twice to three times float64's on a CPU: half the bytes per SIMD lane and per cache
             line; ``benchmarks/maximizer_quality.py`` compares the gaps).
+        line_search: The ``"qn"`` refinement's line search
+            (:func:`~fbo_torch.optim.quasi_newton.minimize_batched`): ``"parallel"`` (every
+            candidate step in one call), ``"sequential"`` (one step at a time), or ``"auto"``
+            (default): ``fn``'s own ``line_search`` attribute if it has one, else
+            :func:`~fbo_torch.optim.quasi_newton.minimize_batched`'s choice for the device.
 
     Returns:
         ``(X_best, values)``: ``B x d`` maximizers inside their boxes and ``B``
@@ -654,6 +659,14 @@ def score_chunked(fn: BatchedFunction, X: Tensor, max_points: int = DEFAULT_MAX_
     r"""Evaluate ``fn`` on ``B x C x d`` in chunks of the ``C`` dimension (no grad).
 
     The result equals ``fn(X)``; only peak memory changes.
+
+    Args:
+        fn: ``B x C x d`` -> ``B x C``: ``B`` functions, each on its row of points.
+        X: ``B x C x d`` points.
+        max_points: The most points (``B x chunk``) evaluated in one call.
+
+    Returns:
+        ``B x C`` values.
     """
     B, C = X.shape[0], X.shape[1]
     chunk = max(1, max_points // max(B, 1))

@@ -79,6 +79,9 @@ ACCOUNTANTS: tuple[str, ...] = ("rdp", "prv", "gdp", "rdp-classic")
 def check_accountant_name(name: Any) -> str:
     r"""``name`` as one of :data:`ACCOUNTANTS` (case and surrounding blanks ignored).
 
+    Args:
+        name: An accountant's name, e.g. ``"rdp"`` or ``" PRV "``.
+
     Raises:
         TypeError: If ``name`` is not a string.
         ValueError: If ``name`` is unknown (the message lists the valid names).
@@ -181,7 +184,11 @@ def check_accountant_state(state_dict: Any, mechanism: str) -> History:
 
 
 def num_releases(history: Iterable[tuple[float, float, int]]) -> int:
-    r"""Total number of releases in a run-length history (Opacus' ``len`` counts segments)."""
+    r"""Total number of releases in a run-length history (Opacus' ``len`` counts segments).
+
+    Args:
+        history: ``(noise_multiplier, sample_rate, releases)`` segments, as Opacus' accountants keep them.
+    """
     return sum(int(n) for _, _, n in history)
 
 

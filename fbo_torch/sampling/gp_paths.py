@@ -26,7 +26,22 @@ class GPThompsonPaths:
     ``x̃``; ``v_b = (K_b + σ_b²I)⁻¹ (y_b − m_b − φ_b(X_b)ᵀw_b − ε_b)``; values
     are returned in the original outcome units. Callable on ``B x C x d``
     (or ``K x B x C x d``) domain points; :meth:`value_and_grad` gives the input
-    gradient in closed form (a handful of batched operations).
+    gradient in closed form (a handful of batched operations). Build it with
+    :meth:`from_draws` (or a batched GP's ``draw_paths``).
+
+    Args:
+        lo: ``d`` lower bounds of the domain (the normalization's offset).
+        width: ``d`` widths of the domain (the normalization's scale).
+        W: ``B x F/2 x d`` spectral frequencies, divided by the lengthscales.
+        w: ``B x F`` standard-normal feature weights.
+        amp: ``B`` feature amplitudes ``√(2σ_f²/F)``.
+        X: ``B x n x d`` normalized training inputs.
+        v: ``B x n`` data weights ``(K + σ²I)⁻¹(y − m − φ(X)ᵀw − ε)`` (0 at invalid observations).
+        ls: ``B x d`` lengthscales (normalized units).
+        os_: ``B`` outputscales ``σ_f²``.
+        mean: ``B`` constant means (standardized units).
+        y_mean: ``B`` means of the outcome standardization.
+        y_std: ``B`` standard deviations of the outcome standardization.
     """
 
     #: Not ``True`` although callable on ``... x B x C x d``: a maximizer that stacked its K line-search

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 #: The environment variable that sets the memory a run may use (bytes; ``K``, ``M``, ``G``, ``T`` suffixes).
 LIMIT_ENV = "FBO_MEMORY_LIMIT"
@@ -114,6 +116,8 @@ def available_memory(device: torch.device | str | None = None) -> int | None:
     limit = _env_limit()
     if limit is not None:
         return limit
+    import torch  # here: parsing a size (a config's max_memory) needs no torch
+
     dev = torch.device(device) if device is not None else torch.device("cpu")
     if dev.type == "cuda":
         try:
@@ -154,7 +158,7 @@ def check_memory(name: str, need: float, what: str, device: torch.device | str |
     """
     have = available_memory(device)
     if have is not None and need > have:
-        where = "" if device is None or torch.device(device).type == "cpu" else f" on {device}"
+        where = "" if device is None or str(device).split(":")[0] == "cpu" else f" on {device}"
         raise MemoryLimitError(
             f"{name}: {what} needs about {show_bytes(need)}, more than the {show_bytes(have)} this machine has "
             f"free{where}; lower it (or set ${LIMIT_ENV} if the estimate is wrong for this machine)."

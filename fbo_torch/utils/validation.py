@@ -98,7 +98,10 @@ def check_bounds(name: str, bounds: Tensor, dim: int | None = None) -> Tensor:
     if bounds.shape[0] != 2:
         raise ValueError(f"`{name}` must have shape 2 x d, got {tuple(bounds.shape)}.")
     if dim is not None and bounds.shape[-1] != dim:
-        raise ValueError(f"`{name}` must have {dim} columns, got {bounds.shape[-1]}.")
+        raise ValueError(
+            f"`{name}` must be 2 x {dim}: a lower and an upper bound for each of the inputs' {dim} dimensions, "
+            f"got shape {tuple(bounds.shape)} ({bounds.shape[-1]} dimensions)."
+        )
     check_finite(name, bounds)
     if not (bounds[1] > bounds[0]).all():
         raise ValueError(f"`{name}`: every upper bound must exceed its lower bound, got {bounds.tolist()}.")

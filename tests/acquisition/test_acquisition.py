@@ -176,6 +176,26 @@ def test_fts_validation(rff, gp):
     FederatedThompsonSampling(gp, ok, rff, p_t=0.5)
 
 
+def test_messages_as_tensors_are_checked_against_the_map_they_were_drawn_on(rff, gp):
+    """Before: ω drawn on another feature map (another seed) was accepted as a tensor. A tensor carries no
+    fingerprint, so the call checks the one it is given (`fingerprint=`), as it checks an AgentMessage's."""
+    from fbo_torch import RFFBayesianLinear
+
+    other = RandomFourierFeatures(2, 60, lengthscale=0.2, seed=1)  # same shape, another map
+    X = torch.rand(3, 8, 2, dtype=f64, generator=torch.Generator().manual_seed(1))
+    omegas = RFFBayesianLinear(other, X, torch.sin(5 * X).sum(-1, keepdim=True), noise_variance=1e-2).sample_weights()
+    with pytest.raises(ValueError, match=r"`messages` were drawn on another feature map .* than `features`"):
+        FederatedThompsonSampling(gp, omegas, rff, p_t=0.5, fingerprint=other.fingerprint)
+    with pytest.raises(ValueError, match=r"`omega` were drawn on another feature map"):
+        RFFThompsonSample(rff, omegas[0], fingerprint=other.fingerprint)
+    FederatedThompsonSampling(gp, omegas, other, p_t=0.5, fingerprint=other.fingerprint)  # the right map
+    RFFThompsonSample(other, omegas[0], fingerprint=other.fingerprint)
+    # as AgentMessages the fingerprint travels with each vector and needs no argument
+    msgs = [AgentMessage(w, i, 8, other.fingerprint) for i, w in enumerate(omegas)]
+    with pytest.raises(ValueError, match="different random-feature map"):
+        FederatedThompsonSampling(gp, msgs, rff, p_t=0.5)
+
+
 def test_piecewise_acquisition_uses_region_vectors(rff):
     part = SubRegionPartition(BOUNDS, 4)
     omegas = torch.randn(4, 60, generator=torch.Generator().manual_seed(2), dtype=f64)

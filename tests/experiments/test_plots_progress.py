@@ -160,3 +160,4 @@ def test_progress_bar_shows_the_epsilon_after_the_round_it_counts(tmp_path, caps
     for k, e in shown.items():
         assert e == f"{eps[k - 1]:.2f}", (k, e, eps)
     assert shown.get(4) == f"{eps[-1]:.2f}"
+    assert re.search(r"eps=[\d.]+ \(δ=", err)  # with its δ

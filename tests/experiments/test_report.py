@@ -125,6 +125,7 @@ def test_the_tidy_csv_has_one_named_row_per_run_agent_and_iteration(tmp_path):
             "epsilon",
             "delta",
             "accountant",
+            "failed",
         )
     )
     assert len(rows) == 2 * 4  # runs x (iterations + 1)
@@ -270,3 +271,20 @@ def test_the_privacy_plot_has_a_series_per_accountant(tmp_path, figures):
     ]
     eps_ax = [a for a in figures[1].axes if a.lines][0]
     assert "final ε under rdp" in _legend(eps_ax) and "final ε under prv" in _legend(eps_ax)
+
+
+def test_the_summary_names_every_requested_accountant(tmp_path):
+    """Before: `extra_accountants: [rdp]` did not appear in summary.txt."""
+    text = summary_table(_dp(others={"rdp": 1.25, "prv": None}))
+    private = [line for line in text.splitlines() if "eps=" in line]
+    assert private and all("(delta=0.1, rdp-classic; rdp: 1.25; prv: n/a)" in line for line in private)
+
+
+def test_a_run_without_private_methods_draws_no_privacy_plot(tmp_path, figures):
+    """Before: a non-private dp_fts_de run wrote privacy_utility.png (empty, "privacy loss ε (, δ unknown)")
+    and epsilon.png."""
+    res = _dp()
+    for sc in res["scenarios"]:
+        sc["methods"] = [m for m in sc["methods"] if m["epsilon_final"] is None]
+    assert plot_privacy(res, tmp_path) == [] and figures == []
+    assert not list(tmp_path.iterdir())

@@ -67,3 +67,35 @@ class Unrelated:
 def factory(num_agents: int = 2) -> Bowl:
     """A function, not a class."""
     return Bowl(num_agents)
+
+
+class Crashes(Bowl):
+    r"""A :class:`Bowl` whose simulator crashes: on every call, or (``agents_failing``) for those agents only."""
+
+    def __init__(self, num_agents: int = 3, agents_failing: list[int] | None = None) -> None:
+        super().__init__(num_agents)
+        self.agents_failing = agents_failing
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        if self.agents_failing is None or any(a in self.agents_failing for a in agents.tolist()):
+            raise RuntimeError("my simulator crashed")
+        return super()._evaluate(X, agents, noise)
+
+
+class NaNAbove(Bowl):
+    r"""A :class:`Bowl` that returns NaN for ``x > threshold`` (a diverged training run, say)."""
+
+    def __init__(self, num_agents: int = 3, threshold: float = 0.5) -> None:
+        super().__init__(num_agents)
+        self.threshold = threshold
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        values = super()._evaluate(X, agents, noise)
+        return torch.where(X[..., 0] > self.threshold, torch.nan, values)
+
+
+class WrongShape(Bowl):
+    """Returns its values with an extra leading dimension (``1 x k x q``)."""
+
+    def _evaluate(self, X: Tensor, agents: Tensor, noise: bool) -> Tensor:
+        return super()._evaluate(X, agents, noise).unsqueeze(0)

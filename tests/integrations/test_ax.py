@@ -182,6 +182,29 @@ def test_a_mixed_space_federation_generates_valid_trials_that_use_messages():
     assert all(step.source != "own" for node in federation.agents for step in node.history)  # p_t = 0
 
 
+def test_the_federation_builds_the_map_with_the_search_spaces_dimension():
+    """Before: the user worked out the map's `dim` of one-hot choices by hand (here 1 + 1 + 3 = 5)."""
+    federation = AxFederation(num_features=40, lengthscale=0.3, seed=2, num_restarts=2, raw_samples=32)
+    assert federation.features is None
+    mixed = [
+        RangeParameterConfig(name="x", parameter_type="float", bounds=(-1.0, 1.0)),
+        RangeParameterConfig(name="k", parameter_type="int", bounds=(1, 5)),
+        ChoiceParameterConfig(name="c", parameter_type="str", values=["u", "v", "w"], is_ordered=False),
+    ]
+    client = Client(random_seed=0)
+    client.configure_experiment(parameters=mixed)
+    client.configure_optimization(objective="-f")
+    federation.add_agent(client, num_initial_trials=1)
+    expected = RandomFourierFeatures(dim=5, num_features=40, lengthscale=0.3, seed=2)
+    assert federation.features is not None and federation.features.fingerprint == expected.fingerprint
+    # every later agent shares that map, so its search space must have the same coordinates
+    other = _client(bounds=((0.0, 1.0),) * 2, seed=1)
+    with pytest.raises(ValueError, match=r"maps 5-dimensional inputs but the experiment's search space has 2"):
+        federation.add_agent(other)
+    with pytest.raises(ValueError, match="has no experiment"):
+        AxFederation().add_agent(Client())
+
+
 def _grid(d: int, n: int) -> torch.Tensor:
     axes = [torch.linspace(0, 1, n, dtype=torch.float64)] * d
     return torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, d)

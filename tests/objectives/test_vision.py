@@ -155,11 +155,12 @@ def test_the_emnist_download_command_fetches_checks_and_lays_out_the_files(tmp_p
 
 
 def test_emnist_missing_data_raises_clear_error(tmp_path, monkeypatch):
-    how = r"fbo-torch data emnist --root <folder>(.|\n)*FBO_EMNIST_ROOT"
+    how = r"fbo-torch data emnist(.|\n)*user data folder(.|\n)*FBO_EMNIST_ROOT"
     with pytest.raises(FileNotFoundError, match="nowhere(.|\n)*" + how):
         EMNISTCNN(tmp_path / "nowhere", num_agents=2)
     monkeypatch.delenv("FBO_EMNIST_ROOT", raising=False)
-    with pytest.raises(FileNotFoundError, match="FBO_EMNIST_ROOT is not set(.|\n)*" + how):
+    monkeypatch.setenv("FBO_DATA_DIR", str(tmp_path / "my-data"))  # the user data folder, not site-packages
+    with pytest.raises(FileNotFoundError, match="my-data(.|\n)*" + how):
         EMNISTCNN(num_agents=2)
     monkeypatch.setenv("FBO_EMNIST_ROOT", str(tmp_path / "elsewhere"))
     with pytest.raises(FileNotFoundError, match="elsewhere"):

@@ -39,9 +39,10 @@ Output (``--out``, default ``benchmarks/results/peers/pyfmto/<problem>_d<d>.json
      "tasks": [{"name", "lb", "ub", "y_global"}],
      "runs": {LABEL: [{"seed", "wall_time", "tasks": [{"X": fe_max x d, "y": fe_max}]}]}}
 
-plus ``"problem_kwargs"`` when ``--problem-kwargs`` was given. ``X`` is in the task's original units in evaluation order (the first ``fe_init``
-rows are the initial design), ``y`` the minimized values pyfmto recorded; every
-``y`` is checked against the task's ``evaluate(X)`` before the run is saved.
+plus ``"problem_kwargs"`` when ``--problem-kwargs`` was given. ``X`` is in the task's
+original units in evaluation order (the first ``fe_init`` rows are the initial design),
+``y`` the minimized values pyfmto recorded; every ``y`` is checked against the task's
+``evaluate(X)`` before the run is saved.
 ``wall_time`` is the seconds from building the problem (initial designs included)
 to the last client's exit.
 
@@ -566,7 +567,7 @@ def main(argv: list[str] | None = None) -> None:
         "--problem-kwargs",
         type=json.loads,
         default={},
-        help='further arguments of the problem as JSON, e.g. \'{"task_num": 20}\' (gecco2020)',
+        help="further arguments of the problem as JSON, e.g. '{\"task_num\": 20}' (gecco2020)",
     )
     p.add_argument("--fe-init", dest="fe_init", type=int, default=None, help="initial design size (pyfmto: 5d)")
     p.add_argument("--fe-max", dest="fe_max", type=int, default=None, help="total evaluations (pyfmto: 11d)")

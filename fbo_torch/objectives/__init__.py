@@ -21,6 +21,7 @@ REGISTRY: dict[str, type | str] = {
     "gp_continuous": "fbo_torch.objectives.synthetic:GPSampleContinuousFederation",
     "function_families": "fbo_torch.objectives.function_families:FunctionFamilyFederation",
     "tetci2019": "fbo_torch.objectives.tetci2019:Tetci2019",
+    "gecco2020": "fbo_torch.objectives.gecco2020:Gecco2020",
     "landmine": "fbo_torch.objectives.landmine:LandmineSVM",
     "har": "fbo_torch.objectives.har:HARLogReg",
     "digits_cnn": "fbo_torch.objectives.vision:DigitsCNN",

@@ -59,6 +59,7 @@ box, so a run of ours can start from pyfmto's initial design.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -134,6 +135,28 @@ FUNCTIONS = {
     "griewank": _griewank,
     "rastrigin": _rastrigin,
 }
+
+
+def family_values(
+    Z: Tensor, family: Tensor, names: Sequence[str], functions: Mapping[str, Callable[[Tensor], Tensor]] = FUNCTIONS
+) -> Tensor:
+    r"""Each row's function at its arguments, one call per function for all the rows that have it.
+
+    Args:
+        Z: ``k x q x d`` arguments.
+        family: ``k`` indices into ``names``: row ``i`` goes through ``functions[names[family[i]]]``.
+        names: Function names (keys of ``functions``).
+        functions: Name -> function of ``... x d`` arguments (default: pyfmto's, :data:`FUNCTIONS`).
+
+    Returns:
+        ``k x q`` values.
+    """
+    values = Z.new_empty(Z.shape[:-1])
+    for j, name in enumerate(names):
+        rows = family == j
+        if rows.any():
+            values[rows] = functions[name](Z[rows])
+    return values
 
 
 def to_unit(X: Tensor, lb: Tensor, ub: Tensor) -> Tensor:
@@ -214,13 +237,7 @@ class Tetci2019(Objective):
 
     def _phi(self, Z: Tensor, agents: Tensor) -> Tensor:
         """pyfmto's functions at shifted, clipped arguments ``Z`` (``k x q x d``) of agents ``agents``."""
-        family = self._on(Z.device, "_family_of_agent")[agents]
-        values = Z.new_empty(Z.shape[:-1])
-        for j, name in enumerate(self._families):  # one call per family, all its agents at once
-            rows = family == j
-            if rows.any():
-                values[rows] = FUNCTIONS[name](Z[rows])
-        return values
+        return family_values(Z, self._on(Z.device, "_family_of_agent")[agents], self._families)
 
     def evaluate_original(self, X: Tensor, agents: Tensor | None = None) -> Tensor:
         r"""pyfmto's ``f_n`` (to minimize) at points in the tasks' original units.
@@ -261,4 +278,4 @@ class Tetci2019(Objective):
         return f"Tetci2019(dim={self.dim}, num_agents={self.num_agents}, noise_variance={self.noise_variance})"
 
 
-__all__ = ["FUNCTIONS", "TASKS", "Tetci2019", "to_unit"]
+__all__ = ["FUNCTIONS", "TASKS", "Tetci2019", "family_values", "to_unit"]

@@ -46,11 +46,11 @@ tasks for any ``d >= 2`` and ``task_num >= 1``; pyfmto's default seed is 123.
 fbo_torch's conventions: pyfmto's box is already ``[0, 1]^d``; values are
 maximized, ``value_n(x) = -f_n(x)``. The noise is per agent: ``observe`` adds
 ``σ_n N(0, 1)`` from each agent's keyed stream and ``__call__`` without keys
-from :attr:`noise_generator`; :meth:`evaluate_true` is noiseless. Evaluation is
+from ``noise_generator``; :meth:`~fbo_torch.objectives.base.Objective.evaluate_true` is noiseless. Evaluation is
 batched over the agents (a loop over the ``d`` joints, pyfmto's order of
 operations, so values agree with pyfmto's to the last bits).
 
-**Optimum.** pyfmto records none (``x_global`` is ``None``). :attr:`optimum`
+**Optimum.** pyfmto records none (``x_global`` is ``None``). :attr:`~Gecco2020.optimum`
 is each task's maximum of the noiseless value, computed in float64 on first
 access and cached per ``(dim, task_num, seed)`` (:func:`arm_optimum`): the best
 64 of 2048 scrambled-Sobol points per task refined by batched box-constrained
@@ -62,7 +62,7 @@ minimum). Two checks, one exact and one empirical:
 * The mean distance is convex in the end-effector's position ``e``, so its
   minimum over the whole plane (the targets' geometric median, by Weiszfeld's
   iteration) bounds every task's minimum from below. Where the arm reaches the
-  median the computed minimum meets the bound: :attr:`optimum_certified` marks
+  median the computed minimum meets the bound: :attr:`~Gecco2020.optimum_certified` marks
   those tasks (within ``1e-9``), about half of them.
 * The others' optima lie on the boundary of the reachable set. There, the 8
   polished restarts of a task end within ``1e-9`` of each other (at least 4 of 8
@@ -72,7 +72,7 @@ minimum). Two checks, one exact and one empirical:
   pyfmto's own implementation found no lower value on any task
   (``benchmarks/peers/README.md``).
 
-So :attr:`optimum` is the maximum to ``1e-9`` on the certified tasks, and on the
+So :attr:`~Gecco2020.optimum` is the maximum to ``1e-9`` on the certified tasks, and on the
 others the best of searches that agree to that.
 """
 

@@ -173,7 +173,7 @@ def _assert_moments(paths: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) 
 
 
 def test_pathwise_moments_match_posterior(setup):
-    # issue 13.2: sample paths of our models are draws from their posteriors
+    # sample paths of our models are draws from their posteriors
     kind, model, X, Y = setup
     Xs = _data(4, seed=9)[0]
     torch.manual_seed(1)

@@ -1,4 +1,4 @@
-"""Output folders and resume: fingerprints, refusals, locks, atomic writes (issue 11, items 2 and 3)."""
+"""Output folders and resume: fingerprints, refusals, locks, atomic writes."""
 
 import errno
 import json
@@ -316,7 +316,7 @@ def test_report_redraws_a_finished_run_but_not_while_one_runs(finished, tmp_path
     assert "results.json is unreadable or incomplete" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------ nothing lost on disk (issue 26, items 6 and 7)
+# ------------------------------------------------------------ nothing lost on disk
 
 
 def _mine(out):

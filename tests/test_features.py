@@ -185,7 +185,7 @@ def test_in_place_path_equals_autograd_path_and_gradient_is_exact(normalize):
 
 
 def test_state_dict_holds_only_tensors_and_config_rebuilds_the_map():
-    # issue 13.1: get_extra_state returned a dict, which broke fit_gpytorch_mll and Flower's ArrayRecord
+    # get_extra_state returned a dict, which broke fit_gpytorch_mll and Flower's ArrayRecord
     import json
 
     a = RandomFourierFeatures(3, 40, lengthscale=[0.1, 0.2, 0.3], outputscale=0.7, seed=9, normalize=False)

@@ -247,3 +247,20 @@ def test_deployment_imports_nothing_of_the_simulator(deployment):
     for module in modules:
         bad = sorted(m for m in _reachable(module) if m.split(".")[1:2] in (["simulate"], ["experiments"]))
         assert not bad, f"{module} imports {bad}"
+
+
+def test_the_package_imports_no_private_name_of_another_library():
+    """A private name (``_x``, or a module ``_x``) of BoTorch, GPyTorch, Opacus or Flower may change in any
+    release; the package uses their public API only (the tests may compare with a private helper)."""
+    found = []
+    for name, path in MODULES.items():
+        for node, _ in _imports(ast.parse(path.read_text()), type_checking=True):
+            if not isinstance(node, ast.ImportFrom) or node.module is None or node.module.startswith("fbo_torch"):
+                continue
+            if node.module.split(".")[0] not in ("botorch", "gpytorch", "opacus", "flwr"):
+                continue
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            private += [p for p in node.module.split(".") if p.startswith("_")]
+            if private:
+                found.append(f"{name}: from {node.module} import {private}")
+    assert not found, found

@@ -191,7 +191,9 @@ def _per_agent(configuration: str, reference: str = "local") -> list[tuple[int, 
     out = []
     for name in ("tetci2019_d3", "tetci2019_d10", "svm_landmine_d2"):
         text = (ROOT / "benchmarks" / "results" / "peers" / f"{name}.md").read_text()
-        table = text.split(f"Paired difference to **{reference}**")[1].split("\n\n")[1]
+        heading = re.search(rf"Paired difference[^\n*]* to \*\*{re.escape(reference)}\*\*", text)
+        assert heading is not None, (name, reference)
+        table = text[heading.end() :].split("\n\n")[1]
         (row,) = [line for line in table.splitlines() if line.startswith(f"| {configuration} |")]
         cells = [c.strip() for c in row.strip("|").split("|")]
         diffs = [float(c.rstrip("*")) for c in cells[3:]]

@@ -10,7 +10,7 @@ row ``b`` of its input goes to agent ``b``'s GP, so
 :meth:`~fbo_torch.optim.domain.Domain.maximize`) maximizes every agent's
 acquisition together. Values equal BoTorch's per agent to float64 round-off:
 the same moments (variance clamped at ``1e-12``, BoTorch's ``min_var``), the
-same ``log h(u)`` (BoTorch's ``_log_ei_helper``). They have what the batched
+same ``log h(u)`` (:func:`log_h`, BoTorch's numerics from its public primitives). They have what the batched
 maximizer uses, like the Thompson samples of
 :class:`~fbo_torch.sampling.gp_paths.GPThompsonPaths`: closed-form input
 gradients (``value_and_grad``), ``take`` (drop agents whose restarts have
@@ -24,17 +24,48 @@ acquisition instead of a Thompson sample (``own_acquisition`` in
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
-from botorch.acquisition.analytic import _log_ei_helper
-from botorch.utils.probability.utils import log_ndtr
+from botorch.utils.probability.utils import log_ndtr, log_phi, ndtr, phi
+from botorch.utils.safe_math import log1mexp
 from torch import Tensor
 
 from fbo_torch.models.gp_posterior import BatchedGPPosterior
 
 #: BoTorch's ``_mean_and_sigma`` clamps the posterior variance at this value (original units).
 MIN_VAR = 1e-12
+
+
+def log_h(u: Tensor) -> Tensor:
+    r"""``log h(u) = log(φ(u) + u Φ(u))``, accurate for ``|u|`` up to ``1e100`` in float64: LogEI's core.
+
+    The numerics of BoTorch's ``LogExpectedImprovement`` (Ament et al. 2023), written here
+    from BoTorch's public primitives because BoTorch keeps its own helper private: the
+    direct formula for ``u > -1``; below, ``log φ(u) + log(1 − exp(w))`` with
+    ``w = log(|u| Φ(u) / φ(u))`` from the scaled complementary error function, and the
+    leading order ``−2 log|u|`` of that term beyond ``−1/√ε`` (``1e6`` in float64,
+    ``1e3`` in float32). Every branch's input is masked so that gradients stay finite.
+    ``tests/acquisition/test_batched.py`` checks it against BoTorch's LogEI.
+
+    Args:
+        u: The standardized improvement ``(μ − best_f) / σ`` (float32 or float64), any shape.
+
+    Returns:
+        ``log h(u)``, the shape of ``u``.
+    """
+    if u.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"`u` must be float32 or float64, got {u.dtype}.")
+    bound = -1.0
+    u_upper = u.masked_fill(u < bound, bound)
+    upper = (phi(u_upper) + u_upper * ndtr(u_upper)).log()
+    eps = -1e6 if u.dtype == torch.float64 else -1e3
+    u_lower = u.masked_fill(u > bound, bound)
+    u_eps = u_lower.masked_fill(u < eps, eps)
+    w = torch.log(torch.special.erfcx(-u_eps / math.sqrt(2.0)) * u_eps.abs()) + 0.5 * math.log(math.pi / 2)
+    lower = log_phi(u) + torch.where(u > eps, log1mexp(w), -2 * u_lower.abs().log())
+    return torch.where(u > bound, upper, lower)
 
 
 class BatchedAnalyticAcquisition:
@@ -129,11 +160,11 @@ class BatchedLogExpectedImprovement(BatchedAnalyticAcquisition):
 
     def _value(self, mean: Tensor, sigma: Tensor, grad: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
         u = (mean - self.param.unsqueeze(-1)) / sigma
-        log_h = _log_ei_helper(u)
-        value = log_h + sigma.log()
+        log_h_u = log_h(u)
+        value = log_h_u + sigma.log()
         if not grad:
             return value, None, None
-        dlogh = torch.exp(log_ndtr(u) - log_h)  # Φ(u)/h(u)
+        dlogh = torch.exp(log_ndtr(u) - log_h_u)  # Φ(u)/h(u)
         inv_sigma = 1.0 / sigma
         return value, dlogh * inv_sigma, (1.0 - dlogh * u) * inv_sigma
 

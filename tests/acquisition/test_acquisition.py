@@ -73,7 +73,7 @@ def test_rff_thompson_sample_q3_independent_vectors(rff):
 
 
 def test_rff_thompson_sample_one_omega_refuses_q_above_one(rff):
-    # issue 13.3: one omega with q > 1 silently returned q identical points
+    # one omega with q > 1 silently returned q identical points
     acqf = RFFThompsonSample(rff, torch.randn(60, dtype=f64))
     with pytest.raises(ValueError, match="one weight vector cannot produce q = 3"):
         optimize_acqf(acqf, BOUNDS, q=3, num_restarts=2, raw_samples=16, sequential=False)
@@ -119,7 +119,7 @@ def test_fts_shapes_and_bounds_in_optimize_acqf(rff, gp):
         X, _ = optimize_acqf(acqf, BOUNDS, q=q, num_restarts=4, raw_samples=128, sequential=False)
         assert X.shape == (q, 2) and (X >= 0).all() and (X <= 1).all()
         assert len(acqf.sources) == q
-    # issue 11.6: the intended message was swallowed by nn.Module.__getattr__
+    # the intended message was swallowed by nn.Module.__getattr__
     with pytest.raises(AttributeError, match="q = 3 candidates: use `sources`"):
         acqf.source
     assert not hasattr(acqf, "source")
@@ -216,7 +216,7 @@ def test_piecewise_acquisition_uses_region_vectors(rff):
 
 
 def test_fts_continues_after_every_message_is_used(rff, gp):
-    # issue 11.6: a loop with p_t = 1 and no message left could not continue
+    # a loop with p_t = 1 and no message left could not continue
     for empty in (torch.empty(0, 60, dtype=f64), []):
         acqf = FederatedThompsonSampling(gp, empty, rff, p_t=1.0, q=2, generator=torch.Generator().manual_seed(0))
         assert acqf.sources == ["own", "own"]
@@ -260,7 +260,7 @@ def test_fts_own_branch_takes_a_botorch_acquisition(rff, gp):
 
 
 def test_fts_with_rff_model_as_target(rff):
-    # issue 13.2: the own branch needs pathwise sampling of the target model; RFFBayesianLinear had none
+    # the own branch needs pathwise sampling of the target model; RFFBayesianLinear had none
     from fbo_torch.models import RFFBayesianLinear
 
     g = torch.Generator().manual_seed(0)
@@ -279,7 +279,7 @@ def test_fts_with_rff_model_as_target(rff):
 
 
 def test_partition_region_of_rejects_nan_and_outside_points():
-    # issue 11.6: NaN mapped to region -2**63 and outside points were clamped silently
+    # NaN mapped to region -2**63 and outside points were clamped silently
     part = SubRegionPartition(torch.tensor([[-1.0, 0.0], [0.1, 2.0]], dtype=f64), 4)
     with pytest.raises(ValueError, match="NaN"):
         part.region_of(torch.tensor([[0.0, float("nan")]], dtype=f64))

@@ -1,4 +1,4 @@
-"""Everything is validated at config load, before anything runs (issue 11, item 4)."""
+"""Everything is validated at config load, before anything runs."""
 
 import dataclasses
 import math
@@ -210,7 +210,7 @@ def test_bare_command_prints_help_and_fails(capsys):
     assert "usage: fbo-torch" in err and "quickstart" in err and "give a COMMAND" in err
 
 
-# ------------------------------------------------- checked before --out is created (issue 26, item 7)
+# ------------------------------------------------- checked before --out is created
 
 TINY = """\
 experiment: dp_fts_de

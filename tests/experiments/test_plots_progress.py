@@ -1,4 +1,4 @@
-"""Plots and progress a reader can trust (issue 11, item 7)."""
+"""Plots and progress a reader can trust."""
 
 import json
 import re

@@ -324,7 +324,7 @@ def test_representations_agree(rff):
 
 
 # --------------------------------------------------------------------------- #
-# the BoTorch model contract (issue 13.3) and bad input (issue 11.6)
+# the BoTorch model contract and bad input
 # --------------------------------------------------------------------------- #
 
 # Tolerance for two exact float64 routes to the same posterior: the Cholesky
@@ -336,7 +336,7 @@ EXACT = dict(atol=1e-9, rtol=0)
 
 @pytest.mark.parametrize("batched", [False, True])
 def test_observation_noise_shape_matches_singletaskgp(rff, rep, batched):
-    # issue 11.6: unbatched dual gave (1, q, 1) variances; weight form and SingleTaskGP give (q, 1)
+    # unbatched dual gave (1, q, 1) variances; weight form and SingleTaskGP give (q, 1)
     X, Y = make_data(N=2, n=10)
     if not batched:
         X, Y = X[0], Y[0]
@@ -374,7 +374,7 @@ def test_no_data_is_the_prior_and_bad_sizes_are_clear(rff, rep):
 
 
 def test_state_dict_is_tensors_and_survives_update(rff, rep):
-    # issue 13.3: an update()d model's storage grew, and its state_dict did not load into a fresh model
+    # an update()d model's storage grew, and its state_dict did not load into a fresh model
     X, Y = make_data(N=3, n=12)
     m = RFFBayesianLinear(rff, X[:, :4], Y[:, :4], 0.02, representation=rep)
     for j in range(4, 12):
@@ -414,7 +414,7 @@ def test_subset_output(rff):
 
 
 def test_transforms_are_honoured(rff, rep):
-    # issue 13.3: transforms attached to the model were silently ignored
+    # transforms attached to the model were silently ignored
     from botorch.models.transforms import Normalize, Standardize
 
     X, Y = make_data(N=2, n=10)
@@ -504,7 +504,7 @@ def test_fantasize_batch_shapes(rff, rep):
 
 
 def test_rff_kernel_fits_and_is_renamed(rff):
-    # issue 13.1: fit_gpytorch_mll failed on SingleTaskGP(RFFKernel) ('dict' object has no attribute 'detach')
+    # fit_gpytorch_mll failed on SingleTaskGP(RFFKernel) ('dict' object has no attribute 'detach')
     from botorch.fit import fit_gpytorch_mll
     from gpytorch.mlls import ExactMarginalLogLikelihood
 

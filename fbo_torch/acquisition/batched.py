@@ -63,7 +63,7 @@ def log_h(u: Tensor) -> Tensor:
     eps = -1e6 if u.dtype == torch.float64 else -1e3
     u_lower = u.masked_fill(u > bound, bound)
     u_eps = u_lower.masked_fill(u < eps, eps)
-    w = torch.log(torch.special.erfcx(-u_eps / math.sqrt(2.0)) * u_eps.abs()) + 0.5 * math.log(math.pi / 2)
+    w = torch.log(torch.special.erfcx(-(2**-0.5) * u_eps) * u_eps.abs()) + math.log(math.pi / 2) / 2
     lower = log_phi(u) + torch.where(u > eps, log1mexp(w), -2 * u_lower.abs().log())
     return torch.where(u > bound, upper, lower)
 

@@ -94,6 +94,40 @@ def reevaluate_landmine(paths: list[Path]) -> list[Path]:
     return out
 
 
+def reevaluate_noisy(paths: list[Path]) -> list[Path]:
+    """Runs of a noisy problem (``gecco2020``) with every recorded point re-scored by the port's noiseless
+    ``evaluate_true``, and each task's ``y_global`` its computed optimum: pyfmto records the noisy values it
+    observed, whose running minimum is biased low by the noise, and no optimum (``y_global`` null)."""
+    import tempfile
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from run_ours import build_objective
+
+    out, objective = [], None
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if data["problem"] != "gecco2020" or data.get("reevaluated"):
+            out.append(path)
+            continue
+        objective = objective if objective is not None else build_objective(data)
+        lo, hi = objective.bounds
+        for runs in data["runs"].values():
+            for run in runs:
+                X = torch.tensor([t["X"] for t in run["tasks"]], dtype=torch.float64)  # A x n x d (original units)
+                f = -objective.evaluate_true((X - lo) / (hi - lo), agents=torch.arange(X.shape[0]))
+                for t, row in zip(run["tasks"], f.tolist(), strict=True):
+                    t["y"] = row
+        for t, opt in zip(data["tasks"], objective.optimum.tolist(), strict=True):
+            t["y_global"] = -opt
+        data["reevaluated"] = True
+        tmp = Path(tempfile.mkstemp(suffix=".json")[1])
+        tmp.write_text(json.dumps(data))
+        out.append(tmp)
+    return out
+
+
 #: In the paired tests on log regret, a task's regrets below this fraction of its mean regret after the
 #: initial design count as that floor (a regret of 0, an optimum hit exactly — common on a finite
 #: domain — would otherwise be ``-inf``, and its log distance to a tiny regret arbitrary).
@@ -237,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--plot-configs", default=None, help="comma-separated configurations to draw")
     args = ap.parse_args(argv)
-    files = reevaluate_landmine(args.files)
+    files = reevaluate_noisy(reevaluate_landmine(args.files))
     meta, finals, curves = load(files)
     if args.only:
         keep = [c.strip() for c in args.only.split(",")]

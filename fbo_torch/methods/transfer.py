@@ -17,9 +17,12 @@ relatedness (``docs/design.md``, "Transfer that pays"):
   (federated empirical Bayes: where tasks are shifted or rotated copies their
   lengthscales carry over even when their optima do not).
 
-Each iteration an agent has up to three candidates: its own proposal (its own
-acquisition on its GP), the best untried peer incumbent, and the maximizer of
-the message of a peer drawn from ``P_N``. Which one it queries is a bandit over
+Each iteration an agent has up to three candidates: its own proposal, the best
+untried peer incumbent, and the maximizer of the message of a peer drawn from
+``P_N``. The own proposal exploits — LogEI over the agent's plug-in incumbent
+(:meth:`~fbo_torch.federation.agents.Agents.plug_in_incumbent`), since the
+peers' arms explore — unless that returns a point the agent has already
+observed; then it is LogEI over the best observation, as the local engine's. Which one it queries is a bandit over
 the channels that learns from the agent's own observations: each channel's
 probability of improving the agent's incumbent has a Beta posterior (prior
 ``Beta(1, 1)``) updated whenever the channel is followed, and the channel whose
@@ -63,6 +66,8 @@ from fbo_torch.utils import keyed_random as kr
 CHANNELS = ("optima", "function", "landscape")
 #: Arms of the bandit: the agent's own proposal, a peer's incumbent, a peer's message.
 OWN_ARM, OPTIMA_ARM, FUNCTION_ARM = 0, 1, 2
+#: A proposal within this fraction of the box's width of an observed input, in every coordinate, is a repeat.
+REPEAT_TOL = 1e-6
 #: ``β`` of the plausibility screen of a peer's incumbent: ``μ + √β σ`` must exceed the best observation.
 SCREEN_BETA = 4.0
 
@@ -158,8 +163,14 @@ class Transfer(DrawMethod):
         helpful = helpful_posterior(scores, r.agents.mask.sum(-1))  # R x A
         if "landscape" in self.channels:
             r.agents.ls_prior = self.landscape_prior()
-        X_own, _ = r.agents.own_proposals(t, incumbent="plug-in")
         X, mask = r.X, r.agents.mask
+        X_own, _ = r.agents.own_proposals(t, incumbent="plug-in")
+        # Exploiting can return a point the agent has already observed (LogEI over the plug-in
+        # incumbent peaks at it): there the agent proposes by LogEI over its best observation instead.
+        lo, hi = r.domain.bounds
+        again = (((X_own.unsqueeze(1) - X).abs() <= REPEAT_TOL * (hi - lo)).all(-1) & mask).any(-1)  # R
+        X_obs, _ = r.agents.own_proposals(t, which=again)
+        X_own = torch.where(again.unsqueeze(-1), X_obs, X_own)
         y = torch.where(mask, r.Y.squeeze(-1), -torch.inf)
         self._before = y.amax(-1)
         probs = r.dist.probs

@@ -1,0 +1,104 @@
+"""algorithm: transfer — the three channels, the arms' bookkeeping, and the own arm that never repeats a query."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fbo_torch.federation.settings import FTSSettings
+from fbo_torch.methods.transfer import FUNCTION_ARM, OPTIMA_ARM, OWN_ARM, Transfer
+from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
+from fbo_torch.optim.domain import Domain
+from fbo_torch.simulate.fts import FederationHistory, FTSRunner
+
+TINY = dict(num_init=4, num_iterations=6, num_features=32, rff_lengthscale=0.3, gp_fit_maxiter=15)
+DOMAIN = dict(raw_samples=64, num_restarts=2, raw_samples_rff=64, num_restarts_rff=2)
+
+
+def _objective(noise_variance: float = 0.0) -> GPSampleContinuousFederation:
+    return GPSampleContinuousFederation(
+        dim=2, num_groups=1, agents_per_group=4, num_basis=64, lengthscale=0.2, noise_variance=noise_variance, seed=3
+    )
+
+
+def _together(runs: int = 2, **kw) -> FTSRunner:
+    obj = _objective()
+    settings = FTSSettings(algorithm="transfer", agent_weights="learned", communication="every-round", **TINY, **kw)
+    domain = Domain(obj.bounds, obj.candidates, **DOMAIN)
+    return FTSRunner(obj, settings, torch.arange(obj.num_agents), runs, domain=domain, together=True, seed=1)
+
+
+def test_together_runs_and_every_query_is_accounted_to_one_arm_and_source():
+    runner = _together()
+    result = runner.run()
+    method = runner.method
+    assert isinstance(method, Transfer)
+    R, T = runner.num_runs, TINY["num_iterations"]
+    assert result.sources.shape == (R, T) and bool(torch.isfinite(result.loss).all())
+    # a source is the run's own GP (-1) or one of its peers, never itself
+    assert bool(((result.sources >= -1) & (result.sources < runner.objective.num_agents)).all())
+    assert not bool((result.sources == runner.targets.unsqueeze(-1)).any())  # runner.targets: each run's agent
+    # every iteration was one arm's win or loss; a peer's tally only counts the iterations that followed it
+    torch.testing.assert_close((method.wins + method.losses).sum(-1), torch.full((R,), float(T), dtype=torch.float64))
+    followed = (result.sources >= 0).sum(-1).to(torch.float64)
+    torch.testing.assert_close((method.peer_wins + method.peer_losses).sum(-1), followed)
+    assert bool((method.wins[:, [OPTIMA_ARM, FUNCTION_ARM]].sum(-1) <= method.peer_wins.sum(-1) + 1e-12).all())
+    assert OWN_ARM == 0
+
+
+def test_the_own_arm_never_queries_an_input_the_agent_has_observed():
+    """On a noiseless objective a repeated query is a wasted evaluation: exploiting over the plug-in incumbent
+    can propose the incumbent itself, and then the agent takes its LogEI proposal over its best observation."""
+    runner = _together(runs=3)
+    result = runner.run()
+    X, n0 = runner.X, TINY["num_init"]
+    lo, hi = runner.domain.bounds
+    for t in range(TINY["num_iterations"]):
+        own = result.sources[:, t] < 0
+        query = X[:, n0 + t]
+        earlier = X[:, : n0 + t]
+        repeat = ((query.unsqueeze(1) - earlier).abs() <= 1e-6 * (hi - lo)).all(-1).any(-1)
+        assert not bool((own & repeat).any()), t
+
+
+def test_the_optima_channel_offers_the_peers_best_inputs_and_the_landscape_their_weighted_lengthscales():
+    runner = _together(runs=1)
+    runner.run()
+    method = runner.method
+    assert isinstance(method, Transfer)
+    C = method.incumbents()  # R x A x d
+    agents = runner.agents
+    y = torch.where(agents.mask, runner.Y.squeeze(-1), -torch.inf)
+    best = runner.X[torch.arange(runner.num_runs), y.argmax(-1)]  # each run's own incumbent
+    peers = runner.peer_runs  # R x A: the run holding each agent's data
+    torch.testing.assert_close(C, best[peers], rtol=0, atol=0)
+    prior = method.landscape_prior()
+    assert prior is not None
+    loc, scale = prior
+    ll = agents.log_lengthscales()[peers]  # R x A x k
+    w = runner.dist.probs.to(ll.dtype).unsqueeze(-1)
+    torch.testing.assert_close(loc, (w * ll).sum(1))
+    assert bool((scale >= runner.settings.landscape_scale - 1e-12).all())
+
+
+@pytest.mark.parametrize("channels", [["optima"], ["function"], ["landscape"], ["optima", "landscape"]])
+def test_each_channel_alone_runs_and_an_absent_arm_is_never_followed(channels):
+    runner = _together(runs=1, channels=channels)
+    runner.run()
+    method = runner.method
+    assert isinstance(method, Transfer)
+    if "optima" not in channels:
+        assert float(method.wins[:, OPTIMA_ARM].sum() + method.losses[:, OPTIMA_ARM].sum()) == 0.0
+    if "function" not in channels:
+        assert float(method.wins[:, FUNCTION_ARM].sum() + method.losses[:, FUNCTION_ARM].sum()) == 0.0
+
+
+def test_a_newcomer_joins_peers_with_a_history():
+    obj = _objective(noise_variance=1e-4)
+    domain = Domain(obj.bounds, obj.candidates, **DOMAIN)
+    history = FederationHistory(obj, domain, t_n=8, mode="ts", num_init=3, seed=5)
+    settings = FTSSettings(algorithm="transfer", agent_weights="learned", communication="one-shot", **TINY)
+    runner = FTSRunner(obj, settings, torch.tensor([0]), 2, history=history, domain=domain, seed=2)
+    result = runner.run()
+    assert result.loss.shape == (2, TINY["num_iterations"] + 1) and bool(torch.isfinite(result.loss).all())
+    assert bool(((result.sources >= -1) & (result.sources != 0)).all())  # never "follows" itself

@@ -22,7 +22,9 @@ untried peer incumbent, and the maximizer of the message of a peer drawn from
 ``P_N``. The own proposal exploits — LogEI over the agent's plug-in incumbent
 (:meth:`~fbo_torch.federation.agents.Agents.plug_in_incumbent`), since the
 peers' arms explore — unless that returns a point the agent has already
-observed; then it is LogEI over the best observation, as the local engine's. Which one it queries is a bandit over
+observed; then it is LogEI over the best observation, as the local engine's.
+A message's maximizer the agent has already queried (a message that has not
+changed since) is not offered again. Which one it queries is a bandit over
 the channels that learns from the agent's own observations: each channel's
 probability of improving the agent's incumbent has a Beta posterior (prior
 ``Beta(1, 1)``) updated whenever the channel is followed, and the channel whose
@@ -168,7 +170,12 @@ class Transfer(DrawMethod):
         # Exploiting can return a point the agent has already observed (LogEI over the plug-in
         # incumbent peaks at it): there the agent proposes by LogEI over its best observation instead.
         lo, hi = r.domain.bounds
-        again = (((X_own.unsqueeze(1) - X).abs() <= REPEAT_TOL * (hi - lo)).all(-1) & mask).any(-1)  # R
+
+        def observed_before(Q: Tensor) -> Tensor:
+            """``R``: whether each run's query ``Q`` (``R x d``) repeats one of its observed inputs."""
+            return (((Q.unsqueeze(1) - X).abs() <= REPEAT_TOL * (hi - lo)).all(-1) & mask).any(-1)
+
+        again = observed_before(X_own)
         X_obs, _ = r.agents.own_proposals(t, which=again)
         X_own = torch.where(again.unsqueeze(-1), X_obs, X_own)
         y = torch.where(mask, r.Y.squeeze(-1), -torch.inf)
@@ -203,6 +210,8 @@ class Transfer(DrawMethod):
             X_msg, _ = maximize_rff_samples(
                 r.features, omega, r.domain, keys=r.agents.round_keys(t, "message-maximize")
             )
+            # a message that has not changed (one-shot communication) keeps its maximizer: query it once
+            available[:, FUNCTION_ARM] &= ~observed_before(X_msg)
         # Thompson sampling on each arm's probability of improving the incumbent (normal approximation)
         a, b = self.wins + 1, self.losses + 1
         mean = a / (a + b)

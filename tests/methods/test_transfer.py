@@ -23,7 +23,8 @@ def _objective(noise_variance: float = 0.0) -> GPSampleContinuousFederation:
 
 def _together(runs: int = 2, **kw) -> FTSRunner:
     obj = _objective()
-    settings = FTSSettings(algorithm="transfer", agent_weights="learned", communication="every-round", **TINY, **kw)
+    kw = {"communication": "every-round", **kw}
+    settings = FTSSettings(algorithm="transfer", agent_weights="learned", **TINY, **kw)
     domain = Domain(obj.bounds, obj.candidates, **DOMAIN)
     return FTSRunner(obj, settings, torch.arange(obj.num_agents), runs, domain=domain, together=True, seed=1)
 
@@ -46,19 +47,24 @@ def test_together_runs_and_every_query_is_accounted_to_one_arm_and_source():
     assert OWN_ARM == 0
 
 
-def test_the_own_arm_never_queries_an_input_the_agent_has_observed():
+def test_no_arm_queries_an_input_the_agent_has_observed():
     """On a noiseless objective a repeated query is a wasted evaluation: exploiting over the plug-in incumbent
-    can propose the incumbent itself, and then the agent takes its LogEI proposal over its best observation."""
-    runner = _together(runs=3)
-    result = runner.run()
-    X, n0 = runner.X, TINY["num_init"]
-    lo, hi = runner.domain.bounds
-    for t in range(TINY["num_iterations"]):
-        own = result.sources[:, t] < 0
-        query = X[:, n0 + t]
-        earlier = X[:, : n0 + t]
-        repeat = ((query.unsqueeze(1) - earlier).abs() <= 1e-6 * (hi - lo)).all(-1).any(-1)
-        assert not bool((own & repeat).any()), t
+    can propose the incumbent itself (the agent then takes its LogEI proposal over its best observation), a
+    message that has not changed keeps its maximizer, and a peer's incumbent is offered until queried."""
+    obj = _objective()
+    domain = Domain(obj.bounds, obj.candidates, **DOMAIN)
+    history = FederationHistory(obj, domain, t_n=8, mode="ts", num_init=3, seed=5)
+    one_shot = FTSSettings(algorithm="transfer", agent_weights="learned", communication="one-shot", **TINY)
+    newcomer = FTSRunner(obj, one_shot, torch.tensor([0, 2]), 2, history=history, domain=domain, seed=2)
+    for runner in (_together(runs=3), newcomer):
+        runner.run()
+        X, n0 = runner.X, TINY["num_init"]
+        lo, hi = runner.domain.bounds
+        for t in range(TINY["num_iterations"]):
+            query = X[:, n0 + t]
+            earlier = X[:, : n0 + t]
+            repeat = ((query.unsqueeze(1) - earlier).abs() <= 1e-6 * (hi - lo)).all(-1).any(-1)
+            assert not bool(repeat.any()), (runner.together, t)
 
 
 def test_the_optima_channel_offers_the_peers_best_inputs_and_the_landscape_their_weighted_lengthscales():

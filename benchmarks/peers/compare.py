@@ -185,9 +185,10 @@ def _fmt(v: float) -> str:
 
 
 def task_names(meta: dict) -> list[str]:
-    """The tasks' names, or "field" where they are all alike (svm_landmine's tasks are one class)."""
+    """The tasks' names, or a generic one where they are all alike (svm_landmine's fields, gecco2020's arms)."""
     names = [t["name"] for t in meta["tasks"]]
-    return names if len(set(names)) == len(names) or len(set(names)) > 1 else ["field"] * len(names)
+    generic = {"svm_landmine": "field", "gecco2020": "arm"}.get(meta["problem"], "task")
+    return names if len(set(names)) > 1 else [generic] * len(names)
 
 
 def markdown(meta: dict, summary: dict) -> str:

@@ -62,10 +62,8 @@ def load(paths: list[Path]) -> tuple[dict, dict[str, dict[int, np.ndarray]], dic
     return meta, finals, curves
 
 
-def reevaluate_landmine(paths: list[Path]) -> list[Path]:
-    """pyfmto's landmine runs with every recorded point re-scored by the deterministic ``LandmineSVM``."""
-    import tempfile
-
+def _landmine_scorer(data: dict) -> tuple:
+    """``svm_landmine``: ``1 − AUC`` of the deterministic ``LandmineSVM`` on pyfmto's linear box; no optimum."""
     import torch
 
     from fbo_torch.objectives.landmine import LandmineSVM
@@ -74,53 +72,61 @@ def reevaluate_landmine(paths: list[Path]) -> list[Path]:
     obj = LandmineSVM(search_space=SearchSpace([Real("C", 1e-4, 10.0), Real("gamma", 1e-2, 10.0)]), scoring="platt")
     lo = torch.tensor([1e-4, 1e-2], dtype=torch.float64)
     hi = torch.tensor([10.0, 10.0], dtype=torch.float64)
-    out = []
-    for path in paths:
-        data = json.loads(Path(path).read_text())
-        if data["problem"] != "svm_landmine" or data.get("reevaluated"):
-            out.append(path)
-            continue
-        for runs in data["runs"].values():
-            for run in runs:
-                X = torch.tensor([t["X"] for t in run["tasks"]], dtype=torch.float64)  # A x n x 2
-                U = ((X - lo) / (hi - lo)).clamp(0, 1)
-                auc = obj.evaluate_true(U, agents=torch.arange(X.shape[0]))
-                for t, row in zip(run["tasks"], (1.0 - auc).tolist(), strict=True):
-                    t["y"] = row
-        data["reevaluated"] = True
-        tmp = Path(tempfile.mkstemp(suffix=".json")[1])
-        tmp.write_text(json.dumps(data))
-        out.append(tmp)
-    return out
+
+    def score(X):  # A x n x 2 (original units) -> A x n
+        return 1.0 - obj.evaluate_true(((X - lo) / (hi - lo)).clamp(0, 1), agents=torch.arange(X.shape[0]))
+
+    return score, None
 
 
-def reevaluate_noisy(paths: list[Path]) -> list[Path]:
-    """Runs of a noisy problem (``gecco2020``) with every recorded point re-scored by the port's noiseless
-    ``evaluate_true``, and each task's ``y_global`` its computed optimum: pyfmto records the noisy values it
-    observed, whose running minimum is biased low by the noise, and no optimum (``y_global`` null)."""
-    import tempfile
-
+def _gecco_scorer(data: dict) -> tuple:
+    """``gecco2020``: the port's noiseless value, and its computed optimum as ``y_global``."""
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from run_ours import build_objective
 
-    out, objective = [], None
+    objective = build_objective(data)
+    lo, hi = objective.bounds
+
+    def score(X):  # A x n x d (original units) -> A x n
+        return -objective.evaluate_true((X - lo) / (hi - lo), agents=torch.arange(X.shape[0]))
+
+    return score, [-opt for opt in objective.optimum.tolist()]
+
+
+#: Problems whose recorded values are re-scored before comparing (:func:`reevaluate`), and how.
+RESCORED = {"svm_landmine": _landmine_scorer, "gecco2020": _gecco_scorer}
+
+
+def reevaluate(paths: list[Path]) -> list[Path]:
+    """The runs of the :data:`RESCORED` problems with every recorded point re-scored the same way for both
+    libraries: ``svm_landmine`` by the deterministic ``LandmineSVM`` (pyfmto's SVM is randomized), and
+    ``gecco2020`` by the port's noiseless value against its computed optimum (pyfmto records the noisy values
+    it observed, whose running minimum is biased low by the noise, and no optimum: ``y_global`` null). Other
+    files, and files already re-scored, are returned as they are."""
+    import tempfile
+
+    import torch
+
+    out, scorers = [], {}
     for path in paths:
         data = json.loads(Path(path).read_text())
-        if data["problem"] != "gecco2020" or data.get("reevaluated"):
+        problem = data["problem"]
+        if problem not in RESCORED or data.get("reevaluated"):
             out.append(path)
             continue
-        objective = objective if objective is not None else build_objective(data)
-        lo, hi = objective.bounds
+        if problem not in scorers:
+            scorers[problem] = RESCORED[problem](data)
+        score, y_global = scorers[problem]
         for runs in data["runs"].values():
             for run in runs:
-                X = torch.tensor([t["X"] for t in run["tasks"]], dtype=torch.float64)  # A x n x d (original units)
-                f = -objective.evaluate_true((X - lo) / (hi - lo), agents=torch.arange(X.shape[0]))
-                for t, row in zip(run["tasks"], f.tolist(), strict=True):
+                X = torch.tensor([t["X"] for t in run["tasks"]], dtype=torch.float64)  # A x n x d
+                for t, row in zip(run["tasks"], score(X).tolist(), strict=True):
                     t["y"] = row
-        for t, opt in zip(data["tasks"], objective.optimum.tolist(), strict=True):
-            t["y_global"] = -opt
+        if y_global is not None:
+            for t, value in zip(data["tasks"], y_global, strict=True):
+                t["y_global"] = value
         data["reevaluated"] = True
         tmp = Path(tempfile.mkstemp(suffix=".json")[1])
         tmp.write_text(json.dumps(data))
@@ -272,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--plot-configs", default=None, help="comma-separated configurations to draw")
     args = ap.parse_args(argv)
-    files = reevaluate_noisy(reevaluate_landmine(args.files))
+    files = reevaluate(args.files)
     meta, finals, curves = load(files)
     if args.only:
         keep = [c.strip() for c in args.only.split(",")]

@@ -5,7 +5,7 @@ Commands::
     run CONFIG --out DIR [--resume | --overwrite] [--inits K] [--plot-format png,pdf,svg] [--quiet]
                              run a YAML experiment (see ``configs/``)
     quickstart [--out DIR]   a small FTS vs TS run with a plot and a summary
-    report DIR               redraw plots and summary from DIR/results.json
+    report DIR               redraw plots, summary and report.html from DIR/results.json
     privacy                  ε of a DP-FTS-DE setting under each accountant
     examples DIR             copy the example configs and programs (configs/, examples/) into DIR
     data emnist [--root DIR] download EMNIST for the EMNIST CNN objective
@@ -206,8 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser(
         "report",
-        help="redraw plots and summary of a finished run from its results.json",
-        description="Redraw the plots and summary.txt of a run from its results.json.",
+        help="redraw plots, summary and the federation report of a finished run from its results.json",
+        description="Redraw the plots, summary.txt, accounting.json and report.html (the federation report: "
+        "who helped whom, fairness, privacy) of a run from its results.json.",
     )
     rp.add_argument("out", type=_user_path, help="a run's output folder")
     rp.add_argument(
@@ -328,6 +329,8 @@ def _written(out: Path, names: list[str]) -> list[str]:
     if plots:
         lines.append(f"plots:   {out / plots[0]}" + "".join(f", {n}" for n in plots[1:]))
     lines.append(f"config:  {out / 'config.resolved.yaml'}")
+    if "report.html" in names:
+        lines.append(f"report:  {out / 'report.html'} (who helped whom, fairness, privacy: open it in a browser)")
     return lines
 
 
@@ -478,6 +481,7 @@ def _cmd_report(out: Path, plot_formats: tuple[str, ...] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(summary_table(results))
+    print(f"report: {out / 'report.html'} (who helped whom, fairness, privacy: open it in a browser)")
     return 0
 
 

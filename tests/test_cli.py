@@ -115,6 +115,8 @@ def test_a_run_without_private_methods_writes_no_privacy_plots(tmp_path, capsys)
         "simple_regret.png",
         "results.csv",
         "summary.txt",
+        "accounting.json",
+        "report.html",
     ]
     assert "plots:   " + str(out / "simple_regret.png") + "\n" in capsys.readouterr().out
 

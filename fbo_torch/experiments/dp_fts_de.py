@@ -155,6 +155,7 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "fraction_clipped_mean": _nanmean(res.fraction_clipped),
                 "num_sampled": _finite_or_none(res.num_sampled),
                 "fraction_queries_from_server": res.used_server.double().mean(0).tolist(),
+                "used_server": res.used_server.tolist(),  # B x T: the row's query came from the broadcast
                 "wall_time_s": res.wall_time,
                 "parameters_per_agent": res.parameters_per_agent,
             },

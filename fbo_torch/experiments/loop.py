@@ -31,8 +31,10 @@ from tqdm.autonotebook import tqdm as _tqdm_autonotebook
 
 import fbo_torch
 from fbo_torch.experiments import dp_fts_de, fts
+from fbo_torch.experiments.accounting import accounting
 from fbo_torch.experiments.checkpoints import Checkpoints
 from fbo_torch.experiments.config import ConfigError, ExperimentConfig, check_device
+from fbo_torch.experiments.html_report import write_html_report
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext
 from fbo_torch.experiments.outdir import MANIFEST, OutputFolder, atomic_write_text, fingerprint
 from fbo_torch.experiments.report import (
@@ -390,7 +392,15 @@ def run_experiment(
 
 
 #: The files every run writes into its folder (besides its plots and checkpoints).
-RUN_FILES = (MANIFEST, "config.resolved.yaml", "results.json", "results.csv", "summary.txt")
+RUN_FILES = (
+    MANIFEST,
+    "config.resolved.yaml",
+    "results.json",
+    "results.csv",
+    "summary.txt",
+    "accounting.json",
+    "report.html",
+)
 
 
 def output_names(cfg: ExperimentConfig, contexts: list[ScenarioContext], checkpoints: Checkpoints) -> set[str]:
@@ -410,7 +420,9 @@ def render_reports(
     out: str | Path,
     formats: str | Sequence[str] | None = None,
 ) -> list[Path]:
-    r"""(Re)draw the plots, ``results.csv`` and ``summary.txt`` of a finished ``results.json``.
+    r"""(Re)draw the plots, ``results.csv``, ``summary.txt``, the per-agent accounting (``accounting.json``,
+    :func:`~fbo_torch.experiments.accounting.accounting`) and the federation report (``report.html``,
+    :func:`~fbo_torch.experiments.html_report.html_report`) of a finished ``results.json``.
 
     Args:
         results: The results dictionary.
@@ -420,7 +432,7 @@ def render_reports(
 
     Returns:
         The files written: the plots (the loss curves first, named after the loss, e.g.
-        ``simple_regret.png``), then ``results.csv`` and ``summary.txt``.
+        ``simple_regret.png``), then ``results.csv``, ``summary.txt``, ``accounting.json`` and ``report.html``.
     """
     out = Path(out)
     formats = check_plot_formats(formats if formats is not None else results.get("plot_formats"))
@@ -428,4 +440,10 @@ def render_reports(
     written += EXPERIMENTS[results.get("experiment", "fts")].plot(results, out, formats)
     written.append(write_tidy_csv(results, out / "results.csv"))
     atomic_write_text(out / "summary.txt", summary_table(results) + "\n")
-    return written + [out / "summary.txt"]
+    acc = accounting(results)
+    write_json(out / "accounting.json", acc)
+    return written + [
+        out / "summary.txt",
+        out / "accounting.json",
+        write_html_report(results, out / "report.html", acc),
+    ]

@@ -31,6 +31,7 @@ import os
 import time
 from collections.abc import Callable
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,7 @@ from fbo_torch.flower.records import (
 from fbo_torch.flower.roster import REQUIRE_ROSTER_ENV, ROSTER_ENV, AgentRoster, NodeBinding
 from fbo_torch.flower.secagg import SecAggError, SecAggServer
 from fbo_torch.flower.server_state import STATE_ENV, ServerState
+from fbo_torch.report.flower import flower_html
 from fbo_torch.utils.files import write_atomic
 
 app = ServerApp()
@@ -168,7 +170,9 @@ def run_federation(
     finally:
         coord.close()
     if config.summary_path:
-        write_atomic(config.summary_path, json.dumps(summary(coord), indent=1).encode())
+        record = summary(coord)
+        write_atomic(config.summary_path, json.dumps(record, indent=1).encode())
+        write_atomic(report_path(config.summary_path), flower_html(record).encode())
     return coord
 
 
@@ -459,9 +463,18 @@ def check_summary_path(path: str) -> None:
         )
 
 
+def report_path(summary_path: str) -> str:
+    """Where the federation report (:func:`~fbo_torch.report.flower.flower_html`) of a run with ``summary-path``
+    goes: beside the summary, with the suffix ``.html``."""
+    return str(Path(summary_path).with_suffix(".html"))
+
+
 def summary(coord: Coordinator) -> dict[str, Any]:
     """The run's record as JSON-able data."""
     return {
+        "method": coord.config.method,
+        "num_agents": coord.config.num_agents,
+        "privacy": {"accountant": coord.ledger.mechanism if coord.ledger else None, "delta": coord.config.ledger_delta},
         "fingerprint": coord.fingerprint,
         "refused_agents": {str(k): v for k, v in coord.refused.items()},
         "refused_nodes": {str(k): v for k, v in coord.refused_nodes.items()},

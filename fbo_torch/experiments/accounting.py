@@ -1,0 +1,365 @@
+r"""Who helped whom: per-agent accounting of a finished run, from its ``results.json``.
+
+For every method of every scenario, and every agent and round, the accounting says whose proposal
+the agent followed (its own, a peer's message, or the server's broadcast), what it gained when it
+did (the improvement of its incumbent, the best value it has observed), and what each peer's messages
+gave every other agent (the who-helped-whom matrix, cumulative over rounds). Against the scenario's
+*local counterfactual* — the method whose agents hear from nobody (``algorithm: ts``), run with the
+same seed, so with the same initial points where the method's do not depend on its settings — the
+gain from federating is each agent's paired difference of final regrets, with a standard error over
+its initializations (repetitions). :mod:`~fbo_torch.experiments.fairness` turns the per-agent numbers
+into fairness indices, and :func:`flag_free_riders` tests every peer's usefulness against the others'.
+
+Everything is computed from what the run recorded (``sources``, ``best_value_runs``, ``used_server``,
+``targets`` / ``agents``, ``inits`` / ``repetitions``), so ``fbo-torch report`` recomputes it for any
+finished run, and the accounting costs the run nothing. It needs no privacy budget either: it reads
+the simulator's own records, which no agent or server of a deployment sees (a deployment's report,
+:mod:`fbo_torch.report.flower`, uses only what its server logs).
+
+Shapes: ``R`` runs of a method (rows of its ``runs``), ``T`` rounds, ``G`` agents that are targets,
+``C`` sources an agent can follow (its own proposal, the broadcast, each peer seen).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fbo_torch.experiments.fairness import fairness_indices
+from fbo_torch.methods.base import METHODS, method_names
+
+#: ``sources`` of a round in which the agent followed its own proposal.
+OWN = -1
+#: ``sources`` of a round in which the agent followed the server's broadcast (DP-FTS-DE).
+BROADCAST = -2
+#: Significance level of :func:`flag_free_riders`' one-sided binomial test.
+FREE_RIDER_ALPHA = 0.01
+#: Fewest times a peer's messages must have been followed before it can be flagged.
+FREE_RIDER_MIN_FOLLOWS = 8
+#: Most rounds at which the who-helped-whom matrix is kept (evenly spaced, the last round included).
+MAX_MATRIX_ROUNDS = 30
+
+
+def _none_if_nan(values: Any) -> Any:
+    """``values`` (a float or nested lists) with NaN and infinities replaced by ``None`` (JSON has no NaN)."""
+    if isinstance(values, list):
+        return [_none_if_nan(v) for v in values]
+    if isinstance(values, float) and not math.isfinite(values):
+        return None
+    return values
+
+
+def is_local(record: dict[str, Any]) -> bool:
+    """Whether a method record's agents hear from nobody (a local counterfactual, e.g. ``algorithm: ts``)."""
+    algorithm = (record.get("settings") or {}).get("algorithm")
+    return algorithm in method_names() and not METHODS[algorithm].federated()
+
+
+def run_table(record: dict[str, Any]) -> dict[str, Tensor]:
+    r"""A method record's runs as tensors: ``agent`` and ``init`` (``R``), ``loss`` and ``best``
+    (``R x (T+1)``), ``sources`` (``R x T``: :data:`OWN`, :data:`BROADCAST` or a peer's index)."""
+    loss = torch.tensor(_nan_for_none(record["runs"]), dtype=torch.float64)
+    R, T1 = loss.shape
+    best = torch.tensor(_nan_for_none(record.get("best_value_runs") or [[math.nan] * T1] * R), dtype=torch.float64)
+    if "num_agents" in record:  # DP-FTS-DE: row r·N + n is agent n of repetition r
+        N = int(record["num_agents"])
+        agent = torch.tensor(record.get("agents") or [b % N for b in range(R)], dtype=torch.long)
+        init = torch.tensor(record.get("repetitions") or [b // N for b in range(R)], dtype=torch.long)
+        used = record.get("used_server")
+        if used is not None:
+            sources = torch.where(torch.tensor(used, dtype=torch.bool), BROADCAST, OWN)
+        else:
+            sources = torch.full((R, T1 - 1), OWN, dtype=torch.long)
+    else:
+        agent = torch.tensor(record.get("targets") or [0] * R, dtype=torch.long)
+        init = torch.tensor(record.get("inits") or list(range(R)), dtype=torch.long)
+        src = record.get("sources")
+        sources = (
+            torch.tensor(src, dtype=torch.long).reshape(R, -1)
+            if src
+            else torch.full((R, T1 - 1), OWN, dtype=torch.long)
+        )
+    return {"agent": agent, "init": init, "loss": loss, "best": best, "sources": sources}
+
+
+def _nan_for_none(rows: list[list[Any]]) -> list[list[float]]:
+    return [[math.nan if v is None else float(v) for v in row] for row in rows]
+
+
+def group_mean_stderr(values: Tensor, groups: Tensor, num_groups: int) -> tuple[Tensor, Tensor, Tensor]:
+    r"""Mean and standard error of ``values`` (``R x ...``) per group (``R`` indices in ``[0, G)``).
+
+    Returns:
+        ``G x ...`` means, ``G x ...`` standard errors (NaN for a group of one), ``G`` counts.
+    """
+    values = values.to(torch.float64)
+    n = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, torch.ones_like(groups, dtype=torch.float64))
+    shape = (num_groups, *values.shape[1:])
+    extra = (1,) * (values.ndim - 1)
+    total = torch.zeros(shape, dtype=torch.float64).index_add_(0, groups, values)
+    mean = total / n.view(-1, *extra)
+    ss = torch.zeros(shape, dtype=torch.float64).index_add_(0, groups, (values - mean[groups]).square())
+    nn = n.view(-1, *extra)
+    se = torch.where(nn > 1, (ss / (nn - 1).clamp_min(1) / nn).sqrt(), math.nan)
+    return mean, se, n
+
+
+def incumbent_gains(best: Tensor) -> Tensor:
+    r"""``R x T`` improvement of each run's incumbent in each round (``best``: ``R x (T+1)`` best value so far)."""
+    return (best[:, 1:] - best[:, :-1]).nan_to_num(0.0).clamp_min(0.0)
+
+
+def help_over_rounds(
+    sources: Tensor, gains: Tensor, receiver: Tensor, columns: Tensor, num_receivers: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""Who helped whom, cumulative over rounds, per run of each receiver.
+
+    Args:
+        sources: ``R x T`` whom each run followed in each round.
+        gains: ``R x T`` its incumbent's improvement in that round.
+        receiver: ``R`` each run's receiving agent, a position in ``[0, G)``.
+        columns: ``C`` the sources to tally, sorted (e.g. ``[BROADCAST, OWN, 0, 3, 7]``).
+        num_receivers: ``G``.
+
+    Returns:
+        ``T x G x C`` tensors, means per run of the receiver after each round: the gain from following
+        each source, how often it was followed, and how often following it improved the incumbent.
+    """
+    R, T = sources.shape
+    C = columns.numel()
+    col = torch.searchsorted(columns, sources.contiguous())  # R x T positions of each source among the columns
+    cell = (receiver.unsqueeze(-1) * C + col).T  # T x R
+    zeros = torch.zeros(T, num_receivers * C, dtype=torch.float64)
+    gain = zeros.scatter_add(1, cell, gains.T.to(torch.float64))
+    follows = zeros.scatter_add(1, cell, torch.ones(T, R, dtype=torch.float64))
+    wins = zeros.scatter_add(1, cell, (gains.T > 0).to(torch.float64))
+    runs = torch.zeros(num_receivers, dtype=torch.float64).index_add_(0, receiver, torch.ones(R, dtype=torch.float64))
+    per_run = runs.clamp_min(1).repeat_interleave(C)
+    return tuple(t.cumsum(0).div(per_run).view(T, num_receivers, C) for t in (gain, follows, wins))  # type: ignore[return-value]
+
+
+def binomial_cdf(k: Tensor, n: Tensor, p: Tensor) -> Tensor:
+    r"""``P(X ≤ k)`` for ``X ~ Binomial(n, p)``, elementwise over ``batch_shape`` tensors (float64)."""
+    k, n, p = (torch.as_tensor(v, dtype=torch.float64) for v in (k, n, p))
+    k, n, p = torch.broadcast_tensors(k, n, p)
+    i = torch.arange(int(n.max().item()) + 1 if n.numel() else 1, dtype=torch.float64)
+    shape = (*n.shape, i.numel())
+    i = i.expand(shape)
+    nn, pp = n.unsqueeze(-1).expand(shape), p.unsqueeze(-1).clamp(1e-300, 1 - 1e-16).expand(shape)
+    log_pmf = (
+        torch.lgamma(nn + 1)
+        - torch.lgamma(i + 1)
+        - torch.lgamma((nn - i).clamp_min(0) + 1)
+        + i * pp.log()
+        + (nn - i) * torch.log1p(-pp)
+    )
+    keep = (i <= k.unsqueeze(-1)) & (i <= nn)
+    return torch.where(keep, log_pmf.exp(), 0.0).sum(-1).clamp(max=1.0)
+
+
+def flag_free_riders(
+    follows: Tensor, wins: Tensor, alpha: float = FREE_RIDER_ALPHA, min_follows: int = FREE_RIDER_MIN_FOLLOWS
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""Peers whose messages improve their followers' incumbents significantly less often than the others'.
+
+    For every peer ``j`` followed ``n_j`` times, ``k_j`` of them improving the follower's incumbent, the
+    one-sided binomial test of ``k_j`` against the pooled rate ``p_0`` of all other peers: ``P(X ≤ k_j)``
+    with ``X ~ Binomial(n_j, p_0)``. A constant, noisy, stale or copied message sends its followers to
+    points that rarely beat what they have, so its rate falls below ``p_0``.
+
+    Args:
+        follows: ``J`` times each peer's messages were followed.
+        wins: ``J`` times following them improved the follower's incumbent.
+        alpha: Significance level.
+        min_follows: Peers followed fewer times are never flagged (too little evidence).
+
+    Returns:
+        ``J`` booleans (flagged), ``J`` p-values (NaN where untested), ``J`` pooled rates ``p_0``.
+    """
+    follows, wins = follows.to(torch.float64), wins.to(torch.float64)
+    others_n = follows.sum() - follows
+    others_k = wins.sum() - wins
+    p0 = torch.where(others_n > 0, others_k / others_n.clamp_min(1), math.nan)
+    tested = (follows >= min_follows) & (others_n >= min_follows) & torch.isfinite(p0)
+    pvalue = torch.where(tested, binomial_cdf(wins, follows, p0.nan_to_num(0.5)), math.nan)
+    return tested & (pvalue < alpha), pvalue, p0
+
+
+def _pair(fed: dict[str, Tensor], local: dict[str, Tensor]) -> Tensor:
+    """``R`` row of ``local`` with each ``fed`` run's (agent, init), ``-1`` where it has none."""
+    same = (fed["agent"].unsqueeze(-1) == local["agent"]) & (fed["init"].unsqueeze(-1) == local["init"])
+    return torch.where(same.any(-1), same.to(torch.int8).argmax(-1), -1)
+
+
+def _matrix_rounds(T: int) -> list[int]:
+    """Rounds (1-based) at which the who-helped-whom matrix is kept: all of them, or evenly spaced with the last."""
+    if T <= MAX_MATRIX_ROUNDS:
+        return list(range(1, T + 1))
+    return sorted({round(1 + (T - 1) * k / (MAX_MATRIX_ROUNDS - 1)) for k in range(MAX_MATRIX_ROUNDS)})
+
+
+def method_accounting(record: dict[str, Any], local: dict[str, Any] | None) -> dict[str, Any]:
+    r"""The accounting of one method record against its local counterfactual (``None``: none in its scenario).
+
+    Returns:
+        JSON-able: ``agents`` (the targets, in order), per agent ``final_regret`` / ``_stderr``,
+        ``regret_curve`` (mean over its runs), ``followed`` (mean times per run each source was followed),
+        ``gained`` (mean incumbent improvement per run from each source); ``sources`` (the columns:
+        ``"own"``, ``"broadcast"`` or a peer's index), ``matrix_rounds`` and ``help_matrix`` / ``follow_matrix``
+        (rounds x agents x sources, cumulative), ``contributions`` (per peer: follows, improvements, gain given,
+        the free-rider test), ``free_riders`` (flagged peers), and, with a counterfactual, ``local`` (its name,
+        per-agent regrets and curves), ``gain`` / ``gain_stderr`` per agent, ``gain_mean`` / ``gain_mean_stderr``
+        over the independent units and ``paired_starts`` (whether every pair began from the same best value);
+        then ``fairness`` (:func:`~fbo_torch.experiments.fairness.fairness_indices`) and ``local_fairness``.
+    """
+    tab = run_table(record)
+    agents, receiver = torch.unique(tab["agent"], return_inverse=True)
+    G = agents.numel()
+    T = tab["sources"].shape[1]
+    gains = incumbent_gains(tab["best"])
+    columns = torch.unique(torch.cat([tab["sources"].reshape(-1), torch.tensor([OWN])]))
+    help_m, follow_m, win_m = help_over_rounds(tab["sources"], gains, receiver, columns, G)
+    keep = [t - 1 for t in _matrix_rounds(T)] if T else []
+    final = tab["loss"][:, -1]
+    reg_mean, reg_se, runs = group_mean_stderr(final, receiver, G)
+    curve, _, _ = group_mean_stderr(tab["loss"], receiver, G)
+    cumulative, _, _ = group_mean_stderr(tab["loss"][:, 1:].sum(-1), receiver, G)
+    names = ["broadcast" if c == BROADCAST else "own" if c == OWN else int(c) for c in columns.tolist()]
+    out: dict[str, Any] = {
+        "name": record["name"],
+        "loss_name": record.get("loss_name", "loss"),
+        "agents": agents.tolist(),
+        "runs_per_agent": runs.tolist(),
+        "rounds": T,
+        "final_regret": reg_mean.tolist(),
+        "final_regret_stderr": _none_if_nan(reg_se.tolist()),
+        "regret_curve": _none_if_nan(curve.tolist()),
+        "sources": names,
+        "followed": follow_m[-1].tolist() if T else [],
+        "gained": help_m[-1].tolist() if T else [],
+        "matrix_rounds": [t + 1 for t in keep],
+        "help_matrix": help_m[keep].tolist() if T else [],
+        "follow_matrix": follow_m[keep].tolist() if T else [],
+    }
+    # every peer's contribution, summed over its followers' runs (per-run means times runs)
+    peers = columns >= 0
+    total_runs = runs.unsqueeze(-1)
+    if T and bool(peers.any()):
+        n = (follow_m[-1] * total_runs).sum(0)[peers]
+        k = (win_m[-1] * total_runs).sum(0)[peers]
+        given = (help_m[-1] * total_runs).sum(0)[peers]
+        flagged, pvalue, p0 = flag_free_riders(n, k)
+        out["contributions"] = [
+            {
+                "peer": int(j),
+                "followed": int(round(float(nj))),
+                "improved": int(round(float(kj))),
+                "gain_given": float(gj),
+                "improvement_rate": float(kj / nj) if nj > 0 else None,
+                "others_rate": _none_if_nan(float(pj)),
+                "p_value": _none_if_nan(float(pv)),
+                "flagged": bool(f),
+            }
+            for j, nj, kj, gj, pj, pv, f in zip(
+                columns[peers].tolist(), n, k, given, p0, pvalue, flagged.tolist(), strict=True
+            )
+        ]
+        out["free_riders"] = [int(j) for j, f in zip(columns[peers].tolist(), flagged.tolist(), strict=True) if f]
+    else:
+        out["contributions"], out["free_riders"] = [], []
+    gain = gain_se = None
+    if local is not None:
+        loc = run_table(local)
+        pair = _pair(tab, loc)
+        ok = pair >= 0
+        if bool(ok.any()):
+            lp = loc["loss"][pair.clamp_min(0)]
+            diff = (lp[:, -1] - final)[ok]
+            gain, gain_se, _ = group_mean_stderr(diff, receiver[ok], G)
+            l_mean, l_se, _ = group_mean_stderr(lp[:, -1][ok], receiver[ok], G)
+            l_curve, _, _ = group_mean_stderr(lp[ok], receiver[ok], G)
+            # independent units: the initializations (agents of one initialization may share messages)
+            inits, unit = torch.unique(tab["init"][ok], return_inverse=True)
+            if inits.numel() > 1:
+                per_unit, _, _ = group_mean_stderr(diff, unit, inits.numel())
+                over = "initializations (agent-averaged)"
+            else:
+                per_unit, over = diff, "runs"
+            g_mean, g_se, _ = group_mean_stderr(per_unit, torch.zeros_like(per_unit, dtype=torch.long), 1)
+            starts = (lp[:, 0] - tab["loss"][:, 0])[ok].abs()
+            out["local"] = {
+                "name": local["name"],
+                "final_regret": _none_if_nan(l_mean.tolist()),
+                "final_regret_stderr": _none_if_nan(l_se.tolist()),
+                "regret_curve": _none_if_nan(l_curve.tolist()),
+            }
+            out.update(
+                gain=_none_if_nan(gain.tolist()),
+                gain_stderr=_none_if_nan(gain_se.tolist()),
+                gain_mean=float(g_mean[0]),
+                gain_mean_stderr=_none_if_nan(float(g_se[0])),
+                gain_stderr_over=over,
+                paired_runs=int(ok.sum()),
+                paired_starts=bool((starts <= 1e-12).all()),
+            )
+            out["local_fairness"] = fairness_indices(
+                l_mean, group_mean_stderr(lp[ok][:, 1:].sum(-1), receiver[ok], G)[0]
+            )
+    out["fairness"] = fairness_indices(reg_mean, cumulative, gain, gain_se)
+    for key in ("fairness", "local_fairness"):  # the worst agent by its index, not its position
+        if key in out:
+            out[key]["worst_agent"] = int(agents[out[key]["worst_agent"]])
+    return out
+
+
+def privacy_record(record: dict[str, Any]) -> dict[str, Any] | None:
+    r"""ε (and, with secure aggregation, ε against the server) after each round, with δ and the accountant;
+    ``None`` for a method that releases nothing private."""
+    if record.get("epsilon_final") is None:
+        return None
+    return {
+        "accountant": record.get("accountant"),
+        "delta": record.get("delta"),
+        "epsilon": record.get("epsilon"),
+        "epsilon_server": record.get("epsilon_server"),
+        "released": record.get("released"),
+    }
+
+
+def accounting(results: dict[str, Any]) -> dict[str, Any]:
+    r"""The accounting of every federated method of every scenario of a ``results.json`` dictionary.
+
+    Each scenario's local counterfactual is its first method whose agents hear from nobody
+    (:func:`is_local`); a method is accounted only if it is federated. Returns
+    ``{"scenarios": [{"name", "local", "methods": [method_accounting + "privacy"]}]}``.
+    """
+    scenarios = []
+    for sc in results["scenarios"]:
+        local = next((m for m in sc["methods"] if is_local(m)), None)
+        methods = []
+        for m in sc["methods"]:
+            if is_local(m) or not m.get("runs"):
+                continue
+            acc = method_accounting(m, local)
+            acc["privacy"] = privacy_record(m)
+            methods.append(acc)
+        scenarios.append({"name": sc["name"], "local": None if local is None else local["name"], "methods": methods})
+    return {"scenarios": scenarios}
+
+
+__all__ = [
+    "BROADCAST",
+    "OWN",
+    "accounting",
+    "binomial_cdf",
+    "flag_free_riders",
+    "group_mean_stderr",
+    "help_over_rounds",
+    "incumbent_gains",
+    "is_local",
+    "method_accounting",
+    "run_table",
+]

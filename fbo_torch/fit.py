@@ -15,7 +15,7 @@ inputs normalized to the unit cube by the search space's bounds, per dataset
 pooled by default) or pooled. The map it returns has its lengthscale **in
 normalized units**: every agent's model then uses ``Normalize(d, bounds=bounds)``
 (:meth:`SharedFeatureFit.input_transform`), and messages carry those bounds
-(:mod:`fbo_torch.federation.input_space`).
+(:mod:`fbo_torch.protocol.input_space`).
 
 :func:`suggest_num_features` picks ``M`` for that lengthscale. A GP with
 lengthscale ``ℓ`` on ``[0, 1]^d`` has about ``r(ℓ, d) = μ₁(ℓ)^{-d}`` "independent

@@ -191,9 +191,9 @@ def test_the_graphs_see_the_right_imports():
     assert "fbo_torch.experiments.loop" not in GRAPHS["module level"]["fbo_torch.cli"]
     # a submodule imported by name from its package is an edge to the submodule
     assert "fbo_torch.utils.keyed_random" in GRAPHS["module level"]["fbo_torch.models.batched_gp"]
-    # an import under TYPE_CHECKING only: federation.input_space names AgentMessage in annotations
-    assert "fbo_torch.federation.messages" in GRAPHS["every import"]["fbo_torch.federation.input_space"]
-    assert "fbo_torch.federation.messages" not in GRAPHS["run time"]["fbo_torch.federation.input_space"]
+    # an import under TYPE_CHECKING only: protocol.input_space names AgentMessage in annotations
+    assert "fbo_torch.protocol.messages" in GRAPHS["every import"]["fbo_torch.protocol.input_space"]
+    assert "fbo_torch.protocol.messages" not in GRAPHS["run time"]["fbo_torch.protocol.input_space"]
     # importing a module of another subpackage runs that subpackage's __init__ first: an edge to it
     assert "fbo_torch.optim" in GRAPHS["module level"]["fbo_torch.models.batched_gp"]
     assert "fbo_torch.models" not in GRAPHS["module level"]["fbo_torch.models.batched_gp"]

@@ -45,12 +45,10 @@ from fbo_torch.acquisition.batched import (
     BatchedUpperConfidenceBound,
 )
 from fbo_torch.acquisition.peer_prior import BatchedPriorGuided
+from fbo_torch.acquisition.search import broadcast_queries
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.chunks import CPU_CHUNK, agents_per_chunk, chunk_slices, own_step_bytes, round_budget
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
-from fbo_torch.federation.partition import SubRegionPartition
-from fbo_torch.federation.schedules import OWN, draw_sources
-from fbo_torch.federation.search import broadcast_queries
 from fbo_torch.federation.settings import DPFTSDESettings, MethodSettings
 from fbo_torch.models.batched_gp import BatchedExactGP, log_lengthscales
 from fbo_torch.models.gp_posterior import BatchedGPPosterior
@@ -58,6 +56,8 @@ from fbo_torch.models.gp_spec import get_spec
 from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain
+from fbo_torch.protocol.partition import SubRegionPartition
+from fbo_torch.protocol.schedules import OWN, draw_sources
 from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.dispatch import gpu_path
@@ -517,7 +517,7 @@ class Agents:
 
     def use_own(self, round: int, p: float) -> Tensor:
         r"""``B`` booleans: with probability ``p`` the agent follows its own GP this round
-        (the coin of :func:`~fbo_torch.federation.schedules.draw_sources`)."""
+        (the coin of :func:`~fbo_torch.protocol.schedules.draw_sources`)."""
         return draw_sources(p, None, keys=kr.fold(self.keys, round)) == OWN
 
     def next_queries(
@@ -640,7 +640,7 @@ def start_agents(
     same points (each from the agent's key) and the same models.
 
     Args:
-        keys: ``B`` agent keys (:func:`~fbo_torch.federation.keys.federation_agent_keys`). agent_ids: ``B``
+        keys: ``B`` agent keys (:func:`~fbo_torch.protocol.keys.federation_agent_keys`). agent_ids: ``B``
             agent indices in the objective (agent ``n`` explores region ``n mod P``).
         features: The shared map (``None`` for TS). partition: The server's
             sub-regions (distributed initialization when ``P > 1``), or ``None``.

@@ -33,10 +33,10 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import Agents, agent_messages, agent_round, broadcast_points, start_agents
-from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.flower.config import FlowerRunConfig, ObjectiveMismatch, node_objective_spec
 from fbo_torch.flower.floor import PrivacyFloorError
 from fbo_torch.flower.identity import IdentityError
+from fbo_torch.protocol.partition import SubRegionPartition
 
 
 class FeatureMapMismatch(ValueError):

@@ -37,8 +37,8 @@ from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.messages import PosteriorMessage
 from fbo_torch.models.weight_posterior import RFFWeightPosterior
+from fbo_torch.protocol.messages import PosteriorMessage
 from fbo_torch.sampling.draws import standard_normal
 from fbo_torch.utils.validation import (
     check_finite,
@@ -67,7 +67,7 @@ class AgentRFFPosteriors(Model):
         weight_covariances: ``N x M x M`` posterior weight covariances
             ``C_n = σ²Σ_n⁻¹`` (symmetric PSD). Only their factors are kept.
         incumbents: Optional ``N`` best observed values of the agents (sent for
-            TAF, see :class:`~fbo_torch.federation.messages.PosteriorMessage`).
+            TAF, see :class:`~fbo_torch.protocol.messages.PosteriorMessage`).
         agent_ids: Optional ``N`` agent identifiers, kept for bookkeeping.
         noise_variances: Optional ``N`` observation-noise variances ``σ_n²``;
             only needed for ``posterior(..., observation_noise=True)``.
@@ -120,7 +120,7 @@ class AgentRFFPosteriors(Model):
 
     @classmethod
     def from_messages(cls, messages: Sequence[PosteriorMessage], features: RandomFourierFeatures) -> AgentRFFPosteriors:
-        r"""Build from the agents' :class:`~fbo_torch.federation.messages.PosteriorMessage`.
+        r"""Build from the agents' :class:`~fbo_torch.protocol.messages.PosteriorMessage`.
 
         Every message must carry ``features.fingerprint``: a vector built on a
         different random-feature map means a different function, so a mismatch

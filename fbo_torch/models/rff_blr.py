@@ -52,8 +52,6 @@ from torch import Tensor
 from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.input_space import input_bounds_of
-from fbo_torch.federation.messages import AgentMessage
 from fbo_torch.models.rff_weight_model import ConditionedRFFBayesianLinear, _RFFWeightModel
 from fbo_torch.models.weight_posterior import (
     RFFWeightPosterior,
@@ -63,6 +61,8 @@ from fbo_torch.models.weight_posterior import (
     weight_space_factors,
     whitened_new_row,
 )
+from fbo_torch.protocol.input_space import input_bounds_of
+from fbo_torch.protocol.messages import AgentMessage
 from fbo_torch.sampling.draws import standard_normal
 from fbo_torch.utils.validation import (
     check_data_device,
@@ -566,11 +566,11 @@ class RFFBayesianLinear(_RFFWeightModel):
     ) -> list[AgentMessage]:
         r"""One FTS message per agent: a draw ``ω_n`` of :meth:`sample_weights` and what a receiver needs to use it.
 
-        Each :class:`~fbo_torch.federation.AgentMessage` carries the map's
+        Each :class:`~fbo_torch.protocol.AgentMessage` carries the map's
         fingerprint, the agent's number of observations and the ``input_bounds``
         of this model's input transform (``[0, 1]^d`` without one), so
         acquisitions evaluate ``φ(T(x))ᵀω`` on the inputs the weights were fitted
-        on (:mod:`fbo_torch.federation.input_space`). The input transform must be
+        on (:mod:`fbo_torch.protocol.input_space`). The input transform must be
         affine (``Normalize``, ``InputStandardize``); with another, send
         :meth:`sample_weights` and pass ``input_transform=`` to the acquisition.
 

@@ -65,7 +65,7 @@ from torch import Tensor
 from fbo_torch.features import RandomFourierFeatures
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fbo_torch.federation.schedules import AgentDistribution
+    from fbo_torch.protocol.schedules import AgentDistribution
 
 #: Observations below which an agent cannot rank anything (``τ`` needs a pair).
 MIN_OBSERVATIONS = 2
@@ -268,7 +268,7 @@ def learn_peer_choice(
     ``p_t'`` (:func:`peer_trust`, :func:`trusted_p_t`), else ``p_t`` unchanged.
 
     Args:
-        distribution: ``P_N`` of the batch (:class:`~fbo_torch.federation.schedules.AgentDistribution`).
+        distribution: ``P_N`` of the batch (:class:`~fbo_torch.protocol.schedules.AgentDistribution`).
         scores: ``batch_shape x N`` (or ``N``, shared by the batch) fidelity scores.
         num_valid: ``batch_shape`` (or scalar) valid observations behind the scores.
         p_t: The schedule's probability of the own GP.

@@ -239,6 +239,9 @@ def suggest_num_features(
             kernel matrix (0.2: 25 features per intrinsic dimension).
         max_features: Cap; a larger need is capped with a warning.
 
+    Returns:
+        The number of features ``M`` (at most ``max_features``).
+
     Example:
         >>> suggest_num_features(0.2, 2)    # 129
         >>> suggest_num_features(0.1, 4)    # 4096, with a warning (about 7,400 needed)

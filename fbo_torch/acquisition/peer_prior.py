@@ -64,8 +64,9 @@ def log_bump_mixture(
 
     Args:
         U: ``B x C x d`` points in unit-cube coordinates.
-        centers: ``B x K x d`` bump centers (unit cube). log_weights: ``B x K`` log weights
-            (``-inf`` for a peer with no weight; each row's weights sum to 1 or all are ``-inf``).
+        centers: ``B x K x d`` bump centers (unit cube).
+        log_weights: ``B x K`` log weights (``-inf`` for a peer with no weight; each row's weights
+            sum to 1 or all are ``-inf``).
         width, floor: ``s`` and ``λ``.
         grad: Also return ``∂ log π / ∂U`` (``B x C x d``).
 
@@ -175,6 +176,7 @@ class BatchedPriorGuided:
         log_weights: ``B x K`` log weights (``-inf``: none).
         exponent: ``B`` exponents ``e_b`` (``β/t``).
         width, floor: As in :class:`PeerOptimumPrior`.
+        unit: ``centers`` are in unit-cube coordinates already (not the domain's).
     """
 
     leading_dims = False

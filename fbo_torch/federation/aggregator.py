@@ -115,7 +115,10 @@ def clip_vectors(omegas: Tensor, max_norm: float) -> tuple[Tensor, Tensor]:
         omegas: ``... x M`` vectors.
         max_norm: The bound ``S`` on each vector's L2 norm.
 
-    Returns ``(clipped, was_clipped)``; vectors within the bound are unchanged.
+    Returns:
+        ``(clipped, was_clipped)``: ``... x M`` vectors and ``...`` booleans; vectors within the
+        bound are unchanged.
+
     Entries are first limited to ``±sqrt(max_float / M) / 2``, so no finite
     vector's norm overflows: one with larger entries (only a hostile agent
     sends such) is still scaled onto the bound, its huge entries saturated.

@@ -168,6 +168,9 @@ class AgentNode:
             broadcast: ``P x M`` release of round ``t``, or ``None`` (no release).
             region_bounds: ``P x 2 x d`` sub-regions the broadcast refers to.
             omega_round: The round whose release the server asks ``ω`` for.
+
+        Returns:
+            The :class:`AgentReply` the node sends back.
         """
         used = failed = False
         if round > 0:

@@ -230,7 +230,8 @@ class NodeObjective(Objective):
 
     Args:
         inner: The node's objective (``num_agents = 1``).
-        agent_id: The agent the node plays. num_agents: ``N``.
+        agent_id: The agent the node plays.
+        num_agents: ``N``.
     """
 
     def __init__(self, inner: Objective, agent_id: int, num_agents: int) -> None:

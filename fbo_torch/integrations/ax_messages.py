@@ -38,6 +38,9 @@ def objective_weights(experiment: Experiment) -> dict[str, float]:
     Args:
         experiment: An Ax ``Experiment`` with a single-objective optimization config.
 
+    Returns:
+        ``{metric signature: weight}``.
+
     Raises:
         ValueError: No optimization config, a multi-objective one, or one with
             outcome constraints.
@@ -116,6 +119,9 @@ def agent_message(
         noise_variance: ``σ²`` on the standardized outputs.
         generator: Optional ``torch.Generator`` for the draw.
         data: The experiment's data (``experiment.lookup_data()`` if ``None``).
+
+    Returns:
+        The agent's :class:`~fbo_torch.protocol.AgentMessage`.
 
     Raises:
         ValueError: An unsupported experiment (see :class:`~fbo_torch.integrations.ax_unit_cube.UnitCube`,

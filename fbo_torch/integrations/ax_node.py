@@ -246,6 +246,9 @@ def fts_generation_strategy(
         node: The agent's :class:`FTSGenerationNode`.
         num_initial_trials: Sobol trials before FTS (>= 1).
         seed: Seed of the Sobol sequence.
+
+    Returns:
+        An Ax ``GenerationStrategy``: the Sobol node, then ``node``.
     """
     if not isinstance(node, FTSGenerationNode):
         raise TypeError(f"`node` must be an FTSGenerationNode, got {type(node).__name__}.")

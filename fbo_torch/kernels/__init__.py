@@ -1,3 +1,6 @@
+"""GPyTorch kernels: :class:`~fbo_torch.kernels.shared_rff_kernel.SharedRFFKernel`, the shared
+random-feature map as a kernel."""
+
 import warnings
 from typing import Any
 

@@ -373,8 +373,10 @@ class AgentRFFPosteriors(Model):
             X: ``batch_shape x q x d`` inputs; ``batch_shape`` must broadcast with
                 ``[N]``: ``q x d`` and ``b x 1 x q x d`` share the points across
                 agents, ``N x q x d`` or ``b x N x q x d`` give each agent its own.
+            output_indices: Must be ``None`` or ``[0]`` (each agent has one output).
             observation_noise: If True, add each agent's ``σ_n²`` (needs
                 ``noise_variances``); a tensor is added to the diagonal as is.
+            posterior_transform: Optional BoTorch ``PosteriorTransform`` applied to the posterior.
 
         Returns:
             A ``GPyTorchPosterior`` with batch shape ``broadcast(batch_shape, [N])``,

@@ -70,6 +70,9 @@ def input_bounds_of(transform: Module | None, dim: int) -> Tensor:
             ``ChainedInputTransform`` of those.
         dim: The input dimension ``d``.
 
+    Returns:
+        ``batch_shape x 2 x d`` float64 bounds ``(lower, upper)``.
+
     Raises:
         ValueError: The transform is not affine (e.g. ``Warp``, ``Log10``), or
             reverses itself; such an input space has no bounds to send.
@@ -223,6 +226,9 @@ def resolve_message_space(
         dim: Input dimension ``d``.
         model: The target's model, if any; with an input transform of its own it
             makes undeclared spaces an error.
+
+    Returns:
+        The :class:`MessageSpace` (its bounds, or none for raw inputs).
 
     Raises:
         ValueError: Messages with different spaces (or some declared, some not),

@@ -134,6 +134,9 @@ def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = Non
         dim: The receiver's input dimension ``d``: a message whose ``input_bounds`` has another
             dimension is reported as such (before its fingerprint, which differs then too).
 
+    Returns:
+        ``N x M`` weight vectors.
+
     Raises:
         ValueError: Empty input, messages of another input dimension, or messages built on
             different feature maps.

@@ -180,6 +180,9 @@ class AgentDistribution:
         Args:
             agents: ``batch_shape`` agent indices, one per run; entries equal to
                 :data:`OWN` (``-1``) leave that run unchanged.
+
+        Returns:
+            The distribution itself, without the used messages (changed in place).
         """
         agents = torch.as_tensor(agents, device=self.base.device).reshape(self.batch_shape)
         valid = agents >= 0

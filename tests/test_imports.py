@@ -208,11 +208,8 @@ def test_cycles_are_found_and_printed():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-#: The one cycle through package ``__init__`` files left, and why: BoTorch's pathwise sampling must
-#: know RFFBayesianLinear and SharedRFFKernel as soon as either is imported, so both packages'
-#: ``__init__`` import the registrations (last, after their own names exist), and the registrations
-#: import both classes. Any other cycle, or this one grown, fails.
-KNOWN_CYCLES = [["fbo_torch.kernels", "fbo_torch.models", "fbo_torch.sampling.pathwise"]]
+#: Cycles left, each with why (none): any cycle fails.
+KNOWN_CYCLES: list[list[str]] = []
 
 
 @pytest.mark.parametrize("kind", list(GRAPHS))
@@ -287,9 +284,6 @@ LAYER = {package: level for level, packages in enumerate(LAYERS) for package in 
 
 #: The imports that run up the layers, each with why it stays. Any other, in any of the three graphs, fails.
 KNOWN_UPWARD = {
-    ("fbo_torch.sampling.pathwise", "fbo_torch.models"): "BoTorch's pathwise dispatchers learn RFFBayesianLinear "
-    "where its sample paths live (the cycle of KNOWN_CYCLES)",
-    ("fbo_torch.sampling.pathwise", "fbo_torch.models.rff_blr"): "the same registration",
     ("fbo_torch.sampling.gp_paths", "fbo_torch.models.gp_posterior"): "type annotations only (under "
     "TYPE_CHECKING): GPThompsonPaths.from_draws takes the FactoredGPs the exact-GP model computes",
 }

@@ -19,6 +19,3 @@ __all__ = [
     "RFFWeightPosterior",
     "cholesky_rank_one_update",
 ]
-
-# BoTorch's pathwise sampling learns RFFBayesianLinear's paths (and SharedRFFKernel's features) on import
-from fbo_torch.sampling import pathwise as _pathwise  # noqa: F401

@@ -48,7 +48,10 @@ from typing import Any
 import torch
 from botorch.models.transforms.input import InputTransform
 from botorch.models.transforms.outcome import OutcomeTransform
-from torch import Tensor
+from botorch.sampling.pathwise.paths import GeneralizedLinearPath
+from botorch.sampling.pathwise.posterior_samplers import DrawMatheronPaths
+from botorch.sampling.pathwise.utils import get_output_transform
+from torch import Size, Tensor
 from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
@@ -64,6 +67,7 @@ from fbo_torch.models.weight_posterior import (
 from fbo_torch.protocol.input_space import input_bounds_of
 from fbo_torch.protocol.messages import AgentMessage
 from fbo_torch.sampling.draws import standard_normal
+from fbo_torch.sampling.pathwise import RFFFeatureMap
 from fbo_torch.utils.validation import (
     check_data_device,
     check_finite,
@@ -726,6 +730,25 @@ def _noise_tensor(noise_variance: Any, N: int, like: Tensor) -> Tensor:
         )
     check_positive("noise_variance", noise)
     return noise
+
+
+# BoTorch's pathwise sampling (draw_matheron_paths, PathwiseThompsonSampling) draws exact posterior paths
+@DrawMatheronPaths.register(RFFBayesianLinear)
+def _draw_matheron_paths_rff_blr(
+    model: RFFBayesianLinear, *, sample_shape: Size, **ignore: Any
+) -> GeneralizedLinearPath:
+    model._check_transforms()
+    omega = model.sample_weights(Size(sample_shape))  # sample_shape x [N] x M
+    uses_input_transform = "input_transform" in model._modules
+    fmap = RFFFeatureMap(model.features, batch_shape=model.batch_shape)
+    return GeneralizedLinearPath(
+        feature_map=fmap,
+        weight=omega,
+        input_transform=model.transform_inputs if uses_input_transform else None,
+        # botorch annotates get_output_transform's model as GPyTorchModel, but it reads only
+        # `outcome_transform` and `num_outputs`, which RFFBayesianLinear has
+        output_transform=get_output_transform(model),  # type: ignore[arg-type]
+    )
 
 
 # ConditionedRFFBayesianLinear lives in fbo_torch.models.rff_weight_model; imported from here it still works

@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.fbo-installed
 OUT ?= runs/quickstart
 
-.PHONY: install quickstart test lint typecheck format bench clean flower-demo docs
+.PHONY: install quickstart test test-upstream lint typecheck format bench clean flower-demo docs
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,24 @@ NUMERIC_TESTS := tests/objectives/test_vision.py tests/models/test_batched_gp.py
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n 2 $(NUMERIC_TESTS)
+
+# The suite against the newest BoTorch, GPyTorch and linear_operator the package index offers, in a
+# venv of its own (UPSTREAM_VENV), upgraded on every call; torch stays pinned (constraints.txt's line
+# for torch only, so no CUDA build is pulled). The extras that pin BoTorch themselves (ax) or torch
+# (vision) are left out: their tests are skipped. Not part of CI: it tells whether the next releases
+# break us before a user finds out.
+UPSTREAM_VENV ?= .venv-upstream
+UPSTREAM_PY := $(UPSTREAM_VENV)/bin/python
+test-upstream:
+	test -x $(UPSTREAM_PY) || $(PYTHON) -m venv $(UPSTREAM_VENV)
+	grep -E '^torch==' constraints.txt > $(UPSTREAM_VENV)/torch-constraint.txt
+	$(UPSTREAM_PY) -m pip install -q -c $(UPSTREAM_VENV)/torch-constraint.txt torch
+	$(UPSTREAM_PY) -m pip install -q -c $(UPSTREAM_VENV)/torch-constraint.txt --upgrade --upgrade-strategy eager \
+		-e '.[dev,flower]' botorch gpytorch linear_operator
+	@if $(UPSTREAM_PY) -m pip list 2>/dev/null | grep -qi '^nvidia-'; then \
+		echo "error: nvidia-* wheels were installed; check constraints.txt" >&2; exit 1; fi
+	$(UPSTREAM_PY) -m pip list 2>/dev/null | grep -iE '^(torch|botorch|gpytorch|linear.operator) '
+	$(UPSTREAM_PY) -m pytest -q -n 2
 
 # ruff (configured in pyproject.toml): lint rules and the formatter's check, over the whole repository
 lint: $(STAMP)
@@ -63,4 +81,4 @@ flower-demo: $(STAMP)
 	VENV=$(abspath $(VENV)) examples/flower_app/run_demo.sh
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache docs/_build docs/_autosummary docs/_repo
+	rm -rf $(VENV) $(UPSTREAM_VENV) runs .pytest_cache docs/_build docs/_autosummary docs/_repo

@@ -122,7 +122,7 @@ def quality(M: int, D: int, K: int, lengthscale: float, seed: int = 0) -> dict:
     import torch
 
     from fbo_torch import RandomFourierFeatures
-    from fbo_torch.federation.search import maximize_rff_samples
+    from fbo_torch.acquisition.search import maximize_rff_samples
     from fbo_torch.optim.domain import Domain
 
     ref = _load("reference_impl")

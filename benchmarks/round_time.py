@@ -131,13 +131,13 @@ def run_cell(
     import torch
     from op_count import count_ops  # benchmarks/op_count.py, next to this script
 
+    from fbo_torch.acquisition.search import maximize_broadcast
     from fbo_torch.federation.agents import Agents
-    from fbo_torch.federation.keys import federation_agent_keys, federation_keys
-    from fbo_torch.federation.search import maximize_broadcast
     from fbo_torch.federation.server import DPFTSDEServer
     from fbo_torch.federation.settings import DPFTSDESettings
     from fbo_torch.models.batched_gp import BatchedExactGP
     from fbo_torch.optim.domain import Domain
+    from fbo_torch.protocol.keys import federation_agent_keys, federation_keys
     from fbo_torch.simulate.presets import PAPER
     from fbo_torch.utils import keyed_random as kr
 

@@ -20,7 +20,7 @@ sybil. The target holds ``n = 5, 10, 20`` random observations; runs are
 
 Reported per ``(k, n)``, mean over runs, for the scoring of main (every
 message scored alone: ``before``) and with near-duplicates counted once
-(:func:`fbo_torch.federation.fidelity.redundancy`: ``after``): the sybils' and
+(:func:`fbo_torch.protocol.fidelity.redundancy`: ``after``): the sybils' and
 the helpful peers' shares of ``P_N`` with learned weights, the probability of
 the agent's own GP with peer trust (``p_t' = 1 - (1 - p_t) g``), and the
 sybil messages an agent is expected to follow in 60 draws with trust,
@@ -44,11 +44,11 @@ from pathlib import Path
 
 import torch
 
-from fbo_torch.federation.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
-from fbo_torch.federation.schedules import AgentDistribution
 from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.objectives.synthetic import AGENT_KINDS, GPSampleGridFederation
 from fbo_torch.optim.domain import Domain
+from fbo_torch.protocol.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
+from fbo_torch.protocol.schedules import AgentDistribution
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 from fbo_torch.simulate.presets import PAPER
 

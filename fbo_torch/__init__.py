@@ -7,9 +7,8 @@ federation into one tensor computation.
 
 The names below are imported when first used, so ``import fbo_torch`` (and the
 ``fbo-torch`` command's ``--help`` and ``--version``) do not import torch.
-Importing :mod:`fbo_torch.models` or :mod:`fbo_torch.kernels` (which every one
-of these names does) registers their models and kernel with BoTorch's pathwise
-sampling (:mod:`fbo_torch.sampling.pathwise`), so ``draw_matheron_paths``,
+Importing :class:`~fbo_torch.models.RFFBayesianLinear` or :class:`~fbo_torch.kernels.SharedRFFKernel` registers it with
+BoTorch's pathwise sampling (:mod:`fbo_torch.sampling.pathwise`), so ``draw_matheron_paths``,
 ``get_matheron_path_model`` and ``PathwiseThompsonSampling`` accept them.
 """
 

@@ -180,6 +180,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``fbo-torch`` command line: its sub-commands and their options."""
     parser = argparse.ArgumentParser(
         prog="fbo-torch",
         description="Federated Bayesian optimization (FTS, DP-FTS-DE) on PyTorch/BoTorch.",
@@ -565,6 +566,7 @@ def check_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``fbo-torch`` with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
     parser = build_parser()
     check_options(parser, list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)

@@ -15,7 +15,7 @@ inputs normalized to the unit cube by the search space's bounds, per dataset
 pooled by default) or pooled. The map it returns has its lengthscale **in
 normalized units**: every agent's model then uses ``Normalize(d, bounds=bounds)``
 (:meth:`SharedFeatureFit.input_transform`), and messages carry those bounds
-(:mod:`fbo_torch.federation.input_space`).
+(:mod:`fbo_torch.protocol.input_space`).
 
 :func:`suggest_num_features` picks ``M`` for that lengthscale. A GP with
 lengthscale ``ℓ`` on ``[0, 1]^d`` has about ``r(ℓ, d) = μ₁(ℓ)^{-d}`` "independent
@@ -238,6 +238,9 @@ def suggest_num_features(
         kernel_error: Target relative spectral error ``ε`` of the approximated
             kernel matrix (0.2: 25 features per intrinsic dimension).
         max_features: Cap; a larger need is capped with a warning.
+
+    Returns:
+        The number of features ``M`` (at most ``max_features``).
 
     Example:
         >>> suggest_num_features(0.2, 2)    # 129

@@ -7,8 +7,8 @@ from botorch.models import SingleTaskGP
 from fbo_torch.acquisition.fts import FederatedThompsonSampling
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.aggregator import DPAggregator
-from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.protocol.weights import ExplorationWeights
 from fbo_torch.utils.secure_random import secret_normal, secret_uniform
 
 RFF = RandomFourierFeatures(2, 8, 0.3)

@@ -1,4 +1,6 @@
-r"""The package's import graph: no import cycle between files, and the deployment does not depend on the simulator.
+r"""The package's import graph: no import cycle between files, no import up the layers of packages
+(:data:`LAYERS`; the few that remain are named with their reason), the protocol below everything
+that computes a round, and the deployment does not depend on the simulator.
 
 The graphs are read from the source (:mod:`ast`, nothing is imported), one node per
 file. An edge goes from a module to the deepest ``fbo_torch`` module an import names
@@ -191,9 +193,9 @@ def test_the_graphs_see_the_right_imports():
     assert "fbo_torch.experiments.loop" not in GRAPHS["module level"]["fbo_torch.cli"]
     # a submodule imported by name from its package is an edge to the submodule
     assert "fbo_torch.utils.keyed_random" in GRAPHS["module level"]["fbo_torch.models.batched_gp"]
-    # an import under TYPE_CHECKING only: federation.input_space names AgentMessage in annotations
-    assert "fbo_torch.federation.messages" in GRAPHS["every import"]["fbo_torch.federation.input_space"]
-    assert "fbo_torch.federation.messages" not in GRAPHS["run time"]["fbo_torch.federation.input_space"]
+    # an import under TYPE_CHECKING only: protocol.input_space names AgentMessage in annotations
+    assert "fbo_torch.protocol.messages" in GRAPHS["every import"]["fbo_torch.protocol.input_space"]
+    assert "fbo_torch.protocol.messages" not in GRAPHS["run time"]["fbo_torch.protocol.input_space"]
     # importing a module of another subpackage runs that subpackage's __init__ first: an edge to it
     assert "fbo_torch.optim" in GRAPHS["module level"]["fbo_torch.models.batched_gp"]
     assert "fbo_torch.models" not in GRAPHS["module level"]["fbo_torch.models.batched_gp"]
@@ -206,11 +208,8 @@ def test_cycles_are_found_and_printed():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-#: The one cycle through package ``__init__`` files left, and why: BoTorch's pathwise sampling must
-#: know RFFBayesianLinear and SharedRFFKernel as soon as either is imported, so both packages'
-#: ``__init__`` import the registrations (last, after their own names exist), and the registrations
-#: import both classes. Any other cycle, or this one grown, fails.
-KNOWN_CYCLES = [["fbo_torch.kernels", "fbo_torch.models", "fbo_torch.sampling.pathwise"]]
+#: Cycles left, each with why (none): any cycle fails.
+KNOWN_CYCLES: list[list[str]] = []
 
 
 @pytest.mark.parametrize("kind", list(GRAPHS))
@@ -264,3 +263,64 @@ def test_the_package_imports_no_private_name_of_another_library():
             if private:
                 found.append(f"{name}: from {node.module} import {private}")
     assert not found, found
+
+
+#: The packages from the ground up: a module imports only from its own layer and the layers below.
+#: ``protocol`` (what agents and server exchange) lies under everything that computes a round.
+LAYERS = [
+    {"utils"},
+    {"features", "privacy", "optim"},
+    {"sampling", "kernels", "objectives", "fit"},
+    {"protocol"},
+    {"models"},
+    {"acquisition"},
+    {"methods"},
+    {"federation"},
+    {"simulate", "flower", "integrations"},
+    {"experiments"},
+    {"cli"},
+]
+LAYER = {package: level for level, packages in enumerate(LAYERS) for package in packages}
+
+#: The imports that run up the layers, each with why it stays. Any other, in any of the three graphs, fails.
+KNOWN_UPWARD = {
+    ("fbo_torch.sampling.gp_paths", "fbo_torch.models.gp_posterior"): "type annotations only (under "
+    "TYPE_CHECKING): GPThompsonPaths.from_draws takes the FactoredGPs the exact-GP model computes",
+}
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def test_every_package_has_a_layer():
+    packages = {_package(m) for m in MODULES} - {""}
+    assert packages == set(LAYER), f"unlayered: {sorted(packages - set(LAYER))}, gone: {sorted(set(LAYER) - packages)}"
+
+
+@pytest.mark.parametrize("kind", list(GRAPHS))
+def test_no_import_runs_up_the_layers(kind):
+    """The package's ``__init__`` (the public face: it may import from anywhere) and imports of it are not layered."""
+    upward = [
+        f"{a} -> {b}"
+        for a, targets in GRAPHS[kind].items()
+        for b in sorted(targets)
+        if _package(a) and _package(b) and LAYER[_package(b)] > LAYER[_package(a)] and (a, b) not in KNOWN_UPWARD
+    ]
+    assert not upward, f"imports up the layers ({kind}): " + "; ".join(upward)
+
+
+def test_the_known_upward_imports_still_exist():
+    edges = {(a, b) for graph in GRAPHS.values() for a, targets in graph.items() for b in targets}
+    assert not set(KNOWN_UPWARD) - edges, f"gone, remove from KNOWN_UPWARD: {sorted(set(KNOWN_UPWARD) - edges)}"
+
+
+def test_the_protocol_imports_nothing_above_it():
+    """What agents and server exchange depends on no model, acquisition function, agent, server or runner."""
+    protocol = [m for m in MODULES if _package(m) == "protocol"]
+    assert len(protocol) > 1
+    allowed = {p for p, level in LAYER.items() if level <= LAYER["protocol"]}
+    for module in protocol:
+        imported = _reachable(module) | GRAPHS["every import"][module]
+        bad = sorted(m for m in imported if _package(m) and _package(m) not in allowed)
+        assert not bad, f"{module} imports {bad}"

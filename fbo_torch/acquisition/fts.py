@@ -14,16 +14,16 @@ from torch.nn import Module
 
 from fbo_torch.acquisition.rff_thompson import _check_features, _omega_from
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.fidelity import (
+from fbo_torch.protocol.fidelity import (
     check_agent_weights,
     fidelity_scores,
     learn_peer_choice,
     peer_predictions,
     redundancy,
 )
-from fbo_torch.federation.input_space import resolve_message_space
-from fbo_torch.federation.messages import AgentMessage, stack_omegas
-from fbo_torch.federation.schedules import OWN, AgentDistribution, draw_sources
+from fbo_torch.protocol.input_space import resolve_message_space
+from fbo_torch.protocol.messages import AgentMessage, stack_omegas
+from fbo_torch.protocol.schedules import OWN, AgentDistribution, draw_sources
 from fbo_torch.utils.validation import check_int, check_probability
 
 _SOURCE_Q = "`source` is defined for q = 1, this acquisition has q = {q} candidates: use `sources`."
@@ -36,7 +36,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
     ``u ~ U(0, 1)``: if ``u < p_t`` the candidate maximizes a pathwise posterior
     sample of the target's own ``model`` (line 4); otherwise it draws an agent
     ``n ~ P_N`` and maximizes ``φ(x)ᵀω_n`` (line 6): the choice of
-    :func:`~fbo_torch.federation.schedules.draw_sources`, the one the simulator
+    :func:`~fbo_torch.protocol.schedules.draw_sources`, the one the simulator
     makes. ``forward`` returns the sum over the q candidates of their functions,
     so ``optimize_acqf`` maximizes each one independently.
 
@@ -46,13 +46,13 @@ class FederatedThompsonSampling(AcquisitionFunction):
             a :class:`~fbo_torch.kernels.SharedRFFKernel`) or a one-agent
             :class:`~fbo_torch.models.RFFBayesianLinear`.
         messages: ``N x M`` tensor of received weight vectors, or a sequence of
-            :class:`~fbo_torch.federation.AgentMessage` (fingerprints are checked
+            :class:`~fbo_torch.protocol.AgentMessage` (fingerprints are checked
             against ``features``). May be empty (``N = 0``) only with ``p_t = 1``,
             e.g. in a loop that has used every message. A tensor carries no
             fingerprint: weights drawn on another feature map (another seed,
             lengthscale or ``M`` of the same size) are *not* detected unless
             ``fingerprint`` says which map they were drawn on; send
-            :class:`~fbo_torch.federation.AgentMessage` between agents
+            :class:`~fbo_torch.protocol.AgentMessage` between agents
             (:meth:`RFFBayesianLinear.messages <fbo_torch.models.RFFBayesianLinear.messages>`)
             to have every one checked.
         features: The shared :class:`RandomFourierFeatures`.
@@ -63,11 +63,11 @@ class FederatedThompsonSampling(AcquisitionFunction):
             be non-negative and sum to 1. Zero entries (stragglers) are never chosen.
         agent_weights: ``"uniform"`` (``agent_probs`` as given) or ``"learned"``:
             ``P_N`` re-weighted by how well each message ranks the target's own
-            observations (:mod:`fbo_torch.federation.fidelity`), restricted to the
+            observations (:mod:`fbo_torch.protocol.fidelity`), restricted to the
             messages ``agent_probs`` allows.
         peer_trust: Scale the probability of following a message by the trust
             in ``P_N``'s draw: ``p_t' = 1 - (1 - p_t)·g``
-            (:func:`~fbo_torch.federation.fidelity.peer_trust`).
+            (:func:`~fbo_torch.protocol.fidelity.peer_trust`).
         train_X: The target's ``n x d`` observed inputs (raw, like the candidates), for
             ``"learned"`` weights and ``peer_trust``; by default the model's training inputs
             (a model with an input transform must be given ``train_X``: its stored inputs
@@ -90,7 +90,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
             ``input_bounds``) and need no argument; raw ``ω`` tensors are taken as
             fitted on raw inputs, unless ``model`` has an input transform: then
             ``input_transform`` is required (the rule of
-            :func:`~fbo_torch.federation.input_space.resolve_message_space`).
+            :func:`~fbo_torch.protocol.input_space.resolve_message_space`).
         fingerprint: The fingerprint (:attr:`~fbo_torch.features.RandomFourierFeatures.fingerprint`)
             of the map a ``messages`` tensor was drawn on (e.g. sent beside it, or the
             sender's ``rff.fingerprint``); a ``ValueError`` when it is not ``features``'s.

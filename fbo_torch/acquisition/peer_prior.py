@@ -26,7 +26,7 @@ where they do not, two bounds keep it harmless:
 A single message is one posterior draw, whose maximizer is mostly where the
 draw's prior fluctuations peak, far from the peer's data; a receiver
 therefore averages each peer's messages over rounds
-(:class:`~fbo_torch.federation.message_average.MessageAverage`) before taking
+(:class:`~fbo_torch.protocol.message_average.MessageAverage`) before taking
 the maximizer (post-processing of what was sent: nothing more is shared).
 
 :class:`PeerOptimumPrior` is the prior as a module for BoTorch users (its
@@ -44,7 +44,9 @@ from torch import Tensor
 from torch.nn import Module
 
 from fbo_torch.acquisition.batched import BatchedAnalyticAcquisition
+from fbo_torch.acquisition.search import maximize_rff_samples
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.optim.domain import Domain
 from fbo_torch.utils.validation import check_tensor
 
 
@@ -62,8 +64,9 @@ def log_bump_mixture(
 
     Args:
         U: ``B x C x d`` points in unit-cube coordinates.
-        centers: ``B x K x d`` bump centers (unit cube). log_weights: ``B x K`` log weights
-            (``-inf`` for a peer with no weight; each row's weights sum to 1 or all are ``-inf``).
+        centers: ``B x K x d`` bump centers (unit cube).
+        log_weights: ``B x K`` log weights (``-inf`` for a peer with no weight; each row's weights
+            sum to 1 or all are ``-inf``).
         width, floor: ``s`` and ``λ``.
         grad: Also return ``∂ log π / ∂U`` (``B x C x d``).
 
@@ -148,9 +151,6 @@ class PeerOptimumPrior(Module):
     ) -> PeerOptimumPrior:
         r"""The prior whose centers are the maximizers of ``φ(x)ᵀω_k`` (``omegas``: ``K x M``,
         e.g. each peer's averaged messages), found by the batched maximizer."""
-        from fbo_torch.federation.search import maximize_rff_samples
-        from fbo_torch.optim.domain import Domain
-
         centers, _ = maximize_rff_samples(
             features, omegas, Domain(bounds), generator=generator, input_bounds=input_bounds
         )
@@ -176,6 +176,7 @@ class BatchedPriorGuided:
         log_weights: ``B x K`` log weights (``-inf``: none).
         exponent: ``B`` exponents ``e_b`` (``β/t``).
         width, floor: As in :class:`PeerOptimumPrior`.
+        unit: ``centers`` are in unit-cube coordinates already (not the domain's).
     """
 
     leading_dims = False

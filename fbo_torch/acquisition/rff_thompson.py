@@ -8,7 +8,7 @@ line 6. :class:`PiecewiseRFFThompsonSample` is the DP-FTS-DE agent's function
 A sender that transforms its inputs (``Normalize``) fitted ``ω`` on ``φ(T(x))``;
 the acquisitions evaluate ``φ(T(x))ᵀω`` with ``T`` from the message's
 ``input_bounds`` or the ``input_transform`` argument
-(:mod:`fbo_torch.federation.input_space`): candidates ``X`` are always raw inputs.
+(:mod:`fbo_torch.protocol.input_space`): candidates ``X`` are always raw inputs.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from torch import Tensor
 from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.input_space import resolve_message_space
-from fbo_torch.federation.messages import AgentMessage, stack_omegas
+from fbo_torch.protocol.input_space import resolve_message_space
+from fbo_torch.protocol.messages import AgentMessage, stack_omegas
 from fbo_torch.utils.validation import check_finite, check_floating, check_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fbo_torch.federation.partition import SubRegionPartition
+    from fbo_torch.protocol.partition import SubRegionPartition
 
 
 def _check_features(features: object) -> RandomFourierFeatures:
@@ -112,7 +112,7 @@ class RFFThompsonSample(AcquisitionFunction):
             when it is not ``features``'s.
 
     Attributes:
-        message_space: The :class:`~fbo_torch.federation.input_space.MessageSpace`
+        message_space: The :class:`~fbo_torch.protocol.input_space.MessageSpace`
             ``T`` applied before ``φ``.
 
     Example:
@@ -178,7 +178,7 @@ class PiecewiseRFFThompsonSample(AcquisitionFunction):
     Args:
         features: The shared feature map.
         omegas: ``P x M`` broadcast vectors.
-        partition: The :class:`~fbo_torch.federation.SubRegionPartition` with
+        partition: The :class:`~fbo_torch.protocol.SubRegionPartition` with
             ``P`` sub-regions (of the raw input space).
         input_transform: The input transform every agent's weights were fitted
             under (see :class:`RFFThompsonSample`); raw inputs by default.

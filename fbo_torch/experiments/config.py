@@ -25,7 +25,7 @@ for a class of your own (the objective protocol: :mod:`fbo_torch.objectives.base
 the section's other keys are its constructor's keyword arguments, checked against its signature.
 Unknown keys and bad values raise :class:`ConfigError` naming the offending
 entry (and the closest valid key).
-"""
+"""  # noqa: D405, D411, D214  (``methods:`` above is a YAML key in an example, not a docstring section)
 
 from __future__ import annotations
 
@@ -116,6 +116,7 @@ def _suggest(key: str, allowed: list[str]) -> str:
 
 
 def check_keys(where: str, section: dict[str, Any], allowed: list[str] | tuple[str, ...]) -> None:
+    """``section`` must be a mapping of ``allowed`` keys (else a :class:`ConfigError` at ``where``)."""
     if not isinstance(section, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(section).__name__}.")
     allowed = list(allowed)

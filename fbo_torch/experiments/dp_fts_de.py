@@ -26,9 +26,9 @@ from fbo_torch.experiments.report import (
     summarize_curves,
 )
 from fbo_torch.experiments.resources import check_scenario_memory
-from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.privacy import compute_epsilon
+from fbo_torch.protocol.partition import SubRegionPartition
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 

@@ -1,26 +1,19 @@
-from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator, clip_vectors
-from fbo_torch.federation.input_space import MessageSpace, input_bounds_of, resolve_message_space
-from fbo_torch.federation.messages import AgentMessage, PosteriorMessage, stack_omegas
-from fbo_torch.federation.partition import SubRegionPartition, default_splits
-from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
-from fbo_torch.federation.weights import ExplorationWeights, exploration_weights
+r"""The simulator's and a deployment's agents and server: what each computes in a round.
 
-__all__ = [
-    "OWN",
-    "AgentDistribution",
-    "AgentMessage",
-    "AggregationRecord",
-    "DPAggregator",
-    "ExplorationWeights",
-    "MessageSpace",
-    "PosteriorMessage",
-    "PtSchedule",
-    "SubRegionPartition",
-    "clip_vectors",
-    "default_splits",
-    "draw_sources",
-    "exploration_weights",
-    "input_bounds_of",
-    "resolve_message_space",
-    "stack_omegas",
-]
+* :mod:`~fbo_torch.federation.agents` — every agent's step, batched (:class:`~fbo_torch.federation.agents.Agents`);
+* :mod:`~fbo_torch.federation.server` — the DP-FTS-DE server's round (``plan``, ``release``);
+* :mod:`~fbo_torch.federation.aggregator` and :mod:`~fbo_torch.federation.secure` — the release: central
+  Gaussian (:class:`DPAggregator`) or secure aggregation with distributed discrete Gaussian noise;
+* :mod:`~fbo_torch.federation.settings` — the settings both are built from;
+* :mod:`~fbo_torch.federation.faults` and :mod:`~fbo_torch.federation.evaluation_failures` — failures,
+  dropouts and hostile agents; :mod:`~fbo_torch.federation.chunks` — rounds in memory-sized chunks.
+
+What agents and server exchange (messages, schedules, partitions, weights, keys, randomness) is
+:mod:`fbo_torch.protocol`; its public names are re-exported here.
+"""
+
+from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator, clip_vectors
+from fbo_torch.protocol import *  # noqa: F403  (the protocol's public names, listed once, in its __all__)
+from fbo_torch.protocol import __all__ as _protocol_names
+
+__all__ = ["AggregationRecord", "DPAggregator", "clip_vectors", *_protocol_names]

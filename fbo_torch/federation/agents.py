@@ -45,12 +45,10 @@ from fbo_torch.acquisition.batched import (
     BatchedUpperConfidenceBound,
 )
 from fbo_torch.acquisition.peer_prior import BatchedPriorGuided
+from fbo_torch.acquisition.search import broadcast_queries
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.chunks import CPU_CHUNK, agents_per_chunk, chunk_slices, own_step_bytes, round_budget
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
-from fbo_torch.federation.partition import SubRegionPartition
-from fbo_torch.federation.schedules import OWN, draw_sources
-from fbo_torch.federation.search import broadcast_queries
 from fbo_torch.federation.settings import DPFTSDESettings, MethodSettings
 from fbo_torch.models.batched_gp import BatchedExactGP, log_lengthscales
 from fbo_torch.models.gp_posterior import BatchedGPPosterior
@@ -58,6 +56,8 @@ from fbo_torch.models.gp_spec import get_spec
 from fbo_torch.models.outcome_warp import log_gap_warps
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.optim.domain import Domain
+from fbo_torch.protocol.partition import SubRegionPartition
+from fbo_torch.protocol.schedules import OWN, draw_sources
 from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.dispatch import gpu_path
@@ -69,8 +69,8 @@ class Agents:
 
     Args:
         keys: ``B`` int64 keys, one per agent (e.g. ``fold(root_key(seed), agent)``).
-        train_X: ``B x n0 x d`` initial inputs; train_Y: ``B x n0 x 1`` observations
-            (NaN marks a failed evaluation).
+        train_X: ``B x n0 x d`` initial inputs.
+        train_Y: ``B x n0 x 1`` observations (NaN marks a failed evaluation).
         domain: The :class:`~fbo_torch.optim.domain.Domain` agents search.
         settings: Method settings (``gp_kernel``, ``gp_refit_every``,
             ``gp_sample_features``, ``gp_fit_maxiter``, ``rff_noise_variance``).
@@ -162,9 +162,9 @@ class Agents:
         r"""Add one evaluated point per agent.
 
         Args:
-            X_new: ``B x d`` queried points. y: ``B`` observed values; NaN or
-                ``±inf`` marks a failed evaluation, which is stored as such and
-                left out of the GP and the RFF posterior.
+            X_new: ``B x d`` queried points.
+            y: ``B`` observed values; NaN or ``±inf`` marks a failed evaluation, which is
+                stored as such and left out of the GP and the RFF posterior.
 
         Returns:
             ``B`` booleans: which observations were valid.
@@ -361,6 +361,10 @@ class Agents:
                 agent's GP is still built and refitted on schedule (its state does not depend
                 on ``which``), and a needed row is the same number as without ``which`` (keyed
                 streams). On the GPU path every row is computed (fixed shapes, no host read).
+
+        Returns:
+            ``(X, values)``: ``B x d`` points and the ``B`` values reached (NaN rows for the agents left out by
+            ``which``).
         """
         B = self.num_agents
         if which is not None and (which.shape != (B,) or which.dtype != torch.bool):
@@ -400,10 +404,14 @@ class Agents:
         ``(B x d, B)`` points and values.
 
         Args:
-            round: The round (the maximizer's keys). centers: ``B x K x d`` peers' believed
-                optimizers (domain coordinates). log_weights: ``B x K`` log ``P_N`` (``-inf``:
-                not a peer). exponent: ``β/t`` (a number or ``B`` values). width, floor: the
-                bumps' width (unit-cube units) and the prior's floor ``λ``.
+            round: The round (the maximizer's keys).
+            centers: ``B x K x d`` peers' believed optimizers (domain coordinates).
+            log_weights: ``B x K`` log ``P_N`` (``-inf``: not a peer).
+            exponent: ``β/t`` (a number or ``B`` values).
+            width, floor: The bumps' width (unit-cube units) and the prior's floor ``λ``.
+
+        Returns:
+            ``(X, values)``: ``B x d`` points and the ``B`` values reached.
         """
 
         def step(part: Agents, rows: slice) -> tuple[Tensor, Tensor]:
@@ -517,7 +525,7 @@ class Agents:
 
     def use_own(self, round: int, p: float) -> Tensor:
         r"""``B`` booleans: with probability ``p`` the agent follows its own GP this round
-        (the coin of :func:`~fbo_torch.federation.schedules.draw_sources`)."""
+        (the coin of :func:`~fbo_torch.protocol.schedules.draw_sources`)."""
         return draw_sources(p, None, keys=kr.fold(self.keys, round)) == OWN
 
     def next_queries(
@@ -640,11 +648,17 @@ def start_agents(
     same points (each from the agent's key) and the same models.
 
     Args:
-        keys: ``B`` agent keys (:func:`~fbo_torch.federation.keys.federation_agent_keys`). agent_ids: ``B``
-            agent indices in the objective (agent ``n`` explores region ``n mod P``).
-        features: The shared map (``None`` for TS). partition: The server's
-            sub-regions (distributed initialization when ``P > 1``), or ``None``.
+        objective: The :class:`~fbo_torch.objectives.base.Objective` the agents evaluate.
+        settings: The method's :class:`~fbo_torch.federation.settings.DPFTSDESettings`.
+        domain: The :class:`~fbo_torch.optim.domain.Domain` agents search.
+        keys: ``B`` agent keys (:func:`~fbo_torch.protocol.keys.federation_agent_keys`).
+        agent_ids: ``B`` agent indices in the objective (agent ``n`` explores region ``n mod P``).
+        features: The shared map (``None`` for TS).
+        partition: The server's sub-regions (distributed initialization when ``P > 1``), or ``None``.
         max_memory: The agents' working-memory budget (:class:`Agents`).
+
+    Returns:
+        ``(agents, best)``: the :class:`Agents` and their ``B`` best initial noiseless values.
     """
     spread = (
         settings.method.federated()
@@ -707,8 +721,18 @@ def broadcast_points(
     r"""``B x d``: each agent's maximizer of its federation's broadcast ``φ(x)ᵀω^(i[x])``.
 
     Args:
-        broadcast: ``R x P x M`` releases of ``R`` federations. federation_keys: ``R`` keys.
-        agent_keys: ``B`` keys. run_of: ``B`` federation of each agent.
+        settings: The method's settings (``broadcast_maximization``).
+        features: The shared map.
+        broadcast: ``R x P x M`` releases of ``R`` federations.
+        region_bounds: ``P x 2 x d`` sub-regions the releases refer to.
+        domain: The :class:`~fbo_torch.optim.domain.Domain` agents search.
+        round: The round (the maximizers' keys).
+        federation_keys: ``R`` keys of the federations.
+        agent_keys: ``B`` keys of the agents.
+        run_of: ``B`` indices: the federation of each agent.
+
+    Returns:
+        ``B x d`` points, one per agent.
 
     With ``broadcast_maximization="shared"`` one maximization per federation
     (its key) serves all its agents; with ``"per_agent"`` each agent maximizes

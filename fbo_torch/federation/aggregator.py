@@ -44,9 +44,9 @@ does; a server that releases nothing in a round without a valid message
 participation, never a bit of data.
 
 **Randomness.** The Poisson coins and the noise come from a
-:class:`~fbo_torch.federation.randomness.ServerRandomness`: a cryptographic
+:class:`~fbo_torch.protocol.randomness.ServerRandomness`: a cryptographic
 stream keyed by the server's secret in deployment, the federation's seeded
-streams in research (see :mod:`fbo_torch.federation.randomness`).
+streams in research (see :mod:`fbo_torch.protocol.randomness`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.randomness import (
+from fbo_torch.protocol.randomness import (
     GeneratorServerRandomness,
     KeyedServerRandomness,
     ServerRandomness,
@@ -115,7 +115,10 @@ def clip_vectors(omegas: Tensor, max_norm: float) -> tuple[Tensor, Tensor]:
         omegas: ``... x M`` vectors.
         max_norm: The bound ``S`` on each vector's L2 norm.
 
-    Returns ``(clipped, was_clipped)``; vectors within the bound are unchanged.
+    Returns:
+        ``(clipped, was_clipped)``: ``... x M`` vectors and ``...`` booleans; vectors within the
+        bound are unchanged.
+
     Entries are first limited to ``±sqrt(max_float / M) / 2``, so no finite
     vector's norm overflows: one with larger entries (only a hostile agent
     sends such) is still scaled onto the bound, its huge entries saturated.
@@ -137,7 +140,7 @@ class DPAggregator:
             ``float('inf')`` disables clipping (only meaningful with ``z = 0``).
         noise_multiplier: ``z >= 0``; ``0`` gives the non-private FTS-DE.
         region_weights: ``P x N`` weights whose rows sum to 1, or a callable
-            ``round -> P x N`` (e.g. :class:`~fbo_torch.federation.ExplorationWeights`).
+            ``round -> P x N`` (e.g. :class:`~fbo_torch.protocol.ExplorationWeights`).
 
     Example:
         >>> server = DPAggregator(0.25, clip_norm=11.0, noise_multiplier=1.0, region_weights=weights)
@@ -220,15 +223,15 @@ class DPAggregator:
             round: Round index (selects the weights of a schedule).
             generator: Optional generator for the subsample and the noise.
             keys: Optional ``...`` int64 keys of the federations' seeded streams
-                (:class:`~fbo_torch.federation.randomness.KeyedServerRandomness`:
+                (:class:`~fbo_torch.protocol.randomness.KeyedServerRandomness`:
                 reproducible, for research).
             reported: Optional ``... x N`` booleans: agents whose vector arrived
                 (dropped agents are treated as not sampled; their rows may hold
                 anything). Privacy accounting with ``q`` stays valid: an agent
                 that did not report is not in the aggregate, one that reported
                 was included with probability ``q``.
-            randomness: The server's :class:`~fbo_torch.federation.randomness.ServerRandomness`
-                (e.g. a :class:`~fbo_torch.federation.randomness.SecretServerRandomness`
+            randomness: The server's :class:`~fbo_torch.protocol.randomness.ServerRandomness`
+                (e.g. a :class:`~fbo_torch.protocol.randomness.SecretServerRandomness`
                 in deployment), instead of ``generator`` or ``keys``.
 
         With ``keys`` or ``randomness`` nothing is read back to the host (no

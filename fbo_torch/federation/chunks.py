@@ -48,7 +48,11 @@ def own_step_bytes(settings: MethodSettings, domain: Domain, n: int, dim: int) -
         settings: The agents' :class:`~fbo_torch.federation.settings.MethodSettings`
             (``gp_warp``, ``gp_restarts``, ``gp_sample_features``).
         domain: Their :class:`~fbo_torch.optim.domain.Domain` (restarts, raw points, candidates).
-        n: Observations per agent. dim: ``d``.
+        n: Observations per agent.
+        dim: ``d``.
+
+    Returns:
+        The estimate in bytes.
     """
     K = 1 + len(DEFAULT_OFFSETS) if settings.gp_warp != "none" else 1  # the identity and the log-gap warps
     starts = 1 + settings.gp_restarts

@@ -122,7 +122,8 @@ class EvaluationFailures:
 
         Args:
             agents: ``B`` agent indices, one per row of the call.
-            values: ``B x q`` observations. noiseless: ``B x q`` noiseless values.
+            values: ``B x q`` observations.
+            noiseless: ``B x q`` noiseless values.
             raised: Row -> the exception its evaluation raised (every point of the row failed).
         """
         nan = torch.isnan(values) | torch.isnan(noiseless)

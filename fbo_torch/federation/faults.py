@@ -137,7 +137,8 @@ def evaluate_agents(objective: Objective, X: Tensor, agents: Tensor, keys: Tenso
 
     Args:
         objective: An :class:`~fbo_torch.objectives.base.Objective`.
-        X: ``B x d`` (or ``B x q x d``) queries. agents: ``B`` agent indices.
+        X: ``B x d`` (or ``B x q x d``) queries.
+        agents: ``B`` agent indices.
         keys: ``B`` observation-noise keys.
 
     Returns:

@@ -16,7 +16,7 @@ calls, in this order for every round ``t``:
 
 The server holds the sub-region partition and the agents' assignment
 (distributed exploration), the weight schedule, the mechanism, the ledger, its
-randomness (:mod:`fbo_torch.federation.randomness`: the federations' seeded
+randomness (:mod:`fbo_torch.protocol.randomness`: the federations' seeded
 streams in research, a secret cryptographic stream in deployment) and the
 record of every round: ε is kept in one place, the ledger, and each
 :class:`ServerRound` carries the ledger's ε after it.
@@ -62,11 +62,11 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator
-from fbo_torch.federation.partition import SubRegionPartition
-from fbo_torch.federation.randomness import KeyedServerRandomness, ServerRandomness
 from fbo_torch.federation.secure import SecureMechanism
-from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.privacy import DEFAULT_ACCOUNTANT, DistributedDiscreteGaussianAccountant, PrivacyLedger
+from fbo_torch.protocol.partition import SubRegionPartition
+from fbo_torch.protocol.randomness import KeyedServerRandomness, ServerRandomness
+from fbo_torch.protocol.weights import ExplorationWeights
 from fbo_torch.utils.validation import check_int, check_probability
 
 #: Why a round released nothing.
@@ -136,7 +136,7 @@ class DPFTSDEServer:
             ``weight_b``, ``const_rounds``, ``decay_rounds``, ``sample_rate``,
             ``clip_norm``, ``noise_multiplier``, ``local_threshold``, ``max_epsilon``).
         randomness: Where the coins and noise come from: a
-            :class:`~fbo_torch.federation.randomness.ServerRandomness`, or ``R``
+            :class:`~fbo_torch.protocol.randomness.ServerRandomness`, or ``R``
             int64 federation keys (the seeded streams, for research).
         accountant / delta: The privacy ledger's accountant and δ (default ``1/N^1.1``);
             only used when ``noise_multiplier > 0``. ``accountant=None`` runs the
@@ -314,7 +314,7 @@ class DPFTSDEServer:
         r"""The planned secure round's ``R x N`` Poisson coins (agent ``n`` is told only its own) and
         ``P x N`` weight ratios ``w / w_max``, as float64 on ``like``'s device.
 
-        The coins are the central mechanism's (:meth:`~fbo_torch.federation.randomness.ServerRandomness.coins`
+        The coins are the central mechanism's (:meth:`~fbo_torch.protocol.randomness.ServerRandomness.coins`
         of the round), so both modes sample the same agents given the same randomness.
         """
         if not self.secure or self._planned is None:

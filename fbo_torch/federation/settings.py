@@ -42,13 +42,13 @@ import torch
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.faults import FaultInjector
-from fbo_torch.federation.fidelity import check_agent_weights
-from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.secure import check_aggregation
-from fbo_torch.federation.weights import ExplorationWeights
 from fbo_torch.methods.base import Method, get_method
 from fbo_torch.models.gp_spec import GP_SPECS
 from fbo_torch.privacy import ACCOUNTANTS, DEFAULT_ACCOUNTANT
+from fbo_torch.protocol.fidelity import check_agent_weights
+from fbo_torch.protocol.schedules import PtSchedule
+from fbo_torch.protocol.weights import ExplorationWeights
 from fbo_torch.utils.validation import check_int, check_probability
 
 
@@ -241,11 +241,11 @@ class FTSSettings(MethodSettings):
         communication: ``"one-shot"`` or ``"every-round"``.
         agent_weights: ``P_N`` of FTS: ``"uniform"`` (the papers) or ``"learned"``
             (each round, from how well every peer's message ranks the target's own
-            observations; :mod:`fbo_torch.federation.fidelity`). Other algorithms
+            observations; :mod:`fbo_torch.protocol.fidelity`). Other algorithms
             have no ``P_N`` and ignore it.
         peer_trust: Scale the probability of following a peer by the trust in
             ``P_N``'s draw, ``p_t' = 1 - (1 - p_t)·g``
-            (:func:`~fbo_torch.federation.fidelity.peer_trust`), so an agent whose
+            (:func:`~fbo_torch.protocol.fidelity.peer_trust`), so an agent whose
             peers disagree with its observations falls back to its own GP (FTS only).
         rgpe_samples: Posterior samples for RGPE's ranking weights.
         taf_bandwidth: TAF's kernel bandwidth ``ρ``.
@@ -256,7 +256,7 @@ class FTSSettings(MethodSettings):
             (:mod:`~fbo_torch.acquisition.peer_prior`).
         message_memory: ``peer_prior``: each peer's messages are averaged over this many
             rounds before its believed optimum is taken
-            (:class:`~fbo_torch.federation.message_average.MessageAverage`).
+            (:class:`~fbo_torch.protocol.message_average.MessageAverage`).
         channels: ``transfer``: what peers share and an agent may follow
             (:mod:`~fbo_torch.methods.transfer`): ``"optima"`` (their incumbents),
             ``"function"`` (FTS's messages), ``"landscape"`` (their GPs' lengthscales, a prior

@@ -33,10 +33,10 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import Agents, agent_messages, agent_round, broadcast_points, start_agents
-from fbo_torch.federation.partition import SubRegionPartition
 from fbo_torch.flower.config import FlowerRunConfig, ObjectiveMismatch, node_objective_spec
 from fbo_torch.flower.floor import PrivacyFloorError
 from fbo_torch.flower.identity import IdentityError
+from fbo_torch.protocol.partition import SubRegionPartition
 
 
 class FeatureMapMismatch(ValueError):
@@ -168,6 +168,9 @@ class AgentNode:
             broadcast: ``P x M`` release of round ``t``, or ``None`` (no release).
             region_bounds: ``P x 2 x d`` sub-regions the broadcast refers to.
             omega_round: The round whose release the server asks ``ω`` for.
+
+        Returns:
+            The :class:`AgentReply` the node sends back.
         """
         used = failed = False
         if round > 0:

@@ -235,24 +235,29 @@ def _secagg_stage(msg: Message, context: Context, stage: str) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    """One round of this node's agent: the server's plan in, the agent's reply out."""
     return handle_round(msg, context)
 
 
 @app.train("share_keys")
 def share_keys(msg: Message, context: Context) -> Message:
+    """SecAgg+ stage 1: shares of this node's secrets, encrypted for its neighbours."""
     return _secagg_stage(msg, context, "share_keys")
 
 
 @app.train("masked_vector")
 def masked_vector(msg: Message, context: Context) -> Message:
+    """SecAgg+ stage 2: this agent's noisy integer vector, masked."""
     return _secagg_stage(msg, context, "masked_vector")
 
 
 @app.train("consistency")
 def consistency(msg: Message, context: Context) -> Message:
+    """SecAgg+ stage 3: this node's signature of the survivor set."""
     return _secagg_stage(msg, context, "consistency")
 
 
 @app.train("unmask")
 def unmask(msg: Message, context: Context) -> Message:
+    """SecAgg+ stage 4: shares of the survivors' seeds and of the dropped nodes' keys."""
     return _secagg_stage(msg, context, "unmask")

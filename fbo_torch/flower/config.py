@@ -109,7 +109,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.keys import federation_agent_keys, federation_keys
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
 from fbo_torch.methods.base import get_method
@@ -118,6 +117,7 @@ from fbo_torch.objectives.base import Objective
 from fbo_torch.objectives.search_space import SearchSpace
 from fbo_torch.optim.domain import Domain, check_options
 from fbo_torch.privacy import deployment_delta
+from fbo_torch.protocol.keys import federation_agent_keys, federation_keys
 
 METHODS = ("dp-fts-de", "ts")
 #: Run config keys that name a settings field differently (Flower's word for ``T``).
@@ -230,7 +230,8 @@ class NodeObjective(Objective):
 
     Args:
         inner: The node's objective (``num_agents = 1``).
-        agent_id: The agent the node plays. num_agents: ``N``.
+        agent_id: The agent the node plays.
+        num_agents: ``N``.
     """
 
     def __init__(self, inner: Objective, agent_id: int, num_agents: int) -> None:

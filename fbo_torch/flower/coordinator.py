@@ -16,7 +16,7 @@ object, called the same way (``plan``, then ``release``), as in the simulator
 — and adds what a network needs:
 
 * **Server randomness no agent can reproduce**: the coins and noise come from
-  the server's secret (:class:`~fbo_torch.federation.randomness.SecretServerRandomness`,
+  the server's secret (:class:`~fbo_torch.protocol.randomness.SecretServerRandomness`,
   secure mode by default), never from the run config's seed.
 * **Every reply validated**: :meth:`Coordinator.receive` checks the agent id,
   the feature map and ``ω`` (an ``M``-vector of finite float64); a bad reply is
@@ -61,14 +61,14 @@ import torch
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.randomness import SecretServerRandomness
-from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.server import DPFTSDEServer, ServerRound
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.floor import worst_case_epsilons
 from fbo_torch.flower.server_state import ServerState, ServerStateError
 from fbo_torch.privacy.ledger import PrivacyLedger
+from fbo_torch.protocol.randomness import SecretServerRandomness
+from fbo_torch.protocol.schedules import PtSchedule
 from fbo_torch.utils.secure_random import new_secret
 
 

@@ -71,6 +71,9 @@ def worst_case_epsilons(
         sample_rate: ``q`` (amplifies the second figure only).
         releases: Secure releases this agent's vector took part in.
         delta: ``δ``.
+
+    Returns:
+        ``(ε against the server, ε against the other agents)``.
     """
     if releases <= 0:
         return 0.0, 0.0

@@ -293,8 +293,10 @@ def payload_bytes(content: RecordDict) -> int:
 
 
 def state_to_record(state: dict[str, Tensor]) -> ArrayRecord:
+    """A state dict as a Flower ``ArrayRecord`` (tensors detached, on the CPU, contiguous)."""
     return ArrayRecord({k: v.detach().cpu().contiguous() for k, v in state.items()})
 
 
 def record_to_state(record: ArrayRecord) -> dict[str, Tensor]:
+    """The state dict an ``ArrayRecord`` holds (the inverse of :func:`state_to_record`)."""
     return dict(record.to_torch_state_dict())

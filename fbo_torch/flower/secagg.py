@@ -218,10 +218,13 @@ class SecAggClient:
         r"""Stage 1: shares of the mask seed and of the first secret key, encrypted for each neighbour.
 
         Args:
+            round: The round (a request of another round is refused).
             public_keys: ``{node: (pk1, pk2)}`` of the neighbourhood, this node included.
             threshold: ``t``: more than half of the neighbourhood and at least :attr:`min_threshold`.
             agents / signatures: ``{node: agent}`` and ``{node: signature of its keys}``; with an
                 ``identity`` every neighbour's keys must be signed by its agent's roster key.
+            identity: This node's :class:`~fbo_torch.flower.identity.NodeIdentity` (its signing key
+                and the roster), or ``None`` (nothing signed or checked).
 
         Returns:
             ``(destinations, ciphertexts, commitment to the seed)``.
@@ -328,7 +331,14 @@ class SecAggClient:
         ``t``) signed that same set.
 
         Args:
+            round: The round (a request of another round is refused).
             signatures: ``{node: (agent, signature of the survivor set)}`` of the other survivors.
+            identity: This node's :class:`~fbo_torch.flower.identity.NodeIdentity`: with one, every
+                signature must verify against the roster.
+
+        Returns:
+            ``(nodes, shares)``: for each node in ``nodes`` this node's share of its seed (a survivor) or of its key
+            (a dropped node).
         """
         self._expect("unmask", round)
         if identity is not None:

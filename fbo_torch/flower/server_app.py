@@ -149,12 +149,19 @@ def run_federation(
     r"""Run ``config.num_rounds`` rounds with the agents on ``grid``; returns the coordinator (its logs).
 
     Args:
+        grid: Flower's ``Grid`` the agents' nodes are reached through.
+        config: The run config.
+        echo: Where the server's log lines go.
+        poll_interval: Seconds between two looks for replies.
         state: The server's state folder (secret, ledger, rounds; see
             :mod:`fbo_torch.flower.server_state`), written before every
             exchange; ``None`` keeps everything in memory.
         secret: The server's secret (default: the state's, or a fresh one).
         roster: Agents bound to node keys (:mod:`fbo_torch.flower.roster`); without one,
             a node plays the agent it first claims (insecure: any node can claim any agent).
+
+    Returns:
+        The :class:`~fbo_torch.flower.coordinator.Coordinator` of the run (its logs).
 
     Replies that do not arrive within ``round-timeout`` seconds, error replies,
     refused agents and invalid replies are left out of the round's release
@@ -485,6 +492,7 @@ def summary(coord: Coordinator) -> dict[str, Any]:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
+    """The ServerApp: the run config's federation on ``grid`` (roster and state folder from the environment)."""
     config = FlowerRunConfig.from_run_config(context.run_config)
     roster = AgentRoster.from_env(config.num_agents)
     if roster is None and os.environ.get(REQUIRE_ROSTER_ENV, "").strip() not in ("", "0"):

@@ -8,11 +8,11 @@ the trial maximizes a Thompson sample of the agent's own GP, otherwise it
 maximizes ``φ(x)ᵀω_n`` of a message ``ω_n`` drawn from ``P_N`` among the
 messages the agent holds. The choice and the acquisition are fbo_torch's
 :class:`~fbo_torch.acquisition.FederatedThompsonSampling` (which draws through
-:func:`~fbo_torch.federation.schedules.draw_sources` and
-:class:`~fbo_torch.federation.schedules.AgentDistribution`), maximized with
+:func:`~fbo_torch.protocol.schedules.draw_sources` and
+:class:`~fbo_torch.protocol.schedules.AgentDistribution`), maximized with
 BoTorch's ``optimize_acqf``.
 
-An agent's message is an :class:`~fbo_torch.federation.AgentMessage`: one draw
+An agent's message is an :class:`~fbo_torch.protocol.AgentMessage`: one draw
 ``ω ~ N(ν, σ²Σ⁻¹)`` of the :class:`~fbo_torch.models.RFFBayesianLinear`
 posterior on the data of its experiment, on the shared
 :class:`~fbo_torch.features.RandomFourierFeatures`:
@@ -95,8 +95,6 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ax_missing(__name__) from err
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.messages import AgentMessage
-from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.integrations.ax_messages import agent_message, objective_data, objective_weights
 from fbo_torch.integrations.ax_node import (
     FTS_NODE,
@@ -106,6 +104,8 @@ from fbo_torch.integrations.ax_node import (
     fts_generation_strategy,
 )
 from fbo_torch.integrations.ax_unit_cube import UnitCube, _check_features
+from fbo_torch.protocol.messages import AgentMessage
+from fbo_torch.protocol.schedules import PtSchedule
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_positive
 
@@ -264,7 +264,7 @@ class AxFederation:
         r"""Give ``message`` to every agent but its sender (e.g. one received from another process).
 
         Args:
-            message: An :class:`~fbo_torch.federation.AgentMessage` on this federation's feature map.
+            message: An :class:`~fbo_torch.protocol.AgentMessage` on this federation's feature map.
         """
         for node in self.agents:
             if node.agent_id != message.agent_id:

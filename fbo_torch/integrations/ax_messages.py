@@ -3,7 +3,7 @@ r"""An Ax agent's data and its FTS message.
 :func:`objective_data` reads an experiment's observations as unit-cube inputs
 (:class:`~fbo_torch.integrations.ax_unit_cube.UnitCube`) and the objective Ax
 maximizes; :func:`agent_message` draws the agent's
-:class:`~fbo_torch.federation.AgentMessage` from them.
+:class:`~fbo_torch.protocol.AgentMessage` from them.
 
 Requires the ``ax`` extra (``pip install 'fbo_torch[ax]'``, Python >= 3.11).
 """
@@ -24,9 +24,9 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from botorch.models.transforms.outcome import Standardize
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.messages import AgentMessage
 from fbo_torch.integrations.ax_unit_cube import UnitCube, _check_features
 from fbo_torch.models.rff_blr import RFFBayesianLinear
+from fbo_torch.protocol.messages import AgentMessage
 from fbo_torch.utils.validation import check_positive
 
 __all__ = ["agent_message", "objective_data", "objective_weights"]
@@ -37,6 +37,9 @@ def objective_weights(experiment: Experiment) -> dict[str, float]:
 
     Args:
         experiment: An Ax ``Experiment`` with a single-objective optimization config.
+
+    Returns:
+        ``{metric signature: weight}``.
 
     Raises:
         ValueError: No optimization config, a multi-objective one, or one with
@@ -116,6 +119,9 @@ def agent_message(
         noise_variance: ``σ²`` on the standardized outputs.
         generator: Optional ``torch.Generator`` for the draw.
         data: The experiment's data (``experiment.lookup_data()`` if ``None``).
+
+    Returns:
+        The agent's :class:`~fbo_torch.protocol.AgentMessage`.
 
     Raises:
         ValueError: An unsupported experiment (see :class:`~fbo_torch.integrations.ax_unit_cube.UnitCube`,

@@ -38,10 +38,10 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from fbo_torch.acquisition.fts import FederatedThompsonSampling
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.messages import AgentMessage
-from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.integrations.ax_messages import agent_message, objective_data
 from fbo_torch.integrations.ax_unit_cube import UnitCube, _check_features
+from fbo_torch.protocol.messages import AgentMessage
+from fbo_torch.protocol.schedules import PtSchedule
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_positive
 
@@ -102,7 +102,7 @@ class FTSGenerationNode(ExternalGenerationNode):
     Args:
         features: The shared :class:`~fbo_torch.features.RandomFourierFeatures`.
         agent_id: This agent's index (its messages carry it; it ignores its own).
-        p_t: A :class:`~fbo_torch.federation.schedules.PtSchedule` spec:
+        p_t: A :class:`~fbo_torch.protocol.schedules.PtSchedule` spec:
             ``"1-1/sqrt(t)"`` (default), ``"1-1/t^2"``, ``"1-1/t"``, a constant
             in ``[0, 1]`` or a callable ``t -> p_t``.
         one_shot: Use each received message for at most one candidate.
@@ -246,6 +246,9 @@ def fts_generation_strategy(
         node: The agent's :class:`FTSGenerationNode`.
         num_initial_trials: Sobol trials before FTS (>= 1).
         seed: Seed of the Sobol sequence.
+
+    Returns:
+        An Ax ``GenerationStrategy``: the Sobol node, then ``node``.
     """
     if not isinstance(node, FTSGenerationNode):
         raise TypeError(f"`node` must be an FTSGenerationNode, got {type(node).__name__}.")

@@ -1,3 +1,6 @@
+"""GPyTorch kernels: :class:`~fbo_torch.kernels.shared_rff_kernel.SharedRFFKernel`, the shared
+random-feature map as a kernel."""
+
 import warnings
 from typing import Any
 
@@ -20,7 +23,3 @@ def _deprecated_alias(module: str, name: str, stacklevel: int) -> Any:
 
 def __getattr__(name: str) -> Any:
     return _deprecated_alias(__name__, name, stacklevel=2)
-
-
-# BoTorch's pathwise sampling learns SharedRFFKernel's features (and RFFBayesianLinear's paths) on import
-from fbo_torch.sampling import pathwise as _pathwise  # noqa: E402,F401

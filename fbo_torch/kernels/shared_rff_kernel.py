@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from botorch.exceptions.errors import UnsupportedError
+from botorch.sampling.pathwise.features.generators import GenKernelFeatures
+from botorch.sampling.pathwise.utils import FeatureSelector, TensorTransform
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import Likelihood
@@ -18,6 +21,7 @@ from linear_operator.operators import (
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.sampling.pathwise import RFFFeatureMap
 from fbo_torch.utils.validation import warn_outside_unit_cube
 
 
@@ -29,7 +33,7 @@ class SharedRFFKernel(Kernel):
     regression posterior of :class:`~fbo_torch.models.RFFBayesianLinear` (FTS
     appendix B). It fits with ``fit_gpytorch_mll`` (the likelihood's noise and
     the mean are learned; the map is not) and BoTorch's pathwise sampling draws
-    exact prior paths ``φ(x)ᵀw``, ``w ~ N(0, I)``, from it (registered in
+    exact prior paths ``φ(x)ᵀw``, ``w ~ N(0, I)``, from it (registered below,
     :mod:`fbo_torch.sampling.pathwise`).
 
     **How it differs from** ``gpytorch.kernels.RFFKernel``: GPyTorch's kernel
@@ -112,3 +116,29 @@ class SharedRFFKernel(Kernel):
     def device(self) -> torch.device:
         """The feature map's device."""
         return self.features.spectral.device
+
+
+class _Identity(TensorTransform):
+    r"""Output transform that changes nothing: BoTorch's ``ScaleKernel`` feature generator
+    chains its output scale in front of the base map's output transform, which must exist."""
+
+    # botorch's TensorTransform.forward declares **kwargs, which its own transforms do not take
+    def forward(self, values: Tensor) -> Tensor:  # type: ignore[override]
+        return values
+
+
+# BoTorch's pathwise sampling draws prior paths from the kernel's own features (exact, not approximated)
+@GenKernelFeatures.register(SharedRFFKernel)
+def _gen_kernel_features_shared_rff(
+    kernel: SharedRFFKernel, *, num_inputs: int, num_outputs: int, **ignore: Any
+) -> RFFFeatureMap:
+    active = kernel.active_dims
+    d = num_inputs if active is None else len(active)
+    if d != kernel.features.dim:
+        raise UnsupportedError(
+            f"SharedRFFKernel maps d = {kernel.features.dim} inputs, but the model has {d} (active) inputs."
+        )
+    selector = None if active is None else FeatureSelector(indices=active)
+    return RFFFeatureMap(
+        kernel.features, input_transform=selector, output_transform=_Identity(), batch_shape=kernel.batch_shape
+    )

@@ -221,6 +221,9 @@ def get_method(name: Any, kind: str | None = None, key: str = "algorithm") -> ty
         kind: Optional experiment kind the algorithm must run in.
         key: The setting's name in error messages.
 
+    Returns:
+        The registered :class:`Method` subclass.
+
     Raises:
         ValueError: ``name`` is not registered (for ``kind``), naming ``key`` and the choices.
     """

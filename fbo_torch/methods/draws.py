@@ -4,7 +4,7 @@ FTS, the peer prior and the multi-channel transfer all hear the same message
 from every peer, one draw ``ω_n ~ N(ν_n, σ²Σ_n⁻¹)`` of its RFF posterior per
 round (:meth:`~fbo_torch.federation.agents.Agents.message`), and may weight
 their peers by how well each message ranks the agent's own observations
-(:mod:`~fbo_torch.federation.fidelity`). :class:`DrawMethod` does both for every
+(:mod:`~fbo_torch.protocol.fidelity`). :class:`DrawMethod` does both for every
 run at once:
 
 * agents that optimize *together* each send one draw, which all their peers receive;
@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
 from fbo_torch.methods.base import Method
+from fbo_torch.protocol.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
 from fbo_torch.utils import keyed_random as kr
 
 

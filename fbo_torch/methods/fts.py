@@ -5,7 +5,7 @@ sample of its GP in the paper); otherwise it draws a peer ``n ~ P_N`` and
 maximizes the peer's sampled function ``φ(x)ᵀω_n``. ``P_N`` is uniform (the paper)
 or learned from how well each peer's message ranks the agent's observations
 (``agent_weights: learned``), and ``peer_trust`` scales ``1 − p_t`` by the trust in
-the drawn peer (:mod:`~fbo_torch.federation.fidelity`). With one-shot communication
+the drawn peer (:mod:`~fbo_torch.protocol.fidelity`). With one-shot communication
 a used message leaves ``P_N``; a run whose messages are used up continues alone.
 """
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.schedules import draw_sources
-from fbo_torch.federation.search import maximize_rff_samples
+from fbo_torch.acquisition.search import maximize_rff_samples
 from fbo_torch.methods.base import register_method
 from fbo_torch.methods.draws import DrawMethod
+from fbo_torch.protocol.schedules import draw_sources
 from fbo_torch.utils import keyed_random as kr
 
 

@@ -3,7 +3,7 @@ r"""The peers' optima as a πBO prior on the agent's own acquisition: ``algorith
 Every run maximizes its own analytic acquisition (``logei`` or ``ucb``) plus ``β/t``
 times the log of a prior over the optimizer's location: a bump of width ``s`` at
 each peer's believed optimum — the maximizer of the running average of the
-peer's messages (:class:`~fbo_torch.federation.message_average.MessageAverage`) —
+peer's messages (:class:`~fbo_torch.protocol.message_average.MessageAverage`) —
 weighted by ``P_N`` and floored at ``λ`` (:mod:`~fbo_torch.acquisition.peer_prior`).
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.message_average import MessageAverage
-from fbo_torch.federation.schedules import OWN
 from fbo_torch.methods.base import register_method
 from fbo_torch.methods.draws import DrawMethod
+from fbo_torch.protocol.message_average import MessageAverage
+from fbo_torch.protocol.schedules import OWN
 from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.utils import keyed_random as kr
 

@@ -19,10 +19,10 @@ from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.models import SingleTaskGP
 from torch import Tensor
 
-from fbo_torch.federation.schedules import OWN
 from fbo_torch.methods.base import Method
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.optim.optimize import maximize_acquisition
+from fbo_torch.protocol.schedules import OWN
 from fbo_torch.utils import keyed_random as kr
 
 

@@ -34,7 +34,7 @@ not help falls back to its local engine; one whose peers share its optimum keeps
 following them while they improve it.
 
 Peers are weighted by learned ``P_N`` (how well each peer's message ranks the
-agent's observations, :mod:`~fbo_torch.federation.fidelity`) and, for the
+agent's observations, :mod:`~fbo_torch.protocol.fidelity`) and, for the
 incumbents, by what following each of them has earned: a peer's candidate scores
 ``log EI(c_n) + log P_N(n) + (wins_n − losses_n)``, so weight grows only with
 evidence the agent itself observed (sybils that agree with each other gain
@@ -56,12 +56,12 @@ import torch
 from torch import Tensor
 
 from fbo_torch.acquisition.batched import BatchedLogExpectedImprovement
-from fbo_torch.federation.fidelity import fidelity_weights, helpful_posterior
-from fbo_torch.federation.schedules import OWN, draw_sources
-from fbo_torch.federation.search import maximize_rff_samples
+from fbo_torch.acquisition.search import maximize_rff_samples
 from fbo_torch.methods.base import register_method
 from fbo_torch.methods.draws import DrawMethod
 from fbo_torch.models.gp_spec import get_spec
+from fbo_torch.protocol.fidelity import fidelity_weights, helpful_posterior
+from fbo_torch.protocol.schedules import OWN, draw_sources
 from fbo_torch.utils import keyed_random as kr
 
 #: The channels, in the order of the bandit's arms after the agent's own (arm 0).

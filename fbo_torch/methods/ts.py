@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.schedules import OWN
 from fbo_torch.methods.base import Method, register_method
+from fbo_torch.protocol.schedules import OWN
 
 
 @register_method

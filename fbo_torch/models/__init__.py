@@ -1,3 +1,7 @@
+"""BoTorch models of the agents: their RFF weight posteriors
+(:class:`~fbo_torch.models.rff_blr.RFFBayesianLinear`), their exact GPs as batched tensors
+(:class:`~fbo_torch.models.batched_gp.BatchedExactGP`) and other agents' posteriors rebuilt from messages."""
+
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.models.batched_gp import BatchedExactGP
 from fbo_torch.models.gp_posterior import BatchedGPPosterior
@@ -15,6 +19,3 @@ __all__ = [
     "RFFWeightPosterior",
     "cholesky_rank_one_update",
 ]
-
-# BoTorch's pathwise sampling learns RFFBayesianLinear's paths (and SharedRFFKernel's features) on import
-from fbo_torch.sampling import pathwise as _pathwise  # noqa: F401

@@ -37,8 +37,8 @@ from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.messages import PosteriorMessage
 from fbo_torch.models.weight_posterior import RFFWeightPosterior
+from fbo_torch.protocol.messages import PosteriorMessage
 from fbo_torch.sampling.draws import standard_normal
 from fbo_torch.utils.validation import (
     check_finite,
@@ -67,7 +67,7 @@ class AgentRFFPosteriors(Model):
         weight_covariances: ``N x M x M`` posterior weight covariances
             ``C_n = σ²Σ_n⁻¹`` (symmetric PSD). Only their factors are kept.
         incumbents: Optional ``N`` best observed values of the agents (sent for
-            TAF, see :class:`~fbo_torch.federation.messages.PosteriorMessage`).
+            TAF, see :class:`~fbo_torch.protocol.messages.PosteriorMessage`).
         agent_ids: Optional ``N`` agent identifiers, kept for bookkeeping.
         noise_variances: Optional ``N`` observation-noise variances ``σ_n²``;
             only needed for ``posterior(..., observation_noise=True)``.
@@ -120,7 +120,7 @@ class AgentRFFPosteriors(Model):
 
     @classmethod
     def from_messages(cls, messages: Sequence[PosteriorMessage], features: RandomFourierFeatures) -> AgentRFFPosteriors:
-        r"""Build from the agents' :class:`~fbo_torch.federation.messages.PosteriorMessage`.
+        r"""Build from the agents' :class:`~fbo_torch.protocol.messages.PosteriorMessage`.
 
         Every message must carry ``features.fingerprint``: a vector built on a
         different random-feature map means a different function, so a mismatch
@@ -373,8 +373,10 @@ class AgentRFFPosteriors(Model):
             X: ``batch_shape x q x d`` inputs; ``batch_shape`` must broadcast with
                 ``[N]``: ``q x d`` and ``b x 1 x q x d`` share the points across
                 agents, ``N x q x d`` or ``b x N x q x d`` give each agent its own.
+            output_indices: Must be ``None`` or ``[0]`` (each agent has one output).
             observation_noise: If True, add each agent's ``σ_n²`` (needs
                 ``noise_variances``); a tensor is added to the diagonal as is.
+            posterior_transform: Optional BoTorch ``PosteriorTransform`` applied to the posterior.
 
         Returns:
             A ``GPyTorchPosterior`` with batch shape ``broadcast(batch_shape, [N])``,

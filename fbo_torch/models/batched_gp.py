@@ -640,6 +640,9 @@ class BatchedExactGP:
             index: ``None``: all agents (``batch_shape = [B]``; every observation
                 must be valid, a batched ``SingleTaskGP`` has no masks). An
                 integer: agent ``index`` alone, unbatched, on its valid observations.
+
+        Returns:
+            A ``SingleTaskGP`` in eval mode with the engine's hyperparameters.
         """
         return to_single_task_gp(self.spec, self.factored(), index)
 

@@ -36,6 +36,9 @@ def to_single_task_gp(spec: GPSpec, gp: FactoredGPs, index: int | None = None) -
         index: ``None``: all agents (``batch_shape = [B]``; every observation
             must be valid, a batched ``SingleTaskGP`` has no masks). An
             integer: agent ``index`` alone, unbatched, on its valid observations.
+
+    Returns:
+        A ``SingleTaskGP`` in eval mode with the GPs' hyperparameters.
     """
     s, d = spec, gp.X.shape[-1]
     hp = gp.hyperparameters

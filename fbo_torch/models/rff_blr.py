@@ -48,12 +48,13 @@ from typing import Any
 import torch
 from botorch.models.transforms.input import InputTransform
 from botorch.models.transforms.outcome import OutcomeTransform
-from torch import Tensor
+from botorch.sampling.pathwise.paths import GeneralizedLinearPath
+from botorch.sampling.pathwise.posterior_samplers import DrawMatheronPaths
+from botorch.sampling.pathwise.utils import get_output_transform
+from torch import Size, Tensor
 from torch.nn import Module
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.input_space import input_bounds_of
-from fbo_torch.federation.messages import AgentMessage
 from fbo_torch.models.rff_weight_model import ConditionedRFFBayesianLinear, _RFFWeightModel
 from fbo_torch.models.weight_posterior import (
     RFFWeightPosterior,
@@ -63,7 +64,10 @@ from fbo_torch.models.weight_posterior import (
     weight_space_factors,
     whitened_new_row,
 )
+from fbo_torch.protocol.input_space import input_bounds_of
+from fbo_torch.protocol.messages import AgentMessage
 from fbo_torch.sampling.draws import standard_normal
+from fbo_torch.sampling.pathwise import RFFFeatureMap
 from fbo_torch.utils.validation import (
     check_data_device,
     check_finite,
@@ -566,11 +570,11 @@ class RFFBayesianLinear(_RFFWeightModel):
     ) -> list[AgentMessage]:
         r"""One FTS message per agent: a draw ``ω_n`` of :meth:`sample_weights` and what a receiver needs to use it.
 
-        Each :class:`~fbo_torch.federation.AgentMessage` carries the map's
+        Each :class:`~fbo_torch.protocol.AgentMessage` carries the map's
         fingerprint, the agent's number of observations and the ``input_bounds``
         of this model's input transform (``[0, 1]^d`` without one), so
         acquisitions evaluate ``φ(T(x))ᵀω`` on the inputs the weights were fitted
-        on (:mod:`fbo_torch.federation.input_space`). The input transform must be
+        on (:mod:`fbo_torch.protocol.input_space`). The input transform must be
         affine (``Normalize``, ``InputStandardize``); with another, send
         :meth:`sample_weights` and pass ``input_transform=`` to the acquisition.
 
@@ -726,6 +730,25 @@ def _noise_tensor(noise_variance: Any, N: int, like: Tensor) -> Tensor:
         )
     check_positive("noise_variance", noise)
     return noise
+
+
+# BoTorch's pathwise sampling (draw_matheron_paths, PathwiseThompsonSampling) draws exact posterior paths
+@DrawMatheronPaths.register(RFFBayesianLinear)
+def _draw_matheron_paths_rff_blr(
+    model: RFFBayesianLinear, *, sample_shape: Size, **ignore: Any
+) -> GeneralizedLinearPath:
+    model._check_transforms()
+    omega = model.sample_weights(Size(sample_shape))  # sample_shape x [N] x M
+    uses_input_transform = "input_transform" in model._modules
+    fmap = RFFFeatureMap(model.features, batch_shape=model.batch_shape)
+    return GeneralizedLinearPath(
+        feature_map=fmap,
+        weight=omega,
+        input_transform=model.transform_inputs if uses_input_transform else None,
+        # botorch annotates get_output_transform's model as GPyTorchModel, but it reads only
+        # `outcome_transform` and `num_outputs`, which RFFBayesianLinear has
+        output_transform=get_output_transform(model),  # type: ignore[arg-type]
+    )
 
 
 # ConditionedRFFBayesianLinear lives in fbo_torch.models.rff_weight_model; imported from here it still works

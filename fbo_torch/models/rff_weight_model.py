@@ -134,9 +134,11 @@ class _RFFWeightModel(Model, FantasizeMixin):
         Args:
             X: ``batch_shape x q x d`` inputs; ``batch_shape`` must broadcast with
                 the model's (e.g. ``q x d``, ``N x q x d`` or ``b x N x q x d``).
+            output_indices: Must be ``None`` or ``[0]`` (the model has one output).
             observation_noise: If True, add the noise variance ``σ²`` to the
                 diagonal; a tensor (``... x q x 1``, on the outcome-transformed
                 scale) is added as given.
+            posterior_transform: Optional BoTorch ``PosteriorTransform`` applied to the posterior.
 
         Returns:
             A ``GPyTorchPosterior`` (lazy covariance, un-transformed by the

@@ -44,8 +44,9 @@ def weight_space_factors(phi: Tensor, y: Tensor, noise: Tensor) -> tuple[Tensor,
     r"""``(L, Φᵀy)``: the Cholesky factor of ``Σ = ΦᵀΦ + σ²I`` and the right-hand side.
 
     Args:
-        phi: ``batch_shape x n x M`` features (zero rows for padding); y: ``batch_shape x n``;
-            noise: ``batch_shape`` noise variances ``σ²``.
+        phi: ``batch_shape x n x M`` features (zero rows for padding).
+        y: ``batch_shape x n`` observations.
+        noise: ``batch_shape`` noise variances ``σ²``.
 
     Returns:
         ``batch_shape x M x M`` and ``batch_shape x M``; the mean is ``ν = cholesky_solve_vec(L, Φᵀy)``.
@@ -65,7 +66,9 @@ def function_space_factors(phi: Tensor, y: Tensor, noise: Tensor) -> tuple[Tenso
     instead of ``batch_shape·M²``, the cheaper form while ``n < M``.
 
     Args:
-        phi: ``batch_shape x n x M``; y: ``batch_shape x n``; noise: ``batch_shape``.
+        phi: ``batch_shape x n x M`` features.
+        y: ``batch_shape x n`` observations.
+        noise: ``batch_shape`` noise variances ``σ²``.
 
     Returns:
         ``batch_shape x n x M`` (row-major), ``batch_shape x n`` and ``batch_shape x n x n``.
@@ -131,7 +134,9 @@ def whitened_new_row(V: Tensor, phi_new: Tensor, noise: Tensor) -> tuple[Tensor,
     ``d = √(φᵀφ + σ² − lᵀl)``: ``O(nM)`` per agent, batched.
 
     Args:
-        V: ``N x n x M`` whitened features; phi_new: ``N x M``; noise: ``N``.
+        V: ``N x n x M`` whitened features.
+        phi_new: ``N x M`` features of the new observation.
+        noise: ``N`` noise variances ``σ²``.
 
     Returns:
         ``(l, d)``: ``N x n`` and ``N``.

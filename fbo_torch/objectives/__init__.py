@@ -73,6 +73,9 @@ def objective_class(type_name: str) -> type:
             or ``"package.module:ClassName"`` for a class of your own that follows the
             objective protocol (:mod:`fbo_torch.objectives.base`).
 
+    Returns:
+        The objective class.
+
     Raises:
         ValueError: An unknown name, a module that cannot be imported, a missing class,
             or a class that is not an objective; the message is one line.
@@ -134,6 +137,9 @@ def build_objective(spec: dict[str, Any], device: str | None = None) -> Objectiv
         spec: ``{"type": name, **kwargs}``: a registered name or ``"module:Class"``, and its
             constructor's keyword arguments.
         device: The run's device, passed to a constructor that takes ``device`` unless ``spec`` has one.
+
+    Returns:
+        The :class:`Objective` (a protocol-following instance wrapped in one).
     """
     spec = dict(spec)
     type_name = spec.pop("type")

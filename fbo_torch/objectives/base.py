@@ -144,9 +144,10 @@ class Objective(ABC):
         both values are the same.
 
         Args:
-            X: ``k x q x d`` inputs (as in ``__call__``). keys: ``k`` int64
-                noise keys. agents: Optional ``k`` agent indices. validate: As in
-                ``__call__``.
+            X: ``k x q x d`` inputs (as in ``__call__``).
+            keys: ``k`` int64 noise keys.
+            agents: Optional ``k`` agent indices.
+            validate: As in ``__call__``.
 
         Returns:
             ``(Y, F)``: ``k x q`` observations (equal to ``self(X, agents, keys)``)
@@ -178,6 +179,9 @@ class Objective(ABC):
         Args:
             best_values: ``... x k`` best (noiseless) values per agent.
             agents: The agents the last dimension refers to (default: all).
+
+        Returns:
+            ``... x k`` losses.
         """
         if self.optimum is None:
             return -best_values

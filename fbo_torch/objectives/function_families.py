@@ -64,7 +64,8 @@ class _StandardFunction(SyntheticTestFunction):
         bounds: list[tuple[float, float]] | None = None,
         dtype: torch.dtype = torch.double,
     ) -> None:
-        r"""
+        r"""The function on ``[lo, hi]^dim``, as BoTorch's test functions are built.
+
         Args:
             dim: The (input) dimension.
             noise_std: Standard deviation of the observation noise.

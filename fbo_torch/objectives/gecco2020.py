@@ -230,7 +230,8 @@ def geometric_median_value(targets: Tensor, weights: Tensor, iterations: int = 2
     target's value is returned.
 
     Args:
-        targets: ``k x m x 2``. weights: ``k x m`` (rows sum to 1; 0 for padding).
+        targets: ``k x m x 2``.
+        weights: ``k x m`` (rows sum to 1; 0 for padding).
         iterations: Weiszfeld steps.
 
     Returns:
@@ -279,8 +280,12 @@ def arm_optimum(
     minimum, the second's does not.
 
     Args:
-        lengths: ``N x d``. angular_factor: ``N``. targets: ``N x m x 2``. weights: ``N x m``.
-        num_raw: Sobol points per task. num_restarts: Restarts per task.
+        lengths: ``N x d``.
+        angular_factor: ``N``.
+        targets: ``N x m x 2``.
+        weights: ``N x m``.
+        num_raw: Sobol points per task.
+        num_restarts: Restarts per task.
         num_polish: Restarts per task refined to convergence.
 
     Returns:
@@ -428,7 +433,9 @@ class Gecco2020(Objective):
         r"""Keyed noisy observations ``-f_n + σ_n ε`` (``ε`` from agent ``n``'s key) and the noiseless values.
 
         Args:
-            X: ``k x q x d``. keys: ``k`` int64 noise keys. agents: Optional ``k`` agent indices.
+            X: ``k x q x d``.
+            keys: ``k`` int64 noise keys.
+            agents: Optional ``k`` agent indices.
             validate: As in ``__call__``.
 
         Returns:

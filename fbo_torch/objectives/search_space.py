@@ -418,6 +418,9 @@ class SearchSpace:
                 ``"1e-4"`` (which PyYAML does not read as floats) are accepted.
                 A :class:`SearchSpace` is returned as it is.
 
+        Returns:
+            The :class:`SearchSpace`.
+
         Raises:
             ValueError: Unknown keys, missing ``low``/``high``, ``low >= high``,
                 ``log`` with ``low <= 0`` (``< 1`` for integers), unknown type.
@@ -482,6 +485,9 @@ def as_search_space(
         default: Used when ``search_space`` is ``None``.
         required: The parameter names the objective needs (exactly these, any
             order).
+
+    Returns:
+        The :class:`SearchSpace`.
     """
     if search_space is None:
         return default

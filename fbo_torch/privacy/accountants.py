@@ -82,6 +82,9 @@ def check_accountant_name(name: Any) -> str:
     Args:
         name: An accountant's name, e.g. ``"rdp"`` or ``" PRV "``.
 
+    Returns:
+        The name as it is written in :data:`ACCOUNTANTS`.
+
     Raises:
         TypeError: If ``name`` is not a string.
         ValueError: If ``name`` is unknown (the message lists the valid names).
@@ -188,6 +191,9 @@ def num_releases(history: Iterable[tuple[float, float, int]]) -> int:
 
     Args:
         history: ``(noise_multiplier, sample_rate, releases)`` segments, as Opacus' accountants keep them.
+
+    Returns:
+        The number of releases.
     """
     return sum(int(n) for _, _, n in history)
 

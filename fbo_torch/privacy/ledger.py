@@ -62,6 +62,9 @@ def deployment_delta(num_agents: int) -> float:
 
     Args:
         num_agents: Number of agents ``N ≥ 1``.
+
+    Returns:
+        ``δ``.
     """
     n = check_int("num_agents", num_agents, minimum=1)
     return min(1e-5, 0.01 / n)

@@ -50,6 +50,9 @@ class ClassicRDPAccountant(RDPAccountant):
         Args:
             delta: Target ``δ ∈ (0, 1)``.
             alphas: RDP orders ``α > 1`` to optimise over; the integers 2..256 if ``None``.
+
+        Returns:
+            ``(ε, best_order)``.
         """
         if not self.history:
             return 0, 0

@@ -4,9 +4,9 @@ r"""Sample paths: functions drawn from a posterior, evaluated (and differentiate
   shared random-feature map (messages, broadcasts, RFF posterior draws);
 * :mod:`fbo_torch.sampling.gp_paths` — :class:`GPThompsonPaths`, Matheron paths of a batch
   of exact GPs (each agent's own Thompson sample);
-* :mod:`fbo_torch.sampling.pathwise` — the registrations that let BoTorch's pathwise
-  sampling (``draw_matheron_paths``, ``PathwiseThompsonSampling``) draw from fbo_torch's
-  models and kernel.
+* :mod:`fbo_torch.sampling.pathwise` — :class:`~fbo_torch.sampling.pathwise.RFFFeatureMap`, the
+  shared map as BoTorch's pathwise ``FeatureMap``, with which fbo_torch's models and kernel
+  register with BoTorch's pathwise sampling (``draw_matheron_paths``, ``PathwiseThompsonSampling``).
 """
 
 from fbo_torch.sampling.gp_paths import GPThompsonPaths

@@ -1,20 +1,22 @@
-r"""BoTorch pathwise sampling for fbo_torch's models and kernel.
+r"""The shared random-feature map as a BoTorch pathwise ``FeatureMap``.
 
 BoTorch draws posterior sample paths through dispatchers
-(``botorch.sampling.pathwise``); importing :mod:`fbo_torch.models` or
-:mod:`fbo_torch.kernels` (as every use of these classes does) registers:
+(``botorch.sampling.pathwise``). :class:`RFFFeatureMap` is what fbo_torch's
+registrations with them return; each registration lives with its class, so it
+holds as soon as the class exists:
 
-* :class:`RFFFeatureMap` as the kernel features of
-  :class:`~fbo_torch.kernels.SharedRFFKernel` (``gen_kernel_features``).
-  The kernel *is* the finite feature map, so the prior paths ``φ(x)ᵀw``,
+* :class:`~fbo_torch.kernels.SharedRFFKernel`'s kernel features
+  (``gen_kernel_features``, in :mod:`fbo_torch.kernels.shared_rff_kernel`). The
+  kernel *is* the finite feature map, so the prior paths ``φ(x)ᵀw``,
   ``w ~ N(0, I)``, that ``draw_kernel_feature_paths`` builds from it are exact
   prior samples (BoTorch's own RBF/Matern features are approximations); the
   ``num_features`` BoTorch asks for is ignored. ``draw_matheron_paths``,
   ``get_matheron_path_model`` and ``PathwiseThompsonSampling`` then work on
   ``SingleTaskGP(covar_module=SharedRFFKernel(...))``, also inside a
   ``ScaleKernel``.
-* a ``draw_matheron_paths`` rule for :class:`~fbo_torch.models.RFFBayesianLinear`:
-  a path is ``x ↦ φ(T(x))ᵀω`` with ``ω`` drawn exactly from the weight posterior
+* a ``draw_matheron_paths`` rule for :class:`~fbo_torch.models.RFFBayesianLinear`
+  (in :mod:`fbo_torch.models.rff_blr`): a path is ``x ↦ φ(T(x))ᵀω`` with ``ω``
+  drawn exactly from the weight posterior
   (:meth:`~fbo_torch.models.RFFBayesianLinear.sample_weights`, which in the dual
   representation *is* Matheron's rule in weight space), un-transformed by the
   model's outcome transform. ``prior_sampler``/``update_strategy`` arguments
@@ -28,26 +30,12 @@ inputs ``batch_shape x q x d``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from botorch.exceptions.errors import UnsupportedError
 from botorch.sampling.pathwise.features import FeatureMap
-from botorch.sampling.pathwise.features.generators import GenKernelFeatures
-from botorch.sampling.pathwise.paths import GeneralizedLinearPath
-from botorch.sampling.pathwise.posterior_samplers import DrawMatheronPaths
-from botorch.sampling.pathwise.utils import (
-    FeatureSelector,
-    TensorTransform,
-    TInputTransform,
-    TOutputTransform,
-    get_output_transform,
-)
+from botorch.sampling.pathwise.utils import TInputTransform, TOutputTransform
 from torch import Size, Tensor
 
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.kernels.shared_rff_kernel import SharedRFFKernel
-from fbo_torch.models.rff_blr import RFFBayesianLinear
 
 __all__ = ["RFFFeatureMap"]
 
@@ -103,46 +91,3 @@ class RFFFeatureMap(FeatureMap):
     @property
     def batch_shape(self) -> Size:  # type: ignore[override]  # as num_outputs
         return self._batch_shape
-
-
-class _Identity(TensorTransform):
-    r"""Output transform that changes nothing: BoTorch's ``ScaleKernel`` feature generator
-    chains its output scale in front of the base map's output transform, which must exist."""
-
-    # botorch's TensorTransform.forward declares **kwargs, which its own transforms do not take
-    def forward(self, values: Tensor) -> Tensor:  # type: ignore[override]
-        return values
-
-
-@GenKernelFeatures.register(SharedRFFKernel)
-def _gen_kernel_features_shared_rff(
-    kernel: SharedRFFKernel, *, num_inputs: int, num_outputs: int, **ignore: Any
-) -> RFFFeatureMap:
-    active = kernel.active_dims
-    d = num_inputs if active is None else len(active)
-    if d != kernel.features.dim:
-        raise UnsupportedError(
-            f"SharedRFFKernel maps d = {kernel.features.dim} inputs, but the model has {d} (active) inputs."
-        )
-    selector = None if active is None else FeatureSelector(indices=active)
-    return RFFFeatureMap(
-        kernel.features, input_transform=selector, output_transform=_Identity(), batch_shape=kernel.batch_shape
-    )
-
-
-@DrawMatheronPaths.register(RFFBayesianLinear)
-def _draw_matheron_paths_rff_blr(
-    model: RFFBayesianLinear, *, sample_shape: Size, **ignore: Any
-) -> GeneralizedLinearPath:
-    model._check_transforms()
-    omega = model.sample_weights(Size(sample_shape))  # sample_shape x [N] x M
-    uses_input_transform = "input_transform" in model._modules
-    fmap = RFFFeatureMap(model.features, batch_shape=model.batch_shape)
-    return GeneralizedLinearPath(
-        feature_map=fmap,
-        weight=omega,
-        input_transform=model.transform_inputs if uses_input_transform else None,
-        # botorch annotates get_output_transform's model as GPyTorchModel, but it reads only
-        # `outcome_transform` and `num_outputs`, which RFFBayesianLinear has
-        output_transform=get_output_transform(model),  # type: ignore[arg-type]
-    )

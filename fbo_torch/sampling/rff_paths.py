@@ -15,7 +15,7 @@ normalized map (``‖φ(x)‖ = σ₀``) gives ``f = σ₀ ωᵀc / ‖c‖`` an
     ∇f = −(σ₀/‖c‖) Sᵀ( sin z ⊙ (ω − β c) ),   β = ωᵀc / ‖c‖².
 
 Weights fitted on transformed inputs ``T(x) = (x − l)/w`` (``input_bounds``
-``[l, l + w]``, :mod:`fbo_torch.federation.input_space`) are the functions
+``[l, l + w]``, :mod:`fbo_torch.protocol.input_space`) are the functions
 ``φ(T(x))ᵀω``; the transform folds into the map, ``S T(x) + b = (S/w) x + (b − S l/w)``,
 so they cost the same as raw ones.
 """

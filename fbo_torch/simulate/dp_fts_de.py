@@ -56,10 +56,6 @@ from torch import Tensor
 
 from fbo_torch.federation.agents import agent_messages, agent_round, broadcast_points, start_agents
 from fbo_torch.federation.aggregator import AggregationRecord, clip_vectors
-from fbo_torch.federation.keys import federation_agent_keys, federation_keys
-from fbo_torch.federation.partition import SubRegionPartition
-from fbo_torch.federation.randomness import ServerRandomness
-from fbo_torch.federation.schedules import PtSchedule
 from fbo_torch.federation.secure import agent_secret, research_master
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
@@ -67,6 +63,10 @@ from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.privacy import DEFAULT_ACCOUNTANT
 from fbo_torch.privacy.ledger import PrivacyLedger
+from fbo_torch.protocol.keys import federation_agent_keys, federation_keys
+from fbo_torch.protocol.partition import SubRegionPartition
+from fbo_torch.protocol.randomness import ServerRandomness
+from fbo_torch.protocol.schedules import PtSchedule
 from fbo_torch.simulate.common import cpu_state
 from fbo_torch.utils.validation import check_int
 
@@ -136,7 +136,7 @@ class DPFTSDERunner:
         server_randomness: The server's coins and noise. Default: the
             federations' seeded streams (reproducible — research only: anyone
             who knows the seed can recompute the noise). Pass a
-            :class:`~fbo_torch.federation.randomness.SecretServerRandomness` for
+            :class:`~fbo_torch.protocol.randomness.SecretServerRandomness` for
             noise that only its secret reproduces (what a deployment uses).
         agent_master: With secure aggregation, the 32-byte secret every agent's own
             secret is derived from (:func:`~fbo_torch.federation.secure.agent_secret`;

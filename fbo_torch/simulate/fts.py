@@ -41,11 +41,11 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import Agents, observe_initial
-from fbo_torch.federation.schedules import AgentDistribution, PtSchedule
 from fbo_torch.federation.settings import HISTORIES, OWN_MODEL_FIELDS, FTSSettings, HistorySettings, MethodSettings
 from fbo_torch.methods.base import Method, get_method
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
+from fbo_torch.protocol.schedules import AgentDistribution, PtSchedule
 from fbo_torch.simulate.common import cpu_state
 from fbo_torch.simulate.presets import DEFAULT_SETUP, apply_setup
 from fbo_torch.utils import keyed_random as kr

@@ -80,6 +80,7 @@ OBJECTIVE_SETUPS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def check_setup(name: str, key: str = "setup") -> str:
+    """``name`` if it names a setup of :data:`SETUPS`, else a ``ValueError`` naming ``key``."""
     if name not in SETUPS:
         raise ValueError(f"`{key}` must be one of {sorted(SETUPS)}, got {name!r}.")
     return name

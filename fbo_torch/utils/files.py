@@ -74,6 +74,9 @@ def write_atomic_at(
     followed), so nothing outside the folder is written, whatever the folder holds.
 
     Args:
+        folder_fd: A file descriptor of the folder, open for reading.
+        name: The file's name in the folder (no path).
+        data: The bytes to write.
         mode: Permission bits (``None``: ``0o666`` less the umask).
         shown: The file's path for error messages (default ``name``).
 
@@ -124,6 +127,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int | None = N
     r"""Write ``data`` to ``path`` atomically (see the module docstring and :func:`write_atomic_at`).
 
     Args:
+        path: The file to write.
+        data: The bytes to write.
         mode: Permission bits: ``None`` gives ``0o666`` less the umask; an explicit
             mode is applied exactly, whatever the umask.
 

@@ -107,8 +107,14 @@ def secret_normal(secret: bytes, label: tuple[int | str, ...], shape: tuple[int,
     deployment (one federation) gets what federation 0 of a simulator gets.
 
     Args:
+        secret: The secret the stream is derived from (:func:`check_secret`).
+        label: What the numbers are for (the stream's name within the secret).
+        shape: The shape of the result.
         mitigate: Return ``(g₁ + g₂ + g₃ + g₄) / 2`` for four independent
             normals, as Opacus' secure mode (see the module docstring).
+
+    Returns:
+        ``shape`` float64 standard normals.
     """
     size = check_shape("shape", shape)
     *lead, n = size if len(size) else (1,)  # (): one number, returned as a 0-d tensor

@@ -17,12 +17,14 @@ from torch import Tensor
 
 
 def check_tensor(name: str, value: object) -> Tensor:
+    """``value`` if it is a tensor, else a ``TypeError`` naming ``name``."""
     if not isinstance(value, Tensor):
         raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__}.")
     return value
 
 
 def check_ndim(name: str, value: Tensor, ndim: int, layout: str) -> Tensor:
+    """``value`` if it is a tensor of ``ndim`` dimensions, else an error naming ``name`` and its ``layout``."""
     check_tensor(name, value)
     if value.ndim != ndim:
         raise ValueError(f"`{name}` must have {ndim} dimensions ({layout}), got shape {tuple(value.shape)}.")
@@ -30,6 +32,7 @@ def check_ndim(name: str, value: Tensor, ndim: int, layout: str) -> Tensor:
 
 
 def check_finite(name: str, value: Tensor) -> Tensor:
+    """``value`` if every entry is finite, else a ``ValueError`` naming ``name`` and counting NaN/inf."""
     if not torch.isfinite(value).all():
         bad = (~torch.isfinite(value)).sum().item()
         raise ValueError(f"`{name}` must be finite; it holds {bad} NaN/inf value(s).")
@@ -37,6 +40,7 @@ def check_finite(name: str, value: Tensor) -> Tensor:
 
 
 def check_floating(name: str, value: Tensor) -> Tensor:
+    """``value`` if its dtype is floating point, else a ``TypeError`` naming ``name``."""
     if not value.is_floating_point():
         raise TypeError(f"`{name}` must be a floating-point tensor, got dtype {value.dtype}.")
     return value
@@ -71,6 +75,7 @@ def _number(name: str, value: object) -> float:
 
 
 def check_probability(name: str, value: float, open_left: bool = False, open_right: bool = False) -> float:
+    """``value`` as a float in ``[0, 1]`` (open at 0 with ``open_left``, at 1 with ``open_right``)."""
     v = _number(name, value)
     lo_ok = v > 0 if open_left else v >= 0
     hi_ok = v < 1 if open_right else v <= 1
@@ -81,6 +86,7 @@ def check_probability(name: str, value: float, open_left: bool = False, open_rig
 
 
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
+    """``value`` as an ``int`` (a Python or 1-element integer tensor, not a bool), at least ``minimum`` if given."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int,))
@@ -94,6 +100,7 @@ def check_int(name: str, value: object, minimum: int | None = None) -> int:
 
 
 def check_bounds(name: str, bounds: Tensor, dim: int | None = None) -> Tensor:
+    """``bounds`` if it is a finite ``2 x d`` tensor (``d = dim`` if given) with lower < upper, else an error."""
     check_ndim(name, bounds, 2, "2 x d: lower and upper bounds")
     if bounds.shape[0] != 2:
         raise ValueError(f"`{name}` must have shape 2 x d, got {tuple(bounds.shape)}.")
@@ -123,6 +130,7 @@ def check_input_bounds(name: str, bounds: Tensor, dim: int | None = None) -> Ten
 
 
 def check_in_bounds(name: str, X: Tensor, bounds: Tensor, atol: float = 1e-9) -> None:
+    """Every point of ``X`` (``... x d``) must lie in ``bounds`` (``2 x d``) up to ``atol``."""
     lo = bounds[0].to(X)
     hi = bounds[1].to(X)
     if ((X < lo - atol) | (X > hi + atol)).any():
@@ -133,6 +141,7 @@ def check_in_bounds(name: str, X: Tensor, bounds: Tensor, atol: float = 1e-9) ->
 
 
 def check_last_dim(name: str, X: Tensor, dim: int) -> None:
+    """``X`` must be ``... x d`` with ``d = dim`` (a ``ValueError`` naming ``name`` otherwise)."""
     if X.ndim == 0:
         raise ValueError(f"`{name}` must be ... x d with d = {dim} features in its last dimension, got a 0-d tensor.")
     if X.shape[-1] != dim:
@@ -182,6 +191,7 @@ def check_data_device(name: str, value: Tensor) -> Tensor:
 
 
 def as_int_sequence(name: str, values: Sequence[int] | Tensor) -> list[int]:
+    """``values`` (a sequence or a tensor) as a list of ``int``; an error names the entry ``name[i]``."""
     if isinstance(values, Tensor):
         values = values.tolist()
     return [check_int(f"{name}[{i}]", v) for i, v in enumerate(values)]

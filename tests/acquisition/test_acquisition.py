@@ -7,8 +7,8 @@ from botorch.optim import optimize_acqf
 
 from fbo_torch.acquisition import FederatedThompsonSampling, PiecewiseRFFThompsonSample, RFFThompsonSample
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation import AgentMessage, SubRegionPartition
-from fbo_torch.federation.messages import stack_omegas
+from fbo_torch.protocol import AgentMessage, SubRegionPartition
+from fbo_torch.protocol.messages import stack_omegas
 
 f64 = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)

@@ -8,8 +8,8 @@ from botorch.acquisition.prior_guided import PriorGuidedAcquisitionFunction
 from fbo_torch.acquisition.batched import BatchedLogExpectedImprovement
 from fbo_torch.acquisition.peer_prior import BatchedPriorGuided, PeerOptimumPrior, log_bump_mixture
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.message_average import MessageAverage
 from fbo_torch.models.batched_gp import BatchedExactGP
+from fbo_torch.protocol.message_average import MessageAverage
 
 f64 = torch.float64
 

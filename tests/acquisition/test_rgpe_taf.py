@@ -20,10 +20,10 @@ from fbo_torch.acquisition.rgpe import (
 )
 from fbo_torch.acquisition.taf import TransferAcquisitionFunction, compute_taf_weights
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.messages import PosteriorMessage
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.models.rff_blr import RFFBayesianLinear
 from fbo_torch.models.weight_posterior import psd_factor
+from fbo_torch.protocol.messages import PosteriorMessage
 
 f64 = torch.float64
 

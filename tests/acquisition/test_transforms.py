@@ -10,9 +10,9 @@ from botorch.test_functions import Branin
 
 from fbo_torch import RandomFourierFeatures, RFFBayesianLinear
 from fbo_torch.acquisition import FederatedThompsonSampling, PiecewiseRFFThompsonSample, RFFThompsonSample
-from fbo_torch.federation import AgentMessage, SubRegionPartition, stack_omegas
-from fbo_torch.federation.fidelity import fidelity_scores, peer_predictions
-from fbo_torch.federation.input_space import MessageSpace, input_bounds_of
+from fbo_torch.protocol import AgentMessage, SubRegionPartition, stack_omegas
+from fbo_torch.protocol.fidelity import fidelity_scores, peer_predictions
+from fbo_torch.protocol.input_space import MessageSpace, input_bounds_of
 from fbo_torch.sampling import RFFSamplePaths
 
 f64 = torch.float64

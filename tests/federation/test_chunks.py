@@ -71,7 +71,7 @@ def test_chunked_rounds_equal_the_unchunked_round_bit_for_bit(small_dp_federatio
 @pytest.mark.parametrize("warp,acq", [("auto", "logei"), ("none", "ucb")])
 def test_chunked_own_proposals_keep_every_gp_state(warp, acq):
     from fbo_torch.federation.agents import Agents
-    from fbo_torch.federation.keys import federation_agent_keys
+    from fbo_torch.protocol.keys import federation_agent_keys
     from fbo_torch.utils import keyed_random as kr
 
     s = DPFTSDESettings(gp_warp=warp, own_acquisition=acq, gp_kernel="fbo", num_features=20)

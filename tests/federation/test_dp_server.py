@@ -5,14 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fbo_torch.federation import (
-    DPAggregator,
-    ExplorationWeights,
-    SubRegionPartition,
-    clip_vectors,
-    default_splits,
-    exploration_weights,
-)
+from fbo_torch.federation import DPAggregator, clip_vectors
+from fbo_torch.protocol import ExplorationWeights, SubRegionPartition, default_splits, exploration_weights
 
 f64 = torch.float64
 

@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from fbo_torch.acquisition.search import maximize_broadcast
 from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
-from fbo_torch.federation.keys import federation_agent_keys, federation_keys
-from fbo_torch.federation.search import maximize_broadcast
 from fbo_torch.federation.server import DPFTSDEServer
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation, GPSampleGridFederation
 from fbo_torch.optim.domain import Domain
+from fbo_torch.protocol.keys import federation_agent_keys, federation_keys
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 from fbo_torch.utils import keyed_random as kr
 
@@ -120,7 +120,7 @@ def test_one_agent_alone_computes_what_the_batched_engine_computes(objective):
 def test_broadcast_maximizer_is_the_same_for_one_federation_or_many():
     feats = _settings().features(2)
     dom = Domain(torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64), raw_samples_rff=128, num_restarts_rff=4)
-    from fbo_torch.federation.partition import SubRegionPartition
+    from fbo_torch.protocol.partition import SubRegionPartition
 
     rb = SubRegionPartition(dom.bounds, 2).region_bounds()
     bc = torch.randn(3, 2, 30, generator=torch.Generator().manual_seed(0), dtype=f64)

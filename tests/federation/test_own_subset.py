@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from fbo_torch.federation.agents import Agents, needed_rows
-from fbo_torch.federation.keys import federation_agent_keys
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
 from fbo_torch.optim.domain import Domain
+from fbo_torch.protocol.keys import federation_agent_keys
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 from fbo_torch.utils import keyed_random as kr

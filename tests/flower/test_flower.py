@@ -17,11 +17,11 @@ pytest.importorskip("flwr")
 from flower_grid import InProcessGrid
 
 from fbo_torch.federation.faults import FaultInjector
-from fbo_torch.federation.randomness import SecretServerRandomness
 from fbo_torch.flower import client_app, server_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator
 from fbo_torch.flower.records import AGENT_STATE, record_to_state
+from fbo_torch.protocol.randomness import SecretServerRandomness
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 N = 4

@@ -22,7 +22,6 @@ from flwr.common.serde import recorddict_to_proto
 from test_flower import RUN_CONFIG as CENTRAL
 from test_flower import SECRET, N
 
-from fbo_torch.federation.randomness import SecretServerRandomness
 from fbo_torch.federation.secure import SecureMechanism, agent_secret
 from fbo_torch.flower import client_app, server_app
 from fbo_torch.flower.config import FlowerRunConfig
@@ -34,6 +33,7 @@ from fbo_torch.flower.secagg import SecAggClient, SecAggError, SecAggServer, mas
 from fbo_torch.flower.server_state import ServerState
 from fbo_torch.privacy.accountants import get_epsilon
 from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
+from fbo_torch.protocol.randomness import SecretServerRandomness
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
 
 RUN_CONFIG = dict(

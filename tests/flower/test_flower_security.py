@@ -19,12 +19,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from test_flower import RUN_CONFIG, SECRET, N, simulate
 
 from fbo_torch.federation import clip_vectors
-from fbo_torch.federation.randomness import KeyedServerRandomness
 from fbo_torch.flower import client_app, server_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator
 from fbo_torch.flower.records import OMEGA, REPLY, records_to_plan
 from fbo_torch.flower.server_state import ServerState, ServerStateError
+from fbo_torch.protocol.randomness import KeyedServerRandomness
 
 CFG = FlowerRunConfig.from_run_config(RUN_CONFIG)
 

@@ -24,13 +24,13 @@ from ax.core.search_space import SearchSpace
 from ax.utils.common.logger import set_stderr_log_level
 
 from fbo_torch import RandomFourierFeatures
-from fbo_torch.federation import AgentMessage
 from fbo_torch.integrations.ax import (
     AxFederation,
     UnitCube,
     agent_message,
     objective_data,
 )
+from fbo_torch.protocol import AgentMessage
 
 ROOT = Path(__file__).resolve().parents[2]
 set_stderr_log_level(logging.WARNING)

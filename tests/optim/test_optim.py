@@ -3,8 +3,8 @@ import torch
 from botorch.optim import optimize_acqf
 
 from fbo_torch.acquisition import RFFThompsonSample
+from fbo_torch.acquisition.search import maximize_rff_samples
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation.search import maximize_rff_samples
 from fbo_torch.optim import maximize_batched, maximize_discrete, score_chunked
 from fbo_torch.optim.batched import boltzmann_restarts, raw_points, sobol_points
 from fbo_torch.optim.domain import Domain

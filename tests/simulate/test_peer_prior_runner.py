@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from fbo_torch.acquisition.peer_prior import BatchedPriorGuided
-from fbo_torch.federation.message_average import MessageAverage
 from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.objectives.base import Objective
+from fbo_torch.protocol.message_average import MessageAverage
 from fbo_torch.sampling.rff_paths import RFFSamplePaths
 from fbo_torch.simulate.fts import FTSRunner
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fbo_torch.federation.randomness import KeyedServerRandomness, SecretServerRandomness
+from fbo_torch.protocol.randomness import KeyedServerRandomness, SecretServerRandomness
 from fbo_torch.utils.secure_random import new_secret, secret_bits, secret_normal, secret_uniform
 
 SECRET = bytes(range(32))

@@ -60,6 +60,9 @@ def ddg_tau(local_variance: float, num_shares: int) -> float:
     Args:
         local_variance: ``σ²`` of each share (lattice units²); ``inf`` gives 0.
         num_shares: ``n ≥ 1``.
+
+    Returns:
+        ``τ`` (0 for one share or ``σ² = inf``).
     """
     n = int(num_shares)
     if n <= 1 or math.isinf(local_variance):

@@ -21,7 +21,7 @@ with ``T(x) = (x − lower) / (upper − lower)``:
 :class:`MessageSpace` is the map ``x ↦ T(x)`` an acquisition applies before
 ``φ``, and :func:`resolve_message_space` the rule that finds it:
 
-1. spaces are *declared* by messages (:class:`~fbo_torch.federation.AgentMessage`
+1. spaces are *declared* by messages (:class:`~fbo_torch.protocol.AgentMessage`
    with ``input_bounds``, as :meth:`RFFBayesianLinear.messages
    <fbo_torch.models.RFFBayesianLinear.messages>` builds them) and by the
    acquisition's ``input_transform`` argument (any BoTorch input transform, or
@@ -46,7 +46,7 @@ from torch.nn import Identity, Module
 from fbo_torch.utils.validation import check_input_bounds
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fbo_torch.federation.messages import AgentMessage
+    from fbo_torch.protocol.messages import AgentMessage
 
 #: Relative tolerance within which two declared input spaces are the same.
 SAME_SPACE_RTOL = 1e-9
@@ -69,6 +69,9 @@ def input_bounds_of(transform: Module | None, dim: int) -> Tensor:
             an ``AffineInputTransform`` (``Normalize``, ``InputStandardize``), or a
             ``ChainedInputTransform`` of those.
         dim: The input dimension ``d``.
+
+    Returns:
+        ``batch_shape x 2 x d`` float64 bounds ``(lower, upper)``.
 
     Raises:
         ValueError: The transform is not affine (e.g. ``Warp``, ``Log10``), or
@@ -216,13 +219,16 @@ def resolve_message_space(
 
     Args:
         messages: Raw ``ω`` tensor(s) (nothing declared), or one or more
-            :class:`~fbo_torch.federation.AgentMessage` (each declares its
+            :class:`~fbo_torch.protocol.AgentMessage` (each declares its
             ``input_bounds``, or ``None``).
         input_transform: The acquisition's ``input_transform`` argument: ``None``,
             a BoTorch input transform, ``torch.nn.Identity()`` or a :class:`MessageSpace`.
         dim: Input dimension ``d``.
         model: The target's model, if any; with an input transform of its own it
             makes undeclared spaces an error.
+
+    Returns:
+        The :class:`MessageSpace` (its bounds, or none for raw inputs).
 
     Raises:
         ValueError: Messages with different spaces (or some declared, some not),

@@ -10,8 +10,10 @@ from scipy.stats import kendalltau
 
 from fbo_torch.acquisition import FederatedThompsonSampling
 from fbo_torch.features import RandomFourierFeatures
-from fbo_torch.federation import AgentDistribution
-from fbo_torch.federation.fidelity import (
+from fbo_torch.federation.settings import FTSSettings
+from fbo_torch.models import RFFBayesianLinear
+from fbo_torch.protocol import AgentDistribution
+from fbo_torch.protocol.fidelity import (
     fidelity_scores,
     fidelity_weights,
     kendall_tau,
@@ -21,8 +23,6 @@ from fbo_torch.federation.fidelity import (
     redundancy,
     trusted_p_t,
 )
-from fbo_torch.federation.settings import FTSSettings
-from fbo_torch.models import RFFBayesianLinear
 
 
 def f(X):

@@ -28,7 +28,7 @@ class AgentMessage:
     r"""What an FTS agent sends: one posterior draw ``ω_n`` of its RFF weights.
 
     The weights were fitted on ``φ(T(x))`` for the sender's input transform
-    ``T``; ``input_bounds`` says which (:mod:`fbo_torch.federation.input_space`),
+    ``T``; ``input_bounds`` says which (:mod:`fbo_torch.protocol.input_space`),
     so a receiver evaluates ``φ(T(x))ᵀω`` on the inputs the sender's features saw.
     :meth:`RFFBayesianLinear.messages <fbo_torch.models.RFFBayesianLinear.messages>`
     fills it in.
@@ -41,7 +41,7 @@ class AgentMessage:
         input_bounds: ``2 x d`` bounds ``[lower, upper]`` of the sender's input
             transform, ``T(x) = (x − lower) / (upper − lower)`` (``[0, 1]^d``: raw
             inputs); ``None``: not declared (the receiver's acquisition decides,
-            see :func:`~fbo_torch.federation.input_space.resolve_message_space`).
+            see :func:`~fbo_torch.protocol.input_space.resolve_message_space`).
             Like the feature map, a setting of the federation, so not counted in
             :attr:`num_parameters`.
     """
@@ -126,13 +126,16 @@ def stack_omegas(messages: Sequence[AgentMessage], fingerprint: str | None = Non
     r"""Stack the ``ω`` of several messages into ``N x M``, checking they agree.
 
     (Their input spaces are checked where they are evaluated:
-    :func:`~fbo_torch.federation.input_space.resolve_message_space`.)
+    :func:`~fbo_torch.protocol.input_space.resolve_message_space`.)
 
     Args:
         messages: Non-empty sequence of :class:`AgentMessage`.
         fingerprint: If given, every message must carry this fingerprint.
         dim: The receiver's input dimension ``d``: a message whose ``input_bounds`` has another
             dimension is reported as such (before its fingerprint, which differs then too).
+
+    Returns:
+        ``N x M`` weight vectors.
 
     Raises:
         ValueError: Empty input, messages of another input dimension, or messages built on

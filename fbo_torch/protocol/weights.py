@@ -41,7 +41,7 @@ class ExplorationWeights:
 
     Args:
         membership: ``P x N`` assignment booleans (e.g. from
-            :meth:`~fbo_torch.federation.partition.SubRegionPartition.membership`).
+            :meth:`~fbo_torch.protocol.partition.SubRegionPartition.membership`).
         a: Initial log-weight of assigned agents (16 in the papers).
         b: Log-weight of the others (1).
         const_rounds: Rounds with ``a`` held (5 synthetic, 10 real-world).

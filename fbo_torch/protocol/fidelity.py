@@ -65,7 +65,7 @@ from torch import Tensor
 from fbo_torch.features import RandomFourierFeatures
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fbo_torch.federation.schedules import AgentDistribution
+    from fbo_torch.protocol.schedules import AgentDistribution
 
 #: Observations below which an agent cannot rank anything (``τ`` needs a pair).
 MIN_OBSERVATIONS = 2
@@ -210,7 +210,8 @@ def helpful_posterior(scores: Tensor, num_valid: Tensor, tau_helpful: float = TA
     (:func:`peer_trust`). 1/2 while the agent has fewer than two observations.
 
     Args:
-        scores: ``batch_shape x N`` fidelity scores. num_valid: ``batch_shape`` valid observations.
+        scores: ``batch_shape x N`` fidelity scores.
+        num_valid: ``batch_shape`` valid observations.
         tau_helpful: ``τ_h``.
 
     Returns:
@@ -268,7 +269,7 @@ def learn_peer_choice(
     ``p_t'`` (:func:`peer_trust`, :func:`trusted_p_t`), else ``p_t`` unchanged.
 
     Args:
-        distribution: ``P_N`` of the batch (:class:`~fbo_torch.federation.schedules.AgentDistribution`).
+        distribution: ``P_N`` of the batch (:class:`~fbo_torch.protocol.schedules.AgentDistribution`).
         scores: ``batch_shape x N`` (or ``N``, shared by the batch) fidelity scores.
         num_valid: ``batch_shape`` (or scalar) valid observations behind the scores.
         p_t: The schedule's probability of the own GP.
@@ -276,6 +277,9 @@ def learn_peer_choice(
         trust: Whether to scale ``1 - p_t`` by the trust in ``P_N``'s draw.
         copies: ``batch_shape x N`` (or ``N``) near-duplicate counts of the messages behind
             ``scores`` (:func:`redundancy`); ``None`` counts every message as unlike the others.
+
+    Returns:
+        The probability of the own GP: ``p_t``, or the trusted ``p_t'`` with ``trust``.
     """
     if agent_weights == "learned":
         distribution.reweight(fidelity_weights(scores, distribution.support, copies))

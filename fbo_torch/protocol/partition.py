@@ -34,6 +34,9 @@ def default_splits(num_regions: int, dim: int) -> tuple[int, ...]:
     Args:
         num_regions: ``P``.
         dim: ``d``, the number of dimensions.
+
+    Returns:
+        ``d`` numbers of pieces, whose product is ``P``.
     """
     P = check_int("num_regions", num_regions, minimum=1)
     dim = check_int("dim", dim, minimum=1)
@@ -107,6 +110,9 @@ class SubRegionPartition:
             clamp: Map points outside the domain to the nearest region (each
                 coordinate clamped into the bounds) instead of raising.
 
+        Returns:
+            ``...`` (long) region indices.
+
         Raises:
             ValueError: ``X`` holds NaN, or (without ``clamp``) points outside the bounds.
         """
@@ -167,6 +173,7 @@ class SubRegionPartition:
             regions: ``N`` region indices (one per agent).
             num_points: Points per agent.
             generator: Optional generator.
+            dtype: The points' dtype (default: the bounds').
 
         Returns:
             ``N x num_points x d`` points, row ``n`` inside region ``regions[n]``.

@@ -8,7 +8,7 @@ r"""The two choices an FTS agent makes every iteration (FTS Algorithm 1, lines 2
   probabilities for a batch of independent runs, supports stragglers (missing
   messages get probability 0) and the paper's one-shot communication (a used
   message is removed and ``P_N`` renormalized), and learned weights
-  (:meth:`AgentDistribution.reweight`, from :mod:`fbo_torch.federation.fidelity`).
+  (:meth:`AgentDistribution.reweight`, from :mod:`fbo_torch.protocol.fidelity`).
 
 :func:`draw_sources` combines both into one vectorized draw; the simulator, a
 deployed agent and :class:`~fbo_torch.acquisition.FederatedThompsonSampling`
@@ -156,7 +156,7 @@ class AgentDistribution:
     def reweight(self, weights: Tensor) -> AgentDistribution:
         r"""Replace the preferences by ``weights`` (``batch_shape x N``, non-negative), kept on the support.
 
-        Used by learned ``P_N`` (:func:`~fbo_torch.federation.fidelity.fidelity_weights`):
+        Used by learned ``P_N`` (:func:`~fbo_torch.protocol.fidelity.fidelity_weights`):
         agents outside the support (e.g. the target itself, another group) stay at
         probability 0, and missing or used agents stay unavailable.
         """
@@ -180,6 +180,9 @@ class AgentDistribution:
         Args:
             agents: ``batch_shape`` agent indices, one per run; entries equal to
                 :data:`OWN` (``-1``) leave that run unchanged.
+
+        Returns:
+            The distribution itself, without the used messages (changed in place).
         """
         agents = torch.as_tensor(agents, device=self.base.device).reshape(self.batch_shape)
         valid = agents >= 0

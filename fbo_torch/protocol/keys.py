@@ -9,7 +9,7 @@ same keys from the same seed, so agent ``n`` computes the same round in both.
 
 These keys follow from the run's seed, which every agent knows: they are
 never used for the server's privacy-protecting randomness (Poisson coins,
-noise) in a deployment (see :mod:`fbo_torch.federation.randomness`).
+noise) in a deployment (see :mod:`fbo_torch.protocol.randomness`).
 """
 
 from __future__ import annotations

@@ -67,6 +67,7 @@ def maximize_broadcast(
         broadcast: ``R x P x M`` server output.
         region_bounds: ``P x 2 x d`` sub-region boxes.
         domain: The search domain.
+        generator: Optional generator for the problems' keys (when ``keys`` is not given).
         keys: Optional ``R`` int64 keys (region ``i`` of problem ``r`` uses ``fold(keys[r], i)``).
 
     Returns:

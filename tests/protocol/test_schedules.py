@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from fbo_torch.federation.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
+from fbo_torch.protocol.schedules import OWN, AgentDistribution, PtSchedule, draw_sources
 
 
 def test_named_schedules_and_p1_equals_p2():

@@ -77,10 +77,12 @@ _JS = """
 
 
 def esc(value: Any) -> str:
+    """``str(value)`` escaped for HTML text and attribute values."""
     return html.escape(str(value))
 
 
 def fmt(value: Any, digits: int = 4) -> str:
+    """A table cell: a float to ``digits`` significant digits, ``None`` or a non-finite float as a dash."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
     if isinstance(value, float):
@@ -95,6 +97,7 @@ def json_script(data: Any) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """An HTML table of ``rows`` (cells through :func:`fmt`) under ``header``."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{fmt(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -239,6 +242,7 @@ def help_map(
 
 
 def block(ident: str, title: str, bodies: dict[str, str]) -> str:
+    """One method's part of the page: its title and every section of ``SECTIONS``, from ``bodies``."""
     sections = "".join(
         f'<section data-section="{name}"><h3>{esc(heading)}</h3>{bodies[name]}</section>' for name, heading in SECTIONS
     )

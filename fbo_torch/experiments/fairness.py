@@ -31,7 +31,7 @@ def fair_regret(regret: Tensor, rho: float) -> Tensor:
 
     Args:
         regret: ``batch_shape x N`` per-agent regrets (non-negative: each agent's regret against its own
-            optimum; NaN for an agent without one is refused).
+            optimum; ``+inf`` for an agent none of whose evaluations succeeded; NaN is refused).
         rho: ``0 ≤ ρ ≤ 1``; ``1`` gives the total regret, ``0`` the largest.
 
     Returns:
@@ -42,12 +42,13 @@ def fair_regret(regret: Tensor, rho: float) -> Tensor:
     regret = torch.as_tensor(regret, dtype=torch.float64)
     if regret.ndim < 1 or regret.shape[-1] < 1:
         raise ValueError(f"`regret` must be batch_shape x N with N >= 1, got shape {tuple(regret.shape)}.")
-    if not bool(torch.isfinite(regret).all()):
-        raise ValueError("`regret` must be finite.")
+    if bool(regret.isnan().any()) or bool((regret == -torch.inf).any()):
+        raise ValueError("`regret` must be finite or +inf (an agent without a valid evaluation), not NaN or -inf.")
     ordered = regret.sort(dim=-1, descending=True).values
     i = torch.arange(regret.shape[-1], dtype=torch.float64, device=regret.device)
     weights = torch.where(i == 0, 1.0, float(rho) ** i)  # ρ^0 = 1, also for ρ = 0
-    return (ordered * weights).sum(-1)
+    # a zero weight ignores its agent, an infinite regret too (inf * 0 would be NaN)
+    return torch.where(weights > 0, ordered * weights, 0.0).sum(-1)
 
 
 def fairness_indices(

@@ -167,3 +167,15 @@ def test_a_dp_run_accounts_the_broadcast_and_its_epsilon(tmp_path):
     assert dp["privacy"]["epsilon"] == rec["epsilon"] and dp["privacy"]["delta"] == 1e-5
     assert dp["privacy"]["accountant"] == "rdp"
     assert not dp["paired_starts"]  # distributed exploration: the local run starts elsewhere
+
+
+def test_an_agent_without_a_valid_evaluation_is_the_worst_off():
+    """An agent none of whose evaluations succeeded has infinite regret: the fair regret is infinite for every
+    ρ (it is the largest, weighted 1), the other agents' order and weights are unchanged, and NaN is refused."""
+    regret = torch.tensor([0.5, math.inf, 0.25], dtype=torch.float64)
+    for rho in (0.0, 0.5, 1.0):
+        assert fair_regret(regret, rho).item() == math.inf
+    both = torch.tensor([math.inf, math.inf, 0.1], dtype=torch.float64)
+    assert fair_regret(both, 0.0).item() == math.inf  # a zero weight never turns inf into NaN
+    with pytest.raises(ValueError, match="`regret`"):
+        fair_regret(torch.tensor([0.1, math.nan], dtype=torch.float64), 0.5)

@@ -24,7 +24,12 @@ untried peer incumbent, and the maximizer of the message of a peer drawn from
 peers' arms explore — unless that returns a point the agent has already
 observed; then it is LogEI over the best observation, as the local engine's.
 A message's maximizer the agent has already queried (a message that has not
-changed since) is not offered again. Which one it queries is a bandit over
+changed since) is not offered again. A peer's candidate must also look worth an
+evaluation to the agent's own model — expected improvement at least a tenth of
+its own proposal's — unless its channel has so far improved the agent's
+incumbent more often than the agent's own proposals (:func:`channel_gate`): a
+channel that does not pay stops costing evaluations after its first failures,
+and one that carries near-copies stays open. Which one it queries is a bandit over
 the channels that learns from the agent's own observations: each channel's
 probability of improving the agent's incumbent has a Beta posterior (prior
 ``Beta(1, 1)``) updated whenever the channel is followed, and the channel whose
@@ -50,6 +55,7 @@ privacy (a DP-FTS-DE federation shares only its server's noisy release).
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import torch
@@ -72,6 +78,37 @@ OWN_ARM, OPTIMA_ARM, FUNCTION_ARM = 0, 1, 2
 REPEAT_TOL = 1e-6
 #: ``β`` of the plausibility screen of a peer's incumbent: ``μ + √β σ`` must exceed the best observation.
 SCREEN_BETA = 4.0
+#: The own-acquisition gate of the channels (:func:`channel_gate`): a channel's candidate whose expected
+#: improvement, by the agent's own GP, is below this fraction of its own proposal's is not followed, unless
+#: the channel has so far improved the agent's incumbent more often than the agent's own proposals.
+GATE_RATIO = 0.1
+
+
+def channel_gate(log_ei: Tensor, wins: Tensor, losses: Tensor, ratio: float = GATE_RATIO) -> Tensor:
+    r"""Which channels' candidates an agent may follow: ``R x 2`` booleans (optima, function).
+
+    A peer's candidate costs the agent one evaluation, so it must either look worth it to the
+    agent's own model — its expected improvement (LogEI over the agent's best observation) at
+    least ``ratio`` times that of the agent's own proposal — or the channel must have earned the
+    agent's trust: its posterior mean probability of improving the incumbent (``Beta(1, 1)``
+    prior, as the bandit's) above that of the agent's own arm. Where no peer helps the gate
+    closes after the channel's first failures and the agent spends its budget as the local
+    engine would; where peers hold near-copies the channel wins early and stays open however
+    little the agent's own model expects of its candidates.
+
+    Args:
+        log_ei: ``R x 3`` the agent's LogEI at its own proposal, the optima channel's and the
+            function channel's candidates (one acquisition for all three).
+        wins: ``R x 3`` times each arm (own, optima, function) was followed and improved the incumbent.
+        losses: ``R x 3`` times each arm was followed and did not.
+        ratio: The fraction of the own proposal's expected improvement a candidate must reach.
+
+    Returns:
+        ``R x 2`` booleans: may the optima / function channel's candidate be followed.
+    """
+    plausible = log_ei[:, 1:] >= log_ei[:, :1] + math.log(ratio)
+    rate = (wins + 1) / (wins + losses + 2)
+    return plausible | (rate[:, 1:] > rate[:, :1])
 
 
 @register_method
@@ -172,10 +209,11 @@ class Transfer(DrawMethod):
         lo, hi = r.domain.bounds
 
         def observed_before(Q: Tensor) -> Tensor:
-            """``R``: whether each run's query ``Q`` (``R x d``) repeats one of its observed inputs."""
-            return (((Q.unsqueeze(1) - X).abs() <= REPEAT_TOL * (hi - lo)).all(-1) & mask).any(-1)
+            """``R x K``: whether each run's queries ``Q`` (``R x K x d``) repeat one of its observed inputs."""
+            near = ((Q.unsqueeze(-2) - X.unsqueeze(1)).abs() <= REPEAT_TOL * (hi - lo)).all(-1)  # R x K x n
+            return (near & mask.unsqueeze(1)).any(-1)
 
-        again = observed_before(X_own)
+        again = observed_before(X_own.unsqueeze(1)).squeeze(1)
         X_obs, _ = r.agents.own_proposals(t, which=again)
         X_own = torch.where(again.unsqueeze(-1), X_obs, X_own)
         y = torch.where(mask, r.Y.squeeze(-1), -torch.inf)
@@ -185,15 +223,16 @@ class Transfer(DrawMethod):
         available[:, OWN_ARM] = True
         X_opt = X_own
         k_opt = torch.full((R,), OWN, dtype=torch.long, device=dev)
-        if "optima" in self.channels:
+        peers = "optima" in self.channels or "function" in self.channels
+        if peers:  # the agents' GPs as their own proposals saw them, built once for both channels
             model = r.agents.current_gp()
             posterior = model.posterior_moments()
             best = r.agents.best_observed(model)
+        if "optima" in self.channels:
             C = self.incumbents()  # R x A x d
-            tried = ((C.unsqueeze(2) - X.unsqueeze(1)).abs() <= 1e-9).all(-1) & mask.unsqueeze(1)  # R x A x n
             mean, var, _, _ = posterior.moments(C)
             plausible = mean + (SCREEN_BETA * var.clamp_min(1e-12)).sqrt() > best.unsqueeze(-1)
-            ok = (probs > 0) & ~tried.any(-1) & plausible
+            ok = (probs > 0) & ~observed_before(C) & plausible
             log_ei = BatchedLogExpectedImprovement(posterior, r.agents.plug_in_incumbent(model, posterior))(C)
             score = log_ei + probs.clamp_min(1e-300).log() + (self.peer_wins - self.peer_losses)
             score = torch.where(ok, score, -torch.inf)
@@ -211,7 +250,10 @@ class Transfer(DrawMethod):
                 r.features, omega, r.domain, keys=r.agents.round_keys(t, "message-maximize")
             )
             # a message that has not changed (one-shot communication) keeps its maximizer: query it once
-            available[:, FUNCTION_ARM] &= ~observed_before(X_msg)
+            available[:, FUNCTION_ARM] &= ~observed_before(X_msg.unsqueeze(1)).squeeze(1)
+        if peers:  # a candidate the agent's own model finds poor is followed only by a channel that has paid
+            log_ei = BatchedLogExpectedImprovement(posterior, best)(torch.stack([X_own, X_opt, X_msg], 1))
+            available[:, 1:] &= channel_gate(log_ei, self.wins, self.losses)
         # Thompson sampling on each arm's probability of improving the incumbent (normal approximation)
         a, b = self.wins + 1, self.losses + 1
         mean = a / (a + b)

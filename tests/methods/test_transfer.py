@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from fbo_torch.federation.settings import FTSSettings
-from fbo_torch.methods.transfer import FUNCTION_ARM, OPTIMA_ARM, OWN_ARM, Transfer
+from fbo_torch.methods.transfer import FUNCTION_ARM, OPTIMA_ARM, OWN_ARM, Transfer, channel_gate
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
 from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
@@ -108,3 +110,28 @@ def test_a_newcomer_joins_peers_with_a_history():
     result = runner.run()
     assert result.loss.shape == (2, TINY["num_iterations"] + 1) and bool(torch.isfinite(result.loss).all())
     assert bool(((result.sources >= -1) & (result.sources != 0)).all())  # never "follows" itself
+
+
+def test_channel_gate_follows_a_poor_candidate_only_from_a_channel_that_has_paid():
+    """A channel's candidate whose expected improvement is below a tenth of the own proposal's is
+    closed, unless the channel's record (Beta(1, 1) posterior mean) beats the own arm's."""
+    log_ei = torch.tensor(
+        [
+            [0.0, math.log(0.2), math.log(0.05)],  # optima plausible, function not
+            [0.0, math.log(0.05), math.log(0.05)],  # both poor, no record: closed
+            [0.0, math.log(0.05), math.log(0.05)],  # both poor, optima has won more often than own
+            [-3.0, -3.0 + math.log(0.1) + 1e-9, -3.0 + math.log(0.1) - 1e-6],  # at the boundary
+        ],
+        dtype=torch.float64,
+    )
+    wins = torch.zeros(4, 3, dtype=torch.float64)
+    losses = torch.zeros(4, 3, dtype=torch.float64)
+    wins[2] = torch.tensor([1.0, 2.0, 0.0])
+    losses[2] = torch.tensor([3.0, 1.0, 1.0])  # own 2/6, optima 3/5, function 1/3
+    gate = channel_gate(log_ei, wins, losses)
+    expected = torch.tensor([[True, False], [False, False], [True, False], [True, False]])
+    assert torch.equal(gate, expected)
+    # an equal record does not open the gate: a channel must have done better than the agent alone
+    wins[1], losses[1] = torch.tensor([1.0, 1.0, 1.0]), torch.tensor([1.0, 1.0, 1.0])
+    assert not bool(channel_gate(log_ei, wins, losses)[1].any())
+    assert bool(channel_gate(log_ei, wins, losses, ratio=0.01)[1].all())  # a looser ratio admits them

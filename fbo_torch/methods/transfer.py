@@ -84,6 +84,20 @@ SCREEN_BETA = 4.0
 GATE_RATIO = 0.1
 
 
+def success_rate(wins: Tensor, losses: Tensor) -> Tensor:
+    r"""Each arm's posterior mean probability of improving the incumbent under a ``Beta(1, 1)`` prior:
+    ``(wins + 1) / (wins + losses + 2)``, the bandit's and :func:`channel_gate`'s record of an arm.
+
+    Args:
+        wins: Times each arm was followed and improved the incumbent.
+        losses: Times each arm was followed and did not (the shape of ``wins``).
+
+    Returns:
+        The posterior means, the shape of ``wins``.
+    """
+    return (wins + 1) / (wins + losses + 2)
+
+
 def channel_gate(log_ei: Tensor, wins: Tensor, losses: Tensor, ratio: float = GATE_RATIO) -> Tensor:
     r"""Which channels' candidates an agent may follow: ``R x 2`` booleans (optima, function).
 
@@ -107,7 +121,7 @@ def channel_gate(log_ei: Tensor, wins: Tensor, losses: Tensor, ratio: float = GA
         ``R x 2`` booleans: may the optima / function channel's candidate be followed.
     """
     plausible = log_ei[:, 1:] >= log_ei[:, :1] + math.log(ratio)
-    rate = (wins + 1) / (wins + losses + 2)
+    rate = success_rate(wins, losses)
     return plausible | (rate[:, 1:] > rate[:, :1])
 
 
@@ -255,9 +269,10 @@ class Transfer(DrawMethod):
             log_ei = BatchedLogExpectedImprovement(posterior, best)(torch.stack([X_own, X_opt, X_msg], 1))
             available[:, 1:] &= channel_gate(log_ei, self.wins, self.losses)
         # Thompson sampling on each arm's probability of improving the incumbent (normal approximation)
-        a, b = self.wins + 1, self.losses + 1
-        mean = a / (a + b)
-        draw = mean + (mean * (1 - mean) / (a + b + 1)).sqrt() * kr.normal(r.agents.round_keys(t, "channel"), 3)
+        mean = success_rate(self.wins, self.losses)
+        draw = mean + (mean * (1 - mean) / (self.wins + self.losses + 3)).sqrt() * kr.normal(
+            r.agents.round_keys(t, "channel"), 3
+        )
         arm = torch.where(available, draw, -torch.inf).argmax(-1)
         self._arm = arm
         X_next = torch.where((arm == OPTIMA_ARM).unsqueeze(-1), X_opt, X_own)
@@ -291,4 +306,4 @@ class Transfer(DrawMethod):
             setattr(self, name, state[name].to(dev))
 
 
-__all__ = ["CHANNELS", "Transfer"]
+__all__ = ["CHANNELS", "Transfer", "channel_gate", "success_rate"]

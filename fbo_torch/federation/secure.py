@@ -123,8 +123,6 @@ from fbo_torch.utils.discrete_gaussian import (
 )
 from fbo_torch.utils.secure_random import check_secret
 
-#: Values of the settings' ``aggregation``.
-AGGREGATIONS = ("central", "secure")
 #: The largest lattice scale the automatic choice takes.
 MAX_SCALE = 2**16
 #: The smallest share variance accepted (``τ`` of KLS 2021 below 1e-10 for up to 10⁶ agents).
@@ -385,19 +383,10 @@ def research_master(seed: int) -> bytes:
     return hashlib.shake_256(b"fbo-torch/research-agent-master/v1" + struct.pack("<q", int(seed))).digest(32)
 
 
-def check_aggregation(value: Any) -> str:
-    """``value`` as one of :data:`AGGREGATIONS` (``ValueError`` naming ``aggregation`` otherwise)."""
-    if value not in AGGREGATIONS:
-        raise ValueError(f"`aggregation` must be one of {AGGREGATIONS}, got {value!r}.")
-    return value
-
-
 __all__ = [
-    "AGGREGATIONS",
     "SecureMechanism",
     "agent_secret",
     "auto_scale",
-    "check_aggregation",
     "min_survivors",
     "research_master",
     "share_variance",

@@ -10,13 +10,16 @@ calls, in this order for every round ``t``:
    decides one exchange ahead, so that it can ask the agents for ``ω`` in the
    same message that carries round ``t - 1``'s broadcast.
 2. :meth:`DPFTSDEServer.release` — validate the messages, Poisson-sample,
-   clip, weight, add noise (:class:`~fbo_torch.federation.DPAggregator`),
-   record the release in the :class:`~fbo_torch.privacy.PrivacyLedger` and in a
+   clip, weight, add noise (the release mechanism's
+   :meth:`~fbo_torch.federation.release.ReleaseMechanism.release`), record the
+   release in the :class:`~fbo_torch.privacy.PrivacyLedger` and in a
    :class:`ServerRound`, and only then return the broadcast.
 
 The server holds the sub-region partition and the agents' assignment
-(distributed exploration), the weight schedule, the mechanism, the ledger, its
-randomness (:mod:`fbo_torch.protocol.randomness`: the federations' seeded
+(distributed exploration), the weight schedule, the release mechanism
+(:mod:`fbo_torch.federation.release`, looked up by the settings' ``aggregation``:
+what the server does with the messages and what the ledgers are told), the
+ledgers, its randomness (:mod:`fbo_torch.protocol.randomness`: the federations' seeded
 streams in research, a secret cryptographic stream in deployment) and the
 record of every round: ε is kept in one place, the ledger, and each
 :class:`ServerRound` carries the ledger's ε after it.
@@ -54,7 +57,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +64,9 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator
+from fbo_torch.federation.release import ReleaseMechanism, get_release
 from fbo_torch.federation.secure import SecureMechanism
-from fbo_torch.privacy import DEFAULT_ACCOUNTANT, DistributedDiscreteGaussianAccountant, PrivacyLedger
+from fbo_torch.privacy import DEFAULT_ACCOUNTANT, PrivacyLedger
 from fbo_torch.protocol.partition import SubRegionPartition
 from fbo_torch.protocol.randomness import KeyedServerRandomness, ServerRandomness
 from fbo_torch.protocol.weights import ExplorationWeights
@@ -141,8 +144,11 @@ class DPFTSDEServer:
         accountant / delta: The privacy ledger's accountant and δ (default ``1/N^1.1``);
             only used when ``noise_multiplier > 0``. ``accountant=None`` runs the
             mechanism without a ledger (benchmarks of the mechanism only: no
-            privacy claim is recorded). Secure rounds are accounted by the
-            ``"ddg"`` accountant whatever ``accountant`` names.
+            privacy claim is recorded). The release mechanism may use its own
+            (secure rounds: ``"ddg"``, whatever ``accountant`` names).
+
+    Attributes:
+        release_mechanism: The settings' :class:`~fbo_torch.federation.release.ReleaseMechanism`.
     """
 
     def __init__(
@@ -177,30 +183,14 @@ class DPFTSDEServer:
             settings.decay_rounds,
             mode=settings.weights if P > 1 else "uniform",
         )
-        clip = settings.clip_norm if settings.clip_norm is not None else math.inf
-        self.aggregator = DPAggregator(settings.sample_rate, clip, settings.noise_multiplier, weights)
-        self.secure = getattr(settings, "aggregation", "central") == "secure"
-        self.mechanism = SecureMechanism.from_settings(settings, N) if self.secure else None
-        self.ledger = None
-        self.server_ledger = None  # secure aggregation: ε against the server
+        self.release_mechanism: ReleaseMechanism = get_release(getattr(settings, "aggregation", "central"))(
+            settings, N, weights
+        )
+        self.ledger: PrivacyLedger | None = None
+        self.server_ledger: PrivacyLedger | None = None  # ε against the server (a secure sum's)
         self.private = settings.noise_multiplier > 0
         if self.private and accountant is not None:
-            if self.secure:
-                mechanism = self._secure_mechanism
-
-                def ledger(budget: float | None) -> PrivacyLedger:
-                    return PrivacyLedger(
-                        DistributedDiscreteGaussianAccountant(mechanism.ddg_constants()),
-                        delta=delta,
-                        num_agents=N,
-                        max_epsilon=budget,
-                    )
-
-                self.ledger, self.server_ledger = ledger(settings.max_epsilon), ledger(None)
-            else:
-                self.ledger = PrivacyLedger(
-                    accountant=accountant, delta=delta, num_agents=N, max_epsilon=settings.max_epsilon
-                )
+            self.ledger, self.server_ledger = self.release_mechanism.ledgers(accountant, delta, settings.max_epsilon)
         self._cohort: tuple[int, Tensor] | None = None  # (round, R x N sampled) of the planned secure round
         self._committed: tuple[int, Tensor, Tensor, int] | None = None  # (round, released, survivors, shares)
         self.stop_reason = ""  # why the server stopped releasing for good ("" while it has not)
@@ -208,11 +198,20 @@ class DPFTSDEServer:
         self._planned: int | None = None  # the round plan() said releases, until release() takes it
 
     @property
-    def _secure_mechanism(self) -> SecureMechanism:
-        """The secure mechanism: only a secure server has one."""
-        if self.mechanism is None:
-            raise RuntimeError("a central server has no secure mechanism.")
-        return self.mechanism
+    def aggregator(self) -> DPAggregator:
+        """The release mechanism's :class:`~fbo_torch.federation.aggregator.DPAggregator` (the weights)."""
+        return self.release_mechanism.aggregator
+
+    @property
+    def secure(self) -> bool:
+        """Whether the server sees only a secure sum of the agents' messages, never an ``ω``."""
+        return not self.release_mechanism.sees_messages
+
+    @property
+    def mechanism(self) -> SecureMechanism | None:
+        """The secure sum's lattice (:class:`~fbo_torch.federation.secure.SecureMechanism`); ``None`` when the
+        server sees every message."""
+        return self.release_mechanism.lattice
 
     @property
     def keys(self) -> Tensor | None:
@@ -255,7 +254,7 @@ class DPFTSDEServer:
         if not reason:
             if 1.0 - p_t < self.settings.local_threshold:
                 reason = "schedule"
-            elif self.ledger is not None and not self.ledger.can_release(*self._release_parameters()):
+            elif self.ledger is not None and not self.ledger.can_release(*self.release_mechanism.charge()):
                 reason = "budget"
         if reason:
             self.stop_reason = reason
@@ -263,18 +262,6 @@ class DPFTSDEServer:
             return False
         self._planned = round
         return True
-
-    def _release_parameters(self, num_shares: int | None = None, server: bool = False) -> tuple[float, float]:
-        """``(z, q)`` a ledger records for a release (secure: of ``num_shares`` shares, ``k_min`` by
-        default; against the other agents ``k - 1`` shares, amplified by ``q``; against the server
-        (``server=True``) all ``k`` shares, no amplification)."""
-        s = self.settings
-        if not self.secure:
-            return s.noise_multiplier, s.sample_rate
-        k = self._secure_mechanism.min_survivors if num_shares is None else num_shares
-        if server:
-            return self._secure_mechanism.noise_multiplier_of(k), 1.0
-        return self._secure_mechanism.noise_multiplier_of(max(k - 1, 1)), s.sample_rate
 
     def release(self, omegas: Tensor, reported: Tensor | None = None, num_valid: int | None = None) -> Tensor | None:
         r"""Release the planned round: validate, sample, clip, weight, noise, account, record.
@@ -299,14 +286,11 @@ class DPFTSDEServer:
         if num_valid is not None and int(num_valid) <= 0:
             self.rounds.append(ServerRound(t, False, self.epsilon, "no valid message"))
             return None
-        s = self.settings
-        out = self.aggregator.aggregate(omegas, round=t, reported=reported, randomness=self.randomness)
-        if len(self.aggregator.history) > 1:
-            del self.aggregator.history[:-1]
-        eps = self.ledger.record(s.noise_multiplier, s.sample_rate) if self.ledger is not None else math.inf
-        if s.noise_multiplier == 0:
+        out, record = self.release_mechanism.release(omegas, t, self.randomness, reported)
+        eps = self.ledger.record(*self.release_mechanism.charge()) if self.ledger is not None else math.inf
+        if not self.private:
             eps = math.inf
-        self.rounds.append(ServerRound(t, True, eps, "", self.aggregator.history[-1]))
+        self.rounds.append(ServerRound(t, True, eps, "", record))
         return out
 
     # ------------------------------------------------------------------ a secure round
@@ -321,11 +305,9 @@ class DPFTSDEServer:
             raise RuntimeError("secure_cohort() needs a secure server with a planned round (plan(round, p_t) first).")
         t = self._planned
         like = torch.zeros((), dtype=torch.float64) if like is None else like.to(torch.float64)
-        R = check_int("num_federations", num_federations, minimum=1)
-        sampled = self.randomness.coins(t, torch.Size([R, self.num_agents]), like) < self.settings.sample_rate
-        W = self.aggregator.weights(t).to(like)
+        sampled, ratios = self.release_mechanism.cohort(t, self.randomness, num_federations, like)
         self._cohort = (t, sampled)
-        return sampled, W / W.max()
+        return sampled, ratios
 
     def commit_secure(self, survivors: Tensor) -> Tensor:
         r"""Decide whether the planned secure round releases, and charge it, before the sum is revealed.
@@ -341,21 +323,19 @@ class DPFTSDEServer:
         if self._cohort is None or self._cohort[0] != self._planned:
             raise RuntimeError("commit_secure() needs the planned round's secure_cohort() first.")
         t, self._planned = self._planned, None
-        counts = survivors.to(torch.bool).sum(-1)
-        released = counts >= self._secure_mechanism.min_survivors
+        released, k = self.release_mechanism.releases(survivors)
         if not bool(released.any()):
             self.rounds.append(
                 ServerRound(t, False, self.epsilon, "too few survivors", epsilon_server=self.epsilon_server)
             )
             self._committed = None
             return released
-        k = int(counts[released].min())
         eps = eps_server = math.inf
         if self.ledger is not None:
-            if self.server_ledger is None:  # __init__ makes both ledgers or neither
+            if self.server_ledger is None:  # a secure sum's mechanism makes both ledgers
                 raise RuntimeError("a private secure server must have a ledger against the server.")
-            eps = self.ledger.record(*self._release_parameters(k))
-            eps_server = self.server_ledger.record(*self._release_parameters(k, server=True))
+            eps = self.ledger.record(*self.release_mechanism.charge(k))
+            eps_server = self.server_ledger.record(*self.release_mechanism.charge(k, server=True))
         self.rounds.append(ServerRound(t, False, eps, UNMASKING, epsilon_server=eps_server))
         self._committed = (t, released, survivors.to(torch.bool), k)
         return released
@@ -378,30 +358,8 @@ class DPFTSDEServer:
         if total is None:
             rec.reason = "unmask failed"
             return None
-        mechanism = self._secure_mechanism
-        vec, out_of_range = mechanism.decode(total)
-        W = self.aggregator.weights(t)
-        q = self.settings.sample_rate
-        out = torch.where(released.view(-1, 1, 1).to(vec.device), vec * (float(W.max()) / q), 0.0)
-        sampled = self._cohort[1].to(survivors.device) & survivors
-        num = sampled.sum(-1)
-        zero = torch.zeros_like(num, dtype=torch.float64)
-        std = float(W.max()) / q * (mechanism.clip_norm / mechanism.scale) * math.sqrt(k * mechanism.local_variance)
+        out, rec.record = self.release_mechanism.decode(total, t, released, self._cohort[1], survivors, k)
         rec.released, rec.reason = True, ""
-        rec.record = AggregationRecord(
-            t,
-            sampled,
-            num,
-            torch.zeros_like(sampled),
-            zero,
-            std,
-            num_reported=survivors.sum(-1),
-            valid=survivors,
-            num_invalid=torch.zeros_like(num),
-            released=released,
-            out_of_range=out_of_range,
-        )
-        self.aggregator.history[:] = [rec.record]
         return out
 
     # ------------------------------------------------------------------ records
@@ -440,31 +398,17 @@ class DPFTSDEServer:
         r"""The parameters of the release a saved state must have been made with: ``N``, ``P``,
         ``q``, ``S``, ``z``, the aggregation (secure: its lattice scale, share variance and
         ``min_survivors``), the accountant and δ (``None`` without a ledger)."""
-        s, ledger, sec = self.settings, self.ledger, self.mechanism
+        s, ledger = self.settings, self.ledger
         return {
             "num_agents": self.num_agents,
             "num_regions": self.num_regions,
             "sample_rate": s.sample_rate,
             "clip_norm": s.clip_norm,
             "noise_multiplier": s.noise_multiplier,
-            "aggregation": "secure" if self.secure else "central",
-            "secure": None
-            if sec is None
-            else {"scale": sec.scale, "local_variance": int(sec.local_variance), "min_survivors": sec.min_survivors},
+            **self.release_mechanism.parameters(),
             "accountant": None if ledger is None else ledger.mechanism,
             "delta": None if ledger is None else ledger.delta,
         }
-
-    def _recordable_releases(self, server: bool = False) -> Callable[[float, float], bool]:
-        r"""Whether a ledger entry ``(z, q)`` is one this server's mechanism records: central ``(z, q)``
-        of the settings; secure, ``z`` of a sum of ``k`` shares (``k - 1`` against the other agents,
-        ``q``; ``k`` against the server, ``q = 1``) for a ``k`` from ``min_survivors`` to ``N``."""
-        if not self.secure:
-            z0, q0 = self._release_parameters()
-            return lambda z, q: (z, q) == (z0, q0)
-        ks = range(self._secure_mechanism.min_survivors, self.num_agents + 1)
-        made = [self._release_parameters(k, server=server) for k in ks]
-        return lambda z, q: any(q == qk and math.isclose(z, zk, rel_tol=1e-12) for zk, qk in made)
 
     def state_dict(self) -> dict[str, Any]:
         """The rounds, why it stopped, the planned round, the mechanism's parameters and the ledger
@@ -525,7 +469,7 @@ class DPFTSDEServer:
                 raise ValueError("the saved server state has no privacy ledger, but this server is private.")
             new = copy.deepcopy(own)
             new.load_state_dict(saved)
-            allowed = self._recordable_releases(server=name == "server_ledger")
+            allowed = self.release_mechanism.recordable(server=name == "server_ledger")
             other = [(hz, hq) for hz, hq, _ in new.accountant.history if not allowed(hz, hq)]
             if other:
                 raise ValueError(

@@ -42,7 +42,7 @@ import torch
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.faults import FaultInjector
-from fbo_torch.federation.secure import check_aggregation
+from fbo_torch.federation.release import get_release
 from fbo_torch.methods.base import Method, get_method
 from fbo_torch.models.gp_spec import GP_SPECS
 from fbo_torch.privacy import ACCOUNTANTS, DEFAULT_ACCOUNTANT
@@ -329,10 +329,12 @@ class DPFTSDESettings(MethodSettings):
             agent of a federation, so it is maximized once per federation) or
             ``"per_agent"`` (every agent maximizes it with its own random
             restarts, as the authors' code does).
-        aggregation: ``"central"`` (the papers' mechanism: the server sees every
-            ``ω`` and adds the noise; the default) or ``"secure"`` (secure
-            aggregation with distributed discrete Gaussian noise: the server sees
-            only the sum; :mod:`fbo_torch.federation.secure`).
+        aggregation: The release mechanism, by its registered name
+            (:mod:`fbo_torch.federation.release`): ``"central"`` (the papers'
+            mechanism: the server sees every ``ω`` and adds the noise; the
+            default) or ``"secure"`` (secure aggregation with distributed discrete
+            Gaussian noise: the server sees only the sum;
+            :mod:`fbo_torch.federation.secure`).
         dropout_tolerance: ``"secure"``: the fraction ``f`` of agents whose vectors
             may be missing from a round's sum while it still releases
             (``min_survivors = N − ⌊fN⌋``); the noise shares are sized for that many.
@@ -398,12 +400,11 @@ class DPFTSDESettings(MethodSettings):
             )
         check_int("const_rounds", self.const_rounds, minimum=0)
         check_int("decay_rounds", self.decay_rounds, minimum=0)
-        check_aggregation(self.aggregation)
+        release = get_release(self.aggregation)
         check_probability("dropout_tolerance", self.dropout_tolerance, open_right=True)
         if self.lattice_scale is not None:
             check_int("lattice_scale", self.lattice_scale, minimum=1)
-        if self.aggregation == "secure" and self.method.federated() and self.clip_norm is None:
-            raise ValueError("`aggregation: secure` needs `clip_norm` (the integer vectors are bounded by it).")
+        release.check_settings(self)
 
     @property
     def is_private(self) -> bool:

@@ -109,7 +109,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fbo_torch.federation.secure import SecureMechanism
+from fbo_torch.federation.release import get_release
+from fbo_torch.federation.secure import min_survivors as fewest_survivors
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
 from fbo_torch.methods.base import get_method
 from fbo_torch.objectives import REGISTRY, build_objective
@@ -424,15 +425,17 @@ class FlowerRunConfig:
         for key in ("secagg_num_shares", "secagg_threshold"):
             if getattr(self, key) < 0:
                 raise ValueError(f"run config `{key.replace('_', '-')}` must be >= 0, got {getattr(self, key)}.")
-        if self.settings.aggregation == "secure" and self.settings.method.federated():
+        if self.settings.method.federated():
+            release = get_release(self.settings.aggregation)
             try:
-                mech = SecureMechanism.from_settings(self.settings, int(self.num_agents))
+                release.check(self.settings, int(self.num_agents))
             except ValueError as err:  # name the run config key, not the field
                 text = str(err)
                 for f in fields(DPFTSDESettings):
                     text = text.replace(f"`{f.name}`", f"`{_kebab(f.name)}`")
                 raise ValueError(f"run config: {text}") from None
-            self._check_majorities(mech.min_survivors)
+            if not release.sees_messages:  # a secure sum over SecAgg+
+                self._check_majorities(fewest_survivors(int(self.num_agents), self.settings.dropout_tolerance))
 
     def _check_majorities(self, min_survivors: int) -> None:
         r"""Secure rounds safe against a server that lies about who dropped out: more than half of the
@@ -463,7 +466,7 @@ class FlowerRunConfig:
 
     def secure_threshold(self) -> int:
         r"""``t``, the Shamir threshold of the secure rounds: ``secagg-threshold``, or :func:`default_threshold`."""
-        k_min = SecureMechanism.from_settings(self.settings, int(self.num_agents)).min_survivors
+        k_min = fewest_survivors(int(self.num_agents), self.settings.dropout_tolerance)
         return self.secagg_threshold or default_threshold(self.secagg_neighbours, int(self.num_agents), k_min)
 
     @classmethod

@@ -15,8 +15,12 @@ one agent (``B = 1``) and the ServerApp runs the server of one federation
 * :mod:`~fbo_torch.flower.identity` — a node's SuperNode key and roster: signed SecAgg+ keys and survivor sets.
 * :mod:`~fbo_torch.flower.floor` — the privacy floor each node owns, and ε against a malicious server.
 * :mod:`~fbo_torch.flower.records` — messages as Flower records (imports ``flwr``).
+* :mod:`~fbo_torch.flower.transport` — pushing an exchange's messages and pulling its replies (imports ``flwr``).
+* :mod:`~fbo_torch.flower.secagg` and :mod:`~fbo_torch.flower.secure_round` — SecAgg+, and a secure
+  release's round over it (import ``flwr``).
+* :mod:`~fbo_torch.flower.server_loop` — the ServerApp's loop: a run's exchanges (imports ``flwr``).
 * :mod:`~fbo_torch.flower.server_app` / :mod:`~fbo_torch.flower.client_app` —
   the ``ServerApp`` and ``ClientApp`` (import ``flwr``).
 
-Importing this package does not import ``flwr``: only the last three modules do.
+Importing this package does not import ``flwr``: only the modules marked so do.
 """

@@ -523,4 +523,30 @@ def _flock(fd: int, busy: str) -> None:
         raise ServerStateError(f"{busy.split(' is ')[0]}: cannot lock it ({err.strerror}).") from None
 
 
-__all__ = ["JOURNAL_ENV", "STATE_ENV", "ReleaseJournal", "ServerState", "ServerStateError", "secret_commitment"]
+def other_federations(state: ServerState) -> list[str]:
+    """Warnings about the other federations this server's default folder holds (their ε add up if they
+    involved the same agents: each federation is accounted on its own)."""
+    root = ServerState.default_root()
+    out = []
+    for folder in sorted(p for p in root.glob("*") if p.is_dir() and p != state.folder):
+        try:
+            saved = json.loads((folder / "server.json").read_text())
+        except (OSError, ValueError):
+            continue
+        out.append(
+            f"this server also ran federation {folder.name} (epsilon {saved.get('epsilon')}, "
+            f"{'finished' if saved.get('finished') else 'unfinished'}): each federation has its own ledger; "
+            "if both involve the same agents, their privacy losses add up"
+        )
+    return out
+
+
+__all__ = [
+    "JOURNAL_ENV",
+    "STATE_ENV",
+    "ReleaseJournal",
+    "ServerState",
+    "ServerStateError",
+    "other_federations",
+    "secret_commitment",
+]

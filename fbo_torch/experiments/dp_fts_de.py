@@ -26,7 +26,7 @@ from fbo_torch.experiments.report import (
     summarize_curves,
 )
 from fbo_torch.experiments.resources import check_scenario_memory
-from fbo_torch.federation.secure import SecureMechanism
+from fbo_torch.federation.release import get_release
 from fbo_torch.privacy import compute_epsilon
 from fbo_torch.protocol.partition import SubRegionPartition
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
@@ -39,7 +39,7 @@ def _finite_or_none(values: list[float]) -> list[float | None]:
 def _other_epsilons(settings: Any, releases: int, delta: float | None, names: list[str]) -> dict[str, float | None]:
     """Final ε of the same mechanism under other accountants (side by side; none describes a secure round's
     distributed discrete Gaussian, which only the ``"ddg"`` accountant accounts)."""
-    if not settings.is_private or delta is None or settings.aggregation == "secure":
+    if not settings.is_private or delta is None or not get_release(settings.aggregation).sees_messages:
         return {}
     out = {}
     for name in names:
@@ -51,8 +51,8 @@ def _other_epsilons(settings: Any, releases: int, delta: float | None, names: li
 def check_scenario(ctx: ScenarioContext) -> None:
     r"""What a DP-FTS-DE scenario's runners would refuse once started, as a :class:`ConfigError`
     naming the YAML key: a private method on fewer than 2 agents with ``privacy.delta: null``
-    (``δ = 1/N^1.1`` needs ``N ≥ 2``), a secure-aggregation method whose mechanism cannot be
-    built for ``N`` agents (:class:`~fbo_torch.federation.secure.SecureMechanism`), and more
+    (``δ = 1/N^1.1`` needs ``N ≥ 2``), a method whose release mechanism refuses ``N`` agents
+    (:meth:`~fbo_torch.federation.release.ReleaseMechanism.check`: a secure sum's lattice), and more
     sub-regions than the candidates of a finite
     domain fill (with ``distributed_init``, agent ``n`` starts among the candidates of region
     ``n mod P``, which must hold one)."""
@@ -73,9 +73,9 @@ def check_scenario(ctx: ScenarioContext) -> None:
                 f"takes δ = 1/N^1.1, which needs N >= 2 agents, but the objective has {N}; set `privacy.delta` "
                 "or give the objective more agents."
             )
-        if s.method.federated() and s.aggregation == "secure":
+        if s.method.federated():
             try:
-                SecureMechanism.from_settings(s, N)
+                get_release(s.aggregation).check(s, N)
             except ValueError as err:
                 raise ConfigError(f"{where}: {err}") from None
         P = s.num_regions

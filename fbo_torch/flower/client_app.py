@@ -56,6 +56,7 @@ from flwr.app import ConfigRecord, ConfigRecordValues, Context, Message
 from flwr.clientapp import ClientApp
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.federation.release import get_release
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.flower.agent_node import FeatureMapMismatch, LiveNodes
 from fbo_torch.flower.config import FlowerRunConfig, allowed_objectives
@@ -142,7 +143,8 @@ def handle_round(msg: Message, context: Context) -> Message:
             f"the server's feature-map arguments {plan.features} do not give its fingerprint {plan.fingerprint!r}."
         )
     settings = config.dp_settings()
-    secure = settings.aggregation == "secure" and settings.method.federated() and plan.omega_round > 0
+    secure_sum = not get_release(settings.aggregation).sees_messages  # the agent sends its integer vector
+    secure = secure_sum and settings.method.federated() and plan.omega_round > 0
     cohort = records_to_secagg_cohort(msg.content, settings.num_regions) if secure else None  # checked first
     identity = NodeIdentity.from_node_config(context.node_config, agent) if cohort else None
     if plan.omega_round > 0:

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fbo_torch.federation.release import get_release
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.privacy.accountants import get_epsilon
@@ -170,7 +171,7 @@ class PrivacyFloor:
             return 0.0
         if s.noise_multiplier <= 0:
             return math.inf
-        if s.aggregation == "secure":
+        if not get_release(s.aggregation).sees_messages:  # a secure sum: the worst a deviating server can do
             mech = SecureMechanism.from_settings(s, config.num_agents)
             return max(worst_case_epsilons(mech, self.required_threshold(config), s.sample_rate, T, delta))
         from opacus.accountants import create_accountant
@@ -198,7 +199,8 @@ class PrivacyFloor:
                 f'{who}: run config `aggregation` = "{s.aggregation}", this node requires `{PREFIX}aggregation` = '
                 f'"{self.aggregation}".'
             )
-        if s.aggregation == "secure":
+        secure_sum = not get_release(s.aggregation).sees_messages
+        if secure_sum:
             if self.max_dropout_tolerance is not None and s.dropout_tolerance > self.max_dropout_tolerance:
                 raise PrivacyFloorError(
                     f"{who}: run config `dropout-tolerance` = {s.dropout_tolerance:g} is above this node's "
@@ -213,7 +215,7 @@ class PrivacyFloor:
         if self.max_epsilon is not None:
             eps = self.epsilon(config)
             if eps > self.max_epsilon:
-                where = "against a server that deviates from SecAgg+" if s.aggregation == "secure" else "released"
+                where = "against a server that deviates from SecAgg+" if secure_sum else "released"
                 raise PrivacyFloorError(
                     f"{who}: {int(s.num_iterations)} rounds (run config `num-rounds`, `noise-multiplier`, "
                     f"`sample-rate`) can cost it epsilon = {eps:.4g} ({where}), above this node's "

@@ -120,7 +120,8 @@ class Agents:
         self.warp_choice: Tensor | None = None
         #: Optional per-agent lengthscale prior ``(loc, scale)``, ``B x k`` each (e.g. learned from peers):
         #: each agent's GP is then fitted under the spec's prior and under this one, and keeps the fit
-        #: whose evidence for its observations is higher (:meth:`gp`; ``None``: the spec's prior only).
+        #: that predicts its held-out observations better (leave-one-out, :meth:`gp`; ``None``: the
+        #: spec's prior only).
         self.ls_prior: tuple[Tensor, Tensor] | None = None
         #: ``B``: which prior each agent's last GP kept (0 the spec's, 1 :attr:`ls_prior`), or ``None``.
         self.prior_choice: Tensor | None = None
@@ -228,16 +229,18 @@ class Agents:
 
     def log_lengthscales(self) -> Tensor | None:
         r"""``B x k``: the log lengthscales (unit-cube units) of each agent's last fitted GP, at the
-        output warp it chose (``k = d`` with ARD, else 1); ``None`` before the first fit."""
+        output warp it chose (``k = d`` with ARD, else 1); ``None`` before the first fit.
+
+        Always the fit under the spec's prior, also where the agent kept a fit under
+        :attr:`ls_prior`: what an agent shares is its own data's evidence, not a consensus its
+        peers' lengthscales pulled it towards (pooling those again would count the peers twice
+        and narrow the federation's prior round after round)."""
         if self.gp_params is None:
             return None
         B = self.num_agents
         rows = torch.arange(B, device=self.gp_params.device)
-        K = 1 if self.warp_choice is None else self.gp_params.shape[0] // B // (1 if self.prior_choice is None else 2)
         if self.warp_choice is not None:
-            rows = self.warp_choice * B + rows
-        if self.prior_choice is not None:
-            rows = self.prior_choice * K * B + rows
+            rows = self.warp_choice * B + rows  # the spec's prior: the first K x B candidates
         return log_lengthscales(self.gp_params[rows], self.gp_spec, self._X.shape[-1])
 
     def current_gp(self) -> BatchedExactGP:
@@ -317,6 +320,15 @@ class Agents:
             evidence = model.mll().view(C, B) * n - n * model.y_std.view(C, B).log() + jac
             evidence = torch.where(torch.isfinite(evidence), evidence, -torch.inf)
             best = evidence.argmax(0)  # B; candidate 0 (identity warp, spec prior) where every one failed
+            if P > 1:
+                # each prior's warp by evidence, then the prior whose model predicts the agent's held-out
+                # observations better (leave-one-out, in the original units): the MAP evidence holds the
+                # prior's density at the fit, which a narrower prior raises whether or not it fits better
+                warp = evidence.view(P, K, B).argmax(1)  # P x B
+                loo = model.loo_log_predictive().view(C, B) - n * model.y_std.view(C, B).log() + jac
+                loo = torch.where(torch.isfinite(loo), loo, -torch.inf).view(P, K, B)
+                pick = loo.gather(1, warp.unsqueeze(1)).squeeze(1).argmax(0)  # B; the spec's prior on ties
+                best = pick * K + warp.gather(0, pick.unsqueeze(0)).squeeze(0)
             rows = best * B + torch.arange(B, device=best.device)
             self.warp_choice = best % K if K > 1 else None
             self.prior_choice = best // K if P > 1 else None

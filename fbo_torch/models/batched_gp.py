@@ -582,6 +582,34 @@ class BatchedExactGP:
             self._chol = torch.where((info == 0).view(-1, 1, 1), L, L2)
         return self._chol
 
+    def loo_log_predictive(self) -> Tensor:
+        r"""Each agent's leave-one-out log predictive density of its observations: ``B``.
+
+        ``Σ_i log N(y_i | μ_{-i}, σ²_{-i})`` over the valid observations, on the
+        standardized outcomes at the current hyperparameters, in closed form from one
+        factorization: ``y_i − μ_{-i} = [K⁻¹r]_i / [K⁻¹]_ii`` and ``σ²_{-i} = 1 / [K⁻¹]_ii``
+        with ``r = y − c`` (Rasmussen & Williams 2006, eqs. 5.10–5.12). Unlike the
+        marginal likelihood at a MAP fit (:meth:`mll`), it holds no prior density: a
+        narrower hyperparameter prior does not score higher unless the model it leads to
+        predicts the agent's held-out observations better (how
+        :meth:`~fbo_torch.federation.agents.Agents.current_gp` chooses between lengthscale
+        priors).
+
+        Returns:
+            ``B`` sums of log densities (``-inf`` where the covariance is not positive definite).
+        """
+        K = self._train_cov(self.params)
+        L, info = torch.linalg.cholesky_ex(K)
+        eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
+        Li = torch.linalg.solve_triangular(L, eye.expand_as(L), upper=False)
+        kinv_diag = Li.square().sum(-2)  # [K⁻¹]_ii = Σ_j (L⁻¹)_ji²: B x n
+        r = self.y - self.unpack(self.params)["mean"].unsqueeze(-1)
+        r = torch.where(self.mask, r, 0.0).unsqueeze(-1)
+        alpha = (Li.mT @ (Li @ r)).squeeze(-1)  # K⁻¹r
+        log_p = 0.5 * (kinv_diag.log() - _LOG2PI) - 0.5 * alpha.square() / kinv_diag
+        total = torch.where(self.mask, log_p, 0.0).sum(-1)
+        return torch.where(info == 0, total, -torch.inf)
+
     def factored(self) -> FactoredGPs:
         """The agents' GPs at the current hyperparameters, factored (what posteriors and paths are built from)."""
         return FactoredGPs(

@@ -59,6 +59,29 @@ def test_masked_observations_equal_dropping_them():
     torch.testing.assert_close(gp.params[1], single.params[0], atol=1e-8, rtol=1e-8)
 
 
+def test_leave_one_out_density_equals_conditioning_on_the_other_points():
+    """The closed form equals the definition: each valid observation's density under the GP conditioned on the
+    others (the same hyperparameters), masked entries left out; float64 solves of 12 x 12 systems agree to ~1e-10."""
+    X, Y, bounds = _data(B=3, n=12)
+    mask = torch.ones(3, 12, dtype=torch.bool)
+    mask[1, -3:] = False
+    gp = BatchedExactGP(X, Y, bounds, spec="fbo", mask=mask).fit(maxiter=40)
+    K = gp._train_cov(gp.params)
+    r = gp.y - gp.unpack(gp.params)["mean"].unsqueeze(-1)
+    expected = []
+    for b in range(3):
+        idx = mask[b].nonzero().squeeze(-1)
+        Kb, rb, total = K[b][idx][:, idx], r[b][idx], 0.0
+        for i in range(len(idx)):
+            rest = [j for j in range(len(idx)) if j != i]
+            k = Kb[i, rest]
+            mu = k @ torch.linalg.solve(Kb[rest][:, rest], rb[rest])
+            var = Kb[i, i] - k @ torch.linalg.solve(Kb[rest][:, rest], k)
+            total += float(-0.5 * torch.log(2 * math.pi * var) - 0.5 * (rb[i] - mu) ** 2 / var)
+        expected.append(total)
+    torch.testing.assert_close(gp.loo_log_predictive(), torch.tensor(expected, dtype=f64), atol=1e-9, rtol=1e-9)
+
+
 @pytest.mark.parametrize("spec", ["botorch", "rbf"])
 def test_fit_is_as_good_as_fit_gpytorch_mll(spec):
     # per-agent MLL after our batched BFGS vs BoTorch's SciPy L-BFGS-B on the same model;

@@ -28,6 +28,15 @@ sybil messages an agent is expected to follow in 60 draws with trust,
 Also the correlations ``ρ = cos(ω_n, ω_m)`` between honest peers' messages and
 between a sybil and the message it copied.
 
+A second attack (issue 50, item 9), ``decorrelated``: each sybil is the spiked
+copy plus a random component in the null space of the target's observed
+features ``φ(X)`` (its predictions at ``X`` are the spiked copy's), of the
+smallest size that brings its correlation with every other message below 0.45,
+so that :func:`~fbo_torch.protocol.fidelity.redundancy` counts none of them
+(:func:`decorrelated_sybils`; the message norms, honest and sybil, are reported).
+``candidate_rules`` compares near-duplicate rules that do not rely on copied
+messages (:func:`candidate_counts`) on both attacks and without sybils.
+
 Usage::
 
     python benchmarks/sybil_study.py --out benchmarks/results/sybil_study.json
@@ -47,7 +56,13 @@ import torch
 from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.objectives.synthetic import AGENT_KINDS, GPSampleGridFederation
 from fbo_torch.optim.domain import Domain
-from fbo_torch.protocol.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
+from fbo_torch.protocol.fidelity import (
+    fidelity_scores,
+    fidelity_weights,
+    learn_peer_choice,
+    peer_predictions,
+    redundancy,
+)
 from fbo_torch.protocol.schedules import AgentDistribution
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 from fbo_torch.simulate.presets import PAPER
@@ -77,23 +92,144 @@ def sybil_messages(
 ) -> torch.Tensor:
     r"""``R x k x M`` sybils of the ``R x M`` messages ``base``: each spiked near the grid point
     farthest from the run's inputs ``X`` (``R x n x 1``)."""
-    R = base.shape[0]
+    x_s = spike_points(X, grid, k, gen)
+    return base.unsqueeze(1) + spike(features, base.unsqueeze(1).expand(-1, k, -1), x_s, grid)
+
+
+def spike_points(X: torch.Tensor, grid: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+    r"""``R x k`` attacker's points: the grid point farthest from each run's inputs, moved by up to half
+    a lengthscale per sybil."""
+    R = X.shape[0]
     far = (grid.view(1, -1) - X[..., 0].unsqueeze(-1)).abs().amin(-2)  # R x C: distance to the nearest input
     x_s = grid[far.argmax(-1)]  # R
     jitter = (torch.rand(R, k, generator=gen, dtype=torch.float64) - 0.5) * 0.03  # up to half a lengthscale
-    x_s = (x_s.unsqueeze(-1) + jitter).clamp(0, 1)  # R x k
-    f_base = features(grid.view(-1, 1)) @ base.T  # C x R
-    top, low = f_base.amax(0), f_base.amin(0)
+    return (x_s.unsqueeze(-1) + jitter).clamp(0, 1)  # R x k
+
+
+def spike(features, omegas: torch.Tensor, x_s: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    r"""``R x k x M`` the smallest change of each message ``omegas`` (``R x k x M``) that makes its
+    function top its own maximum over ``grid`` at ``x_s`` (``R x k``) by 25% of its range."""
+    f = torch.einsum("cm,rkm->rkc", features(grid.view(-1, 1)), omegas)
+    top, low = f.amax(-1), f.amin(-1)
     phi_s = features(x_s.unsqueeze(-1))  # R x k x M
-    at_s = torch.einsum("rkm,rm->rk", phi_s, base)
-    c = (top.unsqueeze(-1) - at_s) + 0.25 * (top - low).unsqueeze(-1)  # the spike tops the copy by 25% of its range
-    return base.unsqueeze(1) + c.unsqueeze(-1) * phi_s / phi_s.square().sum(-1, keepdim=True)
+    at_s = (phi_s * omegas).sum(-1)
+    c = (top - at_s) + 0.25 * (top - low)
+    return c.unsqueeze(-1) * phi_s / phi_s.square().sum(-1, keepdim=True)
+
+
+def null_space(features, X: torch.Tensor, mask: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    r"""``R x k x M`` the part of each vector ``w`` (``R x k x M``) in the null space of its run's
+    observed features ``φ(X)`` (``R x n x M``, valid rows ``mask``): ``w - Φᵀ(ΦΦᵀ)⁺Φw``, which
+    predicts 0 at every observed input."""
+    phi = features(X) * mask.unsqueeze(-1)  # R x n x M, failed evaluations ignored
+    coef = torch.linalg.pinv(phi @ phi.transpose(-1, -2), hermitian=True) @ (phi @ w.transpose(-1, -2))
+    return w - (phi.transpose(-1, -2) @ coef).transpose(-1, -2)
+
+
+def decorrelated_sybils(
+    features,
+    base: torch.Tensor,
+    others: torch.Tensor,
+    keep: torch.Tensor,
+    X: torch.Tensor,
+    mask: torch.Tensor,
+    grid: torch.Tensor,
+    k: int,
+    gen: torch.Generator,
+    target: float = 0.45,
+) -> torch.Tensor:
+    r"""``R x k x M`` spiked copies of ``base`` (``R x M``) made to look unrelated to every message.
+
+    Each sybil is ``ω_h + v_j(a) + spike_j`` with ``v_j(a) = a u_j - min(a, 1)(I - P)ω_h`` in the
+    null space of the target's observed features (``P`` the projection on their span, so the sybil
+    predicts at ``X`` what the spiked copy predicts): ``u_j`` a standard normal vector of that null
+    space rescaled to the norm of ``(I - P)ω_h``. At ``a = 1`` the copy's function away from the
+    target's data is replaced by an independent one of the same size (the message's norm stays an
+    honest draw's); beyond, the independent part grows. One ``a`` per run, the smallest (bisection)
+    that brings every sybil's correlation with every other message (``others``, ``R x N x M`` where
+    ``keep``, the copied one included, and the other sybils) below ``target`` (under ``ρ_0 = 0.5`` of
+    :func:`~fbo_torch.protocol.fidelity.redundancy`); the spike is computed after, so each sybil
+    still peaks at its point ``x_s``.
+    """
+    R, M = base.shape
+    x_s = spike_points(X, grid, k, gen)
+    unseen = null_space(features, X, mask, base.unsqueeze(1))  # R x 1 x M
+    u = null_space(features, X, mask, torch.randn(R, k, M, generator=gen, dtype=torch.float64))
+    u = u / u.norm(dim=-1, keepdim=True) * unseen.norm(dim=-1, keepdim=True)
+
+    def build(a: torch.Tensor) -> torch.Tensor:
+        a = a.view(R, 1, 1)
+        w = base.unsqueeze(1) + a * u - a.clamp_max(1) * unseen
+        return w + spike(features, w, x_s, grid)
+
+    def worst(s: torch.Tensor) -> torch.Tensor:
+        unit = lambda w: w / w.norm(dim=-1, keepdim=True)  # noqa: E731
+        to_others = (unit(s) @ unit(others).transpose(-1, -2)).masked_fill(~keep.unsqueeze(1), -2).amax((-1, -2))
+        among = unit(s) @ unit(s).transpose(-1, -2) - 2 * torch.eye(k, dtype=s.dtype)
+        return torch.maximum(to_others, among.amax((-1, -2)))
+
+    lo, hi = torch.zeros(R, dtype=torch.float64), torch.full((R,), 8.0, dtype=torch.float64)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        ok = worst(build(mid)) < target
+        hi, lo = torch.where(ok, mid, hi), torch.where(ok, lo, mid)
+    return build(hi)
+
+
+def near(vectors: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    r"""``R x N x N`` ``clamp((cos - ρ_0) / (1 - ρ_0), 0, 1)`` between the rows of ``vectors`` (``R x N x D``)."""
+    unit = vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    return ((unit @ unit.transpose(-1, -2) - threshold) / (1 - threshold)).clamp(0, 1)
+
+
+def observed_correlation(features, omegas: torch.Tensor, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    r"""``R x N x N`` ``cos(Pω_n, Pω_m)``, ``P`` the projection on the span of the target's observed
+    features: how alike two messages are at the target's own inputs (1 for messages that differ only
+    in the null space of ``φ(X)``)."""
+    phi = features(X) * mask.unsqueeze(-1)
+    pred = phi @ omegas.transpose(-1, -2)  # R x n x N
+    inner = pred.transpose(-1, -2) @ torch.linalg.pinv(phi @ phi.transpose(-1, -2), hermitian=True) @ pred
+    d = inner.diagonal(dim1=-2, dim2=-1).clamp_min(1e-300).sqrt()
+    return inner / d.unsqueeze(-1) / d.unsqueeze(-2)
+
+
+def candidate_counts(features, omegas: torch.Tensor, X: torch.Tensor, mask: torch.Tensor, grid: torch.Tensor) -> dict:
+    r"""Near-duplicate counts ``c_n`` (``R x N``) of the rules compared in the study.
+
+    * ``messages``: :func:`~fbo_torch.protocol.fidelity.redundancy` (the library's rule);
+    * ``proposals``: also peers whose maximizers over ``grid`` coincide (kernel correlation
+      ``φ(x̂_n)ᵀφ(x̂_m) / ‖·‖‖·‖ > 0.5``, about 1.2 lengthscales) count as one;
+    * ``proposals_and_correlated``: a coinciding pair counts in proportion to its messages'
+      correlation between 0.05 and 0.15 (honest pairs are mostly below);
+    * ``observed_part``: also peers whose messages' parts at the target's inputs coincide
+      (``cos(Pω_n, Pω_m)`` from 0.9 to 1);
+    * ``proposals_and_observed``: peers whose maximizers coincide, in proportion to the last.
+    """
+    by_message = near(omegas)
+    values = torch.einsum("cm,rnm->rnc", features(grid.view(-1, 1)), omegas)
+    phi_top = features(grid[values.argmax(-1)].unsqueeze(-1))  # R x N x M
+    unit = phi_top / phi_top.norm(dim=-1, keepdim=True)
+    same_point = (unit @ unit.transpose(-1, -2) > 0.5).to(omegas.dtype)
+    unit_w = omegas / omegas.norm(dim=-1, keepdim=True)
+    rho = unit_w @ unit_w.transpose(-1, -2)
+    at_x = ((observed_correlation(features, omegas, X, mask) - 0.9) / 0.1).clamp(0, 1)
+    rules = {
+        "messages": by_message,
+        "proposals": torch.maximum(by_message, same_point),
+        "proposals_and_correlated": torch.maximum(by_message, same_point * ((rho - 0.05) / 0.1).clamp(0, 1)),
+        "observed_part": torch.maximum(by_message, at_x),
+        "proposals_and_observed": torch.maximum(by_message, same_point * at_x),
+    }
+    return {name: c.sum(-1).clamp_min(1.0) for name, c in rules.items()}
+
+
+ATTACKS = ("spiked_copy", "decorrelated")
 
 
 def study(functions: int, inits: int, seed: int) -> dict:
     obj, domain, history = federation(functions)
     grid = obj.candidates[:, 0]
-    rows = []
+    rows, candidates = [], []
     for n in OBSERVATIONS:
         settings = FTSSettings(
             **PAPER,
@@ -124,60 +260,109 @@ def study(functions: int, inits: int, seed: int) -> dict:
         unit = honest / honest.norm(dim=-1, keepdim=True)
         rho = unit @ unit.transpose(-1, -2)
         off = ~torch.eye(honest.shape[1], dtype=torch.bool)
-        for k in SYBILS:
-            omegas, is_sybil = honest.clone(), torch.zeros_like(kinds, dtype=torch.bool)
-            if k:
-                base = honest[torch.arange(R), copied[:, 0]]
-                slots = useless_idx[:, :k]
-                sybils = sybil_messages(features, base, X, grid, k, gen)
-                omegas.scatter_(1, slots.unsqueeze(-1).expand(-1, -1, M), sybils)
-                is_sybil.scatter_(1, slots, True)
-                spike_rho = torch.nn.functional.cosine_similarity(sybils, base.unsqueeze(1), dim=-1)
-            scores = fidelity_scores(peer_predictions(features, omegas, X), y, mask)
-            row = {"sybils": k, "observations": n, "runs": R}
-            for label, copies in (("before", None), ("after", redundancy(omegas))):
-                shares, own = {}, None
-                for trust in (False, True):
-                    dist = AgentDistribution(omegas.shape[1], batch_shape=torch.Size([R]))
-                    p = learn_peer_choice(dist, scores, mask.sum(-1), P_T, "learned", trust, copies)
-                    probs = dist.probs
-                    if trust:
-                        own = torch.as_tensor(p, dtype=torch.float64).expand(R)
+        base = honest[torch.arange(R), copied[:, 0]]
+        for attack in ATTACKS:
+            for k in SYBILS:
+                if attack != ATTACKS[0] and not k:
+                    continue  # no sybils: the same federation for every attack
+                omegas, is_sybil = honest.clone(), torch.zeros_like(kinds, dtype=torch.bool)
+                row = {"attack": attack if k else "none", "sybils": k, "observations": n, "runs": R}
+                if k:
+                    slots = useless_idx[:, :k]
+                    is_sybil.scatter_(1, slots, True)
+                    if attack == "spiked_copy":
+                        sybils = sybil_messages(features, base, X, grid, k, gen)
                     else:
-                        shares = {
-                            "sybil": float((probs * is_sybil).sum(-1).mean()),
-                            "helpful": float((probs * (kinds == HELPFUL) * ~is_sybil).sum(-1).mean()),
-                        }
-                sybil_share_trust = (probs * is_sybil).sum(-1)
-                row[label] = {
-                    "share_sybils": shares["sybil"],
-                    "share_helpful": shares["helpful"],
-                    "own_gp_probability_trust": float(own.mean()),
-                    "sybil_follows_in_60_trust": float((DRAWS * (1 - own) * sybil_share_trust).mean()),
-                }
-            row["uniform"] = {"share_sybils": k / 20, "sybil_follows_in_60": DRAWS * (1 - P_T) * k / 20}
-            if k:
-                row["sybil_to_copied_correlation"] = {"min": float(spike_rho.min()), "mean": float(spike_rho.mean())}
-            rows.append(row)
+                        sybils = decorrelated_sybils(features, base, honest, ~is_sybil, X, mask, grid, k, gen)
+                    omegas.scatter_(1, slots.unsqueeze(-1).expand(-1, -1, M), sybils)
+                    unit_s = omegas / omegas.norm(dim=-1, keepdim=True)
+                    rho_s = unit_s @ unit_s.transpose(-1, -2)
+                    to_copied = rho_s.gather(2, copied.view(R, 1, 1).expand(-1, 20, 1))[..., 0][is_sybil]
+                    row["sybil_to_copied_correlation"] = {
+                        "min": float(to_copied.min()),
+                        "mean": float(to_copied.mean()),
+                    }
+                    pair = is_sybil.unsqueeze(-1) & off
+                    row["sybil_to_any_other_correlation_max"] = float(rho_s[pair].max())
+                    values = torch.einsum("cm,rkm->rkc", features(grid.view(-1, 1)), sybils)
+                    far = (grid.view(1, -1) - X[..., 0].unsqueeze(-1)).abs().amin(-2)
+                    x_far = grid[far.argmax(-1)]
+                    row["sybils_peaking_within_a_lengthscale_of_the_attack_point"] = float(
+                        ((grid[values.argmax(-1)] - x_far.unsqueeze(-1)).abs() <= 0.03).double().mean()
+                    )
+                    row["message_norm"] = {
+                        "honest_mean": float(honest.norm(dim=-1).mean()),
+                        "honest_max": float(honest.norm(dim=-1).max()),
+                        "sybil_mean": float(sybils.norm(dim=-1).mean()),
+                        "sybil_max": float(sybils.norm(dim=-1).max()),
+                    }
+                scores = fidelity_scores(peer_predictions(features, omegas, X), y, mask)
+                for label, copies in (("before", None), ("after", redundancy(omegas))):
+                    shares, own = {}, None
+                    for trust in (False, True):
+                        dist = AgentDistribution(omegas.shape[1], batch_shape=torch.Size([R]))
+                        p = learn_peer_choice(dist, scores, mask.sum(-1), P_T, "learned", trust, copies)
+                        probs = dist.probs
+                        if trust:
+                            own = torch.as_tensor(p, dtype=torch.float64).expand(R)
+                        else:
+                            shares = {
+                                "sybil": float((probs * is_sybil).sum(-1).mean()),
+                                "helpful": float((probs * (kinds == HELPFUL) * ~is_sybil).sum(-1).mean()),
+                            }
+                    sybil_share_trust = (probs * is_sybil).sum(-1)
+                    row[label] = {
+                        "share_sybils": shares["sybil"],
+                        "share_helpful": shares["helpful"],
+                        "own_gp_probability_trust": float(own.mean()),
+                        "sybil_follows_in_60_trust": float((DRAWS * (1 - own) * sybil_share_trust).mean()),
+                    }
+                row["uniform"] = {"share_sybils": k / 20, "sybil_follows_in_60": DRAWS * (1 - P_T) * k / 20}
+                rows.append(row)
+                if k in (0, max(SYBILS)):
+                    for rule, counts in candidate_counts(features, omegas, X, mask, grid).items():
+                        w = fidelity_weights(scores, None, counts)
+                        candidates.append(
+                            {
+                                "rule": rule,
+                                "attack": row["attack"],
+                                "sybils": k,
+                                "observations": n,
+                                "share_sybils": float((w * is_sybil).sum(-1).mean()),
+                                "share_helpful": float((w * (kinds == HELPFUL) * ~is_sybil).sum(-1).mean()),
+                            }
+                        )
         honest_rho = rho[:, off]
-        rows[-len(SYBILS)]["honest_correlation"] = {"max": float(honest_rho.max()), "mean": float(honest_rho.mean())}
-    return {"rows": rows}
+        first = next(r for r in rows if r["observations"] == n)
+        first["honest_correlation"] = {"max": float(honest_rho.max()), "mean": float(honest_rho.mean())}
+    return {"rows": rows, "candidate_rules": candidates}
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| sybils | n | uniform share | share before | share after | helpful before | helpful after "
+        "| attack | sybils | n | uniform share | share before | share after | helpful before | helpful after "
         "| own GP (trust) before | after | sybil follows /60 uniform | before | after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         b, a, u = r["before"], r["after"], r["uniform"]
         lines.append(
-            f"| {r['sybils']} | {r['observations']} | {u['share_sybils']:.0%} | {b['share_sybils']:.1%} | "
+            f"| {r['attack']} | {r['sybils']} | {r['observations']} | {u['share_sybils']:.0%} | "
+            f"{b['share_sybils']:.1%} | "
             f"{a['share_sybils']:.1%} | {b['share_helpful']:.1%} | {a['share_helpful']:.1%} | "
             f"{b['own_gp_probability_trust']:.2f} | {a['own_gp_probability_trust']:.2f} | "
             f"{u['sybil_follows_in_60']:.1f} | {b['sybil_follows_in_60_trust']:.1f} | "
             f"{a['sybil_follows_in_60_trust']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def candidate_table(rows: list[dict]) -> str:
+    lines = ["| rule | attack | sybils | n | sybils' share | helpful share |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['rule']} | {r['attack']} | {r['sybils']} | {r['observations']} | "
+            f"{r['share_sybils']:.1%} | {r['share_helpful']:.1%} |"
         )
     return "\n".join(lines)
 
@@ -199,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         wall_time_s=round(time.perf_counter() - t0, 1),
     )
     print(table(out["rows"]))
+    print(candidate_table(out["candidate_rules"]))
     for r in out["rows"]:
         if "honest_correlation" in r:
             print(
@@ -206,9 +392,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['honest_correlation']['max']:.3f}, mean {r['honest_correlation']['mean']:.3f}"
             )
         if "sybil_to_copied_correlation" in r and r["sybils"] == max(SYBILS):
+            nm = r["message_norm"]
             print(
-                f"n = {r['observations']}: a sybil and the message it copied, correlation min "
-                f"{r['sybil_to_copied_correlation']['min']:.3f}"
+                f"n = {r['observations']}, {r['attack']}: a sybil and the message it copied, correlation min "
+                f"{r['sybil_to_copied_correlation']['min']:.3f}, mean {r['sybil_to_copied_correlation']['mean']:.3f}; "
+                f"a sybil and any other message, max {r['sybil_to_any_other_correlation_max']:.3f}; norms honest "
+                f"{nm['honest_mean']:.1f} (max {nm['honest_max']:.1f}), sybil {nm['sybil_mean']:.1f} "
+                f"(max {nm['sybil_max']:.1f}); sybils peaking within a lengthscale of the attack point "
+                f"{r['sybils_peaking_within_a_lengthscale_of_the_attack_point']:.0%}"
             )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

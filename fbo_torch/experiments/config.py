@@ -47,6 +47,7 @@ from fbo_torch.experiments import schema
 from fbo_torch.simulate.presets import DEFAULT_SETUP, check_setup, objective_setup, setup_choices
 from fbo_torch.utils.paths import shipped_example
 from fbo_torch.utils.resources import parse_bytes
+from fbo_torch.utils.schema import type_error
 
 if TYPE_CHECKING:  # torch and the settings classes are imported where a config is resolved, not to check one
     from fbo_torch.federation.settings import HistorySettings, PrivacySettings
@@ -200,7 +201,7 @@ def _check_hints(where: str, hints: dict[str, Any], values: dict[str, Any]) -> N
     for key, value in values.items():
         hint = hints.get(key)
         if hint is not None and not _type_ok(value, hint):
-            raise ConfigError(f"{where}: `{key}` must be {_describe(hint)}, got {value!r} ({type(value).__name__}).")
+            raise ConfigError(f"{where}: {type_error(key, _describe(hint), value)}")
 
 
 def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:

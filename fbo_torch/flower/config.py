@@ -119,6 +119,7 @@ from fbo_torch.objectives.search_space import SearchSpace
 from fbo_torch.optim.domain import Domain, check_options
 from fbo_torch.privacy import deployment_delta
 from fbo_torch.protocol.keys import federation_agent_keys, federation_keys
+from fbo_torch.utils.schema import type_error
 
 METHODS = ("dp-fts-de", "ts")
 #: Run config keys that name a settings field differently (Flower's word for ``T``).
@@ -326,7 +327,7 @@ def _scalar(name: str, value: Any, kind: str) -> Any:
             raise ValueError
     except (TypeError, ValueError):
         expected = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
-        raise ValueError(f"run config `{name}` must be {expected}, got {value!r}.") from None
+        raise ValueError(f"run config: {type_error(name, expected, value)}") from None
     return value if isinstance(value, str) else str(value)
 
 

@@ -588,15 +588,11 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
             own = {k: v for k, v in m.items() if k != "name"}
             fitting = _fitting_preset(preset, own.get("algorithm", defaults.get("algorithm")), settings_cls)
             values = _merge(_merge(fitting, defaults), own)
-            if (
-                privacy.max_epsilon is not None
-                and "max_epsilon" not in values
-                and isinstance(values.get("noise_multiplier"), (int, float))
-                and values["noise_multiplier"] > 0
-            ):
-                values["max_epsilon"] = privacy.max_epsilon  # privacy.max_epsilon: the private methods' default
             try:
                 settings = build_dataclass(settings_cls, values, mw)
+                if privacy.max_epsilon is not None and "max_epsilon" not in values and settings.is_private:
+                    # privacy.max_epsilon: the budget of every method whose algorithm says it is private
+                    settings = build_dataclass(settings_cls, {**values, "max_epsilon": privacy.max_epsilon}, mw)
             except ConfigError as err:
                 raise ConfigError(_blame(err, m, mw, sources)) from None
             methods.append((str(m["name"]), settings))

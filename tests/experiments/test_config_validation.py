@@ -140,6 +140,12 @@ def test_privacy_max_epsilon_is_the_private_methods_default():
         ],
     )
     assert [m.max_epsilon for _, m in cfg.scenarios[0].methods] == [None, 4.0, 9.0]
+    # the algorithm says what is private, not `noise_multiplier > 0`: TS releases nothing, whatever its z
+    cfg = parse(
+        privacy={"max_epsilon": 4.0},
+        methods=[{"name": "TS", "algorithm": "ts", "noise_multiplier": 1.0, "clip_norm": 1.0}],
+    )
+    assert [m.max_epsilon for _, m in cfg.scenarios[0].methods] == [None]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")

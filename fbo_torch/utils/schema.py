@@ -142,6 +142,18 @@ class Flag(Check):
 
 
 @dataclasses.dataclass(frozen=True)
+class Text(Check):
+    """A string (any: a path, a name the setting's user checks)."""
+
+    def __call__(self, key: str, value: Any) -> None:
+        if not isinstance(value, str):
+            raise ValueError(type_error(key, "a string", value))
+
+    def refused(self) -> Any:
+        return 1
+
+
+@dataclasses.dataclass(frozen=True)
 class Choice(Check):
     """One of ``choices`` (a sequence, or a function returning one: a registry read when the check runs)."""
 
@@ -228,14 +240,28 @@ def doc(cls: type, name: str) -> str:
     return str({f.name: f for f in dataclasses.fields(cls)}[name].metadata[DOC])
 
 
-def check_fields(obj: Any) -> None:
+def check_fields(obj: Any, spell: Callable[[str], str] | None = None) -> None:
     """Run every declared field's check on ``obj``'s value, in field order.
 
     Args:
         obj: A settings dataclass instance.
+        spell: The key a field's name is shown as (a Flower run config's kebab-case); default: the name.
     """
     for f in declared(type(obj)):
-        f.metadata[CHECK](f.name, getattr(obj, f.name))
+        f.metadata[CHECK](spell(f.name) if spell is not None else f.name, getattr(obj, f.name))
+
+
+def check_value(cls: type, name: str, value: Any, key: str | None = None) -> None:
+    """Run the check of field ``name`` of ``cls`` on ``value`` (a value a reader needs before it builds ``cls``).
+
+    Args:
+        cls: The settings dataclass.
+        name: The field.
+        value: The value.
+        key: The key the message names (default: ``name``).
+    """
+    check = {f.name: f for f in dataclasses.fields(cls)}[name].metadata[CHECK]
+    check(key if key is not None else name, value)
 
 
 _T = TypeVar("_T", bound=type)
@@ -253,8 +279,11 @@ def document(cls: _T) -> _T:
         ``cls``.
     """
     lines = [f"        {f.name}: {f.metadata[DOC]}" for f in declared(cls)]
-    if lines:
-        cls.__doc__ = (cls.__doc__ or cls.__name__).rstrip() + "\n\n    Attributes:\n" + "\n".join(lines) + "\n"
+    text = (cls.__doc__ or cls.__name__).rstrip()
+    last = text.rsplit("\n\n", 1)[-1].lstrip("\n")
+    if lines:  # an Attributes section of the fields that are no settings, if last, takes the entries
+        heading = "" if last.startswith("    Attributes:") else "\n\n    Attributes:"
+        cls.__doc__ = text + heading + "\n" + "\n".join(lines) + "\n"
     return cls
 
 
@@ -296,7 +325,9 @@ __all__ = [
     "Optional",
     "Probability",
     "Rule",
+    "Text",
     "check_fields",
+    "check_value",
     "declared",
     "doc",
     "document",

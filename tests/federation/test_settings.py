@@ -18,7 +18,7 @@ from fbo_torch.federation.settings import (
     PrivacySettings,
 )
 from fbo_torch.flower.config import FlowerRunConfig
-from fbo_torch.utils.schema import CHECK, DOC, Check, declared
+from fbo_torch.utils.schema import CHECK, DOC, Check, Text, declared
 
 FIELDS = [(cls, f) for cls in SETTINGS_CLASSES for f in dataclasses.fields(cls)]
 
@@ -102,6 +102,26 @@ def test_a_flower_run_config_refuses_with_the_python_message(case):
         FlowerRunConfig.from_run_config({key: bad})
     expected = _python_message(cls, f.name, bad).replace(f"`{f.name}`", f"`{key}`")
     assert str(info.value) == f"run config: {expected}"
+
+
+RUN_FIELDS = [f for f in dataclasses.fields(FlowerRunConfig) if f.name not in ("settings", "privacy")]
+
+
+@pytest.mark.parametrize("f", RUN_FIELDS, ids=lambda f: f.name)
+def test_the_flower_run_config_s_own_keys_are_declared_and_refused_the_same_way_from_toml(f):
+    assert set(f.metadata) == {DOC, CHECK} and f.metadata[DOC].strip().endswith(".")
+    assert f"        {f.name}: " in FlowerRunConfig.__doc__
+    f.metadata[CHECK](f.name, _default(f))
+    key = FLOWER_KEYS["run", f.name]
+    bad = f.metadata[CHECK].refused()
+    with pytest.raises((ValueError, TypeError)) as python:
+        FlowerRunConfig(**{f.name: bad})
+    assert str(python.value).startswith(f"run config: `{key}`")
+    if isinstance(f.metadata[CHECK], Text):
+        return  # TOML spells any scalar as the string it holds
+    with pytest.raises(ValueError) as toml:
+        FlowerRunConfig.from_run_config({key: bad})
+    assert str(toml.value) == str(python.value)
 
 
 def test_kind_defaults_are_one_table_and_the_module_docstring_shows_it():

@@ -19,14 +19,16 @@ wrong type is named with :func:`type_error`, the message the readers use too.
 :func:`kind_defaults` gives a subclass other defaults of its base's fields (the
 experiment kinds whose papers chose other values), declared in one table.
 
-This module imports nothing heavy (the checks import :mod:`fbo_torch.utils.validation`
-when they run), so the YAML reader can use :func:`type_error` before torch is imported.
+This module imports nothing heavy, so the YAML reader checks its top-level keys with it
+before torch is imported; :mod:`fbo_torch.utils.validation` builds its checks of numbers
+(and of one-element tensors) on :func:`check_integer` and :func:`check_fraction`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -46,6 +48,72 @@ def type_error(key: str, expected: str, value: Any) -> str:
         The message (one line).
     """
     return f"`{key}` must be {expected}, got {value!r} ({type(value).__name__})."
+
+
+def check_integer(name: str, value: Any, minimum: int | None = None) -> int:
+    """``value`` as an ``int`` (not a bool), at least ``minimum`` if given.
+
+    :func:`fbo_torch.utils.validation.check_int` takes one-element integer tensors too.
+
+    Args:
+        name: The key the message names.
+        value: The value.
+        minimum: The least value allowed.
+
+    Returns:
+        The integer.
+
+    Raises:
+        TypeError: Not an integer.
+        ValueError: Below ``minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"`{name}` must be an integer, got {type(value).__name__}.")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"`{name}` must be >= {minimum}, got {value}.")
+    return int(value)
+
+
+def check_fraction(name: str, value: Any, open_left: bool = False, open_right: bool = False) -> float:
+    """``value`` (a real number, not a bool) as a float in ``[0, 1]``, open at 0 or 1 as asked.
+
+    :func:`fbo_torch.utils.validation.check_probability` takes one-element tensors too.
+
+    Args:
+        name: The key the message names.
+        value: The value.
+        open_left: Refuse 0.
+        open_right: Refuse 1.
+
+    Returns:
+        The float.
+
+    Raises:
+        TypeError: Not a real number.
+        ValueError: Outside the interval.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(number_error(name, value))
+    v = float(value)
+    lo_ok = v > 0 if open_left else v >= 0
+    hi_ok = v < 1 if open_right else v <= 1
+    if not (math.isfinite(v) and lo_ok and hi_ok):
+        interval = ("(" if open_left else "[") + "0, 1" + (")" if open_right else "]")
+        raise ValueError(f"`{name}` must lie in {interval}, got {value}.")
+    return v
+
+
+def number_error(name: str, value: Any) -> str:
+    """The message for a value that is no number (text, a bool): ```name` must be a number, got TYPE VALUE.``.
+
+    Args:
+        name: The key the message names.
+        value: The value given.
+
+    Returns:
+        The message.
+    """
+    return f"`{name}` must be a number, got {type(value).__name__} {value!r}."
 
 
 class Check:
@@ -76,9 +144,7 @@ class Integer(Check):
     minimum: int | None = None
 
     def __call__(self, key: str, value: Any) -> None:
-        from fbo_torch.utils.validation import check_int
-
-        check_int(key, value, minimum=self.minimum)
+        check_integer(key, value, self.minimum)
 
     def refused(self) -> Any:
         return min(self.minimum - 1, -1) if self.minimum is not None else 0.5
@@ -121,9 +187,7 @@ class Probability(Check):
     open_right: bool = False
 
     def __call__(self, key: str, value: Any) -> None:
-        from fbo_torch.utils.validation import check_probability
-
-        check_probability(key, value, open_left=self.open_left, open_right=self.open_right)
+        check_fraction(key, value, self.open_left, self.open_right)
 
     def refused(self) -> Any:
         return 1.5
@@ -139,6 +203,21 @@ class Flag(Check):
 
     def refused(self) -> Any:
         return "maybe"
+
+
+@dataclasses.dataclass(frozen=True)
+class Seed(Check):
+    """A random seed: an integer in ``[0, 2^63)``."""
+
+    def __call__(self, key: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise ValueError(
+                f"`{key}` must be an integer in [0, 2^63), got {value!r}; larger seeds would repeat smaller "
+                "ones' streams."
+            )
+
+    def refused(self) -> Any:
+        return 2**63
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,13 +404,17 @@ __all__ = [
     "Optional",
     "Probability",
     "Rule",
+    "Seed",
     "Text",
     "check_fields",
+    "check_fraction",
+    "check_integer",
     "check_value",
     "declared",
     "doc",
     "document",
     "kind_defaults",
+    "number_error",
     "setting",
     "type_error",
 ]

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import fbo_torch.federation.settings as settings_module
-from fbo_torch.experiments.config import ConfigError, parse_config
+from fbo_torch.experiments.config import ConfigError, RunOptions, RunsConfig, parse_config
 from fbo_torch.federation.settings import (
     KIND_DEFAULTS,
     SETTINGS_CLASSES,
@@ -122,6 +122,26 @@ def test_the_flower_run_config_s_own_keys_are_declared_and_refused_the_same_way_
     with pytest.raises(ValueError) as toml:
         FlowerRunConfig.from_run_config({key: bad})
     assert str(toml.value) == str(python.value)
+
+
+@pytest.mark.parametrize(
+    "case", [(cls, f) for cls in (RunOptions, RunsConfig) for f in dataclasses.fields(cls)], ids=_id
+)
+def test_the_experiment_file_s_top_level_keys_and_runs_are_declared_and_refused_the_same_way(case):
+    cls, f = case
+    assert set(f.metadata) == {DOC, CHECK} and f.metadata[DOC].strip().endswith(".")
+    assert f"        {f.name}: " in cls.__doc__
+    f.metadata[CHECK](f.name, _default(f))
+    bad = f.metadata[CHECK].refused()
+    raw = {"experiment": "fts", "objective": {"type": "gp_grid"}, "methods": [{"name": "m"}]}
+    where = "exp.yaml"
+    if cls is RunsConfig:
+        raw["runs"], where = {f.name: bad}, "exp.yaml: runs"
+    else:
+        raw[f.name] = bad
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, "exp.yaml")
+    assert str(info.value) == f"{where}: {_python_message(cls, f.name, bad)}"
 
 
 def test_kind_defaults_are_one_table_and_the_module_docstring_shows_it():

@@ -91,6 +91,7 @@ from fbo_torch.utils.schema import (
     Integer,
     Number,
     Rule,
+    Seed,
     Text,
     check_fields,
     check_value,
@@ -285,8 +286,8 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
 
-def _scalar(name: str, value: Any, kind: str) -> Any:
-    """A run config value as ``kind`` (``"int"``, ``"float"``, ``"bool"``, ``"str"``); anything else is an error."""
+def _scalar(name: str, value: Any, kind: str, where: str = "run config") -> Any:
+    """A ``where`` value as ``kind`` (``"int"``, ``"float"``, ``"bool"``, ``"str"``); anything else is an error."""
     try:
         if kind == "int":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
@@ -305,38 +306,47 @@ def _scalar(name: str, value: Any, kind: str) -> Any:
             raise ValueError
     except (TypeError, ValueError):
         expected = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
-        raise ValueError(f"run config: {type_error(name, expected, value)}") from None
+        raise ValueError(f"{where}: {type_error(name, expected, value)}") from None
     return value if isinstance(value, str) else str(value)
 
 
-def _typed(key: str, field_name: str, value: Any, hint: Any) -> Any:
-    r"""A run config value for a field annotated ``hint``: scalars converted strictly, ``dict`` from JSON,
-    ``None`` from ``"none"`` (or from ``0`` for :data:`ZERO_IS_NONE`) where the field is optional."""
+def read_value(
+    key: str, field_name: str, value: Any, hint: Any, where: str = "run config", zero_is_none: bool = True
+) -> Any:
+    r"""A Flower config value (a run config's, or a node config's: TOML, or text from the command line) for a
+    field annotated ``hint``: scalars converted strictly, ``dict`` from JSON, ``None`` from ``"none"`` (or from
+    ``0`` for :data:`ZERO_IS_NONE`, unless ``zero_is_none`` is off) where the field is optional.
+
+    Args:
+        key: The key, as the config spells it (for messages).
+        field_name: The field it sets.
+        value: The value the config holds.
+        hint: The field's annotation.
+        where: ``"run config"`` or ``"node config"`` (for messages).
+        zero_is_none: Whether ``0`` means ``None`` for the fields of :data:`ZERO_IS_NONE`.
+
+    Returns:
+        The value, typed.
+    """
     args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     optional = type(None) in args
     kinds = [a for a in args if a is not type(None)]
     if optional and (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
         return None
-    if optional and field_name in ZERO_IS_NONE and not isinstance(value, bool) and value in (0, "0"):
+    zero = zero_is_none and field_name in ZERO_IS_NONE
+    if optional and zero and not isinstance(value, bool) and value in (0, "0"):
         return None
     if any(typing.get_origin(k) is dict or k is dict for k in kinds):
         return _json(key, value)
     for kind in (bool, int, float, str):
         if kind in kinds:
-            return _scalar(key, value, _KINDS[kind])
+            return _scalar(key, value, _KINDS[kind], where)
     return value  # Any: as TOML gave it (e.g. p-t, a number or an expression)
 
 
 def _check_objective_spec(key: str, value: Any) -> None:
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise ValueError(f'`{key}` must be a JSON object with a "type", got {value!r}.')
-
-
-def _check_seed(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-        raise ValueError(
-            f"`{key}` must be an integer in [0, 2^63), got {value!r}; larger seeds would repeat smaller ones' streams."
-        )
 
 
 def _check_domain(key: str, value: Any) -> None:
@@ -387,7 +397,7 @@ class FlowerRunConfig:
         0,
         "The agents' keyed streams and the shared broadcast search (public: every node reads it); never the "
         "server's coins or noise, which come from the server's own secret (:mod:`fbo_torch.flower.server_state`).",
-        Rule(_check_seed, 2**63),
+        Seed(),
     )
     settings: DPFTSDESettings = field(default_factory=DPFTSDESettings)
     privacy: PrivacySettings = field(default_factory=PrivacySettings)
@@ -513,7 +523,7 @@ class FlowerRunConfig:
         parts: dict[str, dict[str, Any]] = {"run": {}, "settings": {}, "privacy": {}}
         for key, value in run_config.items():
             where, name = keys[key]
-            parts[where][name] = _typed(key, name, value, hints[where][name])
+            parts[where][name] = read_value(key, name, value, hints[where][name])
         run = parts["run"]
         method = run.get("method", cls.method)
         try:

@@ -18,6 +18,7 @@ from fbo_torch.federation.settings import (
     PrivacySettings,
 )
 from fbo_torch.flower.config import FlowerRunConfig
+from fbo_torch.flower.floor import PREFIX, PrivacyFloor, PrivacyFloorError
 from fbo_torch.utils.schema import CHECK, DOC, Check, Text, declared
 
 FIELDS = [(cls, f) for cls in SETTINGS_CLASSES for f in dataclasses.fields(cls)]
@@ -142,6 +143,21 @@ def test_the_experiment_file_s_top_level_keys_and_runs_are_declared_and_refused_
     with pytest.raises(ConfigError) as info:
         parse_config(raw, "exp.yaml")
     assert str(info.value) == f"{where}: {_python_message(cls, f.name, bad)}"
+
+
+@pytest.mark.parametrize("f", dataclasses.fields(PrivacyFloor), ids=lambda f: f.name)
+def test_a_node_s_privacy_floor_is_declared_and_refused_the_same_way_from_its_node_config(f):
+    assert set(f.metadata) == {DOC, CHECK} and f.metadata[DOC].strip().endswith(".")
+    assert f"        {f.name}: " in PrivacyFloor.__doc__
+    f.metadata[CHECK](f.name, _default(f))
+    key = PREFIX + f.name.replace("_", "-")
+    bad = f.metadata[CHECK].refused()
+    with pytest.raises(PrivacyFloorError) as python:
+        PrivacyFloor(**{f.name: bad})
+    assert str(python.value).startswith(f"node config: `{key}`")
+    with pytest.raises(PrivacyFloorError) as node:
+        PrivacyFloor.from_node_config({key: bad})
+    assert str(node.value) == str(python.value)
 
 
 def test_kind_defaults_are_one_table_and_the_module_docstring_shows_it():

@@ -43,12 +43,28 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _memory_size(text: str) -> int:
-    """argparse type: a memory size (bytes, or with a K/M/G/T suffix: ``4GiB``)."""
-    from fbo_torch.utils.resources import parse_bytes
+def _num_inits(text: str) -> int:
+    """argparse type: ``runs.num_inits``, checked by its declaration (``RunsConfig.num_inits``)."""
+    from fbo_torch.experiments.config import RunsConfig
+    from fbo_torch.utils.schema import check_value
 
     try:
-        return parse_bytes("the size", text)
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    try:
+        check_value(RunsConfig, "num_inits", value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+def _memory_size(text: str) -> int:
+    """argparse type: a memory size (bytes, or with a K/M/G/T suffix: ``4GiB``)."""
+    from fbo_torch.experiments.config import memory_budget
+
+    try:
+        return memory_budget(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -148,7 +164,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     inits = p.add_mutually_exclusive_group()
     inits.add_argument(
         "--inits",
-        type=_positive_int,
+        type=_num_inits,
         default=None,
         metavar="K",
         help="override runs.num_inits: random initializations per target (FTS) or repetitions "
@@ -156,7 +172,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
     inits.add_argument(
         "--seeds",
-        type=_positive_int,
+        type=_num_inits,
         default=None,
         metavar="K",
         help="old name of --inits (it sets runs.num_inits, not the seed)",

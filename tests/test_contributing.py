@@ -35,7 +35,6 @@ TESTED_ELSEWHERE = frozenset(
         "federation.evaluation_failures",
         "federation.faults",
         "federation.server",
-        "federation.settings",
         "flower.agent_node",
         "flower.client_app",
         "flower.config",

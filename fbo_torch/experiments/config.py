@@ -47,6 +47,18 @@ from fbo_torch.experiments import schema
 from fbo_torch.simulate.presets import DEFAULT_SETUP, check_setup, objective_setup, setup_choices
 from fbo_torch.utils.paths import shipped_example
 from fbo_torch.utils.resources import parse_bytes
+from fbo_torch.utils.schema import (
+    Choice,
+    Integer,
+    Optional,
+    Rule,
+    Seed,
+    check_fields,
+    check_value,
+    document,
+    setting,
+    type_error,
+)
 
 if TYPE_CHECKING:  # torch and the settings classes are imported where a config is resolved, not to check one
     from fbo_torch.federation.settings import HistorySettings, PrivacySettings
@@ -200,7 +212,7 @@ def _check_hints(where: str, hints: dict[str, Any], values: dict[str, Any]) -> N
     for key, value in values.items():
         hint = hints.get(key)
         if hint is not None and not _type_ok(value, hint):
-            raise ConfigError(f"{where}: `{key}` must be {_describe(hint)}, got {value!r} ({type(value).__name__}).")
+            raise ConfigError(f"{where}: {type_error(key, _describe(hint), value)}")
 
 
 def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:
@@ -253,32 +265,100 @@ def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
             )
 
 
-@dataclasses.dataclass
-class RunsConfig:
-    r"""Which repetitions to run.
+def _memory(key: str, value: Any) -> None:
+    parse_bytes(f"`{key}`", value)
 
-    Attributes:
-        targets: ``"auto"`` (the objective's own targets, or the first
-            ``num_targets`` agents), or an explicit list of agent indices (FTS).
-        num_targets: With ``"auto"`` on objectives without built-in targets.
-        num_inits: Random initializations per target (FTS), or repetitions of the whole
-            federation (DP-FTS-DE); ``--inits K`` overrides it. Each gets its own random
-            streams derived from the file's ``seed``.
+
+def _failed_fraction(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value <= 1):
+        raise ValueError(
+            f"`{key}` must be a number in (0, 1] (the fraction of a method's evaluations that may fail before the "
+            f"run stops; 1: only when every one fails), got {value!r}."
+        )
+
+
+@document
+@dataclasses.dataclass
+class RunOptions:
+    r"""The top-level keys of an experiment file that are no section: its seed and how it runs.
+
+    Only ``seed`` changes results (:data:`~fbo_torch.experiments.outdir.NOT_FINGERPRINTED` lists the others
+    that do not); ``max_memory`` is read into bytes.
     """
 
-    targets: Any = "auto"
-    num_targets: int | None = None
-    num_inits: int = 5
+    seed: int = setting(0, "Every random stream of the run derives from it.", Seed())
+    device: str = setting(
+        "cpu", "``cpu`` or ``cuda``: where everything runs (``--device`` overrides it).", Choice(("cpu", "cuda"))
+    )
+    max_memory: int | None = setting(
+        None,
+        "Working-memory budget of a round: bytes or a size like ``4GiB`` (``--max-memory`` overrides it; null: "
+        "half the free memory); agents beyond it run in chunks, with the same results.",
+        Optional(Rule(_memory, "lots")),
+    )
+    checkpoint_every: int = setting(
+        5, "Iterations between checkpoints (0: none), from which ``--resume`` continues.", Integer(minimum=0)
+    )
+    max_failed_fraction: float = setting(
+        1.0,
+        "A method stops when more than this fraction of its evaluations failed (1: only when every one did).",
+        Rule(_failed_fraction, 1.5),
+    )
 
     def __post_init__(self) -> None:
-        if self.targets != "auto" and not (
-            isinstance(self.targets, list) and all(isinstance(t, int) and t >= 0 for t in self.targets) and self.targets
-        ):
-            raise ValueError(f"`targets` must be 'auto' or a non-empty list of agent indices, got {self.targets!r}.")
-        if not isinstance(self.num_inits, int) or self.num_inits < 1:
-            raise ValueError(f"`num_inits` must be an integer >= 1, got {self.num_inits!r}.")
-        if self.num_targets is not None and (not isinstance(self.num_targets, int) or self.num_targets < 1):
-            raise ValueError(f"`num_targets` must be an integer >= 1, got {self.num_targets!r}.")
+        check_fields(self)
+        if self.max_memory is not None:
+            self.max_memory = memory_budget(self.max_memory)
+        self.max_failed_fraction = float(self.max_failed_fraction)
+
+
+def memory_budget(value: int | str, key: str = "max_memory") -> int:
+    r"""A working-memory budget (:attr:`RunOptions.max_memory`: bytes or a size like ``"4GiB"``) in bytes.
+
+    Args:
+        value: The budget.
+        key: The key or flag a message names.
+
+    Returns:
+        The bytes.
+
+    Raises:
+        ValueError: Not a size (the message names ``key``).
+    """
+    check_value(RunOptions, "max_memory", value, key)
+    return parse_bytes(f"`{key}`", value)
+
+
+def _targets(key: str, value: Any) -> None:
+    if value != "auto" and not (
+        isinstance(value, list) and value and all(isinstance(t, int) and t >= 0 for t in value)
+    ):
+        raise ValueError(f"`{key}` must be 'auto' or a non-empty list of agent indices, got {value!r}.")
+
+
+@document
+@dataclasses.dataclass
+class RunsConfig:
+    r"""Which repetitions to run (an experiment's ``runs:``)."""
+
+    targets: Any = setting(
+        "auto",
+        "``auto`` (the objective's own targets, or the first ``num_targets`` agents), or an explicit list of "
+        "agent indices (FTS).",
+        Rule(_targets, []),
+    )
+    num_targets: int | None = setting(
+        None, "With ``auto`` on objectives without built-in targets.", Optional(Integer(minimum=1))
+    )
+    num_inits: int = setting(
+        5,
+        "Random initializations per target (FTS), or repetitions of the whole federation (DP-FTS-DE); "
+        "``--inits K`` overrides it. Each gets its own random streams derived from the file's ``seed``.",
+        Integer(minimum=1),
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def check_domain(where: str, options: Any) -> dict[str, Any]:
@@ -327,10 +407,10 @@ class ExperimentConfig:
     scenarios: list[Scenario]
     raw: dict[str, Any]
     source: str = "config"
-    #: Working-memory budget of a round in bytes (``max_memory``; ``None``: half the free memory).
-    max_memory: int | None = None
-    #: A method stops when more than this fraction of its evaluations failed (``1``: only when every one did).
-    max_failed_fraction: float = 1.0
+    #: :attr:`RunOptions.max_memory`, in bytes.
+    max_memory: int | None = RunOptions.max_memory
+    #: :attr:`RunOptions.max_failed_fraction`.
+    max_failed_fraction: float = RunOptions.max_failed_fraction
 
     def build_domain(self, objective: Any) -> Domain:
         """The :class:`~fbo_torch.optim.domain.Domain` of ``objective`` with this file's options (on the CPU)."""
@@ -448,27 +528,11 @@ def check_config(raw: Any, source: str = "config") -> CheckedConfig:
     if experiment not in EXPERIMENT_KINDS:
         raise ConfigError(f"{source}: `experiment` must be one of {list(EXPERIMENT_KINDS)}, got {experiment!r}.")
     name = str(raw.get("name") or Path(source).stem)
-    seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise ConfigError(f"{source}: `seed` must be an integer in [0, 2^63), got {seed!r}.")
-    device = raw.get("device", "cpu")
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"{source}: `device` must be 'cpu' or 'cuda', got {device!r}.")
-    max_memory = raw.get("max_memory")
-    if max_memory is not None:
-        try:
-            max_memory = parse_bytes("`max_memory`", max_memory)
-        except ValueError as err:
-            raise ConfigError(f"{source}: {err}") from None
-    checkpoint_every = raw.get("checkpoint_every", 5)
-    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
-        raise ConfigError(f"{source}: `checkpoint_every` must be an integer >= 0, got {checkpoint_every!r}.")
-    max_failed = raw.get("max_failed_fraction", 1.0)
-    if isinstance(max_failed, bool) or not (isinstance(max_failed, (int, float)) and 0 < max_failed <= 1):
-        raise ConfigError(
-            f"{source}: `max_failed_fraction` must be a number in (0, 1] (the fraction of a method's evaluations "
-            f"that may fail before the run stops; 1: only when every one fails), got {max_failed!r}."
-        )
+    options = {f.name: raw[f.name] for f in dataclasses.fields(RunOptions) if f.name in raw}
+    try:
+        run = RunOptions(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: {err}") from None
     top_setup = _setup(source, raw, DEFAULT_SETUP)
     for key, fields in (("domain", schema.domain_options()), ("privacy", schema.privacy_fields())):
         section = raw.get(key) or {}
@@ -525,7 +589,15 @@ def check_config(raw: Any, source: str = "config") -> CheckedConfig:
             check_annotated(mw, fields, own)
         scenarios.append((where, sc, _setup(where, sc, top_setup)))
     return CheckedConfig(
-        experiment, name, seed, device, max_memory, checkpoint_every, float(max_failed), top_setup, scenarios
+        experiment,
+        name,
+        run.seed,
+        run.device,
+        run.max_memory,
+        run.checkpoint_every,
+        run.max_failed_fraction,
+        top_setup,
+        scenarios,
     )
 
 
@@ -587,15 +659,11 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
             own = {k: v for k, v in m.items() if k != "name"}
             fitting = _fitting_preset(preset, own.get("algorithm", defaults.get("algorithm")), settings_cls)
             values = _merge(_merge(fitting, defaults), own)
-            if (
-                privacy.max_epsilon is not None
-                and "max_epsilon" not in values
-                and isinstance(values.get("noise_multiplier"), (int, float))
-                and values["noise_multiplier"] > 0
-            ):
-                values["max_epsilon"] = privacy.max_epsilon  # privacy.max_epsilon: the private methods' default
             try:
                 settings = build_dataclass(settings_cls, values, mw)
+                if privacy.max_epsilon is not None and "max_epsilon" not in values and settings.is_private:
+                    # privacy.max_epsilon: the budget of every method whose algorithm says it is private
+                    settings = build_dataclass(settings_cls, {**values, "max_epsilon": privacy.max_epsilon}, mw)
             except ConfigError as err:
                 raise ConfigError(_blame(err, m, mw, sources)) from None
             methods.append((str(m["name"]), settings))

@@ -35,7 +35,7 @@ class ScenarioContext:
         seed: Its seed, ``cfg.seed + 1000 * index`` (shared by its methods).
         device: The device the run uses.
         num_inits: Initializations per target (``runs.num_inits`` or the run's ``num_inits`` override).
-        max_memory: The round's working-memory budget in bytes (``max_memory``; ``None``: by the device).
+        max_memory: :attr:`~fbo_torch.experiments.config.RunOptions.max_memory`, in bytes.
         log: Where status lines go.
         reported_failures: The kinds of failed evaluations the run has reported (each once per run; shared by
             its scenarios).

@@ -33,7 +33,7 @@ import fbo_torch
 from fbo_torch.experiments import dp_fts_de, fts
 from fbo_torch.experiments.accounting import accounting
 from fbo_torch.experiments.checkpoints import Checkpoints
-from fbo_torch.experiments.config import ConfigError, ExperimentConfig, check_device
+from fbo_torch.experiments.config import ConfigError, ExperimentConfig, RunsConfig, check_device, memory_budget
 from fbo_torch.experiments.html_report import write_html_report
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext
 from fbo_torch.experiments.outdir import MANIFEST, OutputFolder, atomic_write_text, fingerprint
@@ -49,7 +49,7 @@ from fbo_torch.experiments.report import (
 )
 from fbo_torch.federation.evaluation_failures import EvaluationFailures, recording
 from fbo_torch.objectives import build_objective
-from fbo_torch.utils.resources import parse_bytes
+from fbo_torch.utils.schema import check_value
 
 #: The experiment kinds by their YAML name (``experiment:``).
 EXPERIMENTS: dict[str, ExperimentKind] = {"fts": fts.KIND, "dp_fts_de": dp_fts_de.KIND}
@@ -291,9 +291,9 @@ def run_experiment(
             :data:`~fbo_torch.experiments.report.PLOT_FORMATS` (a list, or one comma-separated string).
         num_inits: Overrides every scenario's ``runs.num_inits``: random initializations per target
             (FTS) or repetitions of the whole federation (DP-FTS-DE). Not a seed: ``cfg.seed`` sets those.
-        max_memory: Overrides ``cfg.max_memory`` (``--max-memory``): the working-memory budget of a
-            round (bytes or a size like ``"4GiB"``); agents beyond it run in chunks, with the same results,
-            so it is not part of the configuration a resumed run must match.
+        max_memory: Overrides ``cfg.max_memory`` (``--max-memory``;
+            :attr:`~fbo_torch.experiments.config.RunOptions.max_memory`); not part of the configuration a
+            resumed run must match.
 
     Returns:
         The results dictionary also written to ``out_dir/results.json``; its ``reports`` names the
@@ -316,11 +316,11 @@ def run_experiment(
             stacklevel=2,
         )
         num_inits = seeds
-    if num_inits is not None and (isinstance(num_inits, bool) or not isinstance(num_inits, int) or num_inits < 1):
-        raise ValueError(f"`num_inits` must be an integer >= 1, got {num_inits!r}.")
+    if num_inits is not None:
+        check_value(RunsConfig, "num_inits", num_inits)
     plot_formats = check_plot_formats(plot_formats, "`plot_formats`")
     if max_memory is not None:
-        cfg = dataclasses.replace(cfg, max_memory=parse_bytes("`max_memory`", max_memory))
+        cfg = dataclasses.replace(cfg, max_memory=memory_budget(max_memory))
     if device is not None:
         cfg = on_device(cfg, device)
     check_device(cfg, device)

@@ -58,12 +58,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from fbo_torch.privacy.accountants import check_noise_multiplier, check_sample_rate
 from fbo_torch.protocol.randomness import (
     GeneratorServerRandomness,
     KeyedServerRandomness,
     ServerRandomness,
 )
-from fbo_torch.utils.validation import check_finite, check_int, check_probability, check_tensor
+from fbo_torch.utils.validation import check_finite, check_int, check_tensor
 
 #: The exploration weights of a round: a tensor, or a function of the round number that returns one.
 RegionWeights = Tensor | Callable[[int], Tensor]
@@ -154,19 +155,14 @@ class DPAggregator:
         noise_multiplier: float,
         region_weights: RegionWeights,
     ) -> None:
-        self.sample_rate = check_probability("sample_rate", sample_rate, open_left=True)
+        self.sample_rate = check_sample_rate(sample_rate)
         try:
             S = float(clip_norm)
         except (TypeError, ValueError):
             raise TypeError(f"`clip_norm` must be a number, got {type(clip_norm).__name__}.") from None
         if not S > 0 or math.isnan(S):
             raise ValueError(f"`clip_norm` S must be > 0, got {clip_norm}.")
-        try:
-            z = float(noise_multiplier)
-        except (TypeError, ValueError):
-            raise TypeError(f"`noise_multiplier` must be a number, got {type(noise_multiplier).__name__}.") from None
-        if not (z >= 0 and math.isfinite(z)):
-            raise ValueError(f"`noise_multiplier` z must be finite and >= 0, got {noise_multiplier}.")
+        z = check_noise_multiplier(noise_multiplier)
         if math.isinf(S) and z > 0:
             raise ValueError("`clip_norm` must be finite when `noise_multiplier` > 0 (the noise scales with S).")
         if not (isinstance(region_weights, Tensor) or callable(region_weights)):

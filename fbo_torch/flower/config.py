@@ -22,42 +22,9 @@ here. A TOML value cannot be null, so ``0`` (or ``"none"``) means ``None`` for
 and ``delta`` (the deployment default :func:`~fbo_torch.privacy.deployment_delta`,
 ``min(1e-5, 0.01/N)``, rather than the papers' ``1/N^1.1``; a δ ≥ ``1/N`` is refused).
 
-The keys of the deployment itself:
-
-============================  =======================================================
-``method``                    ``"dp-fts-de"`` (the FTS family: FTS with ``P = 1``,
-                              ``z = 0``) or ``"ts"`` (no communication)
-``num-agents``                ``N``, agents of the federation (one per SuperNode)
-``objective``                 JSON ``{"type": ..., **kwargs}`` for
-                              :func:`~fbo_torch.objectives.build_objective`
-                              (a simulated federation: every node builds it and
-                              evaluates the function of its ``partition-id``;
-                              ``agents_per_group`` defaults to ``N``), or
-                              ``{"type": "node", "bounds": [[...], [...]]}`` /
-                              ``{"type": "node", "parameters": {...}}``: each
-                              node evaluates its own black box, named in its
-                              *node* config (see below); the run config gives
-                              only the federation's domain
-``seed``                      the agents' keyed streams and the shared broadcast
-                              search (public: every node reads it); never the
-                              server's coins or noise, which come from the server's
-                              own secret (:mod:`fbo_torch.flower.server_state`)
-``domain``                    JSON of :class:`~fbo_torch.optim.domain.Domain`'s options
-``allow-large-delta``         accept a δ ≥ ``1/N`` (a guarantee that allows leaking
-                              one agent's data in full); off by default
-``secure-mode``               draw the server's noise with the mitigation of
-                              floating-point attacks (Opacus' secure mode); on by default
-``round-timeout``             seconds the server waits for replies in a round
-``min-nodes-timeout``         seconds it waits for ``N`` nodes to connect
-``report-best``               agents report their best value in clear (for the demo's
-                              print-out); off by default
-``summary-path``              the server writes its round log there as JSON ("": no file)
-``secagg-num-shares``         with ``aggregation = "secure"``: neighbours of each node in
-                              SecAgg+ (itself included); 0: every pair (SecAgg)
-``secagg-threshold``          Shamir threshold of SecAgg+, more than half of a neighbourhood
-                              (a lower one is refused); 0: ``min_survivors`` with every pair,
-                              a majority of the ring otherwise
-============================  =======================================================
+The keys of the deployment itself are the fields of :class:`FlowerRunConfig`
+(kebab-case: ``num-agents``, ``round-timeout``, ...), each declared there once with
+its default, its doc and its check (:mod:`fbo_torch.utils.schema`).
 
 Node-local objectives. With ``objective = '{"type": "node", ...}'`` the run
 config describes only the domain the federation searches: ``bounds``, a
@@ -98,7 +65,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import types
 import typing
@@ -119,6 +85,20 @@ from fbo_torch.objectives.search_space import SearchSpace
 from fbo_torch.optim.domain import Domain, check_options
 from fbo_torch.privacy import deployment_delta
 from fbo_torch.protocol.keys import federation_agent_keys, federation_keys
+from fbo_torch.utils.schema import (
+    Choice,
+    Flag,
+    Integer,
+    Number,
+    Rule,
+    Seed,
+    Text,
+    check_fields,
+    check_value,
+    document,
+    setting,
+    type_error,
+)
 
 METHODS = ("dp-fts-de", "ts")
 #: Run config keys that name a settings field differently (Flower's word for ``T``).
@@ -306,8 +286,8 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
 
-def _scalar(name: str, value: Any, kind: str) -> Any:
-    """A run config value as ``kind`` (``"int"``, ``"float"``, ``"bool"``, ``"str"``); anything else is an error."""
+def _scalar(name: str, value: Any, kind: str, where: str = "run config") -> Any:
+    """A ``where`` value as ``kind`` (``"int"``, ``"float"``, ``"bool"``, ``"str"``); anything else is an error."""
     try:
         if kind == "int":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
@@ -326,26 +306,54 @@ def _scalar(name: str, value: Any, kind: str) -> Any:
             raise ValueError
     except (TypeError, ValueError):
         expected = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
-        raise ValueError(f"run config `{name}` must be {expected}, got {value!r}.") from None
+        raise ValueError(f"{where}: {type_error(name, expected, value)}") from None
     return value if isinstance(value, str) else str(value)
 
 
-def _typed(key: str, field_name: str, value: Any, hint: Any) -> Any:
-    r"""A run config value for a field annotated ``hint``: scalars converted strictly, ``dict`` from JSON,
-    ``None`` from ``"none"`` (or from ``0`` for :data:`ZERO_IS_NONE`) where the field is optional."""
+def read_value(
+    key: str, field_name: str, value: Any, hint: Any, where: str = "run config", zero_is_none: bool = True
+) -> Any:
+    r"""A Flower config value (a run config's, or a node config's: TOML, or text from the command line) for a
+    field annotated ``hint``: scalars converted strictly, ``dict`` from JSON, ``None`` from ``"none"`` (or from
+    ``0`` for :data:`ZERO_IS_NONE`, unless ``zero_is_none`` is off) where the field is optional.
+
+    Args:
+        key: The key, as the config spells it (for messages).
+        field_name: The field it sets.
+        value: The value the config holds.
+        hint: The field's annotation.
+        where: ``"run config"`` or ``"node config"`` (for messages).
+        zero_is_none: Whether ``0`` means ``None`` for the fields of :data:`ZERO_IS_NONE`.
+
+    Returns:
+        The value, typed.
+    """
     args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     optional = type(None) in args
     kinds = [a for a in args if a is not type(None)]
     if optional and (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
         return None
-    if optional and field_name in ZERO_IS_NONE and not isinstance(value, bool) and value in (0, "0"):
+    zero = zero_is_none and field_name in ZERO_IS_NONE
+    if optional and zero and not isinstance(value, bool) and value in (0, "0"):
         return None
     if any(typing.get_origin(k) is dict or k is dict for k in kinds):
         return _json(key, value)
     for kind in (bool, int, float, str):
         if kind in kinds:
-            return _scalar(key, value, _KINDS[kind])
+            return _scalar(key, value, _KINDS[kind], where)
     return value  # Any: as TOML gave it (e.g. p-t, a number or an expression)
+
+
+def _check_objective_spec(key: str, value: Any) -> None:
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise ValueError(f'`{key}` must be a JSON object with a "type", got {value!r}.')
+
+
+def _check_domain(key: str, value: Any) -> None:
+    try:
+        check_options(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"`{key}`: {err}") from None
 
 
 def default_threshold(num_shares: int, num_agents: int, min_survivors: int) -> int:
@@ -359,53 +367,82 @@ def default_threshold(num_shares: int, num_agents: int, min_survivors: int) -> i
     return max(2, k // 2 + 1)
 
 
+@document
 @dataclass(frozen=True)
 class FlowerRunConfig:
-    r"""A deployment's run config, typed (see the module docstring for the keys).
+    r"""A deployment's run config, typed: its keys are these fields and those of the settings (kebab-case).
 
     Attributes:
         settings: The federation's method settings (``algorithm`` from ``method``).
         privacy: Its accountant and δ.
-        domain: Options of its :class:`~fbo_torch.optim.domain.Domain`.
     """
 
-    method: str = "dp-fts-de"
-    num_agents: int = 4
-    objective: dict[str, Any] = field(default_factory=lambda: {"type": "gp_grid"})
-    seed: int = 0
+    method: str = setting(
+        "dp-fts-de",
+        "``dp-fts-de`` (the FTS family: FTS with ``P = 1``, ``z = 0``) or ``ts`` (no communication).",
+        Choice(METHODS),
+    )
+    num_agents: int = setting(4, "``N``, agents of the federation (one per SuperNode).", Integer(minimum=1))
+    objective: dict[str, Any] = setting(
+        None,
+        'JSON ``{"type": ..., **kwargs}`` for :func:`~fbo_torch.objectives.build_objective` (a simulated '
+        "federation: every node builds it and evaluates the function of its ``partition-id``; "
+        '``agents_per_group`` defaults to ``N``), or ``{"type": "node", "bounds": [[...], [...]]}`` / '
+        '``{"type": "node", "parameters": {...}}``: each node evaluates its own black box, named in its node '
+        "config (see the module docstring); the run config gives only the federation's domain.",
+        Rule(_check_objective_spec, {"no_type": 1}),
+        factory=lambda: {"type": "gp_grid"},
+    )
+    seed: int = setting(
+        0,
+        "The agents' keyed streams and the shared broadcast search (public: every node reads it); never the "
+        "server's coins or noise, which come from the server's own secret (:mod:`fbo_torch.flower.server_state`).",
+        Seed(),
+    )
     settings: DPFTSDESettings = field(default_factory=DPFTSDESettings)
     privacy: PrivacySettings = field(default_factory=PrivacySettings)
-    domain: dict[str, Any] = field(default_factory=dict)
-    allow_large_delta: bool = False
-    secure_mode: bool = True
-    round_timeout: float = 120.0
-    min_nodes_timeout: float = 120.0
-    report_best: bool = False
-    summary_path: str = ""
-    secagg_num_shares: int = 0
-    secagg_threshold: int = 0
+    domain: dict[str, Any] = setting(
+        None,
+        "JSON of :class:`~fbo_torch.optim.domain.Domain`'s options.",
+        Rule(_check_domain, {"no_such_option": 1}),
+        factory=dict,
+    )
+    allow_large_delta: bool = setting(
+        False, "Accept a δ ≥ ``1/N`` (a guarantee that allows leaking one agent's data in full).", Flag()
+    )
+    secure_mode: bool = setting(
+        True,
+        "Draw the server's noise with the mitigation of floating-point attacks (Opacus' secure mode).",
+        Flag(),
+    )
+    round_timeout: float = setting(
+        120.0, "Seconds the server waits for replies in a round.", Number(what="a finite number of seconds > 0")
+    )
+    min_nodes_timeout: float = setting(
+        120.0,
+        "Seconds the server waits for ``N`` nodes to connect.",
+        Number(strict=False, what="a finite number of seconds >= 0"),
+    )
+    report_best: bool = setting(False, "Agents report their best value in clear (for the demo's print-out).", Flag())
+    summary_path: str = setting("", 'The server writes its round log there as JSON ("": no file).', Text())
+    secagg_num_shares: int = setting(
+        0,
+        'With ``aggregation = "secure"``: neighbours of each node in SecAgg+ (itself included); 0: every pair '
+        "(SecAgg).",
+        Integer(minimum=0),
+    )
+    secagg_threshold: int = setting(
+        0,
+        "Shamir threshold of SecAgg+, more than half of a neighbourhood (a lower one is refused); 0: "
+        "``min_survivors`` with every pair, a majority of the ring otherwise.",
+        Integer(minimum=0),
+    )
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"run config `method` must be one of {METHODS}, got {self.method!r}.")
-        if int(self.num_agents) < 1:
-            raise ValueError(f"run config `num-agents` must be >= 1, got {self.num_agents}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ValueError(
-                f"run config `seed` must be an integer in [0, 2^63), got {self.seed!r}; larger seeds "
-                "would repeat smaller ones' streams."
-            )
-        for key, value, minimum in (
-            ("round-timeout", self.round_timeout, "> 0"),
-            ("min-nodes-timeout", self.min_nodes_timeout, ">= 0"),
-        ):
-            if not (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and math.isfinite(value)
-                and (value > 0 if minimum == "> 0" else value >= 0)
-            ):
-                raise ValueError(f"run config `{key}` must be a finite number of seconds {minimum}, got {value!r}.")
+        try:
+            check_fields(self, spell=_kebab)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"run config: {err}") from None
         algorithm = get_method(self.method, "dp_fts_de").name
         if self.settings.algorithm != algorithm:
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, algorithm=algorithm))
@@ -416,15 +453,8 @@ class FlowerRunConfig:
                 "releasing one agent's data in full. Use a smaller delta (0: the deployment default "
                 "min(1e-5, 0.01/N)), or set `allow-large-delta = true` to accept it."
             )
-        try:
-            check_options(self.domain)
-        except ValueError as err:
-            raise ValueError(f"run config `domain`: {err}") from None
         if self.node_local:
             _node_local_domain(self.objective, self.num_agents)
-        for key in ("secagg_num_shares", "secagg_threshold"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"run config `{key.replace('_', '-')}` must be >= 0, got {getattr(self, key)}.")
         if self.settings.method.federated():
             release = get_release(self.settings.aggregation)
             try:
@@ -493,10 +523,11 @@ class FlowerRunConfig:
         parts: dict[str, dict[str, Any]] = {"run": {}, "settings": {}, "privacy": {}}
         for key, value in run_config.items():
             where, name = keys[key]
-            parts[where][name] = _typed(key, name, value, hints[where][name])
+            parts[where][name] = read_value(key, name, value, hints[where][name])
         run = parts["run"]
         method = run.get("method", cls.method)
         try:
+            check_value(cls, "method", method)  # first: the settings' algorithm is the method's
             algorithm = get_method(method, "dp_fts_de", key="method").name
             settings = DPFTSDESettings(algorithm=algorithm, **parts["settings"])
             privacy = PrivacySettings(**parts["privacy"])

@@ -9,17 +9,10 @@ the ClientApp against every run config before the agent does anything
 line naming the run config key and the node config key, and the server stops
 contacting the node (:data:`~fbo_torch.flower.agent_node.REFUSALS`).
 
-=================================  ===============================================================
-``privacy.min-noise-multiplier``   the smallest ``noise-multiplier`` ``z`` accepted
-``privacy.aggregation``            ``"secure"``: refuse ``aggregation = "central"`` (the server
-                                   would see this agent's ω); ``"central"``; unset: either
-``privacy.min-threshold``          the smallest SecAgg+ threshold (shares that reconstruct a
-                                   secret, so the fewest vectors any sum the server learns holds)
-``privacy.max-dropout-tolerance``  the largest ``dropout-tolerance`` accepted
-``privacy.max-epsilon``            the largest ε this node accepts for the whole run: with secure
-                                   aggregation the worst case below; centrally, the release's ε
-``privacy.delta``                  the δ of ``privacy.max-epsilon`` (default: the run's)
-=================================  ===============================================================
+The keys are the fields of :class:`PrivacyFloor`, ``privacy.`` and kebab-case
+(``privacy.min-noise-multiplier``, ``privacy.aggregation``, ``privacy.min-threshold``,
+``privacy.max-dropout-tolerance``, ``privacy.max-epsilon``, ``privacy.delta``), each
+declared and documented there once.
 
 **ε against a malicious server** (:func:`worst_case_epsilons`). With signed
 keys and the consistency round (:mod:`fbo_torch.flower.identity`,
@@ -41,19 +34,20 @@ its own share from either figure. Nothing here imports ``flwr``.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from fbo_torch.federation.release import get_release
 from fbo_torch.federation.secure import SecureMechanism
-from fbo_torch.flower.config import FlowerRunConfig
-from fbo_torch.privacy.accountants import get_epsilon
+from fbo_torch.flower.config import FlowerRunConfig, read_value
+from fbo_torch.privacy.accountants import check_delta, check_noise_multiplier, get_epsilon
 from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
+from fbo_torch.utils.schema import Choice, Integer, Number, Optional, Rule, check_fields, document, setting
 
-#: The node config keys of the floor (the ``privacy.`` table).
+#: The prefix of the floor's node config keys (the ``privacy.`` table).
 PREFIX = "privacy."
-KEYS = ("min-noise-multiplier", "aggregation", "min-threshold", "max-dropout-tolerance", "max-epsilon", "delta")
 
 
 class PrivacyFloorError(ValueError):
@@ -92,38 +86,53 @@ def worst_case_epsilons(
     return server, others
 
 
-def _number(key: str, value: Any, integer: bool = False) -> float:
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = float(value)
-        if not math.isfinite(number) or number < 0 or (integer and number != int(number)):
-            raise ValueError
-    except (TypeError, ValueError):
-        kind = "an integer >= 0" if integer else "a finite number >= 0"
-        raise PrivacyFloorError(f"node config `{PREFIX}{key}` must be {kind}, got {value!r}.") from None
-    return number
+def _key(name: str) -> str:
+    """The node config key of a floor field (``min_noise_multiplier`` -> ``privacy.min-noise-multiplier``)."""
+    return PREFIX + name.replace("_", "-")
 
 
+@document
 @dataclass(frozen=True)
 class PrivacyFloor:
-    r"""A node's floor (see the module docstring for the keys).
+    r"""A node's floor (see the module docstring for the keys): each field is a ``privacy.`` node config key."""
 
-    Attributes:
-        min_noise_multiplier: Smallest ``z`` accepted (0: any).
-        aggregation: ``"secure"``, ``"central"``, or ``""`` (either).
-        min_threshold: Smallest SecAgg+ threshold accepted (0: the protocol's own minimum).
-        max_dropout_tolerance: Largest ``dropout-tolerance`` accepted (``None``: any).
-        max_epsilon: Largest ε for the run (``None``: no budget of the node's own).
-        delta: δ of ``max_epsilon`` (``None``: the run's).
-    """
+    min_noise_multiplier: float = setting(
+        0.0,
+        "Smallest ``noise-multiplier`` ``z`` accepted (0: any).",
+        Rule(lambda key, value: check_noise_multiplier(value, key), -1.0),
+    )
+    aggregation: str = setting(
+        "",
+        '``secure``: refuse ``aggregation = "central"`` (the server would see this agent\'s ω); ``central``; '
+        "empty: either.",
+        Choice(("", "secure", "central")),
+    )
+    min_threshold: int = setting(
+        0,
+        "Smallest SecAgg+ threshold accepted (shares that reconstruct a secret, so the fewest vectors any sum "
+        "the server learns holds; 0: the protocol's own minimum).",
+        Integer(minimum=0),
+    )
+    max_dropout_tolerance: float | None = setting(
+        None, "Largest ``dropout-tolerance`` accepted (None: any).", Optional(Number(strict=False))
+    )
+    max_epsilon: float | None = setting(
+        None,
+        "Largest ε this node accepts for the whole run: with secure aggregation the worst case against a "
+        "deviating server, centrally the release's (None: no budget of the node's own).",
+        Optional(Number()),
+    )
+    delta: float | None = setting(
+        None,
+        "δ of ``max_epsilon`` (None: the run's).",
+        Optional(Rule(lambda key, value: check_delta(value, key), 1.5)),
+    )
 
-    min_noise_multiplier: float = 0.0
-    aggregation: str = ""
-    min_threshold: int = 0
-    max_dropout_tolerance: float | None = None
-    max_epsilon: float | None = None
-    delta: float | None = None
+    def __post_init__(self) -> None:
+        try:
+            check_fields(self, spell=_key)
+        except (TypeError, ValueError) as err:
+            raise PrivacyFloorError(f"node config: {err}") from None
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> PrivacyFloor:
@@ -135,26 +144,17 @@ class PrivacyFloor:
                 f"unknown node config key(s) {[PREFIX + k for k in unknown]}; the privacy floor takes "
                 f"{[PREFIX + k for k in KEYS]}."
             )
-        aggregation = str(given.get("aggregation", "")).strip()
-        if aggregation not in ("", "secure", "central"):
-            raise PrivacyFloorError(
-                f'node config `{PREFIX}aggregation` must be "secure" or "central", got {given["aggregation"]!r}.'
-            )
-        delta = given.get("delta")
-        if delta is not None and not 0 < _number("delta", delta) < 1:
-            raise PrivacyFloorError(f"node config `{PREFIX}delta` must be in (0, 1), got {delta!r}.")
-        max_eps = given.get("max-epsilon")
-        if max_eps is not None and _number("max-epsilon", max_eps) == 0:
-            raise PrivacyFloorError(f"node config `{PREFIX}max-epsilon` must be > 0, got {max_eps!r}.")
-        tolerance = given.get("max-dropout-tolerance")
-        return cls(
-            min_noise_multiplier=_number("min-noise-multiplier", given.get("min-noise-multiplier", 0.0)),
-            aggregation=aggregation,
-            min_threshold=int(_number("min-threshold", given.get("min-threshold", 0), integer=True)),
-            max_dropout_tolerance=None if tolerance is None else _number("max-dropout-tolerance", tolerance),
-            max_epsilon=None if max_eps is None else float(max_eps),
-            delta=None if delta is None else float(delta),
-        )
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for key, value in given.items():
+            name = key.replace("-", "_")
+            try:  # as a run config's values are read, but a 0 is a 0 here (a floor of 0 is no budget to drop)
+                values[name] = read_value(PREFIX + key, name, value, hints[name], "node config", zero_is_none=False)
+            except ValueError as err:
+                raise PrivacyFloorError(str(err)) from None
+        if isinstance(values.get("aggregation"), str):
+            values["aggregation"] = values["aggregation"].strip()
+        return cls(**values)
 
     def required_threshold(self, config: FlowerRunConfig) -> int:
         """The fewest shares this node lets reconstruct a secret in ``config``'s secure rounds."""
@@ -222,5 +222,8 @@ class PrivacyFloor:
                     f"`{PREFIX}max-epsilon` = {self.max_epsilon:g}."
                 )
 
+
+#: The floor's node config keys (after :data:`PREFIX`): its fields, kebab-case.
+KEYS = tuple(f.name.replace("_", "-") for f in fields(PrivacyFloor))
 
 __all__ = ["KEYS", "PREFIX", "PrivacyFloor", "PrivacyFloorError", "worst_case_epsilons"]

@@ -142,9 +142,8 @@ class DPFTSDERunner:
             secret is derived from (:func:`~fbo_torch.federation.secure.agent_secret`;
             deployed agents draw theirs from the OS). Default: derived from ``seed``
             (reproducible, research only).
-        max_memory: Working-memory budget of the agents' own proposals (bytes or a size like
-            ``"4GiB"``; default half the device's free memory): beyond it agents run in chunks, with
-            the same results (:mod:`~fbo_torch.federation.chunks`).
+        max_memory: Working-memory budget of the agents' own proposals
+            (:func:`~fbo_torch.federation.chunks.round_budget`).
     """
 
     def __init__(

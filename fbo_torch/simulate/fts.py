@@ -181,9 +181,8 @@ class FTSRunner:
         initial_points: Optional ``R x n0 x d`` initial points of the runs (in run order:
             target-major, ``num_inits`` per target), e.g. another library's designs for a
             paired comparison; default: ``settings.num_init`` uniform points from each run's key.
-        max_memory: Working-memory budget of the agents' own proposals (bytes or a size like
-            ``"4GiB"``; default half the device's free memory): beyond it agents run in chunks, with
-            the same results (:mod:`~fbo_torch.federation.chunks`).
+        max_memory: Working-memory budget of the agents' own proposals
+            (:func:`~fbo_torch.federation.chunks.round_budget`).
     """
 
     def __init__(

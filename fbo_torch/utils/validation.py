@@ -8,12 +8,15 @@ that names the argument and says what was expected.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Sequence
 
 import torch
 from botorch.exceptions.warnings import InputDataWarning
 from torch import Tensor
+
+from fbo_torch.utils.schema import check_fraction, check_integer, number_error
 
 
 def check_tensor(name: str, value: object) -> Tensor:
@@ -67,36 +70,25 @@ def check_positive(name: str, value: float | Tensor, allow_zero: bool = False) -
 def _number(name: str, value: object) -> float:
     """``value`` as a float: a real number or a one-element tensor, never text or a bool (``TypeError``)."""
     if isinstance(value, (str, bytes, bool)) or (isinstance(value, Tensor) and value.is_complex()):
-        raise TypeError(f"`{name}` must be a number, got {type(value).__name__} {value!r}.")
+        raise TypeError(number_error(name, value))
     try:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.") from None
 
 
-def check_probability(name: str, value: float, open_left: bool = False, open_right: bool = False) -> float:
+def check_probability(name: str, value: object, open_left: bool = False, open_right: bool = False) -> float:
     """``value`` as a float in ``[0, 1]`` (open at 0 with ``open_left``, at 1 with ``open_right``)."""
-    v = _number(name, value)
-    lo_ok = v > 0 if open_left else v >= 0
-    hi_ok = v < 1 if open_right else v <= 1
-    if not (math.isfinite(v) and lo_ok and hi_ok):
-        interval = ("(" if open_left else "[") + "0, 1" + (")" if open_right else "]")
-        raise ValueError(f"`{name}` must lie in {interval}, got {value}.")
-    return v
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        value = _number(name, value)  # a one-element tensor, or another object a float takes
+    return check_fraction(name, value, open_left, open_right)
 
 
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
     """``value`` as an ``int`` (a Python or 1-element integer tensor, not a bool), at least ``minimum`` if given."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int,))
-        and not (isinstance(value, Tensor) and value.numel() == 1 and not value.is_floating_point())
-    ):
-        raise TypeError(f"`{name}` must be an integer, got {type(value).__name__}.")
-    v = int(value)
-    if minimum is not None and v < minimum:
-        raise ValueError(f"`{name}` must be >= {minimum}, got {v}.")
-    return v
+    if isinstance(value, Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value)
+    return check_integer(name, value, minimum)
 
 
 def check_bounds(name: str, bounds: Tensor, dim: int | None = None) -> Tensor:

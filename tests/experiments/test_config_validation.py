@@ -71,7 +71,7 @@ def parse(**changes):
             r"privacy: `accountant` must be one of \[.*'rdp-classic'.*got 'moments'",
         ),
         ({"privacy": {"extra_accountants": ["rdp", "prvv"]}}, r"privacy: `extra_accountants\[1\]` must be one of"),
-        ({"privacy": {"delta": 1.5}}, r"privacy: `delta` must be a number in \(0, 1\)"),
+        ({"privacy": {"delta": 1.5}}, r"privacy: `delta` must lie in \(0, 1\)"),
         ({"privacy": {"max_epsilon": -1}}, r"privacy: `max_epsilon` must be a finite number > 0"),
         ({"experiment": "fts", "privacy": {"delta": 0.1}}, r"`privacy` applies to `experiment: dp_fts_de` only"),
         # setups and other sections
@@ -140,6 +140,12 @@ def test_privacy_max_epsilon_is_the_private_methods_default():
         ],
     )
     assert [m.max_epsilon for _, m in cfg.scenarios[0].methods] == [None, 4.0, 9.0]
+    # the algorithm says what is private, not `noise_multiplier > 0`: TS releases nothing, whatever its z
+    cfg = parse(
+        privacy={"max_epsilon": 4.0},
+        methods=[{"name": "TS", "algorithm": "ts", "noise_multiplier": 1.0, "clip_norm": 1.0}],
+    )
+    assert [m.max_epsilon for _, m in cfg.scenarios[0].methods] == [None]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
@@ -319,7 +325,7 @@ def test_a_refused_config_deletes_nothing_with_overwrite(tmp_path, capsys):
 @pytest.mark.parametrize(
     "method, says",
     [
-        ({"noise_multiplier": math.inf, "clip_norm": 1.0}, "`noise_multiplier` must be a finite number >= 0, got inf"),
+        ({"noise_multiplier": math.inf, "clip_norm": 1.0}, "`noise_multiplier` must be finite and >= 0, got inf"),
         ({"noise_multiplier": 1.0, "clip_norm": 1.0, "max_epsilon": math.inf}, "`max_epsilon` must be a finite number"),
         ({"num_regions": 2, "weight_a": 0.5}, "`weight_a` must be a finite number >= `weight_b` (1.0), got 0.5"),
         ({"num_regions": 2, "weight_b": 0.0}, "`weight_b` must be a finite number > 0, got 0.0"),

@@ -63,7 +63,7 @@ def test_the_schema_read_from_source_is_the_settings_classes():
         ("history: {t_n: 4}", "history: {t_n: 4, mode: random, tn: 3}", "history: unknown key 'tn'"),
         ("experiment: fts", "experiment: fts\nseed: -1", "`seed` must be an integer"),
         ("experiment: fts", "experiment: ftss", "`experiment` must be one of ['fts', 'dp_fts_de']"),
-        ("runs: {num_inits: 1}", "runs: {num_inits: 0}", "runs: `num_inits` must be an integer >= 1"),
+        ("runs: {num_inits: 1}", "runs: {num_inits: 0}", "runs: `num_inits` must be >= 1, got 0"),
         ("experiment: fts", "experiment: fts\ndomain: {raw_sample: 3}", "domain: unknown key 'raw_sample'"),
     ],
 )

@@ -59,11 +59,13 @@ def test_a_run_config_at_the_floor_is_accepted():
 @pytest.mark.parametrize(
     ("floor", "says"),
     [
-        ({"privacy.max-epsilon": 0}, "`privacy.max-epsilon` must be > 0"),
-        ({"privacy.min-noise-multiplier": "lots"}, "`privacy.min-noise-multiplier` must be a finite number >= 0"),
-        ({"privacy.aggregation": "local"}, '`privacy.aggregation` must be "secure" or "central"'),
-        ({"privacy.delta": 1.0}, "`privacy.delta` must be in (0, 1)"),
-        ({"privacy.min-threshold": 2.5}, "`privacy.min-threshold` must be an integer >= 0"),
+        ({"privacy.max-epsilon": 0}, "`privacy.max-epsilon` must be a finite number > 0"),
+        ({"privacy.min-noise-multiplier": "lots"}, "`privacy.min-noise-multiplier` must be a number"),
+        ({"privacy.min-noise-multiplier": -1}, "`privacy.min-noise-multiplier` must be finite and >= 0"),
+        ({"privacy.aggregation": "local"}, "`privacy.aggregation` must be one of ('', 'secure', 'central')"),
+        ({"privacy.delta": 1.0}, "`privacy.delta` must lie in (0, 1)"),
+        ({"privacy.min-threshold": 2.5}, "`privacy.min-threshold` must be an integer"),
+        ({"privacy.min-threshold": -1}, "`privacy.min-threshold` must be >= 0"),
         ({"privacy.max-epsilom": 1}, "unknown node config key(s) ['privacy.max-epsilom']"),
     ],
 )

@@ -68,7 +68,7 @@ class ReleaseMechanism:
 
     A subclass sets :attr:`name` and :attr:`sees_messages` and implements the round
     of its kind: :meth:`release` when the server sees every message; :meth:`cohort`,
-    :meth:`releases` and :meth:`decode` (and a :attr:`lattice`) when it sees only
+    :meth:`releases` and :meth:`decode` (and a ``lattice``) when it sees only
     their secure sum.
 
     Args:

@@ -343,10 +343,10 @@ def check_value(cls: type, name: str, value: Any, key: str | None = None) -> Non
     check(key if key is not None else name, value)
 
 
-_T = TypeVar("_T", bound=type)
+_ClassT = TypeVar("_ClassT", bound=type)
 
 
-def document(cls: _T) -> _T:
+def document(cls: _ClassT) -> _ClassT:
     r"""Append an ``Attributes:`` section to ``cls``'s docstring: each declared field and its doc.
 
     The docs live in the fields (:func:`setting`), once; help() and the API pages read them here.
@@ -366,7 +366,7 @@ def document(cls: _T) -> _T:
     return cls
 
 
-def kind_defaults(cls: _T, defaults: Mapping[str, Any]) -> _T:
+def kind_defaults(cls: _ClassT, defaults: Mapping[str, Any]) -> _ClassT:
     r"""Give the subclass ``cls`` other defaults of fields its dataclass base declares (before ``@dataclass``).
 
     Each field keeps its annotation, doc and check (and its place among the fields); only

@@ -186,7 +186,14 @@ def test_relative_links_resolve_to_files_in_the_repository(doc):
 
 
 #: The committed peer benchmarks the README's recommendation is read from (benchmarks/results/peers/*.md).
-PEER_BENCHMARKS = ("tetci2019_d3", "tetci2019_d3_newcomer", "svm_landmine_d2", "gecco2020_d5", "synthetic_newcomer")
+PEER_BENCHMARKS = (
+    "tetci2019_d3",
+    "tetci2019_d3_newcomer",
+    "svm_landmine_d2",
+    "gecco2020_d5",
+    "gecco2020_d5_newcomer",
+    "synthetic_newcomer",
+)
 
 
 def _per_agent(configuration: str, reference: str = "local") -> list[tuple[int, int, int, int]]:

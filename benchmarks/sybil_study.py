@@ -34,8 +34,14 @@ features ``φ(X)`` (its predictions at ``X`` are the spiked copy's), of the
 smallest size that brings its correlation with every other message below 0.45,
 so that :func:`~fbo_torch.protocol.fidelity.redundancy` counts none of them
 (:func:`decorrelated_sybils`; the message norms, honest and sybil, are reported).
+A third attack, ``spread``, is the second with the attacker's points kept at
+least 1.3 lengthscales apart (:func:`spread_points`), so that no two sybils'
+maximizers coincide: the adaptation open to an attacker against rules that
+count peers whose maximizers coincide.
 ``candidate_rules`` compares near-duplicate rules that do not rely on copied
-messages (:func:`candidate_counts`) on both attacks and without sybils.
+messages and a cross-check of each peer's maximizer by the peers outside its
+group (:func:`candidate_counts`, :func:`cross_check`) on the three attacks and
+without sybils.
 
 Usage::
 
@@ -96,6 +102,20 @@ def sybil_messages(
     return base.unsqueeze(1) + spike(features, base.unsqueeze(1).expand(-1, k, -1), x_s, grid)
 
 
+def spread_points(X: torch.Tensor, grid: torch.Tensor, k: int, spacing: float = 0.04) -> torch.Tensor:
+    r"""``R x k`` attacker's points kept apart: greedily the grid point farthest from each run's inputs
+    and from the points already chosen, each at least ``spacing`` (1.3 lengthscales: kernel correlation
+    0.41) from the others, so that no two sybils' maximizers coincide under ``candidate_counts``."""
+    far = (grid.view(1, -1) - X[..., 0].unsqueeze(-1)).abs().amin(-2)  # R x C
+    chosen = []
+    for _ in range(k):  # k <= 10 attacker's points
+        x = grid[far.argmax(-1)]  # R
+        chosen.append(x)
+        dist = (grid.view(1, -1) - x.unsqueeze(-1)).abs()
+        far = torch.where(dist < spacing, torch.full_like(far, -1.0), torch.minimum(far, dist))
+    return torch.stack(chosen, -1)
+
+
 def spike_points(X: torch.Tensor, grid: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
     r"""``R x k`` attacker's points: the grid point farthest from each run's inputs, moved by up to half
     a lengthscale per sybil."""
@@ -137,6 +157,7 @@ def decorrelated_sybils(
     k: int,
     gen: torch.Generator,
     target: float = 0.45,
+    spread: bool = False,
 ) -> torch.Tensor:
     r"""``R x k x M`` spiked copies of ``base`` (``R x M``) made to look unrelated to every message.
 
@@ -149,10 +170,11 @@ def decorrelated_sybils(
     that brings every sybil's correlation with every other message (``others``, ``R x N x M`` where
     ``keep``, the copied one included, and the other sybils) below ``target`` (under ``ρ_0 = 0.5`` of
     :func:`~fbo_torch.protocol.fidelity.redundancy`); the spike is computed after, so each sybil
-    still peaks at its point ``x_s``.
+    still peaks at its point ``x_s``. With ``spread`` the points are kept apart (:func:`spread_points`),
+    so that no two sybils' maximizers coincide.
     """
     R, M = base.shape
-    x_s = spike_points(X, grid, k, gen)
+    x_s = spread_points(X, grid, k) if spread else spike_points(X, grid, k, gen)
     unseen = null_space(features, X, mask, base.unsqueeze(1))  # R x 1 x M
     u = null_space(features, X, mask, torch.randn(R, k, M, generator=gen, dtype=torch.float64))
     u = u / u.norm(dim=-1, keepdim=True) * unseen.norm(dim=-1, keepdim=True)
@@ -193,8 +215,41 @@ def observed_correlation(features, omegas: torch.Tensor, X: torch.Tensor, mask: 
     return inner / d.unsqueeze(-1) / d.unsqueeze(-2)
 
 
-def candidate_counts(features, omegas: torch.Tensor, X: torch.Tensor, mask: torch.Tensor, grid: torch.Tensor) -> dict:
-    r"""Near-duplicate counts ``c_n`` (``R x N``) of the rules compared in the study.
+CROSS_CHECK_STRENGTH = 8.0
+
+
+def cross_check(
+    features, omegas: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor, strength: float = CROSS_CHECK_STRENGTH
+) -> torch.Tensor:
+    r"""``R x N`` log-factors ``-β Σ_m w_m o_nm (1 - q_mn) / Σ_m w_m o_nm`` on ``P_N``: a peer's claim
+    checked by the peers outside its group.
+
+    ``x̂_n`` is peer ``n``'s maximizer over ``grid``; ``q_mn`` the quantile of ``φ(x̂_n)ᵀω_m`` among peer
+    ``m``'s own values on ``grid`` (1 at its own maximizer, uniform at a point unrelated to its
+    function); ``o_nm = 1 - clamp((k_nm - 0.5) / 0.5, 0, 1)``, ``k_nm`` the kernel correlation of the two
+    maximizers (0 for ``m = n`` and for peers whose maximizers coincide with ``n``'s: the group making the
+    claim); ``w`` the raters' ``P_N`` (``weights``, ``R x N``). A peer whose maximizer the outside peers
+    rate at their own top keeps its weight, one they rate at the median loses ``e^{-β/2}``; a peer with
+    no outside opinion (``Σ_m w_m o_nm = 0``) keeps it. ``β``: ``strength``.
+    """
+    values = torch.einsum("cm,rnm->rnc", features(grid.view(-1, 1)), omegas)  # R x N x C
+    top = values.argmax(-1)  # R x N
+    phi_top = features(grid[top].unsqueeze(-1))
+    unit = phi_top / phi_top.norm(dim=-1, keepdim=True)
+    outside = 1 - ((unit @ unit.transpose(-1, -2) - 0.5) / 0.5).clamp(0, 1)  # R x N x N, symmetric, 0 on the diagonal
+    at = values.gather(2, top.unsqueeze(1).expand(-1, values.shape[1], -1))  # R x m x n: f_m(x̂_n)
+    q = torch.searchsorted(values.sort(-1).values.contiguous(), at.contiguous()).to(omegas.dtype)
+    q = q / (values.shape[-1] - 1)  # R x m x n quantiles in [0, 1]
+    rated = weights.unsqueeze(-1) * outside  # R x m x n
+    mass = rated.sum(-2)
+    return -strength * (rated * (1 - q)).sum(-2) / mass.clamp_min(1e-300)
+
+
+def candidate_counts(
+    features, omegas: torch.Tensor, X: torch.Tensor, mask: torch.Tensor, grid: torch.Tensor, scores: torch.Tensor
+) -> dict:
+    r"""Near-duplicate counts ``c_n`` (``R x N``) of the rules compared in the study (a factor ``e^{ℓ_n}``
+    on ``P_N`` enters as ``c_n e^{-ℓ_n}``).
 
     * ``messages``: :func:`~fbo_torch.protocol.fidelity.redundancy` (the library's rule);
     * ``proposals``: also peers whose maximizers over ``grid`` coincide (kernel correlation
@@ -203,7 +258,12 @@ def candidate_counts(features, omegas: torch.Tensor, X: torch.Tensor, mask: torc
       correlation between 0.05 and 0.15 (honest pairs are mostly below);
     * ``observed_part``: also peers whose messages' parts at the target's inputs coincide
       (``cos(Pω_n, Pω_m)`` from 0.9 to 1);
-    * ``proposals_and_observed``: peers whose maximizers coincide, in proportion to the last.
+    * ``proposals_and_observed``: peers whose maximizers coincide, in proportion to the last;
+    * ``cross_check``: the library's count and :func:`cross_check` (``β = 8``), the raters weighted by
+      the ``P_N`` of the library's count; ``cross_check_strong``: the same with ``β = 25``;
+    * ``proposals_and_cross_check``: ``proposals`` and :func:`cross_check` (``β = 8``), the raters
+      weighted by the ``P_N`` of ``proposals``: a group of coinciding maximizers weighs one peer, times
+      what the peers outside it think of its claim.
     """
     by_message = near(omegas)
     values = torch.einsum("cm,rnm->rnc", features(grid.view(-1, 1)), omegas)
@@ -220,10 +280,18 @@ def candidate_counts(features, omegas: torch.Tensor, X: torch.Tensor, mask: torc
         "observed_part": torch.maximum(by_message, at_x),
         "proposals_and_observed": torch.maximum(by_message, same_point * at_x),
     }
-    return {name: c.sum(-1).clamp_min(1.0) for name, c in rules.items()}
+    counts = {name: c.sum(-1).clamp_min(1.0) for name, c in rules.items()}
+    for name, base, strength in (
+        ("cross_check", "messages", CROSS_CHECK_STRENGTH),
+        ("cross_check_strong", "messages", 25.0),
+        ("proposals_and_cross_check", "proposals", CROSS_CHECK_STRENGTH),
+    ):
+        raters = fidelity_weights(scores, None, counts[base])
+        counts[name] = counts[base] * (-cross_check(features, omegas, grid, raters, strength)).exp()
+    return counts
 
 
-ATTACKS = ("spiked_copy", "decorrelated")
+ATTACKS = ("spiked_copy", "decorrelated", "spread")
 
 
 def study(functions: int, inits: int, seed: int) -> dict:
@@ -273,7 +341,9 @@ def study(functions: int, inits: int, seed: int) -> dict:
                     if attack == "spiked_copy":
                         sybils = sybil_messages(features, base, X, grid, k, gen)
                     else:
-                        sybils = decorrelated_sybils(features, base, honest, ~is_sybil, X, mask, grid, k, gen)
+                        sybils = decorrelated_sybils(
+                            features, base, honest, ~is_sybil, X, mask, grid, k, gen, spread=attack == "spread"
+                        )
                     omegas.scatter_(1, slots.unsqueeze(-1).expand(-1, -1, M), sybils)
                     unit_s = omegas / omegas.norm(dim=-1, keepdim=True)
                     rho_s = unit_s @ unit_s.transpose(-1, -2)
@@ -286,9 +356,11 @@ def study(functions: int, inits: int, seed: int) -> dict:
                     row["sybil_to_any_other_correlation_max"] = float(rho_s[pair].max())
                     values = torch.einsum("cm,rkm->rkc", features(grid.view(-1, 1)), sybils)
                     far = (grid.view(1, -1) - X[..., 0].unsqueeze(-1)).abs().amin(-2)
-                    x_far = grid[far.argmax(-1)]
+                    x_far = grid[far.argmax(-1)].unsqueeze(-1)
+                    if attack == "spread":
+                        x_far = spread_points(X, grid, k)  # each sybil's own point
                     row["sybils_peaking_within_a_lengthscale_of_the_attack_point"] = float(
-                        ((grid[values.argmax(-1)] - x_far.unsqueeze(-1)).abs() <= 0.03).double().mean()
+                        ((grid[values.argmax(-1)] - x_far).abs() <= 0.03).double().mean()
                     )
                     row["message_norm"] = {
                         "honest_mean": float(honest.norm(dim=-1).mean()),
@@ -320,7 +392,7 @@ def study(functions: int, inits: int, seed: int) -> dict:
                 row["uniform"] = {"share_sybils": k / 20, "sybil_follows_in_60": DRAWS * (1 - P_T) * k / 20}
                 rows.append(row)
                 if k in (0, max(SYBILS)):
-                    for rule, counts in candidate_counts(features, omegas, X, mask, grid).items():
+                    for rule, counts in candidate_counts(features, omegas, X, mask, grid, scores).items():
                         w = fidelity_weights(scores, None, counts)
                         candidates.append(
                             {

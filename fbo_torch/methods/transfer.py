@@ -15,7 +15,9 @@ relatedness (``docs/design.md``, "Transfer that pays"):
   prior centred on their ``P_N``-weighted log-mean, as wide as the peers disagree
   plus :attr:`~fbo_torch.federation.settings.FTSSettings.landscape_scale`
   (federated empirical Bayes: where tasks are shifted or rotated copies their
-  lengthscales carry over even when their optima do not).
+  lengthscales carry over even when their optima do not), and keeps that fit only
+  where it predicts the agent's held-out observations better than the fit under the
+  spec's prior (leave-one-out, :meth:`~fbo_torch.federation.agents.Agents.gp`).
 
 Each iteration an agent has up to three candidates: its own proposal, the best
 untried peer incumbent, and the maximizer of the message of a peer drawn from

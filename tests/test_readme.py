@@ -190,6 +190,7 @@ PEER_BENCHMARKS = (
     "tetci2019_d3",
     "tetci2019_d3_newcomer",
     "svm_landmine_d2",
+    "svm_landmine_d2_newcomer",
     "gecco2020_d5",
     "gecco2020_d5_newcomer",
     "synthetic_newcomer",

@@ -380,19 +380,7 @@ def in_process_round(N: int, num_shares: int, dim: int, modulus: int, signed: bo
     t_server += dt
     replies = {}
     for nid, keys in req.items():
-        sent += payload_bytes(
-            secagg_request(
-                1,
-                **{
-                    "node-ids": list(keys),
-                    "agent-ids": [server.agents[j] for j in keys],
-                    "pk1": [keys[j][0] for j in keys],
-                    "pk2": [keys[j][1] for j in keys],
-                    "signatures": [server.signatures[j] for j in keys],
-                    "threshold": server.threshold,
-                },
-            )
-        )
+        sent += payload_bytes(secagg_request(1, **server.share_keys_content(nid)))
         replies[nid], dt = timed(
             clients[nid].share_keys, 1, keys, server.threshold, server.agents, server.signatures, ids.get(nid)
         )

@@ -510,6 +510,26 @@ class SecAggServer:
         }
         return self.requested, why
 
+    def share_keys_content(self, nid: int) -> dict[str, Any]:
+        """The share-keys request of node ``nid`` (after :meth:`share_keys_requests`): its live neighbours'
+        node and agent ids, their public keys and signatures, and the threshold, as the request's values.
+
+        Args:
+            nid: A live node.
+
+        Returns:
+            The values of its stage-1 request (:func:`~fbo_torch.flower.records.secagg_request`).
+        """
+        keys = self.requested[nid]
+        return {
+            "node-ids": list(keys),
+            "agent-ids": [self.agents[j] for j in keys],
+            "pk1": [keys[j][0] for j in keys],
+            "pk2": [keys[j][1] for j in keys],
+            "signatures": [self.signatures[j] for j in keys],
+            "threshold": self.threshold,
+        }
+
     def receive_shares(self, replies: dict[int, tuple[list[int], list[bytes], bytes]]) -> dict[int, str]:
         """Stage 1's replies: ``{node: (destinations, ciphertexts, commitment)}``."""
         why: dict[int, str] = {}

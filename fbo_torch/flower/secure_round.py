@@ -115,20 +115,7 @@ def run_secure_round(
         )
         requests, why = server.share_keys_requests()
         dropped(why, "share_keys")
-        replies = stage(
-            "share_keys",
-            {
-                nid: {
-                    "node-ids": list(ks),
-                    "agent-ids": [server.agents[j] for j in ks],
-                    "pk1": [ks[j][0] for j in ks],
-                    "pk2": [ks[j][1] for j in ks],
-                    "signatures": [server.signatures[j] for j in ks],
-                    "threshold": server.threshold,
-                }
-                for nid, ks in requests.items()
-            },
-        )
+        replies = stage("share_keys", {nid: server.share_keys_content(nid) for nid in requests})
         dropped(
             server.receive_shares(
                 {nid: (r["destinations"], r["ciphertexts"], r["commitment"]) for nid, r in replies.items()}

@@ -57,7 +57,7 @@ from fbo_torch.privacy.accountants import check_noise_multiplier, check_sample_r
 from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
 from fbo_torch.privacy.ledger import PrivacyLedger
 from fbo_torch.protocol.randomness import ServerRandomness
-from fbo_torch.utils.validation import check_int
+from fbo_torch.utils.validation import add_to_registry, check_int
 
 #: What a ledger is told of one release: ``(noise multiplier z, sampling rate q)``.
 Charge = tuple[float, float]
@@ -258,10 +258,7 @@ def register_release(cls: _ReleaseT) -> _ReleaseT:
         raise ValueError(f"`register_release` takes a ReleaseMechanism subclass, got {cls!r}.")
     if not cls.name or not isinstance(cls.name, str):
         raise ValueError(f"{cls.__name__}.name must be a non-empty string (the settings' `aggregation`).")
-    old = RELEASES.get(cls.name)
-    if old is not None and old is not cls and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ValueError(f"release {cls.name!r} is already registered ({old.__module__}.{old.__qualname__}).")
-    RELEASES[cls.name] = cls
+    add_to_registry(RELEASES, cls.name, cls, "release")
     return cls
 
 

@@ -36,6 +36,8 @@ from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor
 
+from fbo_torch.utils.validation import add_to_registry
+
 #: The experiment kinds (the YAML's ``experiment:``) an algorithm may run in.
 KINDS = ("fts", "dp_fts_de")
 #: What a peer sends per message: nothing, one RFF weight draw ``ω``, or its whole RFF posterior.
@@ -171,10 +173,7 @@ def register_method(cls: _MethodT) -> _MethodT:
         raise ValueError(f"{cls.__name__}.kinds must be a non-empty subset of {KINDS}, got {cls.kinds!r}.")
     if cls.message not in MESSAGES:
         raise ValueError(f"{cls.__name__}.message must be one of {MESSAGES}, got {cls.message!r}.")
-    old = METHODS.get(cls.name)
-    if old is not None and old is not cls and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ValueError(f"algorithm {cls.name!r} is already registered ({old.__module__}.{old.__qualname__}).")
-    METHODS[cls.name] = cls
+    add_to_registry(METHODS, cls.name, cls, "algorithm")
     return cls
 
 

@@ -11,12 +11,34 @@ import math
 import numbers
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from botorch.exceptions.warnings import InputDataWarning
 from torch import Tensor
 
 from fbo_torch.utils.schema import check_fraction, check_integer, number_error
+
+
+def add_to_registry(registry: dict[str, Any], name: str, cls: type, label: str) -> None:
+    """Register ``cls`` as ``registry[name]``, refusing a name another class holds.
+
+    A class of the same module and qualified name may take its place again (the defining
+    module imported a second time, e.g. reloaded), so registering is idempotent.
+
+    Args:
+        registry: Name -> class.
+        name: The key.
+        cls: The class.
+        label: What a name is called in the message (``"algorithm"``, ``"release"``).
+
+    Raises:
+        ValueError: ``name`` is registered to another class.
+    """
+    old = registry.get(name)
+    if old is not None and old is not cls and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"{label} {name!r} is already registered ({old.__module__}.{old.__qualname__}).")
+    registry[name] = cls
 
 
 def check_tensor(name: str, value: object) -> Tensor:

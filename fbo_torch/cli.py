@@ -61,7 +61,7 @@ def _num_inits(text: str) -> int:
 
 def _memory_size(text: str) -> int:
     """argparse type: a memory size (bytes, or with a K/M/G/T suffix: ``4GiB``)."""
-    from fbo_torch.experiments.config import memory_budget
+    from fbo_torch.utils.resources import memory_budget
 
     try:
         return memory_budget(text)

@@ -17,6 +17,7 @@ matplotlib and Opacus), so ``--help`` and ``--version`` answer without them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -28,6 +29,7 @@ import warnings
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import fbo_torch  # light: the package imports torch only when a name of it is used
 
@@ -61,7 +63,7 @@ def _num_inits(text: str) -> int:
 
 def _memory_size(text: str) -> int:
     """argparse type: a memory size (bytes, or with a K/M/G/T suffix: ``4GiB``)."""
-    from fbo_torch.experiments.config import memory_budget
+    from fbo_torch.utils.resources import memory_budget
 
     try:
         return memory_budget(text)
@@ -81,6 +83,36 @@ def _float_in(low: float, high: float, closed_high: bool, what: str) -> Callable
         if not ok:
             raise argparse.ArgumentTypeError(f"{what}, got {text}")
         return value
+
+    return parse
+
+
+def _num_agents(value: int, flag: str) -> int:
+    """``N >= 2``, as :func:`~fbo_torch.privacy.ledger.default_delta` requires (``N = 1`` would give δ = 1)."""
+    from fbo_torch.utils.validation import check_int
+
+    return check_int(flag, value, minimum=2)
+
+
+def _privacy_flag(
+    check: str | Callable[..., Any], flag: str, number: Callable[[str], Any] = float, **kw: Any
+) -> Callable[[str], Any]:
+    """argparse type: ``number(text)`` checked by the settings' own check (``"module:function"``, imported when
+    used), the message naming ``flag``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = number(text)
+        except ValueError:
+            kind = "an integer" if number is int else "a number"
+            raise argparse.ArgumentTypeError(f"`{flag}` must be {kind}, got {text!r}.") from None
+        try:
+            if isinstance(check, str):
+                module, name = check.split(":")
+                return getattr(importlib.import_module(module), name)(value, flag, **kw)
+            return check(value, flag, **kw)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
 
     return parse
 
@@ -245,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument(
         "--sample-rate",
         "-q",
-        type=_float_in(0.0, 1.0, True, "expected 0 < q <= 1"),
+        type=_privacy_flag("fbo_torch.privacy.accountants:check_sample_rate", "--sample-rate"),
         required=True,
         metavar="Q",
         help="probability q that an agent's message is sampled in a round, 0 < q <= 1",
@@ -253,25 +285,30 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument(
         "--noise-multiplier",
         "-z",
-        type=_float_in(0.0, math.inf, False, "expected z > 0"),
+        type=_privacy_flag("fbo_torch.privacy.accountants:check_noise_multiplier", "--noise-multiplier"),
         required=True,
         metavar="Z",
-        help="noise multiplier z > 0 (noise std / clipping norm)",
+        help="noise multiplier z >= 0 (noise std / clipping norm); z = 0 adds no noise: epsilon = inf",
     )
     pv.add_argument(
-        "--steps", "-T", type=_positive_int, required=True, metavar="T", help="number of releases (rounds) T >= 1"
+        "--steps",
+        "-T",
+        type=_privacy_flag("fbo_torch.privacy.accountants:check_steps", "--steps", int, minimum=1),
+        required=True,
+        metavar="T",
+        help="number of releases (rounds) T >= 1",
     )
     pv.add_argument(
         "--num-agents",
         "-N",
-        type=_positive_int,
+        type=_privacy_flag(_num_agents, "--num-agents", int),
         default=None,
         metavar="N",
-        help="number of agents N >= 1; sets delta = 1/N^1.1 (the papers' choice)",
+        help="number of agents N >= 2; sets delta = 1/N^1.1 (the papers' choice)",
     )
     pv.add_argument(
         "--delta",
-        type=_float_in(0.0, 1.0, False, "expected 0 < delta < 1"),
+        type=_privacy_flag("fbo_torch.privacy.accountants:check_delta", "--delta"),
         default=None,
         metavar="DELTA",
         help="delta of (epsilon, delta)-DP, 0 < delta < 1 (instead of --num-agents)",

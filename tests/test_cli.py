@@ -217,6 +217,34 @@ def test_privacy_command(capsys):
     assert math.isclose(float(line.split("=")[-1]), 9.91, abs_tol=0.005)
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["-q", "0", "-z", "1", "-T", "40", "-N", "200"], "`--sample-rate` must lie in (0, 1], got 0.0."),
+        (["-q", "nan", "-z", "1", "-T", "40", "-N", "200"], "`--sample-rate` must lie in (0, 1]"),
+        (["-q", "0.25", "-z", "-1", "-T", "40", "-N", "200"], "`--noise-multiplier` must be finite and >= 0"),
+        (["-q", "0.25", "-z", "inf", "-T", "40", "-N", "200"], "`--noise-multiplier` must be finite and >= 0"),
+        (["-q", "0.25", "-z", "1", "-T", "0", "-N", "200"], "`--steps` must be >= 1, got 0."),
+        (["-q", "0.25", "-z", "1", "-T", "2.5", "-N", "200"], "`--steps` must be an integer, got '2.5'."),
+        (["-q", "0.25", "-z", "1", "-T", "40", "--delta", "1"], "`--delta` must lie in (0, 1), got 1.0."),
+        (["-q", "0.25", "-z", "1", "-T", "40", "-N", "1"], "`--num-agents` must be >= 2, got 1."),
+    ],
+)
+def test_privacy_flags_are_checked_as_the_settings_are_naming_the_flag(capsys, flags, says):
+    """The privacy command's flags go through the settings' checks (privacy.accountants.check_*), in one line."""
+    with pytest.raises(SystemExit):
+        main(["privacy", *flags])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert says in err
+
+
+def test_privacy_with_no_noise_is_infinite_epsilon(capsys):
+    """``z = 0`` is accepted as the settings accept it (no noise): every accountant says epsilon = inf."""
+    assert main(["privacy", "-q", "0.25", "-z", "0", "-T", "40", "-N", "200"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if "epsilon =" in ln]
+    assert rows and all(ln.split("=")[-1].strip() == "inf" for ln in rows)
+
+
 QUICKSTART = Path(__file__).resolve().parents[1] / "fbo_torch" / "experiments" / "quickstart.yaml"
 
 

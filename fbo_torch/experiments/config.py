@@ -46,7 +46,7 @@ import yaml
 from fbo_torch.experiments import schema
 from fbo_torch.simulate.presets import DEFAULT_SETUP, check_setup, objective_setup, setup_choices
 from fbo_torch.utils.paths import shipped_example
-from fbo_torch.utils.resources import parse_bytes
+from fbo_torch.utils.resources import memory_budget
 from fbo_torch.utils.schema import (
     Choice,
     Integer,
@@ -54,7 +54,6 @@ from fbo_torch.utils.schema import (
     Rule,
     Seed,
     check_fields,
-    check_value,
     document,
     setting,
     type_error,
@@ -266,7 +265,7 @@ def check_device(cfg: ExperimentConfig, override: str | None = None) -> None:
 
 
 def _memory(key: str, value: Any) -> None:
-    parse_bytes(f"`{key}`", value)
+    memory_budget(value, key)
 
 
 def _failed_fraction(key: str, value: Any) -> None:
@@ -310,23 +309,6 @@ class RunOptions:
         if self.max_memory is not None:
             self.max_memory = memory_budget(self.max_memory)
         self.max_failed_fraction = float(self.max_failed_fraction)
-
-
-def memory_budget(value: int | str, key: str = "max_memory") -> int:
-    r"""A working-memory budget (:attr:`RunOptions.max_memory`: bytes or a size like ``"4GiB"``) in bytes.
-
-    Args:
-        value: The budget.
-        key: The key or flag a message names.
-
-    Returns:
-        The bytes.
-
-    Raises:
-        ValueError: Not a size (the message names ``key``).
-    """
-    check_value(RunOptions, "max_memory", value, key)
-    return parse_bytes(f"`{key}`", value)
 
 
 def _targets(key: str, value: Any) -> None:

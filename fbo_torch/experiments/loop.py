@@ -33,7 +33,7 @@ import fbo_torch
 from fbo_torch.experiments import dp_fts_de, fts
 from fbo_torch.experiments.accounting import accounting
 from fbo_torch.experiments.checkpoints import Checkpoints
-from fbo_torch.experiments.config import ConfigError, ExperimentConfig, RunsConfig, check_device, memory_budget
+from fbo_torch.experiments.config import ConfigError, ExperimentConfig, RunsConfig, check_device
 from fbo_torch.experiments.html_report import write_html_report
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext
 from fbo_torch.experiments.outdir import MANIFEST, OutputFolder, atomic_write_text, fingerprint
@@ -49,6 +49,7 @@ from fbo_torch.experiments.report import (
 )
 from fbo_torch.federation.evaluation_failures import EvaluationFailures, recording
 from fbo_torch.objectives import build_objective
+from fbo_torch.utils.resources import memory_budget
 from fbo_torch.utils.schema import check_value
 
 #: The experiment kinds by their YAML name (``experiment:``).

@@ -32,7 +32,7 @@ import torch
 from fbo_torch.federation.settings import MethodSettings
 from fbo_torch.models.outcome_warp import DEFAULT_OFFSETS
 from fbo_torch.optim.domain import Domain
-from fbo_torch.utils.resources import available_memory, parse_bytes
+from fbo_torch.utils.resources import available_memory, memory_budget
 
 _F64 = 8
 #: Scale of the count below: it counts the arrays of a GP refit and of the maximizer's restarts
@@ -69,11 +69,11 @@ def own_step_bytes(settings: MethodSettings, domain: Domain, n: int, dim: int) -
 
 
 def round_budget(max_memory: int | str | None, device: torch.device | str) -> int | None:
-    r"""The working-memory budget of a round in bytes: ``max_memory`` (bytes or a size like
-    ``"4GiB"``), else half of what ``device`` has free now (``None`` when the system does not say:
-    no chunking)."""
+    r"""The working-memory budget of a round in bytes: ``max_memory``
+    (:func:`~fbo_torch.utils.resources.memory_budget`), else half of what ``device`` has free now
+    (``None`` when the system does not say: no chunking)."""
     if max_memory is not None:
-        return parse_bytes("`max_memory`", max_memory)
+        return memory_budget(max_memory)
     free = available_memory(device)
     return None if free is None else free // 2
 

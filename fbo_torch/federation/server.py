@@ -142,7 +142,8 @@ class DPFTSDEServer:
             :class:`~fbo_torch.protocol.randomness.ServerRandomness`, or ``R``
             int64 federation keys (the seeded streams, for research).
         accountant / delta: The privacy ledger's accountant and δ (default ``1/N^1.1``);
-            only used when ``noise_multiplier > 0``. ``accountant=None`` runs the
+            only used when the settings are private (their algorithm's
+            :meth:`~fbo_torch.methods.base.Method.is_private`). ``accountant=None`` runs the
             mechanism without a ledger (benchmarks of the mechanism only: no
             privacy claim is recorded). The release mechanism may use its own
             (secure rounds: ``"ddg"``, whatever ``accountant`` names).
@@ -188,7 +189,7 @@ class DPFTSDEServer:
         )
         self.ledger: PrivacyLedger | None = None
         self.server_ledger: PrivacyLedger | None = None  # ε against the server (a secure sum's)
-        self.private = settings.noise_multiplier > 0
+        self.private = bool(settings.is_private)  # the algorithm's say (Method.is_private)
         if self.private and accountant is not None:
             self.ledger, self.server_ledger = self.release_mechanism.ledgers(accountant, delta, settings.max_epsilon)
         self._cohort: tuple[int, Tensor] | None = None  # (round, R x N sampled) of the planned secure round

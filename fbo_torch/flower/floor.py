@@ -167,9 +167,9 @@ class PrivacyFloor:
         s = config.settings
         delta = self.delta if self.delta is not None else config.ledger_delta
         T = int(s.num_iterations)
-        if s.algorithm != "fts_de" or T == 0:
+        if not s.method.federated() or T == 0:  # the algorithm's say: its agents send nothing of their data
             return 0.0
-        if s.noise_multiplier <= 0:
+        if not s.is_private:
             return math.inf
         if not get_release(s.aggregation).sees_messages:  # a secure sum: the worst a deviating server can do
             mech = SecureMechanism.from_settings(s, config.num_agents)
@@ -186,7 +186,7 @@ class PrivacyFloor:
             PrivacyFloorError: One line naming the run config key and the node config key.
         """
         s = config.settings
-        if s.algorithm != "fts_de":  # TS: the agent sends nothing of its data
+        if not s.method.federated():  # the algorithm's say (TS): the agent sends nothing of its data
             return
         who = f"agent {int(agent_id)} refuses the run"
         if s.noise_multiplier < self.min_noise_multiplier:

@@ -57,6 +57,17 @@ def parse_bytes(name: str, value: object) -> int:
     return int(number * _UNITS[unit])
 
 
+def memory_budget(value: object, key: str = "max_memory") -> int:
+    r"""A working-memory budget in bytes: the one reading of ``max_memory`` (the experiment key, ``--max-memory``,
+    :func:`~fbo_torch.federation.chunks.round_budget`); :func:`parse_bytes`'s spellings, the message naming ``key``.
+
+    Example:
+        >>> memory_budget("512M")
+        536870912
+    """
+    return parse_bytes(f"`{key}`", value)
+
+
 def _env_limit() -> int | None:
     text = os.environ.get(LIMIT_ENV, "").strip()
     if not text:
@@ -165,4 +176,12 @@ def check_memory(name: str, need: float, what: str, device: torch.device | str |
         )
 
 
-__all__ = ["LIMIT_ENV", "MemoryLimitError", "available_memory", "check_memory", "parse_bytes", "show_bytes"]
+__all__ = [
+    "LIMIT_ENV",
+    "MemoryLimitError",
+    "available_memory",
+    "check_memory",
+    "memory_budget",
+    "parse_bytes",
+    "show_bytes",
+]

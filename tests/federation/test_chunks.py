@@ -5,7 +5,7 @@ from fbo_torch.federation.chunks import CPU_CHUNK, agents_per_chunk, chunk_slice
 from fbo_torch.federation.settings import DPFTSDESettings
 from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
-from fbo_torch.utils.resources import parse_bytes
+from fbo_torch.utils.resources import memory_budget, parse_bytes
 
 f64 = torch.float64
 
@@ -92,3 +92,19 @@ def test_chunked_own_proposals_keep_every_gp_state(warp, acq):
     assert torch.equal(whole.gp_params, parts.gp_params)
     if warp == "auto":
         assert torch.equal(whole.warp_choice, parts.warp_choice)
+
+
+@pytest.mark.parametrize("value", ["lots", "-1G", 0, True, "1.5 G", "4GiB", 4096])
+def test_the_round_budget_reads_max_memory_as_the_experiment_key_does(value):
+    """One reading of ``max_memory`` (``memory_budget``): the same spellings and the same message everywhere."""
+    from fbo_torch.experiments.config import RunOptions
+
+    def outcome(read):
+        try:
+            return read(value)
+        except ValueError as err:
+            return str(err)
+
+    said = outcome(memory_budget)
+    assert outcome(lambda v: round_budget(v, "cpu")) == said
+    assert outcome(lambda v: RunOptions(max_memory=v).max_memory) == said

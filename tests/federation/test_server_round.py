@@ -20,7 +20,8 @@ BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=f64)
 
 
 def _server(accountant="rdp", **kw):
-    s = DPFTSDESettings(num_regions=P, sample_rate=0.5, noise_multiplier=1.0, clip_norm=2.0, num_features=M, **kw)
+    kw = {"num_regions": P, "sample_rate": 0.5, "noise_multiplier": 1.0, "clip_norm": 2.0, "num_features": M, **kw}
+    s = DPFTSDESettings(**kw)
     return DPFTSDEServer(N, BOUNDS, s, torch.tensor([5], dtype=torch.int64), accountant=accountant)
 
 
@@ -205,3 +206,14 @@ def test_a_non_probability_p_t_or_sample_rate_is_refused():
         _server().plan(1, math.nan)
     with pytest.raises(TypeError, match="`sample_rate` must be a number, got str '0.5'"):
         DPAggregator("0.5", 1.0, 1.0, torch.ones(1, N, dtype=f64))
+
+
+def test_the_server_asks_the_algorithm_whether_it_is_private(monkeypatch):
+    """Private or not is the algorithm's say (``Method.is_private``), not a re-spelled ``z > 0``."""
+    from fbo_torch.methods.fts_de import FTSDE
+
+    assert _server().private and _server().ledger is not None
+    assert not _server(noise_multiplier=0.0).private  # FTSDE: z > 0
+    monkeypatch.setattr(FTSDE, "is_private", classmethod(lambda cls, settings: False))
+    server = _server()  # z = 1, but the algorithm says it does not release privately
+    assert not server.private and server.ledger is None and math.isnan(server.epsilon)

@@ -88,3 +88,17 @@ def test_a_node_below_whose_floor_the_run_is_refuses_it_and_is_never_contacted_a
     assert 'this node requires `privacy.aggregation` = "secure"' in coord.refused_nodes[101]
     assert all(r.released for r in coord.logs)  # the others go on
     assert json.dumps(server_app.summary(coord))  # the refusal is in the run's record
+
+
+def test_the_floor_asks_the_algorithm_what_its_agents_send(monkeypatch):
+    """What the floor checks is the method registry's say (``federated``, ``is_private``), not a name compare."""
+    from fbo_torch.methods.fts_de import FTSDE
+
+    strict = {"privacy.min-noise-multiplier": 100.0, "privacy.max-epsilon": 1e-9, "privacy.aggregation": "secure"}
+    ts = FlowerRunConfig.from_run_config(dict(CENTRAL, method="ts"))  # the agents send nothing of their data
+    assert PrivacyFloor().epsilon(ts) == 0.0
+    client_app.check_floor(ts, strict, 1)
+    cfg = FlowerRunConfig.from_run_config(CENTRAL)
+    assert 0 < PrivacyFloor().epsilon(cfg) < float("inf")
+    monkeypatch.setattr(FTSDE, "is_private", classmethod(lambda cls, settings: False))
+    assert PrivacyFloor().epsilon(cfg) == float("inf")  # z > 0, but the algorithm says it is not private

@@ -194,6 +194,20 @@ class ReleaseMechanism:
             return 0.0
         return get_epsilon(self.accountant(accountant), delta, history=[(*self.charge(), int(releases))])
 
+    def deviating_server_epsilon(self, releases: int, delta: float, threshold: int) -> float:
+        r"""ε against a server that deviates from the protocol after ``releases`` releases: NaN when the
+        server sees every message (it is trusted with them; :meth:`ledgers` keeps no ledger against it).
+
+        Args:
+            releases: Releases the agent's message took part in.
+            delta: ``δ``.
+            threshold: ``t``, the fewest vectors of a sum a deviating server can learn.
+
+        Returns:
+            ``ε``, or NaN.
+        """
+        return math.nan
+
     def recordable(self, server: bool = False) -> Callable[[float, float], bool]:
         r"""Whether a ledger entry ``(z, q)`` is one this mechanism records (a saved ledger's check).
 
@@ -540,6 +554,19 @@ class SecureDiscreteGaussianRelease(ReleaseMechanism):
             ``ε``.
         """
         return max(secure_epsilons(self._lattice, threshold, self.settings.sample_rate, releases, delta))
+
+    def deviating_server_epsilon(self, releases: int, delta: float, threshold: int) -> float:
+        r"""The first figure of :func:`secure_epsilons`: sums of ``threshold`` vectors, nothing amplified.
+
+        Args:
+            releases: Secure releases the agent's vector took part in.
+            delta: ``δ``.
+            threshold: ``t``.
+
+        Returns:
+            ``ε``.
+        """
+        return secure_epsilons(self._lattice, threshold, self.settings.sample_rate, releases, delta)[0]
 
     def recordable(self, server: bool = False) -> Callable[[float, float], bool]:
         r"""``z`` of a sum of ``k`` shares for a ``k`` from ``min_survivors`` to ``N`` (see :meth:`charge`).

@@ -29,14 +29,12 @@ entry (and the closest valid key).
 
 from __future__ import annotations
 
-import collections.abc
 import copy
 import dataclasses
 import difflib
 import inspect
 import os
 import re
-import types
 import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -55,8 +53,8 @@ from fbo_torch.utils.schema import (
     Seed,
     check_fields,
     document,
+    read_typed,
     setting,
-    type_error,
 )
 
 if TYPE_CHECKING:  # torch and the settings classes are imported where a config is resolved, not to check one
@@ -136,63 +134,6 @@ def check_keys(where: str, section: dict[str, Any], allowed: list[str] | tuple[s
             raise ConfigError(f"{where}: unknown key {key!r}{_suggest(str(key), allowed)}; allowed: {sorted(allowed)}.")
 
 
-def _type_ok(value: Any, hint: Any) -> bool:
-    r"""Whether a YAML value fits a type annotation (classes YAML cannot express are checked by isinstance)."""
-    if hint is Any or hint is inspect.Parameter.empty or isinstance(hint, (str, typing.TypeVar)):
-        return True
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    base = origin or hint
-    if base in (list, tuple, collections.abc.Sequence):
-        if not isinstance(value, (list, tuple)):
-            return False
-        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
-        return len(args) != 1 or all(_type_ok(v, args[0]) for v in value)
-    if base in (dict, collections.abc.Mapping):
-        return isinstance(value, dict)
-    if base is os.PathLike or getattr(base, "__name__", "") == "device" and getattr(base, "__module__", "") == "torch":
-        return isinstance(value, (str, base))
-    if getattr(base, "__name__", "") == "Tensor":
-        return isinstance(value, (list, base))
-    return isinstance(base, type) and isinstance(value, base)
-
-
-def _describe(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(dict.fromkeys(_describe(h) for h in typing.get_args(hint)))
-    names = {
-        bool: "true or false",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        type(None): "null",
-        dict: "a mapping",
-    }
-    if hint in names:
-        return names[hint]
-    base = origin or hint
-    if base in (list, tuple, collections.abc.Sequence):
-        args = typing.get_args(hint)
-        return f"a list of {_describe(args[0]).removeprefix('an ').removeprefix('a ')}s" if args else "a list"
-    if base in (dict, collections.abc.Mapping):
-        return "a mapping"
-    if base is os.PathLike:
-        return "a path"
-    return f"a {getattr(base, '__name__', str(base))}"
-
-
 def _hints(fn: Any) -> dict[str, Any]:
     try:
         return typing.get_type_hints(
@@ -210,8 +151,11 @@ def check_types(where: str, fn: Any, values: dict[str, Any]) -> None:
 def _check_hints(where: str, hints: dict[str, Any], values: dict[str, Any]) -> None:
     for key, value in values.items():
         hint = hints.get(key)
-        if hint is not None and not _type_ok(value, hint):
-            raise ConfigError(f"{where}: {type_error(key, _describe(hint), value)}")
+        if hint is not None:
+            try:
+                read_typed(key, value, hint)
+            except ValueError as err:
+                raise ConfigError(f"{where}: {err}") from None
 
 
 def build_dataclass(cls: type, values: dict[str, Any], where: str) -> Any:

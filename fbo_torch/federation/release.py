@@ -49,11 +49,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 import torch
+from opacus.accountants import IAccountant, create_accountant
 from torch import Tensor
 
 from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator, RegionWeights
 from fbo_torch.federation.secure import SecureMechanism
-from fbo_torch.privacy.accountants import check_noise_multiplier, check_sample_rate
+from fbo_torch.privacy.accountants import check_accountant_name, check_noise_multiplier, check_sample_rate, get_epsilon
 from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
 from fbo_torch.privacy.ledger import PrivacyLedger
 from fbo_torch.protocol.randomness import ServerRandomness
@@ -99,6 +100,20 @@ class ReleaseMechanism:
         clip = settings.clip_norm if settings.clip_norm is not None else math.inf
         self.aggregator = DPAggregator(settings.sample_rate, clip, settings.noise_multiplier, weights)
         self.lattice: SecureMechanism | None = None
+
+    @classmethod
+    def accounting(cls, settings: Any, num_agents: int) -> ReleaseMechanism:
+        r"""The mechanism of ``settings`` for ``num_agents`` agents as its ledgers see it (:meth:`charge`,
+        :meth:`worst_case_epsilon`), without region weights: it cannot release.
+
+        Args:
+            settings: The settings.
+            num_agents: ``N``.
+
+        Returns:
+            The mechanism.
+        """
+        return cls(settings, num_agents, _no_weights)
 
     # ------------------------------------------------------------------ checks
     @classmethod
@@ -150,6 +165,48 @@ class ReleaseMechanism:
             ``(z, q)``.
         """
         return self.settings.noise_multiplier, self.settings.sample_rate
+
+    def accountant(self, name: str) -> IAccountant:
+        """A fresh accountant of the kind this mechanism's ledgers keep.
+
+        Args:
+            name: The settings' accountant (a mechanism may use its own).
+
+        Returns:
+            The accountant, with no releases recorded.
+        """
+        return create_accountant(check_accountant_name(name))
+
+    def worst_case_epsilon(self, releases: int, delta: float, accountant: str, threshold: int) -> float:
+        r"""The largest ε ``releases`` releases can cost an agent, at ``δ``: each charged :meth:`charge`.
+
+        Args:
+            releases: Releases the agent's message took part in.
+            delta: ``δ``.
+            accountant: The settings' accountant.
+            threshold: The fewest vectors of a sum a deviating server can learn (only a mechanism whose
+                server sees a secure sum reads it).
+
+        Returns:
+            ``ε`` (``0`` without releases, ``inf`` with ``z = 0``).
+        """
+        if releases <= 0:
+            return 0.0
+        return get_epsilon(self.accountant(accountant), delta, history=[(*self.charge(), int(releases))])
+
+    def deviating_server_epsilon(self, releases: int, delta: float, threshold: int) -> float:
+        r"""ε against a server that deviates from the protocol after ``releases`` releases: NaN when the
+        server sees every message (it is trusted with them; :meth:`ledgers` keeps no ledger against it).
+
+        Args:
+            releases: Releases the agent's message took part in.
+            delta: ``δ``.
+            threshold: ``t``, the fewest vectors of a sum a deviating server can learn.
+
+        Returns:
+            ``ε``, or NaN.
+        """
+        return math.nan
 
     def recordable(self, server: bool = False) -> Callable[[float, float], bool]:
         r"""Whether a ledger entry ``(z, q)`` is one this mechanism records (a saved ledger's check).
@@ -234,6 +291,10 @@ class ReleaseMechanism:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(N={self.num_agents}, {self.aggregator!r})"
+
+
+def _no_weights(round: int) -> Tensor:
+    raise RuntimeError("a release mechanism built for accounting has no region weights: it cannot release.")
 
 
 _ReleaseT = TypeVar("_ReleaseT", bound=type[ReleaseMechanism])
@@ -332,6 +393,58 @@ class CentralGaussianRelease(ReleaseMechanism):
         return out, agg.history[-1]
 
 
+def shares_charge(lattice: SecureMechanism, num_shares: int, server: bool, sample_rate: float) -> Charge:
+    r"""``(z, q)`` of a secure sum of ``k`` discrete Gaussian shares: against the server ``z_k`` with
+    ``q = 1`` (it drew the coins); against the other agents ``z_{k−1}`` with ``q`` (a curious agent knows
+    its own share, not the sample).
+
+    Args:
+        lattice: The secure mechanism.
+        num_shares: ``k``.
+        server: The charge against the server.
+        sample_rate: ``q``.
+
+    Returns:
+        ``(z, q)``.
+    """
+    if server:
+        return lattice.noise_multiplier_of(num_shares), 1.0
+    return lattice.noise_multiplier_of(max(num_shares - 1, 1)), sample_rate
+
+
+def secure_epsilons(
+    lattice: SecureMechanism, threshold: int, sample_rate: float, releases: int, delta: float
+) -> tuple[float, float]:
+    r"""``(ε against a server that deviates from SecAgg+, ε against the other agents)`` after ``releases``
+    secure releases, in the worst case the protocol allows: the server learns sums of ``threshold``
+    vectors (:func:`shares_charge` against the server), the other agents sums of ``min_survivors``.
+
+    Args:
+        lattice: The federation's secure mechanism.
+        threshold: ``t``, the fewest vectors of any sum the server can learn.
+        sample_rate: ``q`` (amplifies the second figure only).
+        releases: Secure releases this agent's vector took part in.
+        delta: ``δ``.
+
+    Returns:
+        ``(ε against the server, ε against the other agents)``.
+    """
+    if releases <= 0:
+        return 0.0, 0.0
+    if lattice.local_variance == 0:
+        return math.inf, math.inf
+    accountant = DistributedDiscreteGaussianAccountant(lattice.ddg_constants())
+    server = get_epsilon(
+        accountant, delta, history=[(*shares_charge(lattice, max(int(threshold), 1), True, sample_rate), int(releases))]
+    )
+    others = get_epsilon(
+        accountant,
+        delta,
+        history=[(*shares_charge(lattice, lattice.min_survivors, False, float(sample_rate)), releases)],
+    )
+    return server, others
+
+
 @register_release
 class SecureDiscreteGaussianRelease(ReleaseMechanism):
     r"""Secure aggregation with distributed discrete Gaussian noise: the server draws and tells each
@@ -389,11 +502,10 @@ class SecureDiscreteGaussianRelease(ReleaseMechanism):
         Returns:
             ``(ledger, server_ledger)``.
         """
-        constants = self._lattice.ddg_constants()
 
         def ledger(budget: float | None) -> PrivacyLedger:
             return PrivacyLedger(
-                DistributedDiscreteGaussianAccountant(constants),
+                self.accountant(accountant),
                 delta=delta,
                 num_agents=self.num_agents,
                 max_epsilon=budget,
@@ -413,10 +525,48 @@ class SecureDiscreteGaussianRelease(ReleaseMechanism):
             ``(z, q)``.
         """
         lattice = self._lattice
-        k = lattice.min_survivors if num_shares is None else num_shares
-        if server:
-            return lattice.noise_multiplier_of(k), 1.0
-        return lattice.noise_multiplier_of(max(k - 1, 1)), self.settings.sample_rate
+        return shares_charge(
+            lattice, lattice.min_survivors if num_shares is None else num_shares, server, self.settings.sample_rate
+        )
+
+    def accountant(self, name: str) -> IAccountant:
+        """The ``"ddg"`` accountant of the lattice, whatever ``name`` says (see :meth:`ReleaseMechanism.accountant`).
+
+        Args:
+            name: Ignored: the sum of discrete Gaussian shares has its own accountant.
+
+        Returns:
+            The accountant.
+        """
+        return DistributedDiscreteGaussianAccountant(self._lattice.ddg_constants())
+
+    def worst_case_epsilon(self, releases: int, delta: float, accountant: str, threshold: int) -> float:
+        r"""The larger of :func:`secure_epsilons`: against a server that deviates from SecAgg+ (sums of
+        ``threshold`` vectors) and against the other agents.
+
+        Args:
+            releases: Secure releases the agent's vector took part in.
+            delta: ``δ``.
+            accountant: Ignored (see :meth:`accountant`).
+            threshold: ``t``, the fewest vectors of a sum a deviating server can learn.
+
+        Returns:
+            ``ε``.
+        """
+        return max(secure_epsilons(self._lattice, threshold, self.settings.sample_rate, releases, delta))
+
+    def deviating_server_epsilon(self, releases: int, delta: float, threshold: int) -> float:
+        r"""The first figure of :func:`secure_epsilons`: sums of ``threshold`` vectors, nothing amplified.
+
+        Args:
+            releases: Secure releases the agent's vector took part in.
+            delta: ``δ``.
+            threshold: ``t``.
+
+        Returns:
+            ``ε``.
+        """
+        return secure_epsilons(self._lattice, threshold, self.settings.sample_rate, releases, delta)[0]
 
     def recordable(self, server: bool = False) -> Callable[[float, float], bool]:
         r"""``z`` of a sum of ``k`` shares for a ``k`` from ``min_survivors`` to ``N`` (see :meth:`charge`).
@@ -526,5 +676,7 @@ __all__ = [
     "check_aggregation",
     "get_release",
     "register_release",
+    "secure_epsilons",
+    "shares_charge",
     "unregister_release",
 ]

@@ -96,8 +96,8 @@ from fbo_torch.utils.schema import (
     check_fields,
     check_value,
     document,
+    read_typed,
     setting,
-    type_error,
 )
 
 METHODS = ("dp-fts-de", "ts")
@@ -282,34 +282,6 @@ def _json(name: str, value: Any) -> dict[str, Any]:
     return out
 
 
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-_KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
-
-
-def _scalar(name: str, value: Any, kind: str, where: str = "run config") -> Any:
-    """A ``where`` value as ``kind`` (``"int"``, ``"float"``, ``"bool"``, ``"str"``); anything else is an error."""
-    try:
-        if kind == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if kind == "float":
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if kind == "bool":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in _TRUE or text in _FALSE:
-                return text in _TRUE
-            raise ValueError
-    except (TypeError, ValueError):
-        expected = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
-        raise ValueError(f"{where}: {type_error(name, expected, value)}") from None
-    return value if isinstance(value, str) else str(value)
-
-
 def read_value(
     key: str, field_name: str, value: Any, hint: Any, where: str = "run config", zero_is_none: bool = True
 ) -> Any:
@@ -338,10 +310,10 @@ def read_value(
         return None
     if any(typing.get_origin(k) is dict or k is dict for k in kinds):
         return _json(key, value)
-    for kind in (bool, int, float, str):
-        if kind in kinds:
-            return _scalar(key, value, _KINDS[kind], where)
-    return value  # Any: as TOML gave it (e.g. p-t, a number or an expression)
+    try:
+        return read_typed(key, value, hint, text=True)  # Any (p-t): as TOML gave it
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
 
 
 def _check_objective_spec(key: str, value: Any) -> None:

@@ -64,7 +64,6 @@ from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.secure import SecureMechanism
 from fbo_torch.federation.server import DPFTSDEServer, ServerRound
 from fbo_torch.flower.config import FlowerRunConfig
-from fbo_torch.flower.floor import worst_case_epsilons
 from fbo_torch.flower.server_state import ServerState, ServerStateError
 from fbo_torch.privacy.ledger import PrivacyLedger
 from fbo_torch.protocol.randomness import SecretServerRandomness
@@ -157,7 +156,7 @@ class RoundLog(ServerRound):
             ``bytes_sent``, ``bytes_received``, ``survivors``, ``out_of_range``).
         epsilon_malicious: Secure aggregation: ε against a server that deviates from SecAgg+
             after the round, in the worst case the protocol allows
-            (:func:`~fbo_torch.flower.floor.worst_case_epsilons`: every round so far, a sum of
+            (:func:`~fbo_torch.federation.release.secure_epsilons`: every round so far, a sum of
             ``t`` vectors, no amplification); NaN otherwise.
     """
 
@@ -394,17 +393,17 @@ class Coordinator:
 
     # ------------------------------------------------------------------ secure rounds
     def _malicious_epsilon(self, rounds: int) -> float:
-        """ε against a server that deviates from SecAgg+ after ``rounds`` rounds (NaN unless secure)."""
-        mech = self.mechanism
-        if mech is None:
+        """ε against a server that deviates from SecAgg+ after ``rounds`` rounds (NaN unless secure): the release
+        mechanism's (:meth:`~fbo_torch.federation.release.ReleaseMechanism.deviating_server_epsilon`)."""
+        if self.server is None:
             return math.nan
         cfg = self.config
-        return worst_case_epsilons(mech, cfg.secure_threshold(), cfg.settings.sample_rate, rounds, cfg.ledger_delta)[0]
+        return self.server.release_mechanism.deviating_server_epsilon(rounds, cfg.ledger_delta, cfg.secure_threshold())
 
     @property
     def mechanism(self) -> SecureMechanism | None:
-        """The secure mechanism's constants (``None`` unless ``aggregation = "secure"``)."""
-        return self.server.mechanism if self.server is not None and self.secure else None
+        """The secure mechanism's constants (``None`` unless ``aggregation = "secure"``): the release's lattice."""
+        return None if self.server is None else self.server.mechanism
 
     def commit_secure(self, survivors: list[int]) -> bool:
         r"""The SecAgg+ of the planned round kept ``survivors`` (agent ids): decide and charge it.

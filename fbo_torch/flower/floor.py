@@ -40,10 +40,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from fbo_torch.federation.release import get_release
-from fbo_torch.federation.secure import SecureMechanism
+from fbo_torch.federation.release import secure_epsilons as worst_case_epsilons
 from fbo_torch.flower.config import FlowerRunConfig, read_value
-from fbo_torch.privacy.accountants import check_delta, check_noise_multiplier, get_epsilon
-from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
+from fbo_torch.privacy.accountants import check_delta, check_noise_multiplier
 from fbo_torch.utils.schema import Choice, Integer, Number, Optional, Rule, check_fields, document, setting
 
 #: The prefix of the floor's node config keys (the ``privacy.`` table).
@@ -52,38 +51,6 @@ PREFIX = "privacy."
 
 class PrivacyFloorError(ValueError):
     """A run config below the node's privacy floor (or a floor that cannot be read); the message says which key."""
-
-
-def worst_case_epsilons(
-    mechanism: SecureMechanism, threshold: int, sample_rate: float, releases: int, delta: float
-) -> tuple[float, float]:
-    r"""``(ε against a server that deviates from SecAgg+, ε against the other agents)`` after ``releases``
-    secure releases, in the worst case the protocol allows (see the module docstring).
-
-    Args:
-        mechanism: The federation's secure mechanism.
-        threshold: ``t``, the fewest vectors of any sum the server can learn.
-        sample_rate: ``q`` (amplifies the second figure only).
-        releases: Secure releases this agent's vector took part in.
-        delta: ``δ``.
-
-    Returns:
-        ``(ε against the server, ε against the other agents)``.
-    """
-    if releases <= 0:
-        return 0.0, 0.0
-    if mechanism.local_variance == 0:
-        return math.inf, math.inf
-    accountant = DistributedDiscreteGaussianAccountant(mechanism.ddg_constants())
-    server = get_epsilon(
-        accountant, delta, history=[(mechanism.noise_multiplier_of(max(int(threshold), 1)), 1.0, int(releases))]
-    )
-    others = get_epsilon(
-        accountant,
-        delta,
-        history=[(mechanism.noise_multiplier_of(max(mechanism.min_survivors - 1, 1)), float(sample_rate), releases)],
-    )
-    return server, others
 
 
 def _key(name: str) -> str:
@@ -161,9 +128,10 @@ class PrivacyFloor:
         return max(2, self.min_threshold, config.secure_threshold())
 
     def epsilon(self, config: FlowerRunConfig) -> float:
-        r"""The largest ε a run of ``config`` can cost this node, at this floor's δ: secure, the larger of
-        :func:`worst_case_epsilons` over ``T`` releases with :meth:`required_threshold`; central, the
-        run's accountant over ``T`` releases (the server is trusted with ω there)."""
+        r"""The largest ε a run of ``config`` can cost this node, at this floor's δ: the release mechanism's
+        worst case over ``T`` releases (:meth:`~fbo_torch.federation.release.ReleaseMechanism.worst_case_epsilon`):
+        a secure sum's against a server that deviates from SecAgg+ (with :meth:`required_threshold`) or the
+        other agents, a central release's by the run's accountant (the server is trusted with ω there)."""
         s = config.settings
         delta = self.delta if self.delta is not None else config.ledger_delta
         T = int(s.num_iterations)
@@ -171,13 +139,8 @@ class PrivacyFloor:
             return 0.0
         if not s.is_private:
             return math.inf
-        if not get_release(s.aggregation).sees_messages:  # a secure sum: the worst a deviating server can do
-            mech = SecureMechanism.from_settings(s, config.num_agents)
-            return max(worst_case_epsilons(mech, self.required_threshold(config), s.sample_rate, T, delta))
-        from opacus.accountants import create_accountant
-
-        accountant = create_accountant(config.privacy.accountant)
-        return get_epsilon(accountant, delta, history=[(float(s.noise_multiplier), float(s.sample_rate), T)])
+        release = get_release(s.aggregation).accounting(s, config.num_agents)
+        return release.worst_case_epsilon(T, delta, config.privacy.accountant, self.required_threshold(config))
 
     def check(self, config: FlowerRunConfig, agent_id: int) -> None:
         r"""Refuse ``config`` if it is below this floor.

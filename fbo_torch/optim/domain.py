@@ -24,12 +24,14 @@ from fbo_torch.optim.batched import (
     maximize_discrete,
 )
 from fbo_torch.utils import keyed_random as kr
-from fbo_torch.utils.validation import check_bounds, check_finite, check_int, check_last_dim, check_ndim
+from fbo_torch.utils.schema import Choice, Integer, Number, Optional, Rule, check_value, document, setting
+from fbo_torch.utils.validation import check_bounds, check_finite, check_last_dim, check_ndim
 
 #: ``screen_dtype`` / ``refine_dtype`` names accepted in place of a ``torch.dtype``.
 SCREEN_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: The options that hold a dtype (given by name in YAML).
 DTYPE_OPTIONS = ("screen_dtype", "refine_dtype")
+_AT_LEAST_1 = Integer(minimum=1)
 
 
 def dtype_name(dtype: torch.dtype | None) -> str | None:
@@ -41,37 +43,39 @@ def options_of(domain: Domain) -> dict[str, Any]:
     return {name: getattr(domain, name) for name in Domain.option_defaults()}
 
 
-def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    r"""Validated maximizer options (a subset of :meth:`Domain.option_defaults`).
+def _dtype(key: str, value: Any) -> None:
+    if (
+        value is not None
+        and not (isinstance(value, str) and value in SCREEN_DTYPES)
+        and not any(value is dtype for dtype in SCREEN_DTYPES.values())
+    ):
+        raise ValueError(f"`{key}` must be 'float32', 'float64' or null, got {value!r}.")
 
-    Unknown names and bad values raise ``ValueError`` naming the option;
-    ``screen_dtype`` and ``refine_dtype`` given by name come back as a ``torch.dtype``.
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    r"""Validated maximizer options (a subset of :meth:`Domain.option_defaults`), each by its declared check.
+
+    Args:
+        options: ``{option: value}``.
+
+    Returns:
+        The options, ``screen_dtype`` and ``refine_dtype`` given by name as a ``torch.dtype``.
+
+    Raises:
+        ValueError: An unknown option, or a value its check refuses (the message names the option).
     """
     allowed = Domain.option_defaults()
     out = dict(options)
     for name, value in out.items():
         if name not in allowed:
             raise ValueError(f"unknown domain option `{name}`; expected one of {sorted(allowed)}.")
-        if (
-            name in ("raw_samples", "num_restarts", "maxiter", "raw_samples_rff", "num_restarts_rff", "maxiter_rff")
-            or name == "max_points"
-            and value is not None
-        ):
-            check_int(name, value, minimum=1)
-        elif name == "screen" and value not in SCREENS:
-            raise ValueError(f"`screen` must be one of {list(SCREENS)}, got {value!r}.")
-        elif name == "refine" and value not in REFINE:
-            raise ValueError(f"`refine` must be one of {[r for r in REFINE if r]} or null, got {value!r}.")
-        elif name == "lr" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-            raise ValueError(f"`lr` must be a number > 0, got {value!r}.")
-        elif name in DTYPE_OPTIONS:
-            if isinstance(value, str) and value in SCREEN_DTYPES:
-                out[name] = SCREEN_DTYPES[value]
-            elif value is not None and value not in SCREEN_DTYPES.values():
-                raise ValueError(f"`{name}` must be 'float32', 'float64' or null, got {value!r}.")
+        check_value(Domain, name, value)
+        if name in DTYPE_OPTIONS and isinstance(value, str):
+            out[name] = SCREEN_DTYPES[value]
     return out
 
 
+@document
 @dataclass
 class Domain:
     r"""The search domain of a federation.
@@ -79,26 +83,6 @@ class Domain:
     Args:
         bounds: ``2 x d`` box.
         candidates: Optional ``C x d`` finite domain; maximization over it is exact.
-        raw_samples, num_restarts, refine, maxiter, lr: Settings of
-            :func:`~fbo_torch.optim.maximize_batched` for the agents' own GP
-            samples on continuous domains.
-        raw_samples_rff, num_restarts_rff, maxiter_rff: The same for the cheap
-            ``φ(x)ᵀω`` functions (messages, server broadcasts), which are
-            ``M``-feature dot products and afford a denser search.
-        max_points: Memory cap on points per batched evaluation (``None``: by device).
-        screen_dtype: Precision of the raw-point screening (``maximize_batched``'s
-            ``screen_dtype``; ``None``: the bounds' dtype). float32 by default: the
-            ranking feeds a randomized restart selection and everything after it runs
-            in float64 (``benchmarks/maximizer_quality.py`` compares both).
-        refine_dtype: Precision of the first phase of the gradient refinement
-            (``maximize_batched``'s ``refine_dtype``; ``None``: all of it in the bounds' dtype).
-            float32 by default: every restart climbs in float32, the best
-            :data:`~fbo_torch.optim.batched.POLISH_RESTARTS` of each function finish in float64,
-            so maxima and values stay float64 (``benchmarks/maximizer_quality.py`` compares both).
-        screen: The raw points of a box: ``"sobol"``, ``"product"`` (pairs of two Sobol sets on
-            the two halves of the coordinates, scored as matrix products where the function allows:
-            :func:`~fbo_torch.optim.batched.maximize_batched`'s ``screen``) or ``"auto"`` (the
-            product set for ``d = 2, 3``, where it was measured as good as the Sobol set).
 
     The defaults were chosen with ``benchmarks/maximizer_quality.py``: against
     per-agent ``optimize_acqf`` on the same budget they are as good or better on
@@ -113,18 +97,49 @@ class Domain:
 
     bounds: Tensor
     candidates: Tensor | None = None
-    raw_samples: int = 1024
-    num_restarts: int = 16
-    refine: str | None = "qn"
-    maxiter: int = 25
-    lr: float = 0.02
-    max_points: int | None = None
-    raw_samples_rff: int = 4096
-    num_restarts_rff: int = 32
-    maxiter_rff: int = 30
-    screen_dtype: torch.dtype | str | None = torch.float32
-    screen: str = "auto"
-    refine_dtype: torch.dtype | str | None = torch.float32
+    raw_samples: int = setting(
+        1024, "Raw points screened per function of the agents' own GP samples (:func:`maximize_batched`).", _AT_LEAST_1
+    )
+    num_restarts: int = setting(16, "Restarts refined per own GP sample.", _AT_LEAST_1)
+    refine: str | None = setting(
+        "qn",
+        "The gradient refinement of the restarts (:func:`maximize_batched`'s ``refine``; null: none).",
+        Optional(Choice(tuple(r for r in REFINE if r is not None))),
+    )
+    maxiter: int = setting(25, "Refinement iterations per own GP sample.", _AT_LEAST_1)
+    lr: float = setting(0.02, "Adam step size in unit-cube coordinates (``refine = adam`` only).", Number())
+    max_points: int | None = setting(
+        None, "Memory cap on points per batched evaluation (null: by device).", Optional(_AT_LEAST_1)
+    )
+    raw_samples_rff: int = setting(
+        4096,
+        "Raw points screened per cheap ``φ(x)ᵀω`` function (messages, server broadcasts): ``M``-feature dot "
+        "products, which afford a denser search.",
+        _AT_LEAST_1,
+    )
+    num_restarts_rff: int = setting(32, "Restarts refined per ``φ(x)ᵀω`` function.", _AT_LEAST_1)
+    maxiter_rff: int = setting(30, "Refinement iterations per ``φ(x)ᵀω`` function.", _AT_LEAST_1)
+    screen_dtype: torch.dtype | str | None = setting(
+        torch.float32,
+        "Precision of the raw-point screening (``float32``, ``float64``; null: the bounds' dtype): float32 "
+        "by default, as the ranking feeds a randomized restart selection and everything after it runs in float64.",
+        Rule(_dtype, "half"),
+    )
+    screen: str = setting(
+        "auto",
+        "The raw points of a box: ``sobol``, ``product`` (pairs of two Sobol sets on the two halves of the "
+        "coordinates, scored as matrix products where the function allows) or ``auto`` (the product set for "
+        "``d = 2, 3``, where it was measured as good as the Sobol set).",
+        Choice(SCREENS),
+    )
+    refine_dtype: torch.dtype | str | None = setting(
+        torch.float32,
+        "Precision of the first phase of the refinement (``float32``, ``float64``; null: all of it in the "
+        "bounds' dtype): every restart climbs in float32, the best "
+        ":data:`~fbo_torch.optim.batched.POLISH_RESTARTS` of each function finish in float64, so maxima and "
+        "values stay float64.",
+        Rule(_dtype, "half"),
+    )
 
     def __post_init__(self) -> None:
         check_bounds("bounds", self.bounds)

@@ -26,9 +26,14 @@ before torch is imported; :mod:`fbo_torch.utils.validation` builds its checks of
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import inspect
 import math
 import numbers
+import os
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -48,6 +53,135 @@ def type_error(key: str, expected: str, value: Any) -> str:
         The message (one line).
     """
     return f"`{key}` must be {expected}, got {value!r} ({type(value).__name__})."
+
+
+def fits(value: Any, hint: Any) -> bool:
+    r"""Whether ``value`` fits the type annotation ``hint`` (a bool is no number; unresolved hints fit anything).
+
+    Classes a config file cannot express (a ``torch.device``, a path, a tensor) take their spelling too:
+    a string, or a list for a tensor; any other class is checked by ``isinstance``.
+
+    Args:
+        value: The value, as a reader holds it.
+        hint: The annotation (a class, a union, ``list[...]``, ``dict[...]``, ``Any``).
+
+    Returns:
+        Whether it fits.
+    """
+    if hint is Any or hint is inspect.Parameter.empty or isinstance(hint, (str, typing.TypeVar)):
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    base = origin or hint
+    if base in (list, tuple, collections.abc.Sequence):
+        if not isinstance(value, (list, tuple)):
+            return False
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return len(args) != 1 or all(fits(v, args[0]) for v in value)
+    if base in (dict, collections.abc.Mapping):
+        return isinstance(value, dict)
+    if base is os.PathLike or getattr(base, "__name__", "") == "device" and getattr(base, "__module__", "") == "torch":
+        return isinstance(value, (str, base))
+    if getattr(base, "__name__", "") == "Tensor":
+        return isinstance(value, (list, base))
+    return isinstance(base, type) and isinstance(value, base)
+
+
+def expected(hint: Any) -> str:
+    r"""What a value of type ``hint`` is, as a message says it (``"an integer or null"``, ``"a list of strings"``).
+
+    Args:
+        hint: The annotation.
+
+    Returns:
+        The words.
+    """
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(expected(h) for h in typing.get_args(hint)))
+    names: dict[Any, str] = {
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        type(None): "null",
+        dict: "a mapping",
+    }
+    if hint in names:
+        return names[hint]
+    base = origin or hint
+    if base in (list, tuple, collections.abc.Sequence):
+        args = typing.get_args(hint)
+        return f"a list of {expected(args[0]).removeprefix('an ').removeprefix('a ')}s" if args else "a list"
+    if base in (dict, collections.abc.Mapping):
+        return "a mapping"
+    if base is os.PathLike:
+        return "a path"
+    return f"a {getattr(base, '__name__', str(base))}"
+
+
+#: The words a text value (TOML, a command line) may spell a flag with.
+TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _from_text(value: Any, kind: type) -> Any:
+    """``value`` (a string, or a TOML scalar) converted to ``kind``, or unchanged where it does not convert."""
+    try:
+        if kind is bool and not isinstance(value, bool):
+            word = str(value).strip().lower()
+            return word in TRUE_WORDS if word in TRUE_WORDS + FALSE_WORDS else value
+        if kind is int and not isinstance(value, bool) and not (isinstance(value, float) and not value.is_integer()):
+            return int(value)
+        if kind is float and not isinstance(value, bool):
+            return float(value)
+        if kind is str:
+            return value if isinstance(value, str) else str(value)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return value
+
+
+def read_typed(key: str, value: Any, hint: Any, text: bool = False) -> Any:
+    r"""``value`` of the setting ``key``, annotated ``hint``, checked against its type: the one typed reader of
+    the experiment file and of Flower's run and node configs.
+
+    A YAML value comes typed (``text`` off) and must fit as it is; a Flower config's value (``text`` on:
+    TOML scalars, or text from the command line) is first converted to the first of ``bool``, ``int``,
+    ``float``, ``str`` that ``hint`` names (``"3"`` and ``3.0`` to ``3``, ``"yes"`` to ``True``, any
+    scalar to its string). A value that does not fit is refused with :func:`type_error`, the expected
+    type as :func:`expected` says it, wherever it came from.
+
+    Args:
+        key: The setting's name as the reader spells it.
+        value: The value.
+        hint: The setting's annotation.
+        text: Convert text (and TOML's other scalars) first.
+
+    Returns:
+        The value (converted, with ``text``).
+
+    Raises:
+        ValueError: It does not fit ``hint``.
+    """
+    if text:
+        args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        kind = next((k for k in (bool, int, float, str) if k in args), None)
+        if kind is not None:
+            value = _from_text(value, kind)
+    if not fits(value, hint):
+        raise ValueError(type_error(key, expected(hint), value))
+    return value
 
 
 def check_integer(name: str, value: Any, minimum: int | None = None) -> int:
@@ -396,6 +530,8 @@ def kind_defaults(cls: _ClassT, defaults: Mapping[str, Any]) -> _ClassT:
 __all__ = [
     "CHECK",
     "DOC",
+    "FALSE_WORDS",
+    "TRUE_WORDS",
     "Check",
     "Choice",
     "Flag",
@@ -413,8 +549,11 @@ __all__ = [
     "declared",
     "doc",
     "document",
+    "expected",
+    "fits",
     "kind_defaults",
     "number_error",
+    "read_typed",
     "setting",
     "type_error",
 ]

@@ -36,7 +36,6 @@ TESTED_ELSEWHERE = frozenset(
         "federation.faults",
         "federation.server",
         "flower.agent_node",
-        "flower.client_app",
         "flower.config",
         "flower.coordinator",
         "flower.floor",

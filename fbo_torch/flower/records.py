@@ -23,7 +23,7 @@ Poisson coin, and ``ratios``, its ``P`` weight ratios), and the reply carries
 ``signature`` of them. Then four messages of types ``"train.share_keys"``,
 ``"train.masked_vector"``, ``"train.consistency"`` and ``"train.unmask"`` carry
 the SecAgg+ stages, each a ``"fbo.secagg"`` ``ConfigRecord``
-(:func:`secagg_request`, :func:`secagg_reply` and their parsers).
+(:mod:`~fbo_torch.flower.secagg_records`: their builders and parser).
 
 This module imports ``flwr``; the rest of :mod:`fbo_torch.flower` does not.
 """
@@ -31,9 +31,7 @@ This module imports ``flwr``; the rest of :mod:`fbo_torch.flower` does not.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, MetricRecord, MetricRecordValues, RecordDict
 from flwr.common.serde import recorddict_to_proto
@@ -41,10 +39,10 @@ from torch import Tensor
 
 from fbo_torch.flower.agent_node import AgentReply
 from fbo_torch.flower.coordinator import InvalidReply, RoundPlan
+from fbo_torch.flower.secagg_records import SECAGG
 
 ROUND, FEATURES, BROADCAST = "fbo.round", "fbo.features", "fbo.broadcast"
 REPLY, OMEGA, METRICS = "fbo.reply", "fbo.omega", "fbo.metrics"
-SECAGG = "fbo.secagg"
 AGENT_STATE = "fbo.agent"
 
 
@@ -218,73 +216,6 @@ def reply_public_keys(content: RecordDict, agent_id: int) -> tuple[bytes, bytes,
     ):
         raise InvalidReply(f"agent {agent_id}: the reply's public keys and signature are not bytes")
     return pk1, pk2, signature
-
-
-def secagg_request(round: int, **payload: ConfigRecordValues) -> RecordDict:
-    """A SecAgg+ stage's message to one node: ``round`` and the stage's fields."""
-    return RecordDict({SECAGG: ConfigRecord({"round": int(round), **payload})})
-
-
-def secagg_reply(**payload: ConfigRecordValues) -> RecordDict:
-    """A node's reply to a SecAgg+ stage."""
-    return RecordDict({SECAGG: ConfigRecord(dict(payload))})
-
-
-_SECAGG_FIELDS: dict[str, dict[str, tuple[type, type | None]]] = {
-    # stage: {field: (type, element type or None)}
-    "share_keys": {
-        "round": (int, None),
-        "node-ids": (list, int),
-        "agent-ids": (list, int),
-        "pk1": (list, bytes),
-        "pk2": (list, bytes),
-        "signatures": (list, bytes),
-        "threshold": (int, None),
-    },
-    "masked_vector": {"round": (int, None), "sources": (list, int), "ciphertexts": (list, bytes)},
-    "consistency": {"round": (int, None), "survivors": (list, int)},
-    "unmask": {
-        "round": (int, None),
-        "signers": (list, int),
-        "signer-agents": (list, int),
-        "signatures": (list, bytes),
-    },
-    "share_keys-reply": {"destinations": (list, int), "ciphertexts": (list, bytes), "commitment": (bytes, None)},
-    "masked_vector-reply": {"masked": (bytes, None)},
-    "consistency-reply": {"signature": (bytes, None)},
-    "unmask-reply": {"node-ids": (list, int), "shares": (list, bytes)},
-}
-
-
-def parse_secagg(kind: str, content: RecordDict) -> dict[str, Any]:
-    """The fields of a SecAgg+ message of ``kind`` (a stage, or ``"<stage>-reply"``), type-checked;
-    anything else raises ``ValueError`` naming what is wrong."""
-    try:
-        r = content.config_records[SECAGG]
-        out = {k: r[k] for k in _SECAGG_FIELDS[kind]}
-    except Exception as err:
-        raise ValueError(f"malformed {kind} message ({type(err).__name__}: {err}).") from None
-    for key, (kind_, element) in _SECAGG_FIELDS[kind].items():
-        v = out[key]
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, kind_)
-            or (
-                element is not None  # then `kind_` is list
-                and not (isinstance(v, list) and all(isinstance(e, element) and not isinstance(e, bool) for e in v))
-            )
-        ):
-            raise ValueError(
-                f"{kind}: `{key}` is not a {kind_.__name__}{f' of {element.__name__}' if element else ''}."
-            )
-    return out
-
-
-def masked_from_bytes(data: bytes, dim: int) -> np.ndarray:
-    """A masked vector sent as ``d`` little-endian int64 (``ValueError`` if the length is wrong)."""
-    if len(data) != 8 * dim:
-        raise ValueError(f"a masked vector of {len(data)} bytes, expected {8 * dim}.")
-    return np.frombuffer(data, dtype="<i8").astype(np.int64)
 
 
 def payload_bytes(content: RecordDict) -> int:

@@ -85,7 +85,6 @@ from flwr.supercore.primitives.asymmetric import (
     public_key_to_bytes,
 )
 
-from fbo_torch.flower.config import default_threshold
 from fbo_torch.flower.identity import NodeIdentity, keys_statement, survivors_statement
 from fbo_torch.utils.secure_random import secret_bits
 
@@ -668,4 +667,4 @@ class SecAggServer:
             raise SecAggError(f"the shares of node {owner}'s secret do not combine ({type(err).__name__}).") from None
 
 
-__all__ = ["STAGES", "SecAggClient", "SecAggError", "SecAggServer", "commitment", "default_threshold", "mask"]
+__all__ = ["STAGES", "SecAggClient", "SecAggError", "SecAggServer", "commitment", "mask"]

@@ -25,9 +25,10 @@ from flwr.app import ConfigRecordValues, Message
 
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator, RoundPlan
-from fbo_torch.flower.records import masked_from_bytes, parse_secagg, payload_bytes, secagg_request
+from fbo_torch.flower.records import payload_bytes
 from fbo_torch.flower.roster import NodeBinding
 from fbo_torch.flower.secagg import SecAggError, SecAggServer
+from fbo_torch.flower.secagg_records import masked_from_bytes, parse_secagg, secagg_request
 from fbo_torch.flower.transport import Transport
 
 

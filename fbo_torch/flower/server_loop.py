@@ -31,7 +31,6 @@ from fbo_torch.flower.agent_node import REFUSALS
 from fbo_torch.flower.config import FlowerRunConfig, allowed_objectives
 from fbo_torch.flower.coordinator import Coordinator, RoundPlan
 from fbo_torch.flower.records import (
-    SECAGG,
     plan_to_records,
     records_to_reply,
     reply_agent_id,
@@ -39,6 +38,7 @@ from fbo_torch.flower.records import (
     secagg_cohort_record,
 )
 from fbo_torch.flower.roster import ROSTER_ENV, AgentRoster, NodeBinding
+from fbo_torch.flower.secagg_records import SECAGG
 from fbo_torch.flower.secure_round import run_secure_round
 from fbo_torch.flower.server_state import ServerState
 from fbo_torch.flower.transport import POLL_INTERVAL, Transport, wait_for_nodes

@@ -26,6 +26,10 @@ them: the sum of four independent draws divided by two (Holohan & Braghin,
 the floating-point attacks on the Gaussian mechanism (a single Box–Muller
 float64 draw leaves gaps in the set of values it can produce; the sum fills
 them) at four times the draws.
+
+The byte stream (:func:`new_secret`, :func:`check_secret`, :func:`secret_bits`) needs only
+``hashlib`` and NumPy; torch is imported when a tensor is drawn, so a SecAgg+ stage on a
+device (a process per message, :mod:`fbo_torch.flower.client_app`) does not import it.
 """
 
 from __future__ import annotations
@@ -34,12 +38,12 @@ import hashlib
 import math
 import secrets
 import struct
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from fbo_torch.utils.validation import check_shape
+if TYPE_CHECKING:
+    from torch import Tensor
 
 #: Bytes of a server secret.
 SECRET_BYTES = 32
@@ -86,6 +90,10 @@ def secret_bits(secret: bytes, label: tuple[int | str, ...], n: int) -> np.ndarr
 
 def secret_uniform(secret: bytes, label: tuple[int | str, ...], shape: tuple[int, ...]) -> Tensor:
     r"""Uniform ``[0, 1)`` float64 numbers of shape ``shape`` (53 random bits each), on the CPU."""
+    import torch
+
+    from fbo_torch.utils.validation import check_shape
+
     n = math.prod(check_shape("shape", shape))
     bits = secret_bits(secret, label, n) >> np.uint64(11)
     return torch.from_numpy(bits.astype(np.float64) * 2.0**-53).view(shape)
@@ -93,6 +101,8 @@ def secret_uniform(secret: bytes, label: tuple[int | str, ...], shape: tuple[int
 
 def _box_muller(u: Tensor) -> Tensor:
     """Standard normals from ``... x 2m`` uniforms (pairs ``u[..., :m]``, ``u[..., m:]``)."""
+    import torch
+
     m = u.shape[-1] // 2
     r = torch.sqrt(-2.0 * torch.log1p(-u[..., :m]))  # 1 - u ∈ (0, 1]: finite
     theta = (2.0 * math.pi) * u[..., m:]
@@ -116,6 +126,8 @@ def secret_normal(secret: bytes, label: tuple[int | str, ...], shape: tuple[int,
     Returns:
         ``shape`` float64 standard normals.
     """
+    from fbo_torch.utils.validation import check_shape
+
     size = check_shape("shape", shape)
     *lead, n = size if len(size) else (1,)  # (): one number, returned as a 0-d tensor
     k = 4 if mitigate else 1

@@ -133,7 +133,7 @@ def _deploy(run_config, monkeypatch, live_nodes):
     """Run a federation on the in-process grid, counting evaluations per agent."""
     from flower_grid import InProcessGrid
 
-    from fbo_torch.flower import client_app, server_app
+    from fbo_torch.flower import client_app, client_round, server_app
     from fbo_torch.flower.config import FlowerRunConfig
     from fbo_torch.flower.records import AGENT_STATE, record_to_state
 
@@ -144,7 +144,7 @@ def _deploy(run_config, monkeypatch, live_nodes):
         return _EVALUATE(self, X, agents, noise)
 
     monkeypatch.setattr(GPSampleGridFederation, "_evaluate", counted)
-    monkeypatch.setattr(client_app, "live_nodes", live_nodes)
+    monkeypatch.setattr(client_round, "live_nodes", live_nodes)
     cfg = FlowerRunConfig.from_run_config(run_config)
     grid = InProcessGrid(client_app.app, run_config, cfg.num_agents)
     coord = server_app.run_federation(grid, cfg, echo=lambda line: None, poll_interval=0.0, secret=bytes(range(32)))

@@ -11,7 +11,7 @@ from test_flower import RUN_CONFIG as CENTRAL
 from test_flower import SECRET, N
 from test_flower_secagg import RUN_CONFIG as SECURE
 
-from fbo_torch.flower import client_app, server_app
+from fbo_torch.flower import client_app, client_round, server_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.floor import PrivacyFloor, PrivacyFloorError
 
@@ -38,7 +38,7 @@ def test_a_run_config_below_the_nodes_floor_is_refused_in_one_line(floor, run_co
     aggregation, low thresholds): the run config is written by whoever submits the run, not the device's owner."""
     cfg = FlowerRunConfig.from_run_config(run_config)
     with pytest.raises(PrivacyFloorError) as err:
-        client_app.check_floor(cfg, floor, 2)
+        client_round.check_floor(cfg, floor, 2)
     assert says in str(err.value) and "\n" not in str(err.value)
     assert str(err.value).startswith("agent 2 refuses the run: ")
 
@@ -53,7 +53,7 @@ def test_a_run_config_at_the_floor_is_accepted():
         "privacy.max-dropout-tolerance": 0.25,
         "privacy.max-epsilon": eps * (1 + 1e-9),
     }
-    assert client_app.check_floor(cfg, floor, 0).required_threshold(cfg) == 3
+    assert client_round.check_floor(cfg, floor, 0).required_threshold(cfg) == 3
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_the_floor_asks_the_algorithm_what_its_agents_send(monkeypatch):
     strict = {"privacy.min-noise-multiplier": 100.0, "privacy.max-epsilon": 1e-9, "privacy.aggregation": "secure"}
     ts = FlowerRunConfig.from_run_config(dict(CENTRAL, method="ts"))  # the agents send nothing of their data
     assert PrivacyFloor().epsilon(ts) == 0.0
-    client_app.check_floor(ts, strict, 1)
+    client_round.check_floor(ts, strict, 1)
     cfg = FlowerRunConfig.from_run_config(CENTRAL)
     assert 0 < PrivacyFloor().epsilon(cfg) < float("inf")
     monkeypatch.setattr(FTSDE, "is_private", classmethod(lambda cls, settings: False))

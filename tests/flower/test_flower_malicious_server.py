@@ -22,8 +22,9 @@ from test_flower_secagg import RUN_CONFIG
 from fbo_torch.flower import client_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator
-from fbo_torch.flower.records import parse_secagg, reply_public_keys, secagg_request
+from fbo_torch.flower.records import reply_public_keys
 from fbo_torch.flower.secagg import SecAggClient, SecAggServer
+from fbo_torch.flower.secagg_records import AGENT_SECRET, SECAGG_STATE, parse_secagg, secagg_request
 from fbo_torch.flower.server_app import _plan_content
 from fbo_torch.utils.discrete_gaussian import WordStreams, discrete_gaussian
 
@@ -138,8 +139,8 @@ class Adversary:
 def _victim_signal(adv, coins):
     """The victim's noise-free lattice vector of round 1 (its sent vector minus its noise share)."""
     ctx = adv.grid.contexts[100 + VICTIM]
-    secret = ctx.state.config_records[client_app.AGENT_SECRET]["secret"]
-    state = SecAggClient.from_state(dict(ctx.state.config_records[client_app.SECAGG_STATE]))
+    secret = ctx.state.config_records[AGENT_SECRET]["secret"]
+    state = SecAggClient.from_state(dict(ctx.state.config_records[SECAGG_STATE]))
     noise = discrete_gaussian(WordStreams([secret], ("secagg-noise", 1), adv.mech.dim), adv.mech.local_variance)
     return state.vector - noise.reshape(-1)
 
@@ -236,7 +237,7 @@ def test_with_one_survivor_set_the_round_unmasks_the_sum_and_nothing_else():
     adv.masked(server)
     total, errors = adv.unmask(server)
     assert not errors
-    states = [dict(c.state.config_records[client_app.SECAGG_STATE]) for c in adv.grid.contexts.values()]
+    states = [dict(c.state.config_records[SECAGG_STATE]) for c in adv.grid.contexts.values()]
     assert all(
         SecAggClient.from_state(s).vector.size == 0 for s in states
     )  # each node revealed once and dropped its vector

@@ -27,9 +27,10 @@ from fbo_torch.flower import client_app, server_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator, InvalidReply
 from fbo_torch.flower.floor import PrivacyFloor, worst_case_epsilons
-from fbo_torch.flower.records import OMEGA, SECAGG, secagg_reply
+from fbo_torch.flower.records import OMEGA
 from fbo_torch.flower.roster import AgentRoster
 from fbo_torch.flower.secagg import SecAggClient, SecAggError, SecAggServer, mask
+from fbo_torch.flower.secagg_records import SECAGG, secagg_reply
 from fbo_torch.flower.server_state import ServerState
 from fbo_torch.privacy.accountants import get_epsilon
 from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant

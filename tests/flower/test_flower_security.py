@@ -19,7 +19,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from test_flower import RUN_CONFIG, SECRET, N, simulate
 
 from fbo_torch.federation import clip_vectors
-from fbo_torch.flower import client_app, server_app
+from fbo_torch.flower import client_app, client_round, server_app
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator
 from fbo_torch.flower.records import OMEGA, REPLY, records_to_plan
@@ -519,7 +519,7 @@ def test_a_run_config_cannot_make_nodes_or_the_server_import_code_they_did_not_a
     with pytest.raises(ValueError, match="allow-objectives"):
         server_app.run_federation(grid, cfg, echo=lambda _: None, poll_interval=0.0)
     with pytest.raises(ValueError, match="names 'fbo_test_planted:Planted'.*allow-objectives"):
-        client_app.handle_round(grid.create_message(RecordDict(), "train", 100, "0"), grid.contexts[100])
+        client_round.handle_round(grid.create_message(RecordDict(), "train", 100, "0"), grid.contexts[100])
     assert not marker.exists() and "fbo_test_planted" not in sys.modules
     # what a node's own configuration allows, it runs (here: the server's environment and every node's config)
     monkeypatch.setenv("FBO_ALLOW_OBJECTIVES", f"other.module:Thing, {name}")

@@ -11,7 +11,7 @@ from test_flower import RUN_CONFIG, SECRET
 
 from fbo_torch.flower.config import FlowerRunConfig
 from fbo_torch.flower.coordinator import Coordinator
-from fbo_torch.flower.records import SECAGG
+from fbo_torch.flower.secagg_records import SECAGG
 from fbo_torch.flower.server_loop import check_summary_path, plan_content, report_path, summary
 
 SECURE = dict(RUN_CONFIG, **{"aggregation": "secure", "dropout-tolerance": 0.25})

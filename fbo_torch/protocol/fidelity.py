@@ -106,7 +106,7 @@ REFERENCE_POINTS = 4096
 REFERENCE_SEED = 0
 
 #: Choices of ``agent_weights``.
-AGENT_WEIGHTS = ("uniform", "learned")
+AGENT_WEIGHTS = ("uniform", "learned", "corroborated")
 
 #: The choices that learn ``P_N`` from the fidelity scores.
 LEARNED_WEIGHTS = ("learned", "corroborated")

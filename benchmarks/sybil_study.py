@@ -40,8 +40,9 @@ maximizers coincide: the adaptation open to an attacker against rules that
 count peers whose maximizers coincide.
 ``candidate_rules`` compares near-duplicate rules that do not rely on copied
 messages and a cross-check of each peer's maximizer by the peers outside its
-group (:func:`candidate_counts`, :func:`cross_check`) on the three attacks and
-without sybils.
+group (:func:`candidate_counts`, :func:`fbo_torch.protocol.fidelity.cross_check`) on the three
+attacks and without sybils; ``corroborated`` is the last of them as ``fbo_torch`` computes it for
+``agent_weights: corroborated`` (:func:`fbo_torch.protocol.fidelity.corroborated_counts`).
 
 Usage::
 
@@ -63,11 +64,18 @@ from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.objectives.synthetic import AGENT_KINDS, GPSampleGridFederation
 from fbo_torch.optim.domain import Domain
 from fbo_torch.protocol.fidelity import (
+    CROSS_CHECK_STRENGTH,
+    coinciding_maximizers,
+    corroborated_counts,
+    cross_check,
     fidelity_scores,
     fidelity_weights,
     learn_peer_choice,
+    maximizer_correlation,
+    near_copies,
     peer_predictions,
     redundancy,
+    reference_values,
 )
 from fbo_torch.protocol.schedules import AgentDistribution
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
@@ -198,12 +206,6 @@ def decorrelated_sybils(
     return build(hi)
 
 
-def near(vectors: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
-    r"""``R x N x N`` ``clamp((cos - ρ_0) / (1 - ρ_0), 0, 1)`` between the rows of ``vectors`` (``R x N x D``)."""
-    unit = vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    return ((unit @ unit.transpose(-1, -2) - threshold) / (1 - threshold)).clamp(0, 1)
-
-
 def observed_correlation(features, omegas: torch.Tensor, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     r"""``R x N x N`` ``cos(Pω_n, Pω_m)``, ``P`` the projection on the span of the target's observed
     features: how alike two messages are at the target's own inputs (1 for messages that differ only
@@ -213,36 +215,6 @@ def observed_correlation(features, omegas: torch.Tensor, X: torch.Tensor, mask: 
     inner = pred.transpose(-1, -2) @ torch.linalg.pinv(phi @ phi.transpose(-1, -2), hermitian=True) @ pred
     d = inner.diagonal(dim1=-2, dim2=-1).clamp_min(1e-300).sqrt()
     return inner / d.unsqueeze(-1) / d.unsqueeze(-2)
-
-
-CROSS_CHECK_STRENGTH = 8.0
-
-
-def cross_check(
-    features, omegas: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor, strength: float = CROSS_CHECK_STRENGTH
-) -> torch.Tensor:
-    r"""``R x N`` log-factors ``-β Σ_m w_m o_nm (1 - q_mn) / Σ_m w_m o_nm`` on ``P_N``: a peer's claim
-    checked by the peers outside its group.
-
-    ``x̂_n`` is peer ``n``'s maximizer over ``grid``; ``q_mn`` the quantile of ``φ(x̂_n)ᵀω_m`` among peer
-    ``m``'s own values on ``grid`` (1 at its own maximizer, uniform at a point unrelated to its
-    function); ``o_nm = 1 - clamp((k_nm - 0.5) / 0.5, 0, 1)``, ``k_nm`` the kernel correlation of the two
-    maximizers (0 for ``m = n`` and for peers whose maximizers coincide with ``n``'s: the group making the
-    claim); ``w`` the raters' ``P_N`` (``weights``, ``R x N``). A peer whose maximizer the outside peers
-    rate at their own top keeps its weight, one they rate at the median loses ``e^{-β/2}``; a peer with
-    no outside opinion (``Σ_m w_m o_nm = 0``) keeps it. ``β``: ``strength``.
-    """
-    values = torch.einsum("cm,rnm->rnc", features(grid.view(-1, 1)), omegas)  # R x N x C
-    top = values.argmax(-1)  # R x N
-    phi_top = features(grid[top].unsqueeze(-1))
-    unit = phi_top / phi_top.norm(dim=-1, keepdim=True)
-    outside = 1 - ((unit @ unit.transpose(-1, -2) - 0.5) / 0.5).clamp(0, 1)  # R x N x N, symmetric, 0 on the diagonal
-    at = values.gather(2, top.unsqueeze(1).expand(-1, values.shape[1], -1))  # R x m x n: f_m(x̂_n)
-    q = torch.searchsorted(values.sort(-1).values.contiguous(), at.contiguous()).to(omegas.dtype)
-    q = q / (values.shape[-1] - 1)  # R x m x n quantiles in [0, 1]
-    rated = weights.unsqueeze(-1) * outside  # R x m x n
-    mass = rated.sum(-2)
-    return -strength * (rated * (1 - q)).sum(-2) / mass.clamp_min(1e-300)
 
 
 def candidate_counts(
@@ -263,13 +235,20 @@ def candidate_counts(
       the ``P_N`` of the library's count; ``cross_check_strong``: the same with ``β = 25``;
     * ``proposals_and_cross_check``: ``proposals`` and :func:`cross_check` (``β = 8``), the raters
       weighted by the ``P_N`` of ``proposals``: a group of coinciding maximizers weighs one peer, times
-      what the peers outside it think of its claim.
+      what the peers outside it think of its claim;
+    * ``corroborated``: the library's opt-in rule, ``agent_weights: corroborated``
+      (:func:`~fbo_torch.protocol.fidelity.corroborated_counts` on the grid): ``proposals_and_cross_check``
+      computed by ``fbo_torch``.
+
+    The maximizer comparisons and the cross-check are ``fbo_torch``'s
+    (:mod:`fbo_torch.protocol.fidelity`: :func:`~fbo_torch.protocol.fidelity.coinciding_maximizers`,
+    :func:`~fbo_torch.protocol.fidelity.cross_check`).
     """
-    by_message = near(omegas)
-    values = torch.einsum("cm,rnm->rnc", features(grid.view(-1, 1)), omegas)
-    phi_top = features(grid[values.argmax(-1)].unsqueeze(-1))  # R x N x M
-    unit = phi_top / phi_top.norm(dim=-1, keepdim=True)
-    same_point = (unit @ unit.transpose(-1, -2) > 0.5).to(omegas.dtype)
+    by_message = near_copies(omegas)
+    reference = grid.view(-1, 1)
+    values = reference_values(features, omegas, reference)
+    correlation = maximizer_correlation(features, values, reference)
+    same_point = coinciding_maximizers(correlation)
     unit_w = omegas / omegas.norm(dim=-1, keepdim=True)
     rho = unit_w @ unit_w.transpose(-1, -2)
     at_x = ((observed_correlation(features, omegas, X, mask) - 0.9) / 0.1).clamp(0, 1)
@@ -287,7 +266,8 @@ def candidate_counts(
         ("proposals_and_cross_check", "proposals", CROSS_CHECK_STRENGTH),
     ):
         raters = fidelity_weights(scores, None, counts[base])
-        counts[name] = counts[base] * (-cross_check(features, omegas, grid, raters, strength)).exp()
+        counts[name] = counts[base] * (-cross_check(values, correlation, raters, strength)).exp()
+    counts["corroborated"] = corroborated_counts(features, omegas, scores, reference)
     return counts
 
 

@@ -15,11 +15,12 @@ from torch.nn import Module
 from fbo_torch.acquisition.rff_thompson import _check_features, _omega_from
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.protocol.fidelity import (
+    LEARNED_WEIGHTS,
     check_agent_weights,
     fidelity_scores,
     learn_peer_choice,
+    peer_counts,
     peer_predictions,
-    redundancy,
 )
 from fbo_torch.protocol.input_space import resolve_message_space
 from fbo_torch.protocol.messages import AgentMessage, stack_omegas
@@ -64,7 +65,12 @@ class FederatedThompsonSampling(AcquisitionFunction):
         agent_weights: ``"uniform"`` (``agent_probs`` as given) or ``"learned"``:
             ``P_N`` re-weighted by how well each message ranks the target's own
             observations (:mod:`fbo_torch.protocol.fidelity`), restricted to the
-            messages ``agent_probs`` allows.
+            messages ``agent_probs`` allows; or ``"corroborated"`` (opt-in sybil
+            defence): learned weights whose near-duplicate count also counts peers
+            whose maximizers over ``reference_points`` coincide, times a cross-check
+            of each maximizer by the peers outside its group
+            (:func:`~fbo_torch.protocol.fidelity.corroborated_counts`;
+            ``docs/security.md`` measures what it stops and what it does not).
         peer_trust: Scale the probability of following a message by the trust
             in ``P_N``'s draw: ``p_t' = 1 - (1 - p_t)·g``
             (:func:`~fbo_torch.protocol.fidelity.peer_trust`).
@@ -91,6 +97,9 @@ class FederatedThompsonSampling(AcquisitionFunction):
             fitted on raw inputs, unless ``model`` has an input transform: then
             ``input_transform`` is required (the rule of
             :func:`~fbo_torch.protocol.input_space.resolve_message_space`).
+        reference_points: ``C x d`` raw points (like the candidates) on which ``"corroborated"``
+            weights compare the peers' maximizers; required with it: a finite domain's candidates,
+            or :func:`fbo_torch.protocol.fidelity.reference_points` of the box (a fixed Sobol set).
         fingerprint: The fingerprint (:attr:`~fbo_torch.features.RandomFourierFeatures.fingerprint`)
             of the map a ``messages`` tensor was drawn on (e.g. sent beside it, or the
             sender's ``rff.fingerprint``); a ``ValueError`` when it is not ``features``'s.
@@ -99,7 +108,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         source: ``"own"`` or the chosen message index (q = 1).
         sources: List of the q sources.
         agent_probs: The ``N`` probabilities ``P_N`` the messages were drawn with
-            (learned ones with ``agent_weights="learned"``; ``None`` with ``p_t = 1``).
+            (learned ones with ``agent_weights="learned"`` or ``"corroborated"``; ``None`` with ``p_t = 1``).
         fidelity: ``N`` fidelity scores of the messages (``None`` unless learned or trusted).
         p_t_used: The probability of the own GP actually used (``p_t'`` with ``peer_trust``).
         message_space: The map ``T`` applied to candidates before ``φ``.
@@ -130,6 +139,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         own_acquisition: AcquisitionFunction | None = None,
         input_transform: Module | None = None,
         fingerprint: str | None = None,
+        reference_points: Tensor | None = None,
     ) -> None:
         features = _check_features(features)
         super().__init__(model=model)
@@ -158,6 +168,19 @@ class FederatedThompsonSampling(AcquisitionFunction):
                 )
         p_t = check_probability("p_t", p_t)
         check_agent_weights(agent_weights)
+        if agent_weights == "corroborated":
+            if not isinstance(reference_points, Tensor) or reference_points.ndim != 2:
+                raise ValueError(
+                    "agent_weights='corroborated' needs `reference_points`, a C x d tensor (a finite domain's "
+                    "candidates, or fbo_torch.protocol.fidelity.reference_points(bounds) for a box)."
+                )
+            if reference_points.shape[-1] != features.dim or reference_points.shape[0] == 0:
+                raise ValueError(
+                    f"`reference_points` must be C x {features.dim} with C >= 1, got shape "
+                    f"{tuple(reference_points.shape)}."
+                )
+            if not bool(torch.isfinite(reference_points).all()):
+                raise ValueError("`reference_points` holds non-finite values.")
         if not isinstance(peer_trust, bool):
             raise ValueError(f"`peer_trust` must be True or False, got {peer_trust!r}.")
         if isinstance(messages, Tensor):
@@ -190,12 +213,12 @@ class FederatedThompsonSampling(AcquisitionFunction):
                 raise ValueError(
                     "`agent_probs` gives probability 0 to every agent; use p_t = 1 when no message is usable."
                 )
-            if agent_weights == "learned" or peer_trust:
+            if agent_weights in LEARNED_WEIGHTS or peer_trust:
                 X, y = _target_data(model, train_X, train_Y)
                 fidelity = fidelity_scores(peer_predictions(features, omegas, space(X.to(omegas))), y.to(omegas))
-                p_q = learn_peer_choice(
-                    dist, fidelity, y.isfinite().sum(), p_t, agent_weights, peer_trust, redundancy(omegas)
-                )
+                reference = None if reference_points is None else space(reference_points.to(omegas))
+                copies = peer_counts(agent_weights, features, omegas, fidelity, reference)
+                p_q = learn_peer_choice(dist, fidelity, y.isfinite().sum(), p_t, agent_weights, peer_trust, copies)
                 p_used = float(p_q[0]) if isinstance(p_q, Tensor) else p_q  # the q candidates share it
             sources = draw_sources(p_used, dist, generator=generator)
             probs_used = dist.probs[0]

@@ -4,7 +4,8 @@ FTS, the peer prior and the multi-channel transfer all hear the same message
 from every peer, one draw ``ω_n ~ N(ν_n, σ²Σ_n⁻¹)`` of its RFF posterior per
 round (:meth:`~fbo_torch.federation.agents.Agents.message`), and may weight
 their peers by how well each message ranks the agent's own observations
-(:mod:`~fbo_torch.protocol.fidelity`). :class:`DrawMethod` does both for every
+(:mod:`~fbo_torch.protocol.fidelity`; ``agent_weights: learned`` or the opt-in
+``corroborated``). :class:`DrawMethod` does both for every
 run at once:
 
 * agents that optimize *together* each send one draw, which all their peers receive;
@@ -20,7 +21,13 @@ import torch
 from torch import Tensor
 
 from fbo_torch.methods.base import Method
-from fbo_torch.protocol.fidelity import fidelity_scores, learn_peer_choice, peer_predictions, redundancy
+from fbo_torch.protocol.fidelity import (
+    fidelity_scores,
+    learn_peer_choice,
+    peer_counts,
+    peer_predictions,
+    reference_points,
+)
 from fbo_torch.utils import keyed_random as kr
 
 
@@ -38,6 +45,7 @@ class DrawMethod(Method):
     weight_fields: ClassVar[tuple[str, ...]] = ("agent_weights", "peer_trust")
 
     omegas: Tensor
+    _reference: Tensor | None = None
 
     def receive(self, round: int) -> None:
         """Every peer's draw of round ``round`` for every run (:attr:`omegas`)."""
@@ -79,8 +87,20 @@ class DrawMethod(Method):
             [torch.zeros_like(r.peer_index[:, :1], dtype=torch.bool), r.peer_index[:, 1:] == r.peer_index[:, :1]],
             dim=1,
         )
-        copies = torch.ones_like(r.dist.base).scatter_(1, r.peer_index, redundancy(omegas, ~padding))
+        counts = peer_counts(r.settings.agent_weights, r.features, omegas, peer_scores, self.reference(), ~padding)
+        copies = torch.ones_like(r.dist.base).scatter_(1, r.peer_index, counts.to(r.dist.base.dtype))
         return scores, copies
+
+    def reference(self) -> Tensor | None:
+        r"""``C x d`` the points ``agent_weights: corroborated`` compares the peers' maximizers on
+        (:func:`~fbo_torch.protocol.fidelity.reference_points` of the runner's domain: its candidates, or a
+        fixed Sobol set of its box); ``None`` for the other weights."""
+        r = self.runner
+        if r.settings.agent_weights != "corroborated":
+            return None
+        if self._reference is None:
+            self._reference = reference_points(r.domain.bounds, r.domain.candidates).to(r.device)
+        return self._reference
 
     def learned_p_t(self, t: int) -> float | Tensor:
         r"""``p_t`` of iteration ``t``; with learned ``P_N`` or peer trust, first score every peer's

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from fbo_torch.methods.base import register_method
 from fbo_torch.methods.draws import DrawMethod
+from fbo_torch.protocol.fidelity import LEARNED_WEIGHTS
 from fbo_torch.protocol.message_average import MessageAverage
 from fbo_torch.protocol.schedules import OWN
 from fbo_torch.sampling.rff_paths import RFFSamplePaths
@@ -87,7 +88,7 @@ class PeerPrior(DrawMethod):
     def step(self, t: int) -> tuple[Tensor, Tensor]:
         r = self.runner
         s = r.settings
-        if s.agent_weights == "learned":
+        if s.agent_weights in LEARNED_WEIGHTS:
             self.learned_p_t(t)  # re-weights P_N from the (averaged) messages' ranking of each run's data
         assert r.dist is not None  # peer_prior's P_N
         probs = r.dist.probs  # R x A, 0 for the run's own agent and non-peers

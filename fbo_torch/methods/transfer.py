@@ -68,7 +68,7 @@ from fbo_torch.acquisition.search import maximize_rff_samples
 from fbo_torch.methods.base import register_method
 from fbo_torch.methods.draws import DrawMethod
 from fbo_torch.models.gp_spec import get_spec
-from fbo_torch.protocol.fidelity import fidelity_weights, helpful_posterior
+from fbo_torch.protocol.fidelity import LEARNED_WEIGHTS, fidelity_weights, helpful_posterior
 from fbo_torch.protocol.schedules import OWN, draw_sources
 from fbo_torch.utils import keyed_random as kr
 
@@ -213,7 +213,7 @@ class Transfer(DrawMethod):
         rows = torch.arange(R, device=dev)
         assert r.dist is not None
         scores, copies = self.peer_scores()
-        if r.settings.agent_weights == "learned":
+        if r.settings.agent_weights in LEARNED_WEIGHTS:
             r.dist.reweight(fidelity_weights(scores, r.dist.support, copies))
         helpful = helpful_posterior(scores, r.agents.mask.sum(-1))  # R x A
         if "landscape" in self.channels:

@@ -14,13 +14,22 @@ from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.models import RFFBayesianLinear
 from fbo_torch.protocol import AgentDistribution
 from fbo_torch.protocol.fidelity import (
+    AGENT_WEIGHTS,
+    coinciding_maximizers,
+    corroborated_counts,
+    cross_check,
     fidelity_scores,
     fidelity_weights,
     kendall_tau,
+    learn_peer_choice,
+    maximizer_correlation,
     null_std,
+    peer_counts,
     peer_predictions,
     peer_trust,
     redundancy,
+    reference_points,
+    reference_values,
     trusted_p_t,
 )
 
@@ -307,3 +316,219 @@ def test_non_finite_scores_are_refused_not_turned_into_zero_weights():
     with pytest.raises(ValueError, match="`scores` holds 1 NaN"):
         fidelity_weights(torch.tensor([0.3, math.nan, 1.0], dtype=torch.float64))
     assert fidelity_weights(torch.tensor([0.0, -math.inf], dtype=torch.float64)).tolist() == [1.0, 0.0]
+
+
+# ------------------------------------------------------------ corroborated weights
+def _sybil_study():
+    """``benchmarks/sybil_study.py`` as a module (the attacks are built as the study builds them)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "sybil_study"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "benchmarks" / "sybil_study.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def decorrelated_attack():
+    """The study's federation (10 targets x 5 initializations, 5 observations each) and its messages
+    without sybils and with 10 decorrelated sybils in place of 10 useless peers, as the study builds them
+    (fixed seeds): ``(shares, runs)``, ``shares[(sybils, agent_weights)] = (sybils' share, helpful share)``
+    of ``P_N``, mean over runs."""
+    from fbo_torch.simulate.fts import FTSRunner
+    from fbo_torch.simulate.presets import PAPER
+
+    S = _sybil_study()
+    obj, domain, history = S.federation(10)
+    grid = obj.candidates[:, 0]
+    settings = FTSSettings(
+        **PAPER,
+        algorithm="fts",
+        num_init=5,
+        num_iterations=1,
+        num_features=100,
+        rff_lengthscale=0.03,
+        rff_noise_variance=0.01,
+        communication="one-shot",
+        agent_weights="learned",
+    )
+    runner = FTSRunner(obj, settings, obj.targets, 5, history=history, domain=domain, seed=0)
+    features, R = runner.features, runner.num_runs
+    peers = torch.stack([obj.members(int(g))[1:] for g in runner.targets // obj.agents_per_group])  # R x 20
+    kinds = obj.kind_of_agent[peers]
+    all_omegas = runner.method.omegas
+    honest = all_omegas.gather(1, peers.unsqueeze(-1).expand(-1, -1, all_omegas.shape[-1]))  # R x 20 x M
+    X, y, mask = runner.X, runner.Y.squeeze(-1), runner.agents.mask
+    gen = torch.Generator().manual_seed(5)
+    helpful_idx = torch.stack([torch.nonzero(row == S.HELPFUL).squeeze(-1) for row in kinds])
+    copied = helpful_idx.gather(1, torch.randint(0, helpful_idx.shape[1], (R, 1), generator=gen))
+    useless_idx = torch.stack([torch.nonzero(row == S.USELESS).squeeze(-1) for row in kinds])
+    base = honest[torch.arange(R), copied[:, 0]]
+    reference = reference_points(domain.bounds, domain.candidates)
+    shares = {}
+    for k in (0, 10):
+        omegas, is_sybil = honest.clone(), torch.zeros_like(kinds, dtype=torch.bool)
+        if k:
+            slots = useless_idx[:, :k]
+            is_sybil.scatter_(1, slots, True)
+            sybils = S.decorrelated_sybils(features, base, honest, ~is_sybil, X, mask, grid, k, gen)
+            omegas.scatter_(1, slots.unsqueeze(-1).expand(-1, -1, omegas.shape[-1]), sybils)
+            assert redundancy(omegas).amax() < 1.01  # the message count does not see them
+        scores = fidelity_scores(peer_predictions(features, omegas, X), y, mask)
+        for weights in ("learned", "corroborated"):
+            dist = AgentDistribution(omegas.shape[1], batch_shape=torch.Size([R]))
+            copies = peer_counts(weights, features, omegas, scores, reference)
+            learn_peer_choice(dist, scores, mask.sum(-1), 0.5, weights, False, copies)
+            probs = dist.probs
+            helpful = (kinds == S.HELPFUL) & ~is_sybil
+            shares[(k, weights)] = (float((probs * is_sybil).sum(-1).mean()), float((probs * helpful).sum(-1).mean()))
+    return shares, R
+
+
+def test_corroborated_weights_keep_ten_decorrelated_sybils_below_a_tenth_of_p_n(decorrelated_attack):
+    """Before (``learned``): ten sybils decorrelated in the null space of the target's observed features, all
+    peaking at the attacker's point, took about 40% of ``P_N`` at 5 observations (k/20 = 50% under uniform
+    ``P_N``). With ``corroborated`` weights their maximizers count as one peer and the peers outside their
+    group do not vouch for their point: below 10%."""
+    shares, runs = decorrelated_attack
+    assert runs == 50
+    assert shares[(10, "learned")][0] > 0.10, shares
+    assert shares[(10, "corroborated")][0] < 0.10, shares
+    assert shares[(10, "corroborated")][1] > shares[(10, "learned")][1]  # the helpful peers get the rest
+
+
+def test_corroborated_weights_do_not_lower_the_helpful_share_without_sybils(decorrelated_attack):
+    shares, _ = decorrelated_attack
+    assert shares[(0, "learned")][0] == shares[(0, "corroborated")][0] == 0.0
+    assert shares[(0, "corroborated")][1] >= shares[(0, "learned")][1], shares
+
+
+def test_corroborated_counts_shapes_dtype_and_batching():
+    rff = RandomFourierFeatures(2, 64, lengthscale=0.2, seed=1)
+    g = torch.Generator().manual_seed(0)
+    messages = torch.randn(2, 3, 6, 64, generator=g, dtype=torch.float64)  # batch_shape 2 x 3, N = 6
+    messages[..., 1, :] = 2.0 * messages[..., 0, :]  # a rescaled copy
+    scores = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+    bounds = torch.tensor([[0.0, -1.0], [1.0, 1.0]], dtype=torch.float64)
+    reference = reference_points(bounds, num=256)
+    assert reference.shape == (256, 2) and reference.dtype == torch.float64
+    assert ((reference >= bounds[0]) & (reference <= bounds[1])).all()
+    assert torch.equal(reference, reference_points(bounds, num=256))  # the same points for everyone
+    grid = torch.rand(40, 2, generator=g, dtype=torch.float32)
+    assert torch.equal(reference_points(bounds, grid), grid.double())  # a finite domain: its candidates
+
+    counts = corroborated_counts(rff, messages.float(), scores, reference)
+    assert counts.shape == (2, 3, 6) and counts.dtype == torch.float64
+    assert (counts >= 1).all()
+    assert counts[..., 0].min() >= 2 - 1e-9  # the copy and the message it copied count each other
+    looped = torch.stack(
+        [corroborated_counts(rff, messages[i, j], scores[i, j], reference) for i in range(2) for j in range(3)]
+    )
+    torch.testing.assert_close(corroborated_counts(rff, messages, scores, reference), looped.view(2, 3, 6))
+
+    values = reference_values(rff, messages, reference)
+    assert values.shape == (2, 3, 6, 256) and values.dtype == torch.float64
+    correlation = maximizer_correlation(rff, values, reference)
+    assert correlation.shape == (2, 3, 6, 6)
+    torch.testing.assert_close(correlation.diagonal(dim1=-2, dim2=-1), torch.ones(2, 3, 6, dtype=torch.float64))
+    same = coinciding_maximizers(correlation)
+    assert same.dtype == torch.float64 and same[..., 0, 1].eq(1).all()
+    ell = cross_check(values, correlation, torch.full((2, 3, 6), 1 / 6, dtype=torch.float64))
+    assert ell.shape == (2, 3, 6) and (ell <= 0).all() and (ell >= -8).all()
+    # a peer with no outside opinion keeps its weight
+    assert cross_check(values, torch.ones(2, 3, 6, 6, dtype=torch.float64), torch.ones(2, 3, 6)).eq(0).all()
+    # support: a peer outside it neither counts nor rates
+    support = torch.ones(2, 3, 6, dtype=torch.bool)
+    support[..., 1] = False
+    assert (corroborated_counts(rff, messages, scores, reference, support)[..., 0] < counts[..., 0]).all()
+    # "learned" keeps the message count, bit for bit
+    assert torch.equal(peer_counts("learned", rff, messages, scores, None), redundancy(messages))
+    with pytest.raises(ValueError, match="needs reference points"):
+        peer_counts("corroborated", rff, messages, scores, None)
+
+
+def test_settings_and_yaml_accept_corroborated_and_name_the_key_of_a_wrong_value(tmp_path, capsys):
+    from fbo_torch.cli import main
+
+    assert "corroborated" in AGENT_WEIGHTS
+    assert FTSSettings(agent_weights="corroborated").agent_weights == "corroborated"
+    with pytest.raises(ValueError, match="`agent_weights` must be one of") as err:
+        FTSSettings(agent_weights="corroborate")
+    assert "\n" not in str(err.value)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("""
+experiment: fts
+name: tiny-corroborated
+objective: {type: gp_grid, num_groups: 2, agents_per_group: 4, grid_size: 50}
+runs: {num_inits: 2}
+history: {t_n: 6}
+defaults: {num_iterations: 3, num_features: 10, gp_refit_every: 0, p_t: 0.0}
+methods:
+  - {name: corroborated, algorithm: fts, agent_weights: corroborated, peer_trust: true}
+""")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert '"agent_weights": "corroborated"' in (tmp_path / "out" / "results.json").read_text()
+    capsys.readouterr()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cfg.read_text().replace("agent_weights: corroborated,", "agent_weights: sybil-proof,"))
+    assert main(["run", str(bad), "--out", str(tmp_path / "out2"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "agent_weights" in err and "sybil-proof" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("algorithm", ["fts", "peer_prior", "transfer"])
+def test_every_draw_method_runs_with_corroborated_weights_on_a_box(algorithm):
+    from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
+    from fbo_torch.optim.domain import Domain
+    from fbo_torch.simulate.fts import FTSRunner
+
+    obj = GPSampleContinuousFederation(dim=2, num_groups=1, agents_per_group=4, num_basis=64, lengthscale=0.2, seed=3)
+    s = FTSSettings(
+        algorithm=algorithm,
+        agent_weights="corroborated",
+        num_init=4,
+        num_iterations=3,
+        num_features=32,
+        rff_lengthscale=0.3,
+        gp_fit_maxiter=10,
+        communication="every-round",
+        p_t=0.0 if algorithm == "fts" else 0.5,
+    )
+    domain = Domain(obj.bounds, None, raw_samples=64, num_restarts=2, raw_samples_rff=64, num_restarts_rff=2)
+    runner = FTSRunner(obj, s, torch.arange(obj.num_agents), 2, domain=domain, together=True, seed=1)
+    result = runner.run()
+    assert bool(torch.isfinite(result.loss).all())
+    reference = runner.method.reference()
+    assert reference is not None and reference.shape == (4096, 2)
+    probs = runner.dist.probs
+    assert torch.allclose(probs.sum(-1), torch.ones(probs.shape[0], dtype=probs.dtype))
+
+
+def test_the_acquisition_takes_corroborated_weights_with_reference_points():
+    rff = RandomFourierFeatures(1, 100, lengthscale=0.08, seed=3)
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(2, 40, 1, generator=g, dtype=torch.float64)
+    honest = RFFBayesianLinear(rff, X, f(X).unsqueeze(-1), noise_variance=1e-2).sample_weights(generator=g)
+    messages = torch.cat([honest, torch.randn(3, 100, generator=g, dtype=torch.float64)])
+    Xt, yt = target_data(5, seed=7)
+    gp = SingleTaskGP(Xt, yt.unsqueeze(-1))
+    grid = torch.linspace(0, 1, 201, dtype=torch.float64).unsqueeze(-1)
+    with pytest.raises(ValueError, match="needs `reference_points`"):
+        FederatedThompsonSampling(gp, messages, rff, p_t=0.0, agent_weights="corroborated")
+    with pytest.raises(ValueError, match="`reference_points` must be C x 1"):
+        FederatedThompsonSampling(
+            gp, messages, rff, p_t=0.0, agent_weights="corroborated", reference_points=grid.expand(-1, 2)
+        )
+    acqf = FederatedThompsonSampling(gp, messages, rff, p_t=0.0, agent_weights="corroborated", reference_points=grid)
+    probs = acqf.agent_probs
+    assert (
+        probs.shape == (5,) and probs.dtype == torch.float64 and torch.isclose(probs.sum(), torch.tensor(1.0).double())
+    )
+    learned = FederatedThompsonSampling(gp, messages, rff, p_t=0.0, agent_weights="learned").agent_probs
+    assert probs[:2].sum() >= learned[:2].sum() - 0.05  # the helpful peers keep their weight

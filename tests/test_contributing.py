@@ -29,7 +29,6 @@ TESTED_ELSEWHERE = frozenset(
         "experiments.html_report",
         "experiments.kind",
         "experiments.outdir",
-        "experiments.resources",
         "experiments.schema",
         "federation.aggregator",
         "federation.evaluation_failures",

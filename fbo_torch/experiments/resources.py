@@ -29,13 +29,22 @@ from typing import Any
 from fbo_torch.experiments.config import ConfigError
 from fbo_torch.federation.chunks import round_budget
 from fbo_torch.optim.batched import DEFAULT_MAX_POINTS
+from fbo_torch.protocol.fidelity import REFERENCE_POINTS
 from fbo_torch.utils.resources import MemoryLimitError, check_memory
 
 _F64 = 8
 
 
 def method_memory(
-    settings: Any, agents: int, runs: int, history: int, dim: int, candidates: int, budget: int | None = None
+    settings: Any,
+    agents: int,
+    runs: int,
+    history: int,
+    dim: int,
+    candidates: int,
+    budget: int | None = None,
+    peers: int = 0,
+    reference: int = 0,
 ) -> dict[str, float]:
     r"""Bytes of each dominant term of one method, by the setting that drives it.
 
@@ -47,9 +56,14 @@ def method_memory(
         dim: ``d``.
         candidates: ``C``, points screened per agent and maximization.
         budget: The round's working-memory budget (bytes; ``None``: none), which bounds the screening term.
+        peers: ``A``, the peers whose messages each agent weighs.
+        reference: ``C_ref``, the points on which ``agent_weights: corroborated`` compares the peers'
+            maximizers (:func:`~fbo_torch.protocol.fidelity.reference_points`).
 
     Returns:
-        ``{"num_iterations": ..., "num_features": ..., "candidates": ...}`` in bytes.
+        ``{"num_iterations": ..., "num_features": ..., "candidates": ..., "agent_weights": ...}`` in bytes
+        (``agent_weights``: every agent's ``A x C_ref`` values of its peers' messages, sorted, and their
+        quantiles, with ``corroborated``; 0 otherwise).
     """
     T = int(settings.num_iterations)
     n = int(getattr(settings, "num_init", 0)) + T + int(history)
@@ -60,6 +74,11 @@ def method_memory(
         # the posteriors' factors, and one scoring call of the messages' maximizer (max_points points x M)
         "num_features": _F64 * (B * 3.0 * (M * M if n >= M else n * M) + DEFAULT_MAX_POINTS * M),
         "candidates": min(_F64 * B * 4.0 * candidates, float("inf") if budget is None else float(budget)),
+        "agent_weights": (
+            _F64 * (3.0 * B * peers * reference + reference * M)
+            if getattr(settings, "agent_weights", None) == "corroborated"
+            else 0.0
+        ),
     }
 
 
@@ -76,8 +95,9 @@ def check_scenario_memory(ctx: Any, agents: int, runs: int, history: int = 0) ->
     sc, objective, domain = ctx.scenario, ctx.objective, ctx.domain
     C = domain.candidates.shape[0] if domain.candidates is not None else max(domain.raw_samples, domain.raw_samples_rff)
     budget = round_budget(ctx.max_memory, ctx.device)
+    C_ref = domain.candidates.shape[0] if domain.candidates is not None else REFERENCE_POINTS
     for j, (label, settings) in enumerate(sc.methods):
-        terms = method_memory(settings, agents, runs, history, objective.dim, C, budget)
+        terms = method_memory(settings, agents, runs, history, objective.dim, C, budget, objective.num_agents, C_ref)
         key = max(terms, key=terms.__getitem__)
         value = getattr(settings, key, None)
         name = (

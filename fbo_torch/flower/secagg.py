@@ -517,7 +517,7 @@ class SecAggServer:
             nid: A live node.
 
         Returns:
-            The values of its stage-1 request (:func:`~fbo_torch.flower.records.secagg_request`).
+            The values of its stage-1 request (:func:`~fbo_torch.flower.secagg_records.secagg_request`).
         """
         keys = self.requested[nid]
         return {

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from torch import Tensor
+    import torch
 
 #: Bytes of a server secret.
 SECRET_BYTES = 32
@@ -88,7 +88,7 @@ def secret_bits(secret: bytes, label: tuple[int | str, ...], n: int) -> np.ndarr
     return np.frombuffer(h.digest(8 * int(n)), dtype="<u8")
 
 
-def secret_uniform(secret: bytes, label: tuple[int | str, ...], shape: tuple[int, ...]) -> Tensor:
+def secret_uniform(secret: bytes, label: tuple[int | str, ...], shape: tuple[int, ...]) -> torch.Tensor:
     r"""Uniform ``[0, 1)`` float64 numbers of shape ``shape`` (53 random bits each), on the CPU."""
     import torch
 
@@ -99,7 +99,7 @@ def secret_uniform(secret: bytes, label: tuple[int | str, ...], shape: tuple[int
     return torch.from_numpy(bits.astype(np.float64) * 2.0**-53).view(shape)
 
 
-def _box_muller(u: Tensor) -> Tensor:
+def _box_muller(u: torch.Tensor) -> torch.Tensor:
     """Standard normals from ``... x 2m`` uniforms (pairs ``u[..., :m]``, ``u[..., m:]``)."""
     import torch
 
@@ -109,7 +109,9 @@ def _box_muller(u: Tensor) -> Tensor:
     return torch.cat([r * torch.cos(theta), r * torch.sin(theta)], dim=-1)
 
 
-def secret_normal(secret: bytes, label: tuple[int | str, ...], shape: tuple[int, ...], mitigate: bool = True) -> Tensor:
+def secret_normal(
+    secret: bytes, label: tuple[int | str, ...], shape: tuple[int, ...], mitigate: bool = True
+) -> torch.Tensor:
     r"""Standard normal float64 numbers of shape ``shape`` (on the CPU).
 
     The rows (leading dimensions, flattened) are consecutive blocks of the one

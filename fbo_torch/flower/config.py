@@ -103,9 +103,8 @@ from fbo_torch.utils.schema import (
 METHODS = ("dp-fts-de", "ts")
 #: Run config keys that name a settings field differently (Flower's word for ``T``).
 RENAMED = {"num-rounds": "num_iterations"}
-#: Settings fields a run config does not set: ``algorithm`` comes from ``method``; ``reciprocity`` needs
-#: who followed whom, which a DP-FTS-DE deployment's server never learns (its agents follow the broadcast).
-NOT_KEYS = ("algorithm", "reciprocity")
+#: Settings fields a run config does not set: ``algorithm`` comes from ``method``.
+NOT_KEYS = ("algorithm",)
 #: :class:`PrivacySettings` fields a deployment takes (``max_epsilon`` is the method's, ``max-epsilon``).
 PRIVACY_KEYS = ("accountant", "delta")
 #: Keys whose ``0`` means ``None`` (TOML has no null).

@@ -190,3 +190,19 @@ def test_reciprocity_without_flags_is_the_plain_run():
     ra, rb = a.run(), b.run()
     assert not rb.excluded.any()
     assert torch.equal(ra.sources, rb.sources) and torch.equal(ra.best_value, rb.best_value)
+
+
+def test_a_resumed_run_with_stale_free_riders_and_reciprocity_is_the_uninterrupted_one():
+    kw = dict(num_iterations=4, p_t=0.0, reciprocity=True, free_riders={"agents": [1], "kind": "stale"})
+    whole = _runner(4, 2, **kw)
+    whole.run()
+    first = _runner(4, 2, **kw)
+    first.step()
+    first.step()
+    state = first.state_dict()
+    resumed = _runner(4, 2, **kw)
+    resumed.load_state_dict(state)
+    resumed.run()
+    assert torch.equal(resumed.sources, whole.sources) and torch.equal(resumed.best, whole.best)
+    assert torch.equal(resumed.sent_follows, whole.sent_follows) and torch.equal(resumed.excluded, whole.excluded)
+    assert torch.equal(resumed.method.first, whole.method.first)

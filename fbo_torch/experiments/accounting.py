@@ -30,15 +30,12 @@ from torch import Tensor
 
 from fbo_torch.experiments.fairness import fairness_indices
 from fbo_torch.methods.base import METHODS, method_names
+from fbo_torch.protocol.reciprocity import FREE_RIDER_ALPHA, FREE_RIDER_MIN_FOLLOWS, binomial_cdf, flag_free_riders
 
 #: ``sources`` of a round in which the agent followed its own proposal.
 OWN = -1
 #: ``sources`` of a round in which the agent followed the server's broadcast (DP-FTS-DE).
 BROADCAST = -2
-#: Significance level of :func:`flag_free_riders`' one-sided binomial test.
-FREE_RIDER_ALPHA = 0.01
-#: Fewest times a peer's messages must have been followed before it can be flagged.
-FREE_RIDER_MIN_FOLLOWS = 8
 #: Most rounds at which the who-helped-whom matrix is kept (evenly spaced, the last round included).
 MAX_MATRIX_ROUNDS = 30
 
@@ -139,53 +136,6 @@ def help_over_rounds(
     runs = torch.zeros(num_receivers, dtype=torch.float64).index_add_(0, receiver, torch.ones(R, dtype=torch.float64))
     per_run = runs.clamp_min(1).repeat_interleave(C)
     return tuple(t.cumsum(0).div(per_run).view(T, num_receivers, C) for t in (gain, follows, wins))  # type: ignore[return-value]
-
-
-def binomial_cdf(k: Tensor, n: Tensor, p: Tensor) -> Tensor:
-    r"""``P(X ≤ k)`` for ``X ~ Binomial(n, p)``, elementwise over ``batch_shape`` tensors (float64)."""
-    k, n, p = (torch.as_tensor(v, dtype=torch.float64) for v in (k, n, p))
-    k, n, p = torch.broadcast_tensors(k, n, p)
-    i = torch.arange(int(n.max().item()) + 1 if n.numel() else 1, dtype=torch.float64)
-    shape = (*n.shape, i.numel())
-    i = i.expand(shape)
-    nn, pp = n.unsqueeze(-1).expand(shape), p.unsqueeze(-1).clamp(1e-300, 1 - 1e-16).expand(shape)
-    log_pmf = (
-        torch.lgamma(nn + 1)
-        - torch.lgamma(i + 1)
-        - torch.lgamma((nn - i).clamp_min(0) + 1)
-        + i * pp.log()
-        + (nn - i) * torch.log1p(-pp)
-    )
-    keep = (i <= k.unsqueeze(-1)) & (i <= nn)
-    return torch.where(keep, log_pmf.exp(), 0.0).sum(-1).clamp(max=1.0)
-
-
-def flag_free_riders(
-    follows: Tensor, wins: Tensor, alpha: float = FREE_RIDER_ALPHA, min_follows: int = FREE_RIDER_MIN_FOLLOWS
-) -> tuple[Tensor, Tensor, Tensor]:
-    r"""Peers whose messages improve their followers' incumbents significantly less often than the others'.
-
-    For every peer ``j`` followed ``n_j`` times, ``k_j`` of them improving the follower's incumbent, the
-    one-sided binomial test of ``k_j`` against the pooled rate ``p_0`` of all other peers: ``P(X ≤ k_j)``
-    with ``X ~ Binomial(n_j, p_0)``. A constant, noisy, stale or copied message sends its followers to
-    points that rarely beat what they have, so its rate falls below ``p_0``.
-
-    Args:
-        follows: ``J`` times each peer's messages were followed.
-        wins: ``J`` times following them improved the follower's incumbent.
-        alpha: Significance level.
-        min_follows: Peers followed fewer times are never flagged (too little evidence).
-
-    Returns:
-        ``J`` booleans (flagged), ``J`` p-values (NaN where untested), ``J`` pooled rates ``p_0``.
-    """
-    follows, wins = follows.to(torch.float64), wins.to(torch.float64)
-    others_n = follows.sum() - follows
-    others_k = wins.sum() - wins
-    p0 = torch.where(others_n > 0, others_k / others_n.clamp_min(1), math.nan)
-    tested = (follows >= min_follows) & (others_n >= min_follows) & torch.isfinite(p0)
-    pvalue = torch.where(tested, binomial_cdf(wins, follows, p0.nan_to_num(0.5)), math.nan)
-    return tested & (pvalue < alpha), pvalue, p0
 
 
 def _pair(fed: dict[str, Tensor], local: dict[str, Tensor]) -> Tensor:
@@ -352,6 +302,8 @@ def accounting(results: dict[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "BROADCAST",
+    "FREE_RIDER_ALPHA",
+    "FREE_RIDER_MIN_FOLLOWS",
     "OWN",
     "accounting",
     "binomial_cdf",

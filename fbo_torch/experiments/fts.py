@@ -20,6 +20,7 @@ from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, Scenario
 from fbo_torch.experiments.report import plot_message_length, summarize_curves
 from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.federation.evaluation_failures import recording
+from fbo_torch.federation.free_riders import FreeRiders
 from fbo_torch.methods.base import METHODS, method_names
 from fbo_torch.objectives.base import Objective
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
@@ -49,7 +50,8 @@ def check_scenario(ctx: ScenarioContext) -> None:
     r"""What an FTS scenario's runners would refuse once started, as a :class:`ConfigError`:
     ``runs.targets`` beyond the objective's agents, and a federated method (FTS, RGPE, TAF) whose
     target has no other agent to receive messages from (the other agents of its group, where the
-    objective has groups, as :class:`~fbo_torch.simulate.fts.FTSRunner` picks them)."""
+    objective has groups, as :class:`~fbo_torch.simulate.fts.FTSRunner` picks them), ``reciprocity``
+    outside ``history.mode: together`` and ``free_riders.agents`` beyond the objective's agents."""
     sc, objective = ctx.scenario, ctx.objective
     tg = targets(objective, sc)
     if sc.history.mode == "together" and not torch.equal(tg.cpu(), torch.arange(objective.num_agents)):
@@ -61,6 +63,9 @@ def check_scenario(ctx: ScenarioContext) -> None:
     for j, (label, settings) in enumerate(sc.methods):
         try:
             settings.method.check_history(settings, sc.history.mode)
+            riders = FreeRiders.from_config(getattr(settings, "free_riders", None))
+            if riders is not None:
+                riders.mask(objective.num_agents)  # the agents it names exist
         except ValueError as err:
             raise ConfigError(f"{sc.where}: methods[{j}] ({label!r}): {err}") from None
     groups = getattr(objective, "group_of_agent", None)

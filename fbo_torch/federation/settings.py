@@ -45,6 +45,7 @@ import torch
 
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.faults import FaultInjector
+from fbo_torch.federation.free_riders import FreeRiders
 from fbo_torch.federation.release import get_release
 from fbo_torch.methods.base import OWN_ACQUISITIONS, Method, get_method
 from fbo_torch.models.gp_spec import GP_SPECS
@@ -218,6 +219,14 @@ class MethodSettings:
         "byzantine_kind}`` (:class:`~fbo_torch.federation.faults.FaultInjector`).",
         Rule(lambda key, value: FaultInjector.from_config(value), {"no_such_fault": 1.0}),
     )
+    reciprocity: bool = setting(
+        False,
+        "An agent may follow a peer's message only while it is not flagged as a free-rider itself, by the "
+        "binomial test of the report (:func:`~fbo_torch.protocol.reciprocity.flag_free_riders`) on its "
+        "federation's follow and improvement counts so far (``experiment: fts``, ``history.mode: together``; "
+        "not with DP-FTS-DE).",
+        Flag(),
+    )
 
     #: The experiment kind whose methods these settings describe (``None``: no algorithm field).
     KIND: ClassVar[str | None] = None
@@ -316,6 +325,13 @@ class FTSSettings(MethodSettings):
         "``transfer``: the smallest scale (log units) of the lengthscale prior learned from the peers; "
         "their spread adds to it.",
         Number(),
+    )
+    free_riders: dict[str, Any] | None = setting(
+        None,
+        "Free-riders for incentive studies, ``{agents: [...], kind: constant|noise|stale|copied}``: these "
+        "agents send that in place of their draw (:mod:`~fbo_torch.federation.free_riders`; methods whose "
+        "peers send draws).",
+        Rule(lambda key, value: FreeRiders.from_config(value, key), {"agents": [], "kind": "noise"}),
     )
 
     KIND: ClassVar[str | None] = "fts"

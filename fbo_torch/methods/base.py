@@ -61,6 +61,8 @@ class Method:
         uses: Settings fields that only this algorithm reads (the YAML refuses them on
             another algorithm's method).
         aliases: Other names it is known by (e.g. a Flower run config's ``method``).
+        follows_peers: Whether its agents follow a named peer's message (a peer's index in
+            ``sources``) and honour the runner's ``may_follow`` (``reciprocity: true``).
 
     An instance lives inside an FTS runner (:class:`~fbo_torch.simulate.fts.FTSRunner`,
     ``self.runner``) and reads what the runner holds: the runs' agents
@@ -79,6 +81,7 @@ class Method:
     own_acquisitions: ClassVar[tuple[str, ...]] = OWN_ACQUISITIONS
     uses: ClassVar[tuple[str, ...]] = ()
     aliases: ClassVar[tuple[str, ...]] = ()
+    follows_peers: ClassVar[bool] = False
 
     def __init__(self, runner: Any) -> None:
         self.runner = runner
@@ -93,8 +96,9 @@ class Method:
     def check(cls, settings: Any) -> None:
         r"""Refuse settings this algorithm cannot run with (``ValueError`` naming the keys).
 
-        The base checks ``own_acquisition`` against :attr:`~fbo_torch.methods.base.Method.own_acquisitions`; subclasses
-        add their own rules and call it.
+        The base checks ``own_acquisition`` against :attr:`~fbo_torch.methods.base.Method.own_acquisitions`,
+        ``free_riders`` (only where peers send one draw) and ``reciprocity`` (only where agents follow a
+        named peer, :attr:`follows_peers`); subclasses add their own rules and call it.
         """
         own = getattr(settings, "own_acquisition", None)
         if own is not None and own not in cls.own_acquisitions:
@@ -102,13 +106,23 @@ class Method:
                 f"`own_acquisition` {own!r} does not work with algorithm {cls.name!r}; "
                 f"expected one of {list(cls.own_acquisitions)}."
             )
+        if getattr(settings, "free_riders", None) is not None and cls.message != "draw":
+            raise ValueError(
+                f"`free_riders` replaces the draw a peer sends; algorithm {cls.name!r}'s peers send "
+                f"{'nothing' if cls.message == 'none' else 'their whole posterior'}."
+            )
+        if getattr(settings, "reciprocity", False) is True and not cls.follows_peers:
+            raise ValueError(
+                f"`reciprocity` decides whether an agent may follow a peer's message; algorithm {cls.name!r}'s "
+                "agents follow none (it works with `algorithm: fts` and `transfer`)."
+            )
 
     @classmethod
     def check_history(cls, settings: Any, mode: str) -> None:
         r"""Refuse a ``history.mode`` this algorithm cannot run with (``ValueError`` naming the keys).
 
         The base refuses modes outside :attr:`histories`; agents that optimize ``together``
-        and exchange messages must do so every round.
+        and exchange messages must do so every round; ``reciprocity`` needs them ``together``.
         """
         if mode not in cls.histories:
             raise ValueError(
@@ -118,6 +132,11 @@ class Method:
             raise ValueError(
                 "agents that optimize together (`history.mode: together`) send a fresh message every "
                 "round; set `communication: every-round`."
+            )
+        if getattr(settings, "reciprocity", False) is True and mode != "together":
+            raise ValueError(
+                "`reciprocity` ties what an agent receives to what it sends, so every agent must both send and "
+                f"follow: it needs `history.mode: together`, got {mode!r}."
             )
 
     @classmethod

@@ -37,7 +37,7 @@ class DrawMethod(Method):
     Attributes:
         omegas: ``R x A x M`` the latest draw of every agent as each run received it
             (the run's own agent and non-peers included; ``runner.dist``
-            says whom a run may use).
+            says whom a run may use), free-riders' as they send them.
     """
 
     message = "draw"
@@ -46,12 +46,23 @@ class DrawMethod(Method):
 
     omegas: Tensor
     _reference: Tensor | None = None
+    #: The round-0 draws (what ``free_riders`` of kind ``stale`` send every round).
+    first: Tensor | None = None
 
     def receive(self, round: int) -> None:
-        """Every peer's draw of round ``round`` for every run (:attr:`omegas`)."""
+        """Every peer's draw of round ``round`` for every run (:attr:`omegas`); free-riders'
+        (``free_riders``) replaced by what they send (:meth:`~fbo_torch.federation.free_riders.FreeRiders.replace`)."""
         r = self.runner
+        riders = r.free_riders
         if r.together:
             sent = r.agents.message(round)  # R x M: each run's agent sends one draw
+            if riders is not None:
+                if round == 0:
+                    self.first = sent
+                rows = torch.arange(r.num_runs, device=r.device)
+                copy = sent[r.peer_runs[rows, r.copied_from[r.targets]]]
+                keys = kr.fold(r.agents.keys, round)
+                sent = riders.replace(sent, r.rider[r.targets], keys, self.first, copy)
             self.omegas = sent[r.peer_runs]  # R x A x M
             self.sent(sent, round)
             return
@@ -62,6 +73,11 @@ class DrawMethod(Method):
         k = kr.fold(kr.fold(kr.fold(r.keys, "message"), round).unsqueeze(-1), torch.arange(A, device=r.device))
         base = kr.normal(k, M + rff._n)  # R x A x (M + n)
         self.omegas = rff.sample_weights(torch.Size([r.num_runs]), base_samples=base)  # R x A x M
+        if riders is not None:
+            if round == 0:
+                self.first = self.omegas
+            rider = r.rider.expand(r.num_runs, A)
+            self.omegas = riders.replace(self.omegas, rider, k, self.first, self.omegas[:, r.copied_from])
         self.sent(None, round)
 
     def sent(self, sent: Tensor | None, round: int) -> None:
@@ -115,10 +131,12 @@ class DrawMethod(Method):
         return learn_peer_choice(r.dist, scores, r.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust, copies)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"omegas": getattr(self, "omegas", None)}
+        return {"omegas": getattr(self, "omegas", None), "first": self.first}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.omegas = state["omegas"].to(self.runner.device)
+        first = state.get("first")
+        self.first = None if first is None else first.to(self.runner.device)
 
 
 __all__ = ["DrawMethod"]

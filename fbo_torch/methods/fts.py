@@ -27,12 +27,16 @@ class FTS(DrawMethod):
 
     name = "fts"
     uses = DrawMethod.weight_fields
+    follows_peers = True
 
     def step(self, t: int) -> tuple[Tensor, Tensor]:
         r = self.runner
         assert r.features is not None and r.dist is not None  # FTS's runner has both
+        p_t = self.learned_p_t(t)
+        if r.may_follow is not None:  # reciprocity: an agent flagged as a free-rider follows no peer
+            p_t = torch.where(r.may_follow, torch.as_tensor(p_t, dtype=torch.float64, device=r.device), 1.0)
         # OWN where the coin says so or no message is left
-        sources = draw_sources(self.learned_p_t(t), r.dist, keys=kr.fold(r.agents.keys, t))
+        sources = draw_sources(p_t, r.dist, keys=kr.fold(r.agents.keys, t))
         # only the runs whose source is OWN use their own proposal (the others' rows may be NaN)
         X_next, _ = r.agents.own_proposals(t, which=sources < 0)
         omega = self.omegas[torch.arange(r.num_runs, device=r.device), sources.clamp_min(0)]

@@ -25,6 +25,20 @@ class FTSDE(Method):
     message = "draw"
 
     @classmethod
+    def check(cls, settings: Any) -> None:
+        if getattr(settings, "reciprocity", False) is True:
+            if getattr(settings, "aggregation", None) == "secure":
+                raise ValueError(
+                    "`reciprocity: true` cannot run with `aggregation: secure`: the server would need who followed "
+                    "whom and whether it improved, and secure aggregation shows it only the sum of the messages."
+                )
+            raise ValueError(
+                "`reciprocity` is not available in `experiment: dp_fts_de`: its agents follow the server's "
+                "broadcast, which names no peer (use it in `experiment: fts`, `history.mode: together`)."
+            )
+        super().check(settings)
+
+    @classmethod
     def is_private(cls, settings: Any) -> bool:
         return float(getattr(settings, "noise_multiplier", 0.0)) > 0
 

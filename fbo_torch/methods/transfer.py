@@ -139,6 +139,7 @@ class Transfer(DrawMethod):
 
     name = "transfer"
     uses = (*DrawMethod.weight_fields, "channels", "landscape_scale")
+    follows_peers = True
     channel_names: ClassVar[tuple[str, ...]] = CHANNELS
 
     @classmethod
@@ -270,6 +271,8 @@ class Transfer(DrawMethod):
         if peers:  # a candidate the agent's own model finds poor is followed only by a channel that has paid
             log_ei = BatchedLogExpectedImprovement(posterior, best)(torch.stack([X_own, X_opt, X_msg], 1))
             available[:, 1:] &= channel_gate(log_ei, self.wins, self.losses)
+        if r.may_follow is not None:  # reciprocity: an agent flagged as a free-rider follows no peer
+            available[:, 1:] &= r.may_follow.unsqueeze(-1)
         # Thompson sampling on each arm's probability of improving the incumbent (normal approximation)
         mean = success_rate(self.wins, self.losses)
         draw = mean + (mean * (1 - mean) / (self.wins + self.losses + 3)).sqrt() * kr.normal(

@@ -12,6 +12,8 @@ and :mod:`fbo_torch.integrations` import it, and it imports none of them (``test
   (:class:`PtSchedule`) and ``P_N`` (:class:`AgentDistribution`, :func:`draw_sources`);
 * :mod:`~fbo_torch.protocol.fidelity` — ``P_N`` learned from how well each peer's
   message predicts an agent's own observations;
+* :mod:`~fbo_torch.protocol.reciprocity` — the free-rider test (which peers' messages improve
+  their followers less often than the others') and reciprocity built on it;
 * :mod:`~fbo_torch.protocol.message_average` — a receiver's running average of a peer's messages;
 * :mod:`~fbo_torch.protocol.partition` and :mod:`~fbo_torch.protocol.weights` — DP-FTS-DE's
   sub-regions (:class:`SubRegionPartition`) and exploration weights (:class:`ExplorationWeights`);

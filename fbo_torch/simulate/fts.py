@@ -41,10 +41,12 @@ import torch
 from torch import Tensor
 
 from fbo_torch.federation.agents import Agents, observe_initial
+from fbo_torch.federation.free_riders import FreeRiders
 from fbo_torch.federation.settings import HISTORIES, OWN_MODEL_FIELDS, FTSSettings, HistorySettings, MethodSettings
 from fbo_torch.methods.base import Method, get_method
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
+from fbo_torch.protocol.reciprocity import flag_free_riders
 from fbo_torch.protocol.schedules import AgentDistribution, PtSchedule
 from fbo_torch.simulate.common import cpu_state
 from fbo_torch.simulate.presets import DEFAULT_SETUP, apply_setup
@@ -122,6 +124,8 @@ class FederationHistory:
         own: dict[str, Any] = {name: getattr(self.settings, name) for name in OWN_MODEL_FIELDS}
         if hasattr(settings, "algorithm"):
             own["algorithm"] = "ts"
+            # free-riding and reciprocity are the method's (what its runs receive, whom they may follow)
+            own.update(free_riders=None, reciprocity=False)
         return dataclasses.replace(settings, **own, gp_refit_every=1, own_acquisition="ts")
 
 
@@ -142,6 +146,8 @@ class FTSResult:
         wall_time: Seconds spent.
         elapsed: ``T`` cumulative seconds after each iteration (all runs together).
         parameters_per_agent: Numbers each other agent sends per message (``M``; 0 for TS).
+        excluded: With ``reciprocity``, ``R x T`` booleans: the run's agent was flagged as a free-rider
+            before iteration ``t``, so it could not follow a peer (``None`` without reciprocity).
     """
 
     name: str
@@ -156,6 +162,7 @@ class FTSResult:
     settings: dict[str, Any] = field(default_factory=dict)
     elapsed: list[float] = field(default_factory=list)
     failed: Tensor | None = None
+    excluded: Tensor | None = None
 
 
 class FTSRunner:
@@ -299,6 +306,18 @@ class FTSRunner:
                 self.others.gp_params = history.agents.gp_params
                 self.others.warp_choice = history.agents.warp_choice
                 self.history_rounds = history.rounds
+        # free-riders (settings.free_riders): A booleans and whom a `copied` rider copies
+        self.free_riders = FreeRiders.from_config(getattr(settings, "free_riders", None)) if federated else None
+        if self.free_riders is not None:
+            self.rider = self.free_riders.mask(A, dev)
+            self.copied_from = FreeRiders.copied_from(self.rider)
+        # reciprocity: per run, how often its agent's messages were followed in its federation and improved
+        self.reciprocity = bool(getattr(settings, "reciprocity", False)) and self.together
+        self.sent_follows = torch.zeros(R, dtype=torch.float64, device=dev)
+        self.sent_wins = torch.zeros(R, dtype=torch.float64, device=dev)
+        self.may_follow: Tensor | None = None
+        self.excluded = torch.zeros(R, 0, dtype=torch.bool, device=dev)
+        self.num_inits = num_inits
         self.method: Method = method_cls(self)
         if federated:
             self.method.receive(0)
@@ -354,8 +373,14 @@ class FTSRunner:
         t0 = time.perf_counter()
         self.t += 1
         t = self.t
+        if self.reciprocity:
+            self.may_follow = ~self.flagged()
+            self.excluded = torch.cat([self.excluded, (~self.may_follow).unsqueeze(-1)], dim=1)
+            before = torch.where(self.agents.mask, self.Y.squeeze(-1), -torch.inf).amax(-1)
         X_next, sources = self.method.step(t)
         y, f, ok = self.agents.evaluate(self.objective, self.targets, X_next, t, self.faults)
+        if self.reciprocity:
+            self._count_follows(sources, ok & (y > before))
         self.best = torch.cat([self.best, torch.maximum(self.best[:, -1:], f.unsqueeze(-1))], dim=1)
         self.sources = torch.cat([self.sources, sources.unsqueeze(-1)], dim=1)
         self.failed = torch.cat([self.failed, (~ok).unsqueeze(-1)], dim=1)
@@ -364,6 +389,26 @@ class FTSRunner:
             self._others_step(t)
         self.wall_time += time.perf_counter() - t0
         self.elapsed.append(self.wall_time)
+
+    def flagged(self) -> Tensor:
+        r"""``R`` booleans: the run's agent is flagged as a free-rider in its federation (the agents of
+        its initialization) by :func:`~fbo_torch.protocol.reciprocity.flag_free_riders` on the follow
+        and improvement counts so far, every federation at once."""
+        A, inits = self.objective.num_agents, self.num_inits
+        # runs are target-major (agent a, initialization i at a·inits + i): federation i is column i
+        follows = self.sent_follows.view(A, inits).T
+        wins = self.sent_wins.view(A, inits).T
+        flags, _, _ = flag_free_riders(follows, wins)
+        return flags.T.reshape(-1)
+
+    def _count_follows(self, sources: Tensor, improved: Tensor) -> None:
+        r"""Add round's follows to the senders' counts: who followed whom (``sources``) and whether it
+        improved the follower's incumbent (``improved``: its observation beat its best before)."""
+        rows = torch.arange(self.num_runs, device=self.device)
+        sender = self.peer_runs[rows, sources.clamp_min(0)]
+        followed = (sources >= 0).to(torch.float64)
+        self.sent_follows.index_add_(0, sender, followed)
+        self.sent_wins.index_add_(0, sender, followed * improved.to(torch.float64))
 
     def _others_step(self, t: int) -> None:
         """The other agents run one TS iteration each and send fresh messages (together: the
@@ -398,6 +443,7 @@ class FTSRunner:
             settings=asdict(self.settings),
             elapsed=list(self.elapsed),
             failed=self.failed.cpu(),
+            excluded=self.excluded.cpu() if self.reciprocity else None,
         )
 
     # ----------------------------------------------------------- checkpoints
@@ -413,6 +459,9 @@ class FTSRunner:
             "wall_time": self.wall_time,
             "elapsed": self.elapsed,
             "method": cpu_state(self.method.state_dict()),
+            "sent_follows": self.sent_follows.cpu(),
+            "sent_wins": self.sent_wins.cpu(),
+            "excluded": self.excluded.cpu(),
         }
         if self.dist is not None:
             state["dist"] = self.dist.state_dict()
@@ -434,3 +483,7 @@ class FTSRunner:
             if not self.together:
                 self.others.load_state_dict(state["others"])
         self.method.load_state_dict(state["method"])
+        if "sent_follows" in state:  # checkpoints from before reciprocity have none (and ran without it)
+            self.sent_follows = state["sent_follows"].to(dev)
+            self.sent_wins = state["sent_wins"].to(dev)
+            self.excluded = state["excluded"].to(dev)

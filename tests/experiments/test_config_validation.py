@@ -284,6 +284,17 @@ methods:
             TINY.replace("clip_norm: 1.0}", "clip_norm: 1.0, aggregation: secure, dropout_tolerance: 0.9}"),
             "methods[0] ('DP'): `dropout_tolerance` leaves min_survivors = 1; secure aggregation needs 2 <= ",
         ),
+        (
+            TINY_FTS.replace("{name: FTS, algorithm: fts}", "{name: FTS, algorithm: fts, reciprocity: true}"),
+            "methods[1] ('FTS'): `reciprocity` ties what an agent receives to what it sends, so every agent must "
+            "both send and follow: it needs `history.mode: together`, got 'random'.",
+        ),
+        (
+            TINY_FTS.replace(
+                "{name: FTS, algorithm: fts}", "{name: FTS, algorithm: fts, free_riders: {agents: [1, 3], kind: noise}}"
+            ),
+            "methods[1] ('FTS'): `free_riders.agents` names agent(s) [3], but the objective has 3 agents.",
+        ),
     ],
     ids=[
         "infinite-S",
@@ -297,6 +308,8 @@ methods:
         "memory-iterations",
         "memory-features",
         "secure-survivors",
+        "reciprocity-not-together",
+        "free-rider-out-of-range",
     ],
 )
 def test_what_needs_the_objective_is_refused_before_out_exists(tmp_path, capsys, text, says):

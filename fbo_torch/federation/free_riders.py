@@ -1,0 +1,109 @@
+r"""Free-riders for studies of incentives: chosen agents send nothing useful in place of their draw.
+
+A free-rider runs its own optimization and follows its peers' messages as every agent does, but
+what it sends (FTS's message, one draw ``ω`` of its RFF posterior) is replaced by one of:
+
+* ``constant``: the zero vector every round (a flat function: its maximizer says nothing);
+* ``noise``: a fresh draw of the RFF prior ``N(0, I)`` every round, unrelated to its data;
+* ``stale``: its round-0 message (fitted to its initial points) every round, never updated;
+* ``copied``: the message the next honest agent of its federation (by index, cyclically) sends
+  in the same round — nothing of its own, though what it forwards is useful.
+
+The replacement is one tensor operation over every sender (:meth:`FreeRiders.replace`), in the
+batched runner (:class:`~fbo_torch.simulate.fts.FTSRunner`, through
+:class:`~fbo_torch.methods.draws.DrawMethod`). The setting is ``free_riders: {agents: [...],
+kind: ...}`` of an FTS-kind method whose peers send draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fbo_torch.utils import keyed_random as kr
+
+#: What a free-rider sends (module docstring).
+FREE_RIDER_KINDS = ("constant", "noise", "stale", "copied")
+
+
+@dataclass(frozen=True)
+class FreeRiders:
+    r"""Which agents free-ride, and what they send instead of their draw.
+
+    Attributes:
+        agents: The free-riders' indices (distinct, non-negative; below the objective's agent count,
+            which the runner checks).
+        kind: One of :data:`FREE_RIDER_KINDS`.
+    """
+
+    agents: tuple[int, ...]
+    kind: str
+
+    @classmethod
+    def from_config(cls, value: Any, key: str = "free_riders") -> FreeRiders | None:
+        """From a ``free_riders:`` mapping ``{agents: [...], kind: ...}`` (``None``: no free-riders);
+        any other value is a ``ValueError`` naming ``key`` (or ``key.agents``, ``key.kind``)."""
+        if value is None:
+            return None
+        if not isinstance(value, dict) or set(value) != {"agents", "kind"}:
+            raise ValueError(
+                f"`{key}` must be a mapping with keys `agents` (a list of agent indices) and `kind` "
+                f"(one of {list(FREE_RIDER_KINDS)}), or null, got {value!r}."
+            )
+        agents, kind = value["agents"], value["kind"]
+        ok = isinstance(agents, (list, tuple)) and len(agents) > 0
+        ok = ok and all(isinstance(a, int) and not isinstance(a, bool) and a >= 0 for a in agents)
+        if not ok or len(set(agents)) != len(agents):
+            raise ValueError(f"`{key}.agents` must be a non-empty list of distinct agent indices >= 0, got {agents!r}.")
+        if kind not in FREE_RIDER_KINDS:
+            raise ValueError(f"`{key}.kind` must be one of {list(FREE_RIDER_KINDS)}, got {kind!r}.")
+        return cls(tuple(int(a) for a in agents), str(kind))
+
+    def mask(self, num_agents: int, device: torch.device | str | None = None, key: str = "free_riders") -> Tensor:
+        """``A`` booleans: the free-riders among ``num_agents`` agents (``ValueError`` naming ``key.agents``
+        for an index out of range, or for a ``copied`` federation without an honest agent to copy)."""
+        bad = [a for a in self.agents if a >= num_agents]
+        if bad:
+            raise ValueError(f"`{key}.agents` names agent(s) {bad}, but the objective has {num_agents} agents.")
+        if self.kind == "copied" and len(self.agents) >= num_agents:
+            raise ValueError(f"`{key}.agents` with `kind: copied` must leave at least one honest agent to copy.")
+        out = torch.zeros(num_agents, dtype=torch.bool, device=device)
+        out[list(self.agents)] = True
+        return out
+
+    @staticmethod
+    def copied_from(rider: Tensor) -> Tensor:
+        """``A`` indices: the agent each agent's ``copied`` message comes from, the next honest agent
+        after it (cyclically; an honest agent's own index for itself)."""
+        A = rider.numel()
+        ar = torch.arange(A, device=rider.device)
+        after = (ar.unsqueeze(-1) + torch.arange(1, A + 1, device=rider.device)) % A  # A x A, itself last
+        first = (~rider)[after].to(torch.int8).argmax(-1, keepdim=True)
+        return torch.where(rider, after.gather(1, first).squeeze(-1), ar)
+
+    def replace(self, messages: Tensor, rider: Tensor, keys: Tensor, first: Tensor, copied: Tensor) -> Tensor:
+        r"""``batch_shape x M`` messages as sent: the free-riders' replaced (module docstring).
+
+        Args:
+            messages: ``batch_shape x M`` the senders' draws of this round.
+            rider: ``batch_shape`` booleans, the sender is a free-rider.
+            keys: ``batch_shape`` keys of the senders' round (the ``noise`` kind's draws).
+            first: ``batch_shape x M`` the senders' round-0 draws (``stale``).
+            copied: ``batch_shape x M`` the draws the senders would copy this round (``copied``).
+        """
+        M = messages.shape[-1]
+        if self.kind == "constant":
+            sent = torch.zeros_like(messages)
+        elif self.kind == "noise":
+            sent = kr.normal(kr.fold(keys, "free-rider-noise"), M, dtype=messages.dtype)
+        elif self.kind == "stale":
+            sent = first
+        else:
+            sent = copied
+        return torch.where(rider.unsqueeze(-1), sent.to(messages.dtype), messages)
+
+
+__all__ = ["FREE_RIDER_KINDS", "FreeRiders"]

@@ -1,0 +1,208 @@
+"""Free-riders in the batched FTS runner (``free_riders``) and reciprocity (``reciprocity``):
+what a free-rider sends, that the report's binomial test flags it in a run, and that an agent
+flagged by the same test on its federation's counts follows no peer."""
+
+import pytest
+import torch
+
+from fbo_torch.experiments.accounting import method_accounting
+from fbo_torch.federation.free_riders import FreeRiders
+from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
+from fbo_torch.objectives.synthetic import GPSampleGridFederation
+from fbo_torch.protocol.reciprocity import flag_free_riders
+from fbo_torch.simulate.fts import FederationHistory, FTSRunner
+
+#: The FTS paper's synthetic map (the kernel the functions were drawn from).
+MAP = dict(num_features=100, rff_lengthscale=0.03, rff_noise_variance=0.01, communication="every-round")
+
+
+def _objective(agents: int, grid: int = 1000) -> GPSampleGridFederation:
+    # one group of near-copies (f ± 0.02), every agent perturbed: a federation of equals
+    return GPSampleGridFederation(
+        num_groups=1, agents_per_group=agents, perturb_first=True, grid_size=grid, perturbation=0.02, seed=0
+    )
+
+
+def _runner(agents: int, inits: int, grid: int = 200, **kw) -> FTSRunner:
+    s = FTSSettings(algorithm="fts", num_init=3, **{**MAP, **kw})
+    return FTSRunner(_objective(agents, grid), s, torch.arange(agents), inits, seed=0, together=True)
+
+
+# ------------------------------------------------------------------ settings
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        ([0], "`free_riders` must be a mapping"),
+        ({"agents": [0]}, "`free_riders` must be a mapping"),
+        ({"agents": [], "kind": "noise"}, "`free_riders.agents`"),
+        ({"agents": [0, 0], "kind": "noise"}, "`free_riders.agents`"),
+        ({"agents": [-1], "kind": "noise"}, "`free_riders.agents`"),
+        ({"agents": [True], "kind": "noise"}, "`free_riders.agents`"),
+        ({"agents": [0], "kind": "silent"}, "`free_riders.kind`"),
+    ],
+)
+def test_a_bad_free_riders_setting_is_refused_naming_the_key(value, key):
+    with pytest.raises(ValueError, match=key.replace("`", "`").replace(".", r"\.")):
+        FTSSettings(free_riders=value)
+
+
+def test_free_riders_and_reciprocity_need_an_algorithm_that_can_use_them():
+    riders = {"agents": [0], "kind": "noise"}
+    FTSSettings(algorithm="fts", free_riders=riders, reciprocity=True)
+    FTSSettings(algorithm="transfer", free_riders=riders, reciprocity=True)
+    with pytest.raises(ValueError, match="`free_riders`.*'ts'"):
+        FTSSettings(algorithm="ts", free_riders=riders)
+    with pytest.raises(ValueError, match="`free_riders`.*'rgpe'"):
+        FTSSettings(algorithm="rgpe", free_riders=riders)
+    with pytest.raises(ValueError, match="`reciprocity`.*'peer_prior'"):
+        FTSSettings(algorithm="peer_prior", reciprocity=True)
+
+
+def test_reciprocity_is_refused_with_secure_aggregation_in_one_line_naming_both_keys():
+    with pytest.raises(ValueError) as info:
+        DPFTSDESettings(reciprocity=True, aggregation="secure", noise_multiplier=1.0, clip_norm=1.0)
+    message = str(info.value)
+    assert "\n" not in message and "`reciprocity: true`" in message and "`aggregation: secure`" in message
+    with pytest.raises(ValueError, match="`reciprocity` is not available in `experiment: dp_fts_de`"):
+        DPFTSDESettings(reciprocity=True)
+
+
+def test_reciprocity_needs_agents_that_optimize_together():
+    obj = _objective(4, 100)
+    s = FTSSettings(algorithm="fts", reciprocity=True, **MAP)
+    from fbo_torch.optim.domain import Domain
+
+    h = FederationHistory(obj, Domain(obj.bounds, obj.candidates), 5, seed=1)
+    with pytest.raises(ValueError, match="`reciprocity`.*`history.mode: together`"):
+        FTSRunner(obj, s, torch.tensor([0]), 1, history=h)
+
+
+def test_free_rider_agents_must_exist_and_copied_needs_an_honest_agent():
+    with pytest.raises(ValueError, match=r"`free_riders\.agents` names agent\(s\) \[7\]"):
+        _runner(4, 1, free_riders={"agents": [1, 7], "kind": "noise"})
+    with pytest.raises(ValueError, match="at least one honest agent"):
+        _runner(2, 1, free_riders={"agents": [0, 1], "kind": "copied"})
+
+
+# ------------------------------------------------------------ what they send
+def test_copied_from_is_the_next_honest_agent_cyclically():
+    rider = torch.tensor([True, False, True, True, False])
+    assert FreeRiders.copied_from(rider).tolist() == [1, 1, 4, 4, 4]
+
+
+@pytest.mark.parametrize("kind", ["constant", "noise", "stale", "copied"])
+def test_free_riders_send_their_kind_and_honest_agents_their_draw(kind):
+    A, inits = 4, 2
+    honest = _runner(A, inits)
+    rider = _runner(A, inits, free_riders={"agents": [0, 2], "kind": kind})
+    first = rider.method.omegas.clone()  # R x A x M, round 0
+    for r in (honest, rider):
+        r.step()  # every-round: the messages of round 1 are received after the step
+    got, true = rider.method.omegas, honest.method.omegas
+    # honest senders' messages are untouched (their runs made the same queries: no one's data depends on riders yet)
+    assert torch.equal(got[:, [1, 3]], true[:, [1, 3]])
+    sent = got[:, [0, 2]]
+    if kind == "constant":
+        assert torch.equal(sent, torch.zeros_like(sent))
+    elif kind == "noise":
+        assert not torch.allclose(sent, true[:, [0, 2]])
+        # one message per sender and round: every receiver of a federation gets the same one
+        for i in range(inits):
+            runs = torch.arange(A) * inits + i
+            assert torch.equal(got[runs, 0], got[runs[:1], 0].expand(A, -1))
+        # N(0, I): unit variance, whatever the sender's data
+        assert sent.var().item() == pytest.approx(1.0, abs=0.2)
+    elif kind == "stale":
+        assert torch.equal(sent, first[:, [0, 2]])
+        assert not torch.allclose(sent, true[:, [0, 2]])  # an honest agent's message moved with its data
+    else:  # copied: agent 0 sends agent 1's message, agent 2 agent 3's
+        assert torch.equal(got[:, 0], got[:, 1]) and torch.equal(got[:, 2], got[:, 3])
+
+
+def test_stale_free_riders_are_flagged_by_the_report_in_a_run():
+    # 10 agents together on the FTS paper's near-copies, 2 of them sending their round-0 message
+    # forever: following it queries the same point again, which never improves an incumbent twice,
+    # while honest messages move with their senders' data. p_t = 0.3, 60 rounds, 3 federations.
+    A, inits, T = 10, 3, 60
+    s = FTSSettings(
+        algorithm="fts", num_init=5, num_iterations=T, p_t=0.3, free_riders={"agents": [0, 1], "kind": "stale"}, **MAP
+    )
+    res = FTSRunner(_objective(A), s, torch.arange(A), inits, seed=0, together=True).run()
+    record = {
+        "name": "FTS",
+        "runs": res.loss.tolist(),
+        "best_value_runs": res.best_value.tolist(),
+        "sources": res.sources.tolist(),
+        "targets": res.targets.tolist(),
+        "inits": res.inits.tolist(),
+        "settings": res.settings,
+    }
+    acc = method_accounting(record, None)
+    assert acc["free_riders"] == [0, 1]
+    rate = {c["peer"]: c["improvement_rate"] for c in acc["contributions"]}
+    assert max(rate[0], rate[1]) < min(rate[j] for j in range(2, A))
+
+
+# ------------------------------------------------------------------ reciprocity
+def test_the_runner_flags_each_federation_with_the_report_s_test():
+    r = _runner(5, 3, reciprocity=True)
+    g = torch.Generator().manual_seed(0)
+    follows = torch.randint(0, 30, (15,), generator=g).double()
+    wins = torch.minimum(torch.randint(0, 12, (15,), generator=g).double(), follows)
+    r.sent_follows, r.sent_wins = follows, wins
+    per_federation = torch.stack(
+        [flag_free_riders(follows.view(5, 3)[:, i], wins.view(5, 3)[:, i])[0] for i in range(3)], 1
+    )
+    assert torch.equal(r.flagged(), per_federation.reshape(-1))
+
+
+def test_a_flagged_agent_follows_no_peer_and_the_others_are_as_without_reciprocity():
+    A, inits = 5, 2
+    kw = dict(p_t=0.0, num_iterations=3)  # p_t = 0: every agent follows a peer every round unless excluded
+    plain, recip = _runner(A, inits, **kw), _runner(A, inits, reciprocity=True, **kw)
+    # agent 0 of federation 0 (run 0): its messages followed 20 times, never improving; its peers' 20 times, 8 each
+    follows = torch.full((A * inits,), 20.0, dtype=torch.float64)
+    wins = torch.full((A * inits,), 8.0, dtype=torch.float64)
+    wins[0] = 0.0
+    recip.sent_follows, recip.sent_wins = follows.clone(), wins.clone()
+    for r in (plain, recip):
+        r.run()
+    res = recip.result()
+    assert res.excluded is not None and res.excluded[0].all() and not res.excluded[1:].any()
+    assert (res.sources[0] == -1).all()  # flagged: its own proposal every round
+    assert (res.sources[1:] >= 0).all() and (plain.sources >= 0).all()
+    # the counts grew by who followed whom in each federation (run r's agent is r // inits)
+    added = recip.sent_follows - follows
+    assert added.sum().item() == (res.sources >= 0).sum().item()
+    peer_run = res.sources.clamp_min(0) * inits + res.inits.unsqueeze(-1)
+    expected = torch.zeros(A * inits, dtype=torch.float64).index_add_(
+        0, peer_run[res.sources >= 0], torch.ones(int((res.sources >= 0).sum()), dtype=torch.float64)
+    )
+    assert torch.equal(added, expected)
+    # federation 1 had no one flagged: reciprocity changed nothing there
+    fed1 = res.inits == 1
+    assert torch.equal(res.sources[fed1], plain.sources[fed1])
+    assert torch.equal(res.best_value[fed1], plain.best[fed1])
+
+
+def test_reciprocity_without_flags_is_the_plain_run():
+    a, b = _runner(4, 2, num_iterations=4), _runner(4, 2, num_iterations=4, reciprocity=True)
+    ra, rb = a.run(), b.run()
+    assert not rb.excluded.any()
+    assert torch.equal(ra.sources, rb.sources) and torch.equal(ra.best_value, rb.best_value)
+
+
+def test_a_resumed_run_with_stale_free_riders_and_reciprocity_is_the_uninterrupted_one():
+    kw = dict(num_iterations=4, p_t=0.0, reciprocity=True, free_riders={"agents": [1], "kind": "stale"})
+    whole = _runner(4, 2, **kw)
+    whole.run()
+    first = _runner(4, 2, **kw)
+    first.step()
+    first.step()
+    state = first.state_dict()
+    resumed = _runner(4, 2, **kw)
+    resumed.load_state_dict(state)
+    resumed.run()
+    assert torch.equal(resumed.sources, whole.sources) and torch.equal(resumed.best, whole.best)
+    assert torch.equal(resumed.sent_follows, whole.sent_follows) and torch.equal(resumed.excluded, whole.excluded)
+    assert torch.equal(resumed.method.first, whole.method.first)

@@ -189,6 +189,7 @@ def test_relative_links_resolve_to_files_in_the_repository(doc):
 PEER_BENCHMARKS = (
     "tetci2019_d3",
     "tetci2019_d3_newcomer",
+    "tetci2019_d10",
     "svm_landmine_d2",
     "svm_landmine_d2_newcomer",
     "gecco2020_d5",

@@ -329,8 +329,9 @@ def in_process_round(N: int, num_shares: int, dim: int, modulus: int, signed: bo
     from flwr.app import ConfigRecord, RecordDict
 
     from fbo_torch.flower.config import default_threshold
-    from fbo_torch.flower.records import payload_bytes, secagg_reply, secagg_request
+    from fbo_torch.flower.records import payload_bytes
     from fbo_torch.flower.secagg import SecAggClient, SecAggServer
+    from fbo_torch.flower.secagg_records import secagg_reply, secagg_request
 
     rng = np.random.default_rng(0)
     vecs = {100 + i: rng.integers(-1000, 1000, dim) for i in range(N)}

@@ -29,6 +29,7 @@ TESTED_ELSEWHERE = frozenset(
         "experiments.html_report",
         "experiments.kind",
         "experiments.outdir",
+        "experiments.resources",  # tests/experiments/test_method_memory.py (tests/utils/test_resources.py has the name)
         "experiments.schema",
         "federation.aggregator",
         "federation.evaluation_failures",

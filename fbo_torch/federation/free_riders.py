@@ -93,6 +93,9 @@ class FreeRiders:
             keys: ``batch_shape`` keys of the senders' round (the ``noise`` kind's draws).
             first: ``batch_shape x M`` the senders' round-0 draws (``stale``).
             copied: ``batch_shape x M`` the draws the senders would copy this round (``copied``).
+
+        Returns:
+            ``batch_shape x M``: a free-rider's row replaced by what its kind sends, every other row unchanged.
         """
         M = messages.shape[-1]
         if self.kind == "constant":

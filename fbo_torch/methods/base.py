@@ -98,7 +98,7 @@ class Method:
 
         The base checks ``own_acquisition`` against :attr:`~fbo_torch.methods.base.Method.own_acquisitions`,
         ``free_riders`` (only where peers send one draw) and ``reciprocity`` (only where agents follow a
-        named peer, :attr:`follows_peers`); subclasses add their own rules and call it.
+        named peer, :attr:`~fbo_torch.methods.base.Method.follows_peers`); subclasses add their own rules and call it.
         """
         own = getattr(settings, "own_acquisition", None)
         if own is not None and own not in cls.own_acquisitions:

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from fbo_torch.experiments.accounting import method_accounting
+from fbo_torch.experiments.fts import result_record
 from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.objectives.synthetic import GPSampleGridFederation
 from fbo_torch.protocol.reciprocity import flag_free_riders
@@ -122,15 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             regret = {g: per_federation(res, m) for g, m in (("free_riders", rider), ("honest", ~rider))}
             gain = {g: local_r[g] - regret[g] for g in regret}
             honest_regret[label] = regret["honest"]
-            record = {
-                "name": label,
-                "runs": res.loss.tolist(),
-                "best_value_runs": res.best_value.tolist(),
-                "sources": res.sources.tolist(),
-                "targets": res.targets.tolist(),
-                "inits": res.inits.tolist(),
-                "settings": res.settings,
-            }
+            record = result_record(label, res, objective.loss_name)
             acc = method_accounting(record, None)
             follows = (res.sources >= 0).double().mean(-1).view(N, F)
             entry: dict[str, Any] = {

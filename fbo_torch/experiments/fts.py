@@ -23,7 +23,7 @@ from fbo_torch.federation.evaluation_failures import recording
 from fbo_torch.federation.free_riders import FreeRiders
 from fbo_torch.methods.base import METHODS, method_names
 from fbo_torch.objectives.base import Objective
-from fbo_torch.simulate.fts import FederationHistory, FTSRunner
+from fbo_torch.simulate.fts import FederationHistory, FTSResult, FTSRunner
 
 
 def targets(objective: Objective, sc: Scenario) -> torch.Tensor:
@@ -130,27 +130,42 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
         )
 
     def make_record(label: str, settings: Any, runner: FTSRunner) -> dict[str, Any]:
-        res = runner.result()
-        return summarize_curves(
-            label,
-            res.loss,
-            objective.loss_name,
-            extra={
-                "settings": res.settings,
-                "sources": res.sources.tolist(),
-                "fraction_from_agents": float((res.sources >= 0).double().mean()) if res.sources.numel() else 0.0,
-                "targets": res.targets.tolist(),
-                "inits": res.inits.tolist(),
-                "queries": res.queries.tolist(),
-                "best_value_runs": res.best_value.tolist(),
-                "failed": res.failed.tolist() if res.failed is not None else None,
-                "wall_time_s": res.wall_time,
-                "elapsed_s": res.elapsed,
-                "parameters_per_agent": res.parameters_per_agent,
-            },
-        )
+        return result_record(label, runner.result(), objective.loss_name)
 
     return ScenarioMethods(make_runner, make_record, int(tg.numel() * num_inits), scenario_record)
+
+
+def result_record(label: str, res: FTSResult, loss_name: str) -> dict[str, Any]:
+    r"""The ``results.json`` record of one FTS-kind method: its curves
+    (:func:`~fbo_torch.experiments.report.summarize_curves`) and what the accounting reads
+    (sources, targets, initializations, best values; :mod:`~fbo_torch.experiments.accounting`).
+
+    Args:
+        label: The method's name.
+        res: Its runner's result.
+        loss_name: The objective's loss (``"simple regret"``, ...).
+
+    Returns:
+        The record, JSON-ready.
+    """
+    return summarize_curves(
+        label,
+        res.loss,
+        loss_name,
+        extra={
+            "settings": res.settings,
+            "sources": res.sources.tolist(),
+            "fraction_from_agents": float((res.sources >= 0).double().mean()) if res.sources.numel() else 0.0,
+            "targets": res.targets.tolist(),
+            "inits": res.inits.tolist(),
+            "queries": res.queries.tolist(),
+            "best_value_runs": res.best_value.tolist(),
+            "failed": res.failed.tolist() if res.failed is not None else None,
+            "wall_time_s": res.wall_time,
+            "elapsed_s": res.elapsed,
+            "parameters_per_agent": res.parameters_per_agent,
+        },
+    )
 
 
 def _sends_posteriors(algorithm: Any) -> bool:

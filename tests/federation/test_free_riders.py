@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fbo_torch.experiments.accounting import method_accounting
+from fbo_torch.experiments.fts import result_record
 from fbo_torch.federation.free_riders import FreeRiders
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
 from fbo_torch.objectives.synthetic import GPSampleGridFederation
@@ -127,16 +128,9 @@ def test_stale_free_riders_are_flagged_by_the_report_in_a_run():
     s = FTSSettings(
         algorithm="fts", num_init=5, num_iterations=T, p_t=0.3, free_riders={"agents": [0, 1], "kind": "stale"}, **MAP
     )
-    res = FTSRunner(_objective(A), s, torch.arange(A), inits, seed=0, together=True).run()
-    record = {
-        "name": "FTS",
-        "runs": res.loss.tolist(),
-        "best_value_runs": res.best_value.tolist(),
-        "sources": res.sources.tolist(),
-        "targets": res.targets.tolist(),
-        "inits": res.inits.tolist(),
-        "settings": res.settings,
-    }
+    objective = _objective(A)
+    res = FTSRunner(objective, s, torch.arange(A), inits, seed=0, together=True).run()
+    record = result_record("FTS", res, objective.loss_name)
     acc = method_accounting(record, None)
     assert acc["free_riders"] == [0, 1]
     rate = {c["peer"]: c["improvement_rate"] for c in acc["contributions"]}

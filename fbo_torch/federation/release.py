@@ -46,19 +46,22 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
-from opacus.accountants import IAccountant, create_accountant
 from torch import Tensor
 
 from fbo_torch.federation.aggregator import AggregationRecord, DPAggregator, RegionWeights
 from fbo_torch.federation.secure import SecureMechanism
-from fbo_torch.privacy.accountants import check_accountant_name, check_noise_multiplier, check_sample_rate, get_epsilon
-from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
+from fbo_torch.privacy.accountants import check_noise_multiplier, check_sample_rate, get_epsilon, new_accountant
 from fbo_torch.privacy.ledger import PrivacyLedger
 from fbo_torch.protocol.randomness import ServerRandomness
 from fbo_torch.utils.validation import add_to_registry, check_int
+
+if TYPE_CHECKING:
+    from opacus.accountants import IAccountant
+
+    from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant
 
 #: What a ledger is told of one release: ``(noise multiplier z, sampling rate q)``.
 Charge = tuple[float, float]
@@ -175,7 +178,7 @@ class ReleaseMechanism:
         Returns:
             The accountant, with no releases recorded.
         """
-        return create_accountant(check_accountant_name(name))
+        return new_accountant(name)
 
     def worst_case_epsilon(self, releases: int, delta: float, accountant: str, threshold: int) -> float:
         r"""The largest ε ``releases`` releases can cost an agent, at ``δ``: each charged :meth:`charge`.
@@ -412,6 +415,20 @@ def shares_charge(lattice: SecureMechanism, num_shares: int, server: bool, sampl
     return lattice.noise_multiplier_of(max(num_shares - 1, 1)), sample_rate
 
 
+def ddg_accountant(lattice: SecureMechanism) -> DistributedDiscreteGaussianAccountant:
+    """A fresh ``"ddg"`` accountant of the secure mechanism's discrete Gaussian shares.
+
+    Args:
+        lattice: The secure mechanism (its :meth:`~fbo_torch.federation.secure.SecureMechanism.ddg_constants`).
+
+    Returns:
+        The accountant, with no releases recorded.
+    """
+    from fbo_torch.privacy.ddg import DistributedDiscreteGaussianAccountant  # imports Opacus
+
+    return DistributedDiscreteGaussianAccountant(lattice.ddg_constants())
+
+
 def secure_epsilons(
     lattice: SecureMechanism, threshold: int, sample_rate: float, releases: int, delta: float
 ) -> tuple[float, float]:
@@ -433,7 +450,7 @@ def secure_epsilons(
         return 0.0, 0.0
     if lattice.local_variance == 0:
         return math.inf, math.inf
-    accountant = DistributedDiscreteGaussianAccountant(lattice.ddg_constants())
+    accountant = ddg_accountant(lattice)
     server = get_epsilon(
         accountant, delta, history=[(*shares_charge(lattice, max(int(threshold), 1), True, sample_rate), int(releases))]
     )
@@ -538,7 +555,7 @@ class SecureDiscreteGaussianRelease(ReleaseMechanism):
         Returns:
             The accountant.
         """
-        return DistributedDiscreteGaussianAccountant(self._lattice.ddg_constants())
+        return ddg_accountant(self._lattice)
 
     def worst_case_epsilon(self, releases: int, delta: float, accountant: str, threshold: int) -> float:
         r"""The larger of :func:`secure_epsilons`: against a server that deviates from SecAgg+ (sums of
@@ -674,6 +691,7 @@ __all__ = [
     "ReleaseMechanism",
     "SecureDiscreteGaussianRelease",
     "check_aggregation",
+    "ddg_accountant",
     "get_release",
     "register_release",
     "secure_epsilons",

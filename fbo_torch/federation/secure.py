@@ -105,14 +105,13 @@ import hashlib
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from fbo_torch.federation.aggregator import clip_vectors
 from fbo_torch.privacy.analysis.ddg import noise_multiplier_of
-from fbo_torch.privacy.ddg import DDGConstants
 from fbo_torch.utils.discrete_gaussian import (
     MAX_VARIANCE,
     WordStreams,
@@ -122,6 +121,9 @@ from fbo_torch.utils.discrete_gaussian import (
     uniforms,
 )
 from fbo_torch.utils.secure_random import check_secret
+
+if TYPE_CHECKING:
+    from fbo_torch.privacy.ddg import DDGConstants
 
 #: The largest lattice scale the automatic choice takes.
 MAX_SCALE = 2**16
@@ -267,6 +269,8 @@ class SecureMechanism:
 
     def ddg_constants(self) -> DDGConstants:
         """What the accountant needs (:class:`~fbo_torch.privacy.DDGConstants`)."""
+        from fbo_torch.privacy.ddg import DDGConstants  # with the accountant, which imports Opacus
+
         return DDGConstants(self.l2_sensitivity, self.l1_sensitivity, float(self.local_variance), self.dim)
 
     # ------------------------------------------------------------------ the agents' half

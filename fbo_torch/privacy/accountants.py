@@ -8,9 +8,9 @@ and Gaussian noise of standard deviation ``z · S`` is added (``z`` is the
 releases and converts the composition into an (ε, δ)-DP guarantee.
 
 Accountants are Opacus' own ``IAccountant`` objects, created by name with
-``opacus.accountants.create_accountant``; importing :mod:`fbo_torch.privacy`
-adds ``"rdp-classic"`` to Opacus' registry. The names fbo_torch uses
-(:data:`ACCOUNTANTS`):
+``opacus.accountants.create_accountant`` (:func:`new_accountant`); importing
+:mod:`fbo_torch.privacy` adds ``"rdp-classic"`` and ``"ddg"`` to Opacus' registry
+(:func:`register_with_opacus`). The names fbo_torch uses (:data:`ACCOUNTANTS`):
 
 ================= ===========================================================
 ``"rdp"``         Opacus ``RDPAccountant`` (default, :data:`DEFAULT_ACCOUNTANT`):
@@ -43,24 +43,35 @@ releases). This module adds to Opacus, as functions on that state:
 * :func:`append_release`, :func:`num_releases`, :func:`check_history` and
   :func:`check_accountant_state` — the run-length history and the checks of a
   saved state, with errors that name the bad argument.
+
+Importing Opacus takes seconds (it imports its privacy engine and torch's
+distributed package), so nothing in :mod:`fbo_torch.privacy` imports it before
+it is needed: an accountant is created or ε computed, or Opacus' accountants
+are imported by someone else (then fbo_torch's are registered with them).
+A process that only checks privacy settings never imports it.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.abc
+import importlib.machinery
 import math
 import numbers
+import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from opacus.accountants import GaussianAccountant, IAccountant, PRVAccountant, RDPAccountant
-from opacus.accountants.analysis.rdp import get_privacy_spent
 
 from fbo_torch.privacy.analysis.gdp import compute_eps_history
 from fbo_torch.privacy.analysis.rdp import compute_rdp_history
 from fbo_torch.utils.validation import check_int, check_positive, check_probability
+
+if TYPE_CHECKING:
+    from opacus.accountants import IAccountant
 
 History = list[tuple[float, float, int]]
 
@@ -182,6 +193,95 @@ def check_accountant_state(state_dict: Any, mechanism: str) -> History:
 
 
 # --------------------------------------------------------------------------- #
+# Opacus, imported on first use
+# --------------------------------------------------------------------------- #
+
+#: The Opacus module whose registry fbo_torch's accountants join.
+_OPACUS_ACCOUNTANTS = "opacus.accountants"
+
+
+def register_with_opacus() -> None:
+    r"""Import Opacus' accountants and register fbo_torch's with them (idempotent).
+
+    :class:`~fbo_torch.privacy.rdp_classic.ClassicRDPAccountant` (``"rdp-classic"``)
+    and :class:`~fbo_torch.privacy.ddg.DistributedDiscreteGaussianAccountant`
+    (``"ddg"``) register themselves when their modules are imported; this imports
+    them, and with them Opacus.
+    """
+    import fbo_torch.privacy.ddg
+    import fbo_torch.privacy.rdp_classic  # noqa: F401  (each registers its accountant on import)
+
+
+def new_accountant(name: str) -> IAccountant:
+    r"""A new Opacus accountant by one of fbo_torch's names for it.
+
+    Args:
+        name: One of :data:`ACCOUNTANTS` (checked by :func:`check_accountant_name`).
+
+    Returns:
+        ``opacus.accountants.create_accountant(name)``, with fbo_torch's accountants
+        registered first (:func:`register_with_opacus`).
+    """
+    key = check_accountant_name(name)
+    register_with_opacus()
+    from opacus.accountants import create_accountant
+
+    return create_accountant(key)
+
+
+class _RegisterAfterExec(importlib.abc.Loader):
+    """Executes ``opacus.accountants`` with its own loader, then registers fbo_torch's accountants."""
+
+    def __init__(self, loader: importlib.abc.Loader, finder: _RegisterWhenOpacusLoads) -> None:
+        self._loader, self._finder = loader, finder
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        if self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        register_with_opacus()
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the real loader's
+        loader = self.__dict__.get("_loader")
+        if loader is None:
+            raise AttributeError(name)
+        return getattr(loader, name)
+
+
+class _RegisterWhenOpacusLoads(importlib.abc.MetaPathFinder):
+    """Finds ``opacus.accountants`` as the path finder does, with a loader that then registers ours."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != _OPACUS_ACCOUNTANTS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _RegisterAfterExec(spec.loader, self)
+        return spec
+
+
+def register_when_opacus_loads() -> None:
+    r"""Register fbo_torch's accountants with Opacus now if it is imported, else as soon as it is.
+
+    What importing :mod:`fbo_torch.privacy` does, so that Opacus' own tools
+    (``create_accountant``, ``get_noise_multiplier``, ``PrivacyEngine``) accept
+    ``"rdp-classic"`` and ``"ddg"`` without this process importing Opacus before
+    it needs it: until then a finder on ``sys.meta_path`` waits for
+    ``opacus.accountants``, and registers them once that module has run.
+    """
+    if _OPACUS_ACCOUNTANTS in sys.modules:
+        register_with_opacus()
+    elif not any(isinstance(finder, _RegisterWhenOpacusLoads) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterWhenOpacusLoads())
+
+
+# --------------------------------------------------------------------------- #
 # run-length history
 # --------------------------------------------------------------------------- #
 
@@ -240,6 +340,8 @@ def _epsilon_opacus(accountant: IAccountant, history: History, delta: float, **k
 
 def _epsilon_rdp(accountant: IAccountant, history: History, delta: float, alphas: Any = None) -> float:
     # Opacus' RDPAccountant.get_epsilon, with the one-step RDP of each (z, q) cached
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
     orders = [float(a) for a in (accountant.DEFAULT_ALPHAS if alphas is None else alphas)]
     eps, _ = get_privacy_spent(orders=orders, rdp=compute_rdp_history(history, orders), delta=delta)
     return float(eps)
@@ -261,6 +363,8 @@ def _epsilon_prv(accountant: IAccountant, history: History, delta: float, **kwar
             RuntimeWarning,
             stacklevel=3,
         )
+        from opacus.accountants import RDPAccountant
+
         return _epsilon_rdp(RDPAccountant(), history, delta)
 
 
@@ -268,12 +372,16 @@ def _epsilon_gdp(accountant: IAccountant, history: History, delta: float) -> flo
     return compute_eps_history(history, delta)
 
 
-# how ε is computed for an accountant of exactly this class; any other one is asked itself
-_EPSILON: dict[type[IAccountant], Callable[..., float]] = {
-    RDPAccountant: _epsilon_rdp,
-    PRVAccountant: _epsilon_prv,
-    GaussianAccountant: _epsilon_gdp,
-}
+def _epsilon_of(accountant: IAccountant) -> Callable[..., float]:
+    # how ε is computed for an accountant of exactly these classes; any other one is asked itself
+    from opacus.accountants import GaussianAccountant, PRVAccountant, RDPAccountant
+
+    special: dict[type[IAccountant], Callable[..., float]] = {
+        RDPAccountant: _epsilon_rdp,
+        PRVAccountant: _epsilon_prv,
+        GaussianAccountant: _epsilon_gdp,
+    }
+    return special.get(type(accountant), _epsilon_opacus)
 
 
 def get_epsilon(
@@ -302,6 +410,8 @@ def get_epsilon(
     Raises:
         ValueError: If ``delta`` or the history is out of range.
     """
+    from opacus.accountants import IAccountant
+
     if not isinstance(accountant, IAccountant):
         raise TypeError(f"`accountant` must be an Opacus IAccountant, got {type(accountant).__name__}.")
     delta = check_delta(delta)
@@ -310,8 +420,7 @@ def get_epsilon(
         return 0.0
     if any(z == 0.0 for z, _, _ in history):
         return math.inf
-    epsilon_of: Callable[..., float] = _EPSILON.get(type(accountant), _epsilon_opacus)
-    return float(epsilon_of(accountant, history, delta, **kwargs))
+    return float(_epsilon_of(accountant)(accountant, history, delta, **kwargs))
 
 
 __all__ = [
@@ -322,5 +431,8 @@ __all__ = [
     "check_accountant_state",
     "check_history",
     "get_epsilon",
+    "new_accountant",
     "num_releases",
+    "register_when_opacus_loads",
+    "register_with_opacus",
 ]

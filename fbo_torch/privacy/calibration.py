@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
-
-from opacus.accountants import IAccountant, PRVAccountant, create_accountant
+from typing import TYPE_CHECKING, Any
 
 from fbo_torch.privacy.accountants import (
     DEFAULT_ACCOUNTANT,
@@ -22,17 +20,30 @@ from fbo_torch.privacy.accountants import (
     check_sample_rate,
     check_steps,
     get_epsilon,
+    new_accountant,
 )
 from fbo_torch.utils.validation import check_positive
+
+if TYPE_CHECKING:
+    from opacus.accountants import IAccountant
 
 #: Largest noise multiplier :func:`calibrate_noise` will search up to.
 MAX_NOISE_MULTIPLIER = 1e6
 
 
+def _is_accountant(accountant: object) -> bool:
+    # an Opacus accountant (a name is not one, and is checked without importing Opacus)
+    if isinstance(accountant, str):
+        return False
+    from opacus.accountants import IAccountant
+
+    return isinstance(accountant, IAccountant)
+
+
 def _accountant(accountant: str | IAccountant) -> IAccountant:
-    if isinstance(accountant, IAccountant):
+    if _is_accountant(accountant):
         return accountant
-    return create_accountant(check_accountant_name(accountant))
+    return new_accountant(accountant)
 
 
 def compute_epsilon(
@@ -65,7 +76,7 @@ def compute_epsilon(
     z = check_noise_multiplier(noise_multiplier)
     steps = check_steps(steps)
     delta = check_delta(delta)
-    if not isinstance(accountant, IAccountant):
+    if not _is_accountant(accountant):
         check_accountant_name(accountant)
     if steps == 0:
         return 0.0
@@ -127,7 +138,7 @@ def calibrate_noise(
     delta = check_delta(delta)
     check_positive("epsilon_tolerance", epsilon_tolerance)
     check_positive("max_noise_multiplier", max_noise_multiplier)
-    if not isinstance(accountant, IAccountant):
+    if not _is_accountant(accountant):
         check_accountant_name(accountant)
     if steps == 0:
         return 0.0
@@ -137,6 +148,8 @@ def calibrate_noise(
         return get_epsilon(acc, delta, history=[(z, q, steps)], **kwargs)
 
     z0, factor = 1.0, 2.0
+    from opacus.accountants import PRVAccountant
+
     if isinstance(acc, PRVAccountant):
         # PRV evaluations are slow (and blow up for tiny z): start from the RDP
         # answer, which is close above the PRV one, and bracket in small steps.

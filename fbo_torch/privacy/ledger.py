@@ -19,23 +19,24 @@ import math
 import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
-
-from opacus.accountants import IAccountant, create_accountant
+from typing import TYPE_CHECKING, Any
 
 from fbo_torch.privacy.accountants import (
     DEFAULT_ACCOUNTANT,
     History,
     append_release,
-    check_accountant_name,
     check_accountant_state,
     check_delta,
     check_noise_multiplier,
     check_sample_rate,
     get_epsilon,
+    new_accountant,
     num_releases,
 )
 from fbo_torch.utils.validation import check_int, check_positive
+
+if TYPE_CHECKING:
+    from opacus.accountants import IAccountant
 
 
 def default_delta(num_agents: int) -> float:
@@ -121,6 +122,8 @@ class PrivacyLedger:
             check_positive("max_epsilon", max_epsilon)
             max_epsilon = float(max_epsilon)
         self._max_epsilon = max_epsilon
+        from opacus.accountants import IAccountant  # the ledger's accountant is Opacus'
+
         if isinstance(accountant, IAccountant):
             if accountant.history:
                 raise ValueError(
@@ -129,7 +132,7 @@ class PrivacyLedger:
                 )
             self._accountant = accountant
         else:
-            self._accountant = create_accountant(check_accountant_name(accountant))
+            self._accountant = new_accountant(accountant)
         self._epsilons: list[float] = []
         # (history before the release, z, q, history after it, ε after it) of the last can_release query
         self._pending: tuple[tuple[tuple[float, float, int], ...], float, float, History, float] | None = None

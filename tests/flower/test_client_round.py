@@ -1,5 +1,8 @@
 """The round handler's own checks: which agent a node plays, and each round answered once (in the node state)."""
 
+import subprocess
+import sys
+
 import pytest
 from flwr.app import Context, RecordDict
 
@@ -37,3 +40,11 @@ def test_a_forged_answered_round_in_the_state_is_refused():
     ctx.state.config_records[AGENT_SECRET][ANSWERED] = "1"
     with pytest.raises(ReplayRefused, match="not a round"):
         claim_round(ctx, 0, 2, num_rounds=2)
+
+
+def test_the_round_process_imports_no_opacus():
+    # a round's process checks privacy settings but computes no epsilon unless its node sets a floor
+    code = "import sys, fbo_torch.flower.client_round; print('opacus' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

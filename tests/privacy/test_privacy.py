@@ -608,11 +608,13 @@ def test_opacus_privacy_engine_trains_with_rdp_classic():
 def test_importing_fbo_torch_privacy_registers_rdp_classic(opacus_first):
     code = textwrap.dedent(
         f"""
+        import sys
         {"import opacus.accountants" if opacus_first else ""}
         import fbo_torch.privacy
+        print("opacus" in sys.modules)  # imported by whoever needs it, then registered with
         from opacus.accountants import create_accountant
         from opacus.accountants.utils import get_noise_multiplier
-        print(type(create_accountant("rdp-classic")).__name__)
+        print(type(create_accountant("rdp-classic")).__name__, type(create_accountant("ddg")).__name__)
         z = get_noise_multiplier(target_epsilon=9.91, target_delta=200 ** -1.1, sample_rate=0.25, steps=40,
                                  accountant="rdp-classic", epsilon_tolerance=0.005)
         print(abs(z - 1.0) < 0.005)
@@ -631,7 +633,36 @@ def test_importing_fbo_torch_privacy_registers_rdp_classic(opacus_first):
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["ClassicRDPAccountant", "True", "True", "refused"]
+    assert res.stdout.split() == [
+        str(opacus_first),
+        "ClassicRDPAccountant",
+        "DistributedDiscreteGaussianAccountant",
+        "True",
+        "True",
+        "refused",
+    ]
+
+
+def test_opacus_is_imported_when_an_epsilon_is_computed_and_not_before():
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import fbo_torch.federation, fbo_torch.simulate
+        from fbo_torch.privacy import PrivacyLedger, compute_epsilon, get_epsilon
+        print("opacus" in sys.modules, compute_epsilon(0.25, 1.0, 0, 0.01), compute_epsilon(0.25, 0.0, 3, 0.01))
+        ledger = PrivacyLedger("rdp-classic", delta={DELTA!r})
+        print("opacus" in sys.modules)
+        for _ in range({T}):
+            ledger.record(noise_multiplier=1.0, sample_rate=0.25)
+        print(repr(get_epsilon(ledger.accountant, ledger.delta)))
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[:2] == ["False 0.0 inf", "True"]  # the trivial answers need no accountant
+    # the same float in a fresh process as here, where Opacus was imported first
+    assert float(lines[2]) == compute_epsilon(0.25, 1.0, T, DELTA, accountant="rdp-classic")
 
 
 def test_analysis_imports_nothing_from_the_package_above():

@@ -17,8 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from opacus.accountants.analysis.gdp import compute_mu_poisson, delta_eps_mu, eps_from_mu
-
 #: Upper end of the bracket Opacus' ``eps_from_mu`` searches (``exp(ε)`` overflows a little above 700).
 MAX_GDP_EPSILON = 500.0
 
@@ -32,6 +30,8 @@ def compute_mu_history(history: Iterable[tuple[float, float, int]]) -> float:
     Returns:
         ``μ ≥ 0`` (``0.0`` for an empty history, ``+inf`` if a segment has ``z = 0``).
     """
+    from opacus.accountants.analysis.gdp import compute_mu_poisson  # Opacus on first use (fbo_torch.privacy)
+
     history = list(history)
     if any(z == 0.0 for z, _, _ in history):
         return math.inf
@@ -51,6 +51,8 @@ def compute_eps_history(history: Iterable[tuple[float, float, int]], delta: floa
         ``μ`` is infinite or ``ε`` exceeds :data:`MAX_GDP_EPSILON` (reported as
         "no privacy" rather than under-counted).
     """
+    from opacus.accountants.analysis.gdp import delta_eps_mu, eps_from_mu
+
     mu = compute_mu_history(history)
     if not math.isfinite(mu):
         return math.inf

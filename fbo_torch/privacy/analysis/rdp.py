@@ -17,7 +17,6 @@ import functools
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from opacus.accountants.analysis.rdp import compute_rdp
 
 
 def check_orders(orders: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -42,6 +41,8 @@ def check_orders(orders: Sequence[float] | np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1024)
 def _step_rdp(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
+    from opacus.accountants.analysis.rdp import compute_rdp  # Opacus on first use (fbo_torch.privacy)
+
     rdp = np.asarray(
         compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)),
         dtype=float,

@@ -52,6 +52,9 @@ autodoc_default_options = {
 }
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
+# Annotations of names a module imports only under TYPE_CHECKING (fbo_torch.privacy imports Opacus when
+# first needed), resolved here as the type checker resolves them
+autodoc_type_aliases = {"IAccountant": "opacus.accountants.IAccountant"}
 autodoc_preserve_defaults = True
 autoclass_content = "class"
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,7 +66,7 @@ from fbo_torch.protocol.keys import federation_agent_keys, federation_keys
 from fbo_torch.protocol.partition import SubRegionPartition
 from fbo_torch.protocol.randomness import ServerRandomness
 from fbo_torch.protocol.schedules import PtSchedule
-from fbo_torch.simulate.common import cpu_state
+from fbo_torch.simulate.common import Runner
 from fbo_torch.utils.validation import check_int
 
 
@@ -117,8 +116,10 @@ class DPFTSDEResult:
     epsilon_server: list[float] | None = None
 
 
-class DPFTSDERunner:
+class DPFTSDERunner(Runner[DPFTSDEResult]):
     r"""Runs DP-FTS-DE (or TS) for all agents and ``num_inits`` repetitions at once.
+
+    A run is one agent of one repetition: ``X`` is ``B x n x d`` with ``B = R N``, row ``r·N + n``.
 
     Args:
         objective: The federation; every agent is a target.
@@ -145,6 +146,8 @@ class DPFTSDERunner:
         max_memory: Working-memory budget of the agents' own proposals
             (:func:`~fbo_torch.federation.chunks.round_budget`).
     """
+
+    settings: DPFTSDESettings
 
     def __init__(
         self,
@@ -214,19 +217,6 @@ class DPFTSDERunner:
         # norms, averaged over repetitions); device tensors until read at the end or a checkpoint
         self._stats: list[list[float]] = []
         self._pending: list[tuple[int, Tensor]] = []
-
-    @property
-    def done(self) -> bool:
-        return self.t >= self.settings.num_iterations
-
-    @property
-    def X(self) -> Tensor:
-        """``B x n x d`` queries of every agent so far (row ``r·N + n``)."""
-        return self.agents.train_X
-
-    @property
-    def Y(self) -> Tensor:
-        return self.agents.train_Y
 
     @property
     def epsilons(self) -> list[float]:
@@ -385,13 +375,6 @@ class DPFTSDERunner:
             self.run_of,
         )
 
-    def run(self, callback: Callable[[DPFTSDERunner], None] | None = None) -> DPFTSDEResult:
-        while not self.done:
-            self.step()
-            if callback is not None:
-                callback(self)
-        return self.result()
-
     def round_stats(self) -> list[list[float]]:
         """Per-round server statistics on the host (``[]`` for rounds without a release);
         device values are read once here, not inside the rounds."""
@@ -443,25 +426,15 @@ class DPFTSDERunner:
         """Everything needed to resume bit for bit; the privacy ledger is saved with the
         data of the same round, so a resumed run never forgets a release."""
         return {
-            "t": self.t,
-            "best": self.best.cpu(),
+            **self.runner_state(),
             "used_server": self.used_server.cpu(),
-            "failed": self.failed.cpu(),
-            "agents": cpu_state(self.agents.state_dict()),
-            "objective_rng": self.objective.rng_state(),
-            "wall_time": self.wall_time,
             "stats": self.round_stats(),
             "server": None if self.server is None else self.server.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        dev = self.device
-        self.t = int(state["t"])
-        self.best, self.used_server = state["best"].to(dev), state["used_server"].to(dev)
-        self.failed = state["failed"].to(dev)
-        self.agents.load_state_dict(state["agents"])
-        self.objective.set_rng_state(state["objective_rng"])
-        self.wall_time = float(state["wall_time"])
+        self.load_runner_state(state)
+        self.used_server = state["used_server"].to(self.device)
         self._stats = [list(r) for r in state["stats"]]
         self._pending = []
         if self.server is not None:

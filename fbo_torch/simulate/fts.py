@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -48,7 +47,7 @@ from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.protocol.reciprocity import flag_free_riders
 from fbo_torch.protocol.schedules import AgentDistribution, PtSchedule
-from fbo_torch.simulate.common import cpu_state
+from fbo_torch.simulate.common import Runner, cpu_state
 from fbo_torch.simulate.presets import DEFAULT_SETUP, apply_setup
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int
@@ -165,8 +164,10 @@ class FTSResult:
     excluded: Tensor | None = None
 
 
-class FTSRunner:
+class FTSRunner(Runner[FTSResult]):
     r"""Runs FTS (or TS) for ``R = len(targets) x num_inits`` repetitions at once.
+
+    A run is one initialization of one target: ``X`` is ``R x n x d``, the targets' queries.
 
     Args:
         objective: The federation (all agents, shared domain).
@@ -191,6 +192,8 @@ class FTSRunner:
         max_memory: Working-memory budget of the agents' own proposals
             (:func:`~fbo_torch.federation.chunks.round_budget`).
     """
+
+    settings: FTSSettings
 
     def __init__(
         self,
@@ -352,21 +355,8 @@ class FTSRunner:
         return self.targets.numel()
 
     @property
-    def X(self) -> Tensor:
-        """``R x n x d`` queries of the targets so far."""
-        return self.agents.train_X
-
-    @property
-    def Y(self) -> Tensor:
-        return self.agents.train_Y
-
-    @property
     def others_X(self) -> Tensor:
         return self.others.train_X
-
-    @property
-    def done(self) -> bool:
-        return self.t >= self.settings.num_iterations
 
     def step(self) -> None:
         """One BO iteration for every run (the method's :meth:`~fbo_torch.methods.base.Method.step`)."""
@@ -420,14 +410,6 @@ class FTSRunner:
             self.others.evaluate(self.objective, agents, X_next, round)
         self.method.receive(t)
 
-    def run(self, callback: Callable[[FTSRunner], None] | None = None) -> FTSResult:
-        """Iterate until ``num_iterations``; ``callback(self)`` after each step."""
-        while not self.done:
-            self.step()
-            if callback is not None:
-                callback(self)
-        return self.result()
-
     def result(self) -> FTSResult:
         loss = self.objective.loss(self.best.T, agents=self.targets).T  # loss() wants agents last
         return FTSResult(
@@ -450,13 +432,8 @@ class FTSRunner:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly where this runner is."""
         state = {
-            "t": self.t,
-            "best": self.best.cpu(),
+            **self.runner_state(),
             "sources": self.sources.cpu(),
-            "failed": self.failed.cpu(),
-            "agents": cpu_state(self.agents.state_dict()),
-            "objective_rng": self.objective.rng_state(),
-            "wall_time": self.wall_time,
             "elapsed": self.elapsed,
             "method": cpu_state(self.method.state_dict()),
             "sent_follows": self.sent_follows.cpu(),
@@ -471,12 +448,8 @@ class FTSRunner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         dev = self.device
-        self.t = int(state["t"])
-        self.best, self.sources = state["best"].to(dev), state["sources"].to(dev)
-        self.failed = state["failed"].to(dev)
-        self.agents.load_state_dict(state["agents"])
-        self.objective.set_rng_state(state["objective_rng"])
-        self.wall_time = float(state["wall_time"])
+        self.load_runner_state(state)
+        self.sources = state["sources"].to(dev)
         self.elapsed = list(state["elapsed"])
         if self.dist is not None:
             self.dist.load_state_dict(state["dist"])

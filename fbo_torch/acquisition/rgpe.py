@@ -77,7 +77,14 @@ from torch import Tensor
 from fbo_torch.models.agent_posteriors import AgentRFFPosteriors
 from fbo_torch.models.weight_posterior import RFFWeightPosterior, psd_factor
 from fbo_torch.sampling.draws import standard_normal, uniform
-from fbo_torch.utils.validation import check_finite, check_floating, check_int, check_ndim, check_tensor
+from fbo_torch.utils.validation import (
+    check_finite,
+    check_floating,
+    check_int,
+    check_ndim,
+    check_single_output,
+    check_tensor,
+)
 
 #: Upper bound on the number of pairwise differences formed at once by :func:`ranking_loss`.
 _MAX_PAIRWISE_ELEMENTS = 2**23
@@ -440,8 +447,7 @@ class RGPE(Model):
             ``q x q`` covariance. Observation noise is not supported (the
             ensemble models the latent function).
         """
-        if output_indices is not None and list(output_indices) != [0]:
-            raise ValueError(f"`output_indices` must be None or [0] for a single-output model, got {output_indices}.")
+        check_single_output(output_indices)
         if observation_noise is not False:
             raise UnsupportedError("RGPE models the latent function; `observation_noise` is not supported.")
         check_tensor("X", X)

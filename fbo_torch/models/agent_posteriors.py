@@ -45,6 +45,7 @@ from fbo_torch.utils.validation import (
     check_floating,
     check_last_dim,
     check_ndim,
+    check_single_output,
     check_tensor,
 )
 
@@ -382,8 +383,7 @@ class AgentRFFPosteriors(Model):
             A ``GPyTorchPosterior`` with batch shape ``broadcast(batch_shape, [N])``,
             mean ``φν_n`` and the full ``q x q`` covariance ``φ C_n φᵀ``.
         """
-        if output_indices is not None and list(output_indices) != [0]:
-            raise ValueError(f"`output_indices` must be None or [0] for a single-output model, got {output_indices}.")
+        check_single_output(output_indices)
         check_tensor("X", X)
         if X.ndim < 2:
             raise ValueError(f"`X` must be at least 2-dimensional (q x d), got shape {tuple(X.shape)}.")

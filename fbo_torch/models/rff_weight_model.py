@@ -28,6 +28,7 @@ from torch.nn import Module
 from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.utils.validation import (
     check_last_dim,
+    check_single_output,
     check_tensor,
 )
 
@@ -144,8 +145,7 @@ class _RFFWeightModel(Model, FantasizeMixin):
             A ``GPyTorchPosterior`` (lazy covariance, un-transformed by the
             outcome transform), batch shape ``broadcast(batch_shape, model batch)``.
         """
-        if output_indices is not None and list(output_indices) != [0]:
-            raise ValueError(f"`output_indices` must be None or [0] for a single-output model, got {output_indices}.")
+        check_single_output(output_indices)
         check_tensor("X", X)
         check_last_dim("X", X, self.features.dim)
         if X.ndim < 2:

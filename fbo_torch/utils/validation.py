@@ -162,6 +162,12 @@ def check_last_dim(name: str, X: Tensor, dim: int) -> None:
         raise ValueError(f"`{name}` must have d = {dim} features in its last dimension, got shape {tuple(X.shape)}.")
 
 
+def check_single_output(output_indices: Sequence[int] | None) -> None:
+    """``output_indices`` of a single-output model's ``posterior``: ``None`` or ``[0]`` (a ``ValueError`` otherwise)."""
+    if output_indices is not None and list(output_indices) != [0]:
+        raise ValueError(f"`output_indices` must be None or [0] for a single-output model, got {output_indices}.")
+
+
 def check_shape(name: str, shape: object) -> torch.Size:
     """``shape`` as a ``torch.Size``: a sequence of integers ``>= 0`` (``TypeError``/``ValueError`` naming ``name``)."""
     if isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, torch.Size)):

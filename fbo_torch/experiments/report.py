@@ -11,6 +11,7 @@ curves after the objective's loss (``simple_regret.png``, ``validation_error.png
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import io
 import json
 import math
@@ -23,7 +24,6 @@ from typing import Any
 
 import botorch
 import gpytorch
-import opacus
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -48,7 +48,7 @@ def environment(device: str | torch.device = "cpu") -> dict[str, Any]:
     }
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    info["opacus"] = opacus.__version__
+    info["opacus"] = importlib.metadata.version("opacus")  # without importing it (seconds, for a version)
     return info
 
 

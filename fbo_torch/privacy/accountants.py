@@ -252,18 +252,22 @@ class _RegisterAfterExec(importlib.abc.Loader):
 
 
 class _RegisterWhenOpacusLoads(importlib.abc.MetaPathFinder):
-    """Finds ``opacus.accountants`` as the path finder does, with a loader that then registers ours."""
+    """Finds ``opacus.accountants`` as the other finders do, with a loader that then registers ours."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != _OPACUS_ACCOUNTANTS:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _RegisterAfterExec(spec.loader, self)
-        return spec
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is None:
+                    return None
+                spec.loader = _RegisterAfterExec(spec.loader, self)
+                return spec
+        return None
 
 
 def register_when_opacus_loads() -> None:

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from fbo_torch.federation.settings import MethodSettings
     from fbo_torch.objectives.base import Objective
 
-ResultT = TypeVar("ResultT")
-RunnerT = TypeVar("RunnerT", bound="Runner[Any]")
+_ResultT = TypeVar("_ResultT")
+_RunnerT = TypeVar("_RunnerT", bound="Runner[Any]")
 
 
 def cpu_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -23,7 +23,7 @@ def cpu_state(state: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.cpu() if isinstance(v, Tensor) else v) for k, v in state.items()}
 
 
-class Runner(Generic[ResultT]):
+class Runner(Generic[_ResultT]):
     r"""The part of :class:`~fbo_torch.simulate.fts.FTSRunner` and
     :class:`~fbo_torch.simulate.dp_fts_de.DPFTSDERunner` that is the same: rounds until
     ``settings.num_iterations``, every run's queries in ``agents``, and the checkpoint of the round
@@ -60,7 +60,7 @@ class Runner(Generic[ResultT]):
         """One round for every run."""
         raise NotImplementedError
 
-    def result(self) -> ResultT:
+    def result(self) -> _ResultT:
         """The result so far.
 
         Returns:
@@ -68,7 +68,7 @@ class Runner(Generic[ResultT]):
         """
         raise NotImplementedError
 
-    def run(self: RunnerT, callback: Callable[[RunnerT], None] | None = None) -> ResultT:
+    def run(self: _RunnerT, callback: Callable[[_RunnerT], None] | None = None) -> _ResultT:
         """Iterate until ``settings.num_iterations``; ``callback(self)`` after each step.
 
         Args:

@@ -108,7 +108,7 @@ nitpick_ignore_regex = [(r"py:.*", rf"{name}(\..*)?") for name in (*_THIRD_PARTY
 nitpick_ignore_regex.append((r"py:class", r"IAccountant"))
 # A module's private type variables (``_MethodT`` of a class decorator's signature) have no page:
 # they are an annotation's placeholder, not a name a user imports.
-nitpick_ignore_regex.append((r"py:class", r"fbo_torch(\.\w+)*\._\w+T"))
+nitpick_ignore_regex.append((r"py:(class|obj)", r"fbo_torch(\.\w+)*\._\w+T"))  # obj: a Generic base
 
 # -- HTML ----------------------------------------------------------------------------------------
 html_theme = "furo"

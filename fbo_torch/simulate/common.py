@@ -1,5 +1,5 @@
-r"""What the simulators share: :class:`Runner` (the round loop, the queries, a checkpoint's common
-part) and :func:`cpu_state` (checkpoints' tensors on the host)."""
+r"""What the simulators share: :class:`~fbo_torch.simulate.common.Runner` (the round loop, the queries,
+a checkpoint's common part) and :func:`~fbo_torch.simulate.common.cpu_state` (checkpoints' tensors on the host)."""
 
 from __future__ import annotations
 

@@ -353,7 +353,7 @@ class Agents:
         return self.train_X, self.train_Y, self.mask
 
     def own_proposals(
-        self, round: int, which: Tensor | None = None, incumbent: str = "observed"
+        self, round: int, which: Tensor | None = None, incumbent: str = "observed", refit: bool = True
     ) -> tuple[Tensor, Tensor]:
         r"""Each agent's maximizer of its own GP's acquisition (``settings.own_acquisition``):
         ``(B x d, B)`` points and the values reached.
@@ -373,6 +373,9 @@ class Agents:
                 agent's GP is still built and refitted on schedule (its state does not depend
                 on ``which``), and a needed row is the same number as without ``which`` (keyed
                 streams). On the GPU path every row is computed (fixed shapes, no host read).
+            refit: ``False`` for a second proposal in the same round: the GPs at their current
+                hyperparameters (:meth:`current_gp`: no refit, the refit schedule untouched)
+                instead of a GP update (:meth:`gp`).
 
         Returns:
             ``(X, values)``: ``B x d`` points and the ``B`` values reached (NaN rows for the agents left out by
@@ -384,7 +387,7 @@ class Agents:
         needed = None if which is None or gpu_path(self._X.device) else which  # a host tensor: read freely
 
         def step(part: Agents, rows: slice) -> tuple[Tensor, Tensor]:
-            model = part.gp()
+            model = part.gp() if refit else part.current_gp()
             keys = part.round_keys(round, "own-maximize")
             fn: GPThompsonPaths | BatchedAnalyticAcquisition
             if part.settings.own_acquisition == "ts":

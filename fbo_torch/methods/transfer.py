@@ -231,7 +231,7 @@ class Transfer(DrawMethod):
             return (near & mask.unsqueeze(1)).any(-1)
 
         again = observed_before(X_own.unsqueeze(1)).squeeze(1)
-        X_obs, _ = r.agents.own_proposals(t, which=again)
+        X_obs, _ = r.agents.own_proposals(t, which=again, refit=False)  # on the GPs just fitted
         X_own = torch.where(again.unsqueeze(-1), X_obs, X_own)
         y = torch.where(mask, r.Y.squeeze(-1), -torch.inf)
         self._before = y.amax(-1)

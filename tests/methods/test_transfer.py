@@ -135,3 +135,24 @@ def test_channel_gate_follows_a_poor_candidate_only_from_a_channel_that_has_paid
     wins[1], losses[1] = torch.tensor([1.0, 1.0, 1.0]), torch.tensor([1.0, 1.0, 1.0])
     assert not bool(channel_gate(log_ei, wins, losses)[1].any())
     assert bool(channel_gate(log_ei, wins, losses, ratio=0.01)[1].all())  # a looser ratio admits them
+
+
+def test_a_round_fits_each_agents_gp_once(monkeypatch):
+    """The fallback proposal for a repeated query is computed on the GPs the round has just fitted
+    (a second fit from the same start on the same data would only repeat the first), so a round of
+    ``transfer`` costs one GP fit, as a round of the local engine does, and the refit schedule counts rounds."""
+    from fbo_torch.models.batched_gp import BatchedExactGP
+
+    fits = []
+    fit = BatchedExactGP.fit
+
+    def counted(self, *args, **kwargs):
+        fits.append(self.params.shape[0])
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(BatchedExactGP, "fit", counted)
+    runner = _together(runs=2)
+    runner.run()
+    T = TINY["num_iterations"]
+    assert len(fits) == T  # one batched fit per round for all runs
+    assert runner.agents.gp_updates == T

@@ -39,13 +39,13 @@ class FTS(DrawMethod):
         r = self.runner
         assert r.features is not None and r.dist is not None  # FTS's runner has both
         p_t = self.learned_p_t(t)
-        if r.may_follow is not None:  # reciprocity: an agent flagged as a free-rider follows no peer
-            p_t = torch.where(r.may_follow, torch.as_tensor(p_t, dtype=torch.float64, device=r.device), 1.0)
         dist = r.dist
         if r.behind is not None:  # fairness: agents behind follow more, and towards the leaders
             p_t = fair_follow_probability(p_t, r.behind, r.fairness)
             dist = copy.copy(r.dist)
             dist.base = fair_peer_weights(r.dist.base, r.peer_behind, r.fairness)
+        if r.may_follow is not None:  # reciprocity: an agent flagged as a free-rider follows no peer
+            p_t = torch.where(r.may_follow, torch.as_tensor(p_t, dtype=torch.float64, device=r.device), 1.0)
         # OWN where the coin says so or no message is left
         sources = draw_sources(p_t, dist, keys=kr.fold(r.agents.keys, t))
         # only the runs whose source is OWN use their own proposal (the others' rows may be NaN)

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for kind in args.kinds.split(","):
         block: dict[str, Any] = {}
-        honest_regret, honest_cum = {}, {}
+        honest_regret, honest_cum, rider_regret, rider_cum = {}, {}, {}, {}
         for label, recip, signal in configurations(args.reciprocity.split(","), base):
             s = FTSSettings(
                 algorithm=args.algorithm,
@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             cum_gain = {g: local_c[g] - per_federation(res, m, True) for g, m in groups}
             honest_regret[label] = regret["honest"]
             honest_cum[label] = local_c["honest"] - cum_gain["honest"]
+            rider_regret[label] = regret["free_riders"]
+            rider_cum[label] = local_c["free_riders"] - cum_gain["free_riders"]
             record = result_record(label, res, objective.loss_name)
             acc = method_accounting(record, None)
             follows = (res.sources >= 0).double().mean(-1).view(N, F)
@@ -221,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 block["honest_cumulative_regret_reciprocity_minus_plain" + suffix] = mean_se(
                     honest_cum[label] - honest_cum[base]
+                )
+                block["free_rider_regret_reciprocity_minus_plain" + suffix] = mean_se(
+                    rider_regret[label] - rider_regret[base]
+                )
+                block["free_rider_cumulative_regret_reciprocity_minus_plain" + suffix] = mean_se(
+                    rider_cum[label] - rider_cum[base]
                 )
         out["kinds"][kind] = block
     out["machine"] = machine_record()

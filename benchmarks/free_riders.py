@@ -23,9 +23,17 @@ agents' final regret, with and without reciprocity (and their paired difference)
 rounds each group was excluded (reciprocity), and the peers the report flags (pooled over the
 federations, as ``accounting.json`` does).
 
+``--reciprocity improvements,scores`` adds a configuration per signal (``reciprocity_signal``):
+``scores`` lets an agent follow a peer with probability ``min(1, u / median u)``, ``u`` how helpful its
+receivers score its messages on their own observations
+(:func:`~fbo_torch.protocol.reciprocity.reciprocal_share`). Besides the final regret, each gain is also
+given on the regret averaged over rounds ``1..T`` (``cumulative``), where federating's early help shows.
+
 Usage::
 
     python benchmarks/free_riders.py --out benchmarks/results/free_riders.json
+    python benchmarks/free_riders.py --out benchmarks/results/free_riders_early.json --num-init 2 \
+        --rounds 20 --p-t "1-1/sqrt(t)" --federations 60 --reciprocity improvements,scores
 """
 
 from __future__ import annotations
@@ -56,6 +64,47 @@ def mean_se(x: torch.Tensor) -> dict[str, float]:
     return {"mean": float(x.mean()), "stderr": float(x.std() / x.numel() ** 0.5) if x.numel() > 1 else float("nan")}
 
 
+def near_copies(agents: int) -> GPSampleGridFederation:
+    """The FTS paper's synthetic near-copies, every agent perturbed (``f ± 0.02`` on a 1-D grid)."""
+    return GPSampleGridFederation(
+        num_groups=1, agents_per_group=agents, perturb_first=True, grid_size=1000, perturbation=0.02, seed=0
+    )
+
+
+def setting_record(agents: int, federations: int, rounds: int, p_t: float | str, num_init: int) -> dict[str, Any]:
+    """The ``setting`` block of a study on :func:`near_copies` with the agents together (JSON)."""
+    return {
+        "objective": "GPSampleGridFederation(num_groups=1, agents_per_group=N, perturb_first=True, "
+        "grid_size=1000, perturbation=0.02, seed=0): f ± 0.02 on a 1-D grid, noise variance 0.01",
+        "agents": agents,
+        "federations": federations,
+        "rounds": rounds,
+        "p_t": p_t,
+        "num_init": num_init,
+        "map": MAP,
+        "together": True,
+    }
+
+
+def machine_record() -> dict[str, Any]:
+    """The machine a study ran on (JSON)."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "note": "2-core development machine shared with other jobs, no GPU",
+    }
+
+
+def p_t_value(text: str) -> float | str:
+    """``--p-t``: a number, or a schedule string as the settings' ``p_t`` takes it."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def run(objective: Any, settings: FTSSettings, agents: int, federations: int) -> tuple[FTSResult, float, FTSRunner]:
     t0 = time.perf_counter()
     runner = FTSRunner(objective, settings, torch.arange(agents), federations, seed=0, together=True)
@@ -69,66 +118,75 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--riders", type=int, default=2, help="k, free-riders among them (agents 0..k-1)")
     ap.add_argument("--federations", type=int, default=6, help="initializations (paired seeds)")
     ap.add_argument("--rounds", type=int, default=60)
-    ap.add_argument("--p-t", type=float, default=0.3)
+    ap.add_argument("--p-t", type=p_t_value, default=0.3, help="a probability or a schedule such as 1-1/sqrt(t)")
+    ap.add_argument("--num-init", type=int, default=5, help="random points each agent starts from")
     ap.add_argument("--kinds", default="stale,noise")
+    ap.add_argument("--algorithm", default="fts", choices=("fts", "transfer"), help="what the agents run")
+    ap.add_argument(
+        "--reciprocity", default="improvements", help="reciprocity_signal values, one configuration each (comma list)"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     N, k, F, T = args.agents, args.riders, args.federations, args.rounds
-    objective = GPSampleGridFederation(
-        num_groups=1, agents_per_group=N, perturb_first=True, grid_size=1000, perturbation=0.02, seed=0
-    )
-    common = dict(num_init=5, num_iterations=T, p_t=args.p_t)
+    objective = near_copies(N)
+    base = "FTS" if args.algorithm == "fts" else args.algorithm
+    common: dict[str, Any] = dict(num_init=args.num_init, num_iterations=T, p_t=args.p_t)
     local, local_s, _ = run(objective, FTSSettings(algorithm="ts", **common), N, F)
     print(f"local: {local_s:.1f} s", file=sys.stderr)
     rider = torch.zeros(N, dtype=torch.bool)
     rider[:k] = True
 
-    def per_federation(res: FTSResult, group: torch.Tensor) -> torch.Tensor:
-        """``F`` agent-averaged final regrets of the group's agents (runs: agent-major, F per agent)."""
-        return res.loss[:, -1].view(N, F)[group].mean(0)
+    def per_federation(res: FTSResult, group: torch.Tensor, cumulative: bool = False) -> torch.Tensor:
+        """``F`` agent-averaged final (or round-averaged) regrets of the group's agents (runs: agent-major,
+        F per agent)."""
+        loss = res.loss[:, 1:].mean(-1) if cumulative else res.loss[:, -1]
+        return loss.view(N, F)[group].mean(0)
 
-    local_r = {g: per_federation(local, m) for g, m in (("free_riders", rider), ("honest", ~rider))}
+    groups = (("free_riders", rider), ("honest", ~rider))
+    local_r = {g: per_federation(local, m) for g, m in groups}
+    local_c = {g: per_federation(local, m, True) for g, m in groups}
     out: dict[str, Any] = {
         "setting": {
-            "objective": "GPSampleGridFederation(num_groups=1, agents_per_group=N, perturb_first=True, "
-            "grid_size=1000, perturbation=0.02, seed=0): f ± 0.02 on a 1-D grid, noise variance 0.01",
-            "agents": N,
+            **setting_record(N, F, T, args.p_t, args.num_init),
             "free_riders": list(range(k)),
-            "federations": F,
-            "rounds": T,
-            "p_t": args.p_t,
-            "num_init": 5,
-            "map": MAP,
-            "together": True,
+            "algorithm": args.algorithm,
         },
         "local": {
             "final_regret": {g: mean_se(v) for g, v in local_r.items()},
+            "cumulative_regret": {g: mean_se(v) for g, v in local_c.items()},
             "wall_time_s": local_s,
         },
         "kinds": {},
     }
     for kind in args.kinds.split(","):
         block: dict[str, Any] = {}
-        honest_regret = {}
-        for label, recip in (("FTS", False), ("FTS + reciprocity", True)):
+        honest_regret, honest_cum, rider_regret, rider_cum = {}, {}, {}, {}
+        for label, recip, signal in configurations(args.reciprocity.split(","), base):
             s = FTSSettings(
-                algorithm="fts",
+                algorithm=args.algorithm,
                 free_riders={"agents": list(range(k)), "kind": kind},
                 reciprocity=recip,
+                reciprocity_signal=signal,
                 **common,
                 **MAP,
             )
             res, secs, runner = run(objective, s, N, F)
             print(f"{kind} {label}: {secs:.1f} s", file=sys.stderr)
-            regret = {g: per_federation(res, m) for g, m in (("free_riders", rider), ("honest", ~rider))}
+            regret = {g: per_federation(res, m) for g, m in groups}
             gain = {g: local_r[g] - regret[g] for g in regret}
+            cum_gain = {g: local_c[g] - per_federation(res, m, True) for g, m in groups}
             honest_regret[label] = regret["honest"]
+            honest_cum[label] = local_c["honest"] - cum_gain["honest"]
+            rider_regret[label] = regret["free_riders"]
+            rider_cum[label] = local_c["free_riders"] - cum_gain["free_riders"]
             record = result_record(label, res, objective.loss_name)
             acc = method_accounting(record, None)
             follows = (res.sources >= 0).double().mean(-1).view(N, F)
             entry: dict[str, Any] = {
                 "gain": {g: mean_se(v) for g, v in gain.items()},
                 "free_rider_minus_honest_gain": mean_se(gain["free_riders"] - gain["honest"]),
+                "cumulative_gain": {g: mean_se(v) for g, v in cum_gain.items()},
+                "cumulative_free_rider_minus_honest_gain": mean_se(cum_gain["free_riders"] - cum_gain["honest"]),
                 "final_regret": {g: mean_se(v) for g, v in regret.items()},
                 "share_of_rounds_following_a_peer": {
                     "free_riders": float(follows[rider].mean()),
@@ -157,17 +215,23 @@ def main(argv: list[str] | None = None) -> int:
                     "free_rider_others_rate": p0.T[rider].tolist(),
                 }
             block[label] = entry
-        block["honest_regret_reciprocity_minus_plain"] = mean_se(
-            honest_regret["FTS + reciprocity"] - honest_regret["FTS"]
-        )
+        for label in honest_regret:
+            if label != base:
+                suffix = label.removeprefix(base + " + reciprocity")
+                block["honest_regret_reciprocity_minus_plain" + suffix] = mean_se(
+                    honest_regret[label] - honest_regret[base]
+                )
+                block["honest_cumulative_regret_reciprocity_minus_plain" + suffix] = mean_se(
+                    honest_cum[label] - honest_cum[base]
+                )
+                block["free_rider_regret_reciprocity_minus_plain" + suffix] = mean_se(
+                    rider_regret[label] - rider_regret[base]
+                )
+                block["free_rider_cumulative_regret_reciprocity_minus_plain" + suffix] = mean_se(
+                    rider_cum[label] - rider_cum[base]
+                )
         out["kinds"][kind] = block
-    out["machine"] = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "note": "2-core development machine shared with other jobs, no GPU",
-    }
+    out["machine"] = machine_record()
     out["command"] = "PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/free_riders.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
@@ -177,32 +241,48 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def configurations(signals: list[str], base: str = "FTS") -> list[tuple[str, bool, str]]:
+    """``(label, reciprocity, reciprocity_signal)`` of the plain method (labelled ``base``) and one reciprocity
+    configuration per signal (``improvements`` keeps the label ``<base> + reciprocity``)."""
+    out = [(base, False, "improvements")]
+    for signal in signals:
+        out.append((f"{base} + reciprocity" + ("" if signal == "improvements" else f" ({signal})"), True, signal))
+    return out
+
+
 def plot(out: dict[str, Any], path: Path) -> None:
-    """Each group's gain from federating (mean ± s.e. over federations), per kind and configuration."""
+    """Each group's gain from federating (mean ± s.e. over federations), per kind and configuration: the
+    final regret's (top) and, where recorded, the round-averaged regret's (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     kinds = list(out["kinds"])
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 3.4), squeeze=False, sharey=True)
-    for ax, kind in zip(axes[0], kinds, strict=True):
-        for i, label in enumerate(("FTS", "FTS + reciprocity")):
-            g = out["kinds"][kind][label]["gain"]
-            for j, (group, color) in enumerate((("honest", "tab:blue"), ("free_riders", "tab:red"))):
-                ax.bar(
-                    i + (j - 0.5) * 0.38,
-                    g[group]["mean"],
-                    0.36,
-                    yerr=g[group]["stderr"],
-                    color=color,
-                    capsize=3,
-                    label=group.replace("_", "-") if i == 0 else None,
-                )
-        ax.axhline(0, color="k", lw=0.6)
-        ax.set_xticks([0, 1], ["FTS", "FTS + reciprocity"])
-        ax.set_title(f"{kind} free-riders")
-    axes[0][0].set_ylabel("gain from federating\n(local regret − regret)")
+    first = next(iter(out["kinds"][kinds[0]].values()))
+    metrics = [m for m in ("gain", "cumulative_gain") if m in first]
+    fig, axes = plt.subplots(
+        len(metrics), len(kinds), figsize=(4.6 * len(kinds), 3.2 * len(metrics)), squeeze=False, sharey="row"
+    )
+    for row, metric in enumerate(metrics):
+        for ax, kind in zip(axes[row], kinds, strict=True):
+            labels = [k for k, v in out["kinds"][kind].items() if isinstance(v, dict) and "gain" in v]
+            for i, label in enumerate(labels):
+                g = out["kinds"][kind][label][metric]
+                for j, (group, color) in enumerate((("honest", "tab:blue"), ("free_riders", "tab:red"))):
+                    ax.bar(
+                        i + (j - 0.5) * 0.38,
+                        g[group]["mean"],
+                        0.36,
+                        yerr=g[group]["stderr"],
+                        color=color,
+                        capsize=3,
+                        label=group.replace("_", "-") if i == 0 else None,
+                    )
+            ax.axhline(0, color="k", lw=0.6)
+            ax.set_xticks(range(len(labels)), [lb.split(" + ", 1)[-1] for lb in labels], fontsize=7)
+            ax.set_title(f"{kind} free-riders")
+        axes[row][0].set_ylabel(("final" if metric == "gain" else "round-averaged") + " gain\n(local − method regret)")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

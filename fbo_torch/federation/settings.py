@@ -52,6 +52,7 @@ from fbo_torch.models.gp_spec import GP_SPECS
 from fbo_torch.privacy import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from fbo_torch.privacy.accountants import check_delta, check_noise_multiplier, check_sample_rate
 from fbo_torch.protocol.fidelity import check_agent_weights
+from fbo_torch.protocol.reciprocity import RECIPROCITY_SIGNALS
 from fbo_torch.protocol.schedules import PtSchedule
 from fbo_torch.protocol.weights import ExplorationWeights
 from fbo_torch.utils.schema import (
@@ -325,6 +326,21 @@ class FTSSettings(MethodSettings):
         "``transfer``: the smallest scale (log units) of the lengthscale prior learned from the peers; "
         "their spread adds to it.",
         Number(),
+    )
+    reciprocity_signal: str = setting(
+        "improvements",
+        "What ``reciprocity: true`` rests on: ``improvements`` (the report's binomial test on how often following "
+        "an agent's messages improved its followers) or ``scores`` (each round, an agent may follow a peer with "
+        "probability ``min(1, u / median u)``, ``u`` its message's mean helpful posterior as its receivers score "
+        "it on their own observations; :func:`~fbo_torch.protocol.reciprocity.reciprocal_share`).",
+        Choice(RECIPROCITY_SIGNALS),
+    )
+    fairness: float = setting(
+        0.0,
+        "``λ ≥ 0``: agents whose incumbents rank behind their federation's follow peers more, leaders less, and "
+        "the peer followed is drawn towards the leaders (:mod:`~fbo_torch.protocol.fairness`; ``0``: FTS as in "
+        "the paper; ``algorithm: fts``, ``history.mode: together``).",
+        Number(strict=False),
     )
     free_riders: dict[str, Any] | None = setting(
         None,

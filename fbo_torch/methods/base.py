@@ -63,6 +63,7 @@ class Method:
         aliases: Other names it is known by (e.g. a Flower run config's ``method``).
         follows_peers: Whether its agents follow a named peer's message (a peer's index in
             ``sources``) and honour the runner's ``may_follow`` (``reciprocity: true``).
+        fair_help: Whether it honours ``fairness: λ > 0`` (the runner's ``behind`` ranks).
 
     An instance lives inside an FTS runner (:class:`~fbo_torch.simulate.fts.FTSRunner`,
     ``self.runner``) and reads what the runner holds: the runs' agents
@@ -82,6 +83,7 @@ class Method:
     uses: ClassVar[tuple[str, ...]] = ()
     aliases: ClassVar[tuple[str, ...]] = ()
     follows_peers: ClassVar[bool] = False
+    fair_help: ClassVar[bool] = False
 
     def __init__(self, runner: Any) -> None:
         self.runner = runner
@@ -116,6 +118,8 @@ class Method:
                 f"`reciprocity` decides whether an agent may follow a peer's message; algorithm {cls.name!r}'s "
                 "agents follow none (it works with `algorithm: fts` and `transfer`)."
             )
+        if getattr(settings, "fairness", 0.0) > 0 and not cls.fair_help:
+            raise ValueError(f"`fairness` > 0 works with `algorithm: fts`; algorithm {cls.name!r} ignores it.")
 
     @classmethod
     def check_history(cls, settings: Any, mode: str) -> None:
@@ -137,6 +141,11 @@ class Method:
             raise ValueError(
                 "`reciprocity` ties what an agent receives to what it sends, so every agent must both send and "
                 f"follow: it needs `history.mode: together`, got {mode!r}."
+            )
+        if getattr(settings, "fairness", 0.0) > 0 and mode != "together":
+            raise ValueError(
+                "`fairness` ranks the incumbents of a federation's agents, so they must optimize together: "
+                f"it needs `history.mode: together`, got {mode!r}."
             )
 
     @classmethod

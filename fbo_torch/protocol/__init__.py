@@ -13,7 +13,10 @@ and :mod:`fbo_torch.integrations` import it, and it imports none of them (``test
 * :mod:`~fbo_torch.protocol.fidelity` — ``P_N`` learned from how well each peer's
   message predicts an agent's own observations;
 * :mod:`~fbo_torch.protocol.reciprocity` — the free-rider test (which peers' messages improve
-  their followers less often than the others') and reciprocity built on it;
+  their followers less often than the others') and reciprocity built on it, or on how helpful the
+  receivers score each peer's messages;
+* :mod:`~fbo_torch.protocol.fairness` — fair help (``fairness: λ``): agents behind follow more, and
+  towards the leaders;
 * :mod:`~fbo_torch.protocol.message_average` — a receiver's running average of a peer's messages;
 * :mod:`~fbo_torch.protocol.partition` and :mod:`~fbo_torch.protocol.weights` — DP-FTS-DE's
   sub-regions (:class:`SubRegionPartition`) and exploration weights (:class:`ExplorationWeights`);

@@ -9,6 +9,15 @@ finished run's records; the FTS simulator applies it every round under ``recipro
 (:class:`~fbo_torch.simulate.fts.FTSRunner`): an agent may follow a peer's message only while
 it is not flagged itself, from the federation's follow and improvement counts so far.
 
+That test needs many follows per peer (a free-rider whose followers never improve is flagged only
+after ``n ≥ ln α / ln(1 - p₀)`` follows, over a hundred where peers improve a follower in a few percent
+of follows). ``reciprocity_signal: scores`` grounds reciprocity in what a peer *sends* instead: every
+receiver already scores every peer's message on its own observations (learned ``P_N``'s fidelity
+score, :mod:`~fbo_torch.protocol.fidelity`); :func:`sender_usefulness` averages the receivers'
+posteriors that the message is helpful, and :func:`reciprocal_share` turns a sender's usefulness,
+relative to its federation's median sender, into the probability that it may follow a peer this
+round — help received in proportion to help given.
+
 Every function takes ``batch_shape x J`` tensors (``J`` peers of a federation, a batch of
 federations), so all federations of a simulation are tested at once.
 """
@@ -24,6 +33,8 @@ from torch import Tensor
 FREE_RIDER_ALPHA = 0.01
 #: Fewest times a peer's messages must have been followed before it can be flagged.
 FREE_RIDER_MIN_FOLLOWS = 8
+#: What reciprocity rests on: the follow and improvement counts' test, or the receivers' scores of each message.
+RECIPROCITY_SIGNALS = ("improvements", "scores")
 
 
 def binomial_cdf(k: Tensor, n: Tensor, p: Tensor) -> Tensor:
@@ -74,4 +85,49 @@ def flag_free_riders(
     return tested & (pvalue < alpha), pvalue, p0
 
 
-__all__ = ["FREE_RIDER_ALPHA", "FREE_RIDER_MIN_FOLLOWS", "binomial_cdf", "flag_free_riders"]
+def sender_usefulness(helpful: Tensor, receives: Tensor) -> Tensor:
+    r"""How useful each sender's message is to its receivers: the mean of their helpful posteriors.
+
+    Args:
+        helpful: ``batch_shape x A x A`` ``P(helpful)`` of sender ``j``'s message as receiver ``a`` scores it
+            on its own observations (entry ``[..., a, j]``;
+            :func:`~fbo_torch.protocol.fidelity.helpful_posterior`).
+        receives: ``batch_shape x A x A`` booleans: ``a`` receives ``j``'s message (a peer, not itself).
+
+    Returns:
+        ``batch_shape x A`` usefulness in ``[0, 1]`` of each sender (``1/2``, no evidence, for a sender
+        nobody receives).
+    """
+    w = receives.to(torch.float64)
+    total = (helpful.to(torch.float64) * w).sum(-2)
+    count = w.sum(-2)
+    return torch.where(count > 0, total / count.clamp_min(1), 0.5)
+
+
+def reciprocal_share(usefulness: Tensor) -> Tensor:
+    r"""``min(1, u_j / median_k u_k)``: the probability that sender ``j`` may follow a peer this round.
+
+    A sender at least as useful as its federation's median sender (the last dimension) keeps every
+    follow; one whose messages nobody finds helpful (``u_j → 0``) loses them in proportion. Before any
+    evidence every ``u = 1/2`` and every share is 1.
+
+    Args:
+        usefulness: ``batch_shape x A`` :func:`sender_usefulness`.
+
+    Returns:
+        ``batch_shape x A`` shares in ``[0, 1]`` (1 where the median is 0).
+    """
+    u = usefulness.to(torch.float64)
+    median = u.median(dim=-1, keepdim=True).values
+    return torch.where(median > 0, (u / median.clamp_min(1e-300)).clamp(0, 1), 1.0)
+
+
+__all__ = [
+    "FREE_RIDER_ALPHA",
+    "FREE_RIDER_MIN_FOLLOWS",
+    "RECIPROCITY_SIGNALS",
+    "binomial_cdf",
+    "flag_free_riders",
+    "reciprocal_share",
+    "sender_usefulness",
+]

@@ -43,9 +43,12 @@ from fbo_torch.federation.agents import Agents, observe_initial
 from fbo_torch.federation.free_riders import FreeRiders
 from fbo_torch.federation.settings import HISTORIES, OWN_MODEL_FIELDS, FTSSettings, HistorySettings, MethodSettings
 from fbo_torch.methods.base import Method, get_method
+from fbo_torch.methods.draws import DrawMethod
 from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
-from fbo_torch.protocol.reciprocity import flag_free_riders
+from fbo_torch.protocol.fairness import behind_ranks
+from fbo_torch.protocol.fidelity import helpful_posterior
+from fbo_torch.protocol.reciprocity import flag_free_riders, reciprocal_share, sender_usefulness
 from fbo_torch.protocol.schedules import AgentDistribution, PtSchedule
 from fbo_torch.simulate.common import Runner, cpu_state
 from fbo_torch.simulate.presets import DEFAULT_SETUP, apply_setup
@@ -124,7 +127,7 @@ class FederationHistory:
         if hasattr(settings, "algorithm"):
             own["algorithm"] = "ts"
             # free-riding and reciprocity are the method's (what its runs receive, whom they may follow)
-            own.update(free_riders=None, reciprocity=False)
+            own.update(free_riders=None, reciprocity=False, fairness=0.0)
         return dataclasses.replace(settings, **own, gp_refit_every=1, own_acquisition="ts")
 
 
@@ -146,7 +149,10 @@ class FTSResult:
         elapsed: ``T`` cumulative seconds after each iteration (all runs together).
         parameters_per_agent: Numbers each other agent sends per message (``M``; 0 for TS).
         excluded: With ``reciprocity``, ``R x T`` booleans: the run's agent was flagged as a free-rider
-            before iteration ``t``, so it could not follow a peer (``None`` without reciprocity).
+            before iteration ``t`` (``reciprocity_signal: scores``: lost its share's coin), so it could not
+            follow a peer (``None`` without reciprocity).
+        behind: With ``fairness > 0``, ``R x T`` the run's agent's rank in its federation before iteration
+            ``t`` (:func:`~fbo_torch.protocol.fairness.behind_ranks`: 0 best, 1 worst; ``None`` without).
     """
 
     name: str
@@ -162,6 +168,7 @@ class FTSResult:
     elapsed: list[float] = field(default_factory=list)
     failed: Tensor | None = None
     excluded: Tensor | None = None
+    behind: Tensor | None = None
 
 
 class FTSRunner(Runner[FTSResult]):
@@ -275,6 +282,7 @@ class FTSRunner(Runner[FTSResult]):
                 raise ValueError(f"`others` must be {G} x {A} booleans, got {tuple(others.shape)}.")
             mask = others.repeat_interleave(num_inits, dim=0)
             mask[torch.arange(R, device=dev), self.targets] = False  # never a target's own message
+            self.peer_mask = mask  # R x A: whose messages each run receives
             if not mask.any(-1).all():
                 raise ValueError("Every target needs at least one other agent to receive messages from.")
             probs = mask.to(torch.float64) / mask.sum(-1, keepdim=True)
@@ -316,6 +324,11 @@ class FTSRunner(Runner[FTSResult]):
             self.copied_from = FreeRiders.copied_from(self.rider)
         # reciprocity: per run, how often its agent's messages were followed in its federation and improved
         self.reciprocity = bool(getattr(settings, "reciprocity", False)) and self.together
+        self.reciprocity_signal = str(getattr(settings, "reciprocity_signal", "improvements"))
+        # fairness: per run and round, its agent's rank among its federation's incumbents (0 best, 1 worst)
+        self.fairness = float(getattr(settings, "fairness", 0.0)) if self.together else 0.0
+        self.behind: Tensor | None = None
+        self.behind_history = torch.zeros(R, 0, dtype=torch.float64, device=dev)
         self.sent_follows = torch.zeros(R, dtype=torch.float64, device=dev)
         self.sent_wins = torch.zeros(R, dtype=torch.float64, device=dev)
         self.may_follow: Tensor | None = None
@@ -363,8 +376,10 @@ class FTSRunner(Runner[FTSResult]):
         t0 = time.perf_counter()
         self.t += 1
         t = self.t
+        if self.fairness > 0:
+            self._rank_incumbents()
         if self.reciprocity:
-            self.may_follow = ~self.flagged()
+            self.may_follow = ~self.flagged() if self.reciprocity_signal == "improvements" else self._share_coin(t)
             self.excluded = torch.cat([self.excluded, (~self.may_follow).unsqueeze(-1)], dim=1)
             before = torch.where(self.agents.mask, self.Y.squeeze(-1), -torch.inf).amax(-1)
         X_next, sources = self.method.step(t)
@@ -390,6 +405,33 @@ class FTSRunner(Runner[FTSResult]):
         wins = self.sent_wins.view(A, inits).T
         flags, _, _ = flag_free_riders(follows, wins)
         return flags.T.reshape(-1)
+
+    def _share_coin(self, t: int) -> Tensor:
+        r"""``R`` booleans for ``reciprocity_signal: scores``: the run's agent may follow a peer this round,
+        with probability its :func:`~fbo_torch.protocol.reciprocity.reciprocal_share` in its federation: its
+        latest message's mean helpful posterior as its receivers score it on their observations
+        (:func:`~fbo_torch.protocol.fidelity.helpful_posterior`), relative to the federation's median sender."""
+        A, inits = self.objective.num_agents, self.num_inits
+        assert isinstance(self.method, DrawMethod)  # reciprocity needs a method whose agents follow peers' draws
+        scores, _ = self.method.peer_scores()  # R x A: receiver run, sender agent
+        helpful = helpful_posterior(scores, self.agents.mask.sum(-1))
+        # runs are target-major: [receiver agent a, federation i, sender j] -> [i, a, j]
+        per_federation = helpful.view(A, inits, A).transpose(0, 1)
+        receives = self.peer_mask.view(A, inits, A).transpose(0, 1)
+        share = reciprocal_share(sender_usefulness(per_federation, receives))  # inits x A
+        mine = share.T.reshape(-1)  # run (a, i) -> share[i, a]
+        u = kr.uniform(kr.fold(kr.fold(self.agents.keys, "reciprocity"), t), 1).squeeze(-1)
+        return u < mine
+
+    def _rank_incumbents(self) -> None:
+        """``behind`` (``R``) and ``peer_behind`` (``R x A``): each agent's rank among its federation's
+        incumbents (its best valid observation so far), for ``fairness``."""
+        A, inits = self.objective.num_agents, self.num_inits
+        best = torch.where(self.agents.mask, self.Y.squeeze(-1), -torch.inf).amax(-1)
+        ranks = behind_ranks(best.view(A, inits).T)  # inits x A
+        self.behind = ranks.T.reshape(-1)
+        self.peer_behind = ranks[self.inits]  # R x A: the ranks of run r's federation
+        self.behind_history = torch.cat([self.behind_history, self.behind.unsqueeze(-1)], dim=1)
 
     def _count_follows(self, sources: Tensor, improved: Tensor) -> None:
         r"""Add round's follows to the senders' counts: who followed whom (``sources``) and whether it
@@ -426,6 +468,7 @@ class FTSRunner(Runner[FTSResult]):
             elapsed=list(self.elapsed),
             failed=self.failed.cpu(),
             excluded=self.excluded.cpu() if self.reciprocity else None,
+            behind=self.behind_history.cpu() if self.fairness > 0 else None,
         )
 
     # ----------------------------------------------------------- checkpoints
@@ -439,6 +482,7 @@ class FTSRunner(Runner[FTSResult]):
             "sent_follows": self.sent_follows.cpu(),
             "sent_wins": self.sent_wins.cpu(),
             "excluded": self.excluded.cpu(),
+            "behind": self.behind_history.cpu(),
         }
         if self.dist is not None:
             state["dist"] = self.dist.state_dict()
@@ -460,3 +504,5 @@ class FTSRunner(Runner[FTSResult]):
             self.sent_follows = state["sent_follows"].to(dev)
             self.sent_wins = state["sent_wins"].to(dev)
             self.excluded = state["excluded"].to(dev)
+        if "behind" in state:  # checkpoints from before fairness have none (and ran without it)
+            self.behind_history = state["behind"].to(dev)

@@ -290,6 +290,11 @@ methods:
             "both send and follow: it needs `history.mode: together`, got 'random'.",
         ),
         (
+            TINY_FTS.replace("{name: FTS, algorithm: fts}", "{name: FTS, algorithm: fts, fairness: 1.0}"),
+            "methods[1] ('FTS'): `fairness` ranks the incumbents of a federation's agents, so they must optimize "
+            "together: it needs `history.mode: together`, got 'random'.",
+        ),
+        (
             TINY_FTS.replace(
                 "{name: FTS, algorithm: fts}", "{name: FTS, algorithm: fts, free_riders: {agents: [1, 3], kind: noise}}"
             ),
@@ -309,6 +314,7 @@ methods:
         "memory-features",
         "secure-survivors",
         "reciprocity-not-together",
+        "fairness-not-together",
         "free-rider-out-of-range",
     ],
 )

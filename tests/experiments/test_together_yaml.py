@@ -36,6 +36,18 @@ def test_a_together_run_records_every_agent_of_the_federation(tmp_path):
         assert all(b <= a + 1e-12 for run in m["runs"] for a, b in zip(run, run[1:], strict=False))  # regret
 
 
+def test_fairness_and_reciprocity_on_scores_run_from_yaml(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    fair = "{name: fair, algorithm: fts, fairness: 1.0, reciprocity: true, reciprocity_signal: scores}"
+    cfg.write_text(TOGETHER.replace("{name: peer prior learned, algorithm: peer_prior, agent_weights: learned}", fair))
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--quiet"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    methods = {m["name"]: m for m in res["scenarios"][0]["methods"]}
+    assert sorted(set(methods["fair"]["targets"])) == list(range(10))
+    assert all(len(run) == 4 for run in methods["fair"]["runs"])
+
+
 @pytest.mark.parametrize(
     "old,new,says",
     [

@@ -10,8 +10,10 @@ from fbo_torch.experiments.fts import result_record
 from fbo_torch.federation.free_riders import FreeRiders
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
 from fbo_torch.objectives.synthetic import GPSampleGridFederation
+from fbo_torch.protocol.fidelity import helpful_posterior
 from fbo_torch.protocol.reciprocity import flag_free_riders
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
+from fbo_torch.utils import keyed_random as kr
 
 #: The FTS paper's synthetic map (the kernel the functions were drawn from).
 MAP = dict(num_features=100, rff_lengthscale=0.03, rff_noise_variance=0.01, communication="every-round")
@@ -200,3 +202,32 @@ def test_a_resumed_run_with_stale_free_riders_and_reciprocity_is_the_uninterrupt
     assert torch.equal(resumed.sources, whole.sources) and torch.equal(resumed.best, whole.best)
     assert torch.equal(resumed.sent_follows, whole.sent_follows) and torch.equal(resumed.excluded, whole.excluded)
     assert torch.equal(resumed.method.first, whole.method.first)
+
+
+# ------------------------------------------------------- reciprocity on the scores of what agents send
+def test_the_scores_signal_lets_each_agent_follow_with_its_share_of_its_federation():
+    A, inits = 4, 2
+    r = _runner(A, inits, reciprocity=True, reciprocity_signal="scores", free_riders={"agents": [0], "kind": "noise"})
+    r.step()
+    r.step()
+    scores, _ = r.method.peer_scores()
+    helpful = helpful_posterior(scores, r.agents.mask.sum(-1))
+    u = kr.uniform(kr.fold(kr.fold(r.agents.keys, "reciprocity"), 3), 1).squeeze(-1)
+    expected = torch.zeros(A * inits, dtype=torch.bool)
+    shares = torch.zeros(A * inits, dtype=torch.float64)
+    for i in range(inits):  # one federation at a time, one sender at a time
+        runs = torch.arange(A) * inits + i
+        useful = torch.stack([helpful[runs[[a for a in range(A) if a != j]], j].mean() for j in range(A)])
+        share = (useful / useful.median()).clamp(max=1.0)
+        shares[runs] = share
+        expected[runs] = u[runs] < share
+    assert shares.min() < 1  # someone's messages are less useful than the median sender's
+    got = r._share_coin(3)
+    clear = (u - shares).abs() > 1e-12  # the loop's mean may differ from the batched one in the last bits
+    assert torch.equal(got[clear], expected[clear])
+
+
+def test_the_scores_signal_is_one_of_the_signals_in_one_line():
+    with pytest.raises(ValueError, match=r"`reciprocity_signal` must be one of \('improvements', 'scores'\)") as info:
+        FTSSettings(reciprocity_signal="votes")
+    assert "\n" not in str(info.value)

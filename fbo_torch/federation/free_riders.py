@@ -1,7 +1,9 @@
 r"""Free-riders for studies of incentives: chosen agents send nothing useful in place of their draw.
 
 A free-rider runs its own optimization and follows its peers' messages as every agent does, but
-what it sends (FTS's message, one draw ``ω`` of its RFF posterior) is replaced by one of:
+what it sends (FTS's message, one draw ``ω`` of its RFF posterior; with ``algorithm: transfer`` also
+its incumbent and its GP's lengthscales, :class:`~fbo_torch.methods.transfer.Transfer`) is replaced by
+one of:
 
 * ``constant``: the zero vector every round (a flat function: its maximizer says nothing);
 * ``noise``: a fresh draw of the RFF prior ``N(0, I)`` every round, unrelated to its data;
@@ -84,7 +86,16 @@ class FreeRiders:
         first = (~rider)[after].to(torch.int8).argmax(-1, keepdim=True)
         return torch.where(rider, after.gather(1, first).squeeze(-1), ar)
 
-    def replace(self, messages: Tensor, rider: Tensor, keys: Tensor, first: Tensor, copied: Tensor) -> Tensor:
+    def replace(
+        self,
+        messages: Tensor,
+        rider: Tensor,
+        keys: Tensor,
+        first: Tensor,
+        copied: Tensor,
+        constant: Tensor | None = None,
+        noise: Tensor | None = None,
+    ) -> Tensor:
         r"""``batch_shape x M`` messages as sent: the free-riders' replaced (module docstring).
 
         Args:
@@ -93,15 +104,19 @@ class FreeRiders:
             keys: ``batch_shape`` keys of the senders' round (the ``noise`` kind's draws).
             first: ``batch_shape x M`` the senders' round-0 draws (``stale``).
             copied: ``batch_shape x M`` the draws the senders would copy this round (``copied``).
+            constant: What the ``constant`` kind sends, broadcastable to ``messages`` (default zeros:
+                a flat message). Other messages than draws pass their own uninformative value.
+            noise: What the ``noise`` kind sends, ``batch_shape x M`` (default standard normal draws from
+                ``keys``: the RFF prior). Other messages than draws pass their own prior's draws.
 
         Returns:
             ``batch_shape x M``: a free-rider's row replaced by what its kind sends, every other row unchanged.
         """
         M = messages.shape[-1]
         if self.kind == "constant":
-            sent = torch.zeros_like(messages)
+            sent = torch.zeros_like(messages) if constant is None else constant.expand_as(messages)
         elif self.kind == "noise":
-            sent = kr.normal(kr.fold(keys, "free-rider-noise"), M, dtype=messages.dtype)
+            sent = kr.normal(kr.fold(keys, "free-rider-noise"), M, dtype=messages.dtype) if noise is None else noise
         elif self.kind == "stale":
             sent = first
         else:

@@ -49,6 +49,12 @@ nothing they did not earn). An incumbent is a candidate only while the agent's G
 still finds it plausible (its upper confidence bound ``μ + 2σ`` exceeds the agent's
 best observation) and the agent has not queried it.
 
+Free-riders (``free_riders``, :mod:`~fbo_torch.federation.free_riders`) send nothing useful on any
+channel: besides their draw, their incumbent and lengthscales are replaced — ``constant``: the box's
+centre and the spec prior's median lengthscale every round; ``noise``: a uniform point and a draw of
+the spec's lengthscale prior; ``stale``: their first incumbent and fitted lengthscales; ``copied``: the
+next honest agent's.
+
 Privacy: an incumbent is one raw input of the sender (not its value); the
 lengthscales are statistics of its data. Both are shared as they are: this
 algorithm is for the FTS experiment kind, whose messages carry no differential
@@ -58,6 +64,7 @@ privacy (a DP-FTS-DE federation shares only its server's noisy release).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -174,8 +181,29 @@ class Transfer(DrawMethod):
         self.peer_losses = torch.zeros(R, A, dtype=torch.float64, device=dev)
         self._arm = torch.zeros(R, dtype=torch.long, device=dev)
         self._before = torch.zeros(R, dtype=torch.float64, device=dev)
+        self._round = 0
+        #: Free-riders' first incumbents and lengthscales, what a ``stale`` rider sends.
+        self._first: dict[str, Tensor] = {}
 
     # ------------------------------------------------------------ what peers share
+    def _sent(self, values: Tensor, name: str, constant: Tensor, draw: Callable[[Tensor], Tensor]) -> Tensor:
+        r"""The senders' ``values`` (a row per sending agent: the runs' own agents together, else the
+        peers) as sent: free-riders' rows replaced (:meth:`~fbo_torch.federation.free_riders.FreeRiders.replace`;
+        ``constant``: what a ``constant`` rider sends, ``draw(keys)``: a ``noise`` rider's draws)."""
+        r = self.runner
+        riders = r.free_riders
+        if riders is None:
+            return values
+        first = self._first.setdefault(name, values)
+        if r.together:
+            rows = torch.arange(r.num_runs, device=values.device)
+            rider, keys = r.rider[r.targets], r.agents.keys
+            copied = values[r.peer_runs[rows, r.copied_from[r.targets]]]
+        else:
+            rider, keys, copied = r.rider, r.others.keys, values[r.copied_from]
+        keys = kr.fold(kr.fold(keys, self._round), name)
+        return riders.replace(values, rider, keys, first, copied, constant=constant, noise=draw(keys))
+
     def _peer_view(self, values: Tensor | None) -> Tensor | None:
         """``R x A x ...``: every agent's ``values`` (one row per sending agent) as each run sees them."""
         r = self.runner
@@ -188,7 +216,10 @@ class Transfer(DrawMethod):
     def incumbents(self) -> Tensor:
         """``R x A x d``: the peers' incumbents (the optima channel's message)."""
         r = self.runner
-        out = self._peer_view((r.agents if r.together else r.others).incumbents())
+        lo, hi = r.domain.bounds
+        X = (r.agents if r.together else r.others).incumbents()
+        X = self._sent(X, "incumbent", (lo + hi) / 2, lambda k: lo + (hi - lo) * kr.uniform(k, X.shape[-1]))
+        out = self._peer_view(X)
         assert out is not None
         return out
 
@@ -198,9 +229,14 @@ class Transfer(DrawMethod):
         variance plus ``landscape_scale²`` (``None`` before any peer has fitted a GP)."""
         r = self.runner
         assert r.dist is not None
-        ll = self._peer_view((r.agents if r.together else r.others).log_lengthscales())
+        ll = (r.agents if r.together else r.others).log_lengthscales()
         if ll is None:
             return None
+        spec_loc, spec_scale = get_spec(r.settings.gp_kernel).ls_prior(r.domain.bounds[0].numel())
+        constant = torch.full_like(ll[0], spec_loc)
+        ll = self._sent(ll, "lengthscales", constant, lambda k: spec_loc + spec_scale * kr.normal(k, ll.shape[-1]))
+        ll = self._peer_view(ll)
+        assert ll is not None
         w = r.dist.probs.to(ll.dtype).unsqueeze(-1)  # R x A x 1: 0 for the run itself and non-peers
         loc = (w * ll).sum(1)
         var = (w * (ll - loc.unsqueeze(1)).square()).sum(1)
@@ -213,6 +249,7 @@ class Transfer(DrawMethod):
         R, dev = r.num_runs, r.device
         rows = torch.arange(R, device=dev)
         assert r.dist is not None
+        self._round = t
         scores, copies = self.peer_scores()
         if r.settings.agent_weights in LEARNED_WEIGHTS:
             r.dist.reweight(fidelity_weights(scores, r.dist.support, copies))
@@ -302,6 +339,7 @@ class Transfer(DrawMethod):
             "losses": self.losses,
             "peer_wins": self.peer_wins,
             "peer_losses": self.peer_losses,
+            "first_sent": dict(self._first),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -309,6 +347,7 @@ class Transfer(DrawMethod):
         dev = self.runner.device
         for name in ("wins", "losses", "peer_wins", "peer_losses"):
             setattr(self, name, state[name].to(dev))
+        self._first = {k: v.to(dev) for k, v in state.get("first_sent", {}).items()}
 
 
 __all__ = ["CHANNELS", "Transfer", "channel_gate", "success_rate"]

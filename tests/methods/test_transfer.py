@@ -156,3 +156,53 @@ def test_a_round_fits_each_agents_gp_once(monkeypatch):
     T = TINY["num_iterations"]
     assert len(fits) == T  # one batched fit per round for all runs
     assert runner.agents.gp_updates == T
+
+
+@pytest.mark.parametrize("kind", ["constant", "noise", "stale", "copied"])
+def test_a_free_rider_sends_nothing_useful_on_any_channel(kind):
+    """A free-rider's incumbent and lengthscales are replaced as its draw is: the box's centre and the
+    spec prior's median (constant), a point in the box and a prior draw (noise), its first ones (stale),
+    the next honest agent's (copied); the honest agents' are what they hold."""
+    from fbo_torch.models.gp_spec import get_spec
+
+    runner = _together(runs=1, free_riders={"agents": [1], "kind": kind})
+    method = runner.method
+    assert isinstance(method, Transfer)
+    runner.step()  # round 0: the first incumbents and lengthscales sent
+    first_X = runner.agents.incumbents()[runner.peer_runs[0]].clone()  # A x d, each agent's own
+    first_ll = runner.agents.log_lengthscales()
+    assert first_ll is not None
+    first_ll = first_ll[runner.peer_runs[0]].clone()
+    runner.run()
+    C = method.incumbents()[0]  # A x d, as run 0 (agent 0) receives them
+    prior = method.landscape_prior()
+    assert prior is not None
+    own_X = runner.agents.incumbents()[runner.peer_runs[0]]
+    own_ll = runner.agents.log_lengthscales()
+    assert own_ll is not None
+    own_ll = own_ll[runner.peer_runs[0]]
+    honest = [0, 2, 3]
+    torch.testing.assert_close(C[honest], own_X[honest], rtol=0, atol=0)
+    lo, hi = runner.domain.bounds
+    loc, scale = get_spec(runner.settings.gp_kernel).ls_prior(lo.numel())
+    # what agent 1 sent, seen by its peer agent 0 through the landscape prior's inputs
+    sent_ll = method._sent(
+        runner.agents.log_lengthscales(),
+        "lengthscales",
+        torch.full((own_ll.shape[-1],), loc),
+        lambda k: loc + scale * torch.zeros(k.shape[0], own_ll.shape[-1]),
+    )
+    sent_ll = sent_ll[runner.peer_runs[0]]
+    torch.testing.assert_close(sent_ll[honest], own_ll[honest], rtol=0, atol=0)
+    if kind == "constant":
+        torch.testing.assert_close(C[1], (lo + hi) / 2)
+        torch.testing.assert_close(sent_ll[1], torch.full_like(sent_ll[1], loc))
+    elif kind == "noise":
+        assert bool(((C[1] >= lo) & (C[1] <= hi)).all()) and not torch.equal(C[1], own_X[1])
+    elif kind == "stale":
+        torch.testing.assert_close(C[1], first_X[1], rtol=0, atol=0)
+        torch.testing.assert_close(sent_ll[1], first_ll[1], rtol=0, atol=0)
+        assert not torch.equal(own_X[1], first_X[1]) or not torch.equal(own_ll[1], first_ll[1])
+    else:
+        torch.testing.assert_close(C[1], own_X[2], rtol=0, atol=0)
+        torch.testing.assert_close(sent_ll[1], own_ll[2], rtol=0, atol=0)

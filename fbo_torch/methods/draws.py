@@ -59,10 +59,8 @@ class DrawMethod(Method):
             if riders is not None:
                 if round == 0:
                     self.first = sent
-                rows = torch.arange(r.num_runs, device=r.device)
-                copy = sent[r.peer_runs[rows, r.copied_from[r.targets]]]
-                keys = kr.fold(r.agents.keys, round)
-                sent = riders.replace(sent, r.rider[r.targets], keys, self.first, copy)
+                assert self.first is not None
+                sent = self.as_sent(sent, self.first, kr.fold(r.agents.keys, round))
             self.omegas = sent[r.peer_runs]  # R x A x M
             self.sent(sent, round)
             return
@@ -76,9 +74,37 @@ class DrawMethod(Method):
         if riders is not None:
             if round == 0:
                 self.first = self.omegas
-            rider = r.rider.expand(r.num_runs, A)
-            self.omegas = riders.replace(self.omegas, rider, k, self.first, self.omegas[:, r.copied_from])
+            assert self.first is not None
+            self.omegas = self.as_sent(self.omegas, self.first, k)
         self.sent(None, round)
+
+    def as_sent(
+        self, values: Tensor, first: Tensor, keys: Tensor, constant: Tensor | None = None, noise: Tensor | None = None
+    ) -> Tensor:
+        r"""What the senders of ``values`` send: free-riders' rows replaced by their kind's
+        (:meth:`~fbo_torch.federation.free_riders.FreeRiders.replace`; ``free_riders`` must be set).
+
+        Args:
+            values: One row per sender: ``R x k``, the runs' own agents (agents together), or
+                ``... x A x k``, the peers (the history's agents, any leading dimensions).
+            first: The senders' first values (what ``stale`` riders send), the shape of ``values``.
+            keys: The senders' keys of this round (``noise``), ``values.shape[:-1]``.
+            constant: What ``constant`` riders send (``None``: zeros, a flat draw).
+            noise: What ``noise`` riders send (``None``: standard normal draws from ``keys``).
+
+        Returns:
+            ``values`` as sent, the same shape.
+        """
+        r = self.runner
+        assert r.free_riders is not None
+        if r.together:
+            rows = torch.arange(r.num_runs, device=values.device)
+            rider = r.rider[r.targets]
+            copied = values[r.peer_runs[rows, r.copied_from[r.targets]]]  # the next honest agent's run
+        else:
+            rider = r.rider.expand(values.shape[:-1])
+            copied = values[..., r.copied_from, :]
+        return r.free_riders.replace(values, rider, keys, first, copied, constant=constant, noise=noise)
 
     def sent(self, sent: Tensor | None, round: int) -> None:
         r"""Hook after :meth:`receive`: ``sent`` is the ``R x M`` draws the runs' own agents sent

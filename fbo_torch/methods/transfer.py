@@ -188,21 +188,14 @@ class Transfer(DrawMethod):
     # ------------------------------------------------------------ what peers share
     def _sent(self, values: Tensor, name: str, constant: Tensor, draw: Callable[[Tensor], Tensor]) -> Tensor:
         r"""The senders' ``values`` (a row per sending agent: the runs' own agents together, else the
-        peers) as sent: free-riders' rows replaced (:meth:`~fbo_torch.federation.free_riders.FreeRiders.replace`;
-        ``constant``: what a ``constant`` rider sends, ``draw(keys)``: a ``noise`` rider's draws)."""
+        peers) as sent (:meth:`~fbo_torch.methods.draws.DrawMethod.as_sent`; ``constant``: what a ``constant``
+        rider sends, ``draw(keys)``: a ``noise`` rider's draws)."""
         r = self.runner
-        riders = r.free_riders
-        if riders is None:
+        if r.free_riders is None:
             return values
         first = self._first.setdefault(name, values)
-        if r.together:
-            rows = torch.arange(r.num_runs, device=values.device)
-            rider, keys = r.rider[r.targets], r.agents.keys
-            copied = values[r.peer_runs[rows, r.copied_from[r.targets]]]
-        else:
-            rider, keys, copied = r.rider, r.others.keys, values[r.copied_from]
-        keys = kr.fold(kr.fold(keys, self._round), name)
-        return riders.replace(values, rider, keys, first, copied, constant=constant, noise=draw(keys))
+        keys = kr.fold(kr.fold((r.agents if r.together else r.others).keys, self._round), name)
+        return self.as_sent(values, first, keys, constant=constant, noise=draw(keys))
 
     def _peer_view(self, values: Tensor | None) -> Tensor | None:
         """``R x A x ...``: every agent's ``values`` (one row per sending agent) as each run sees them."""

@@ -181,7 +181,6 @@ class Transfer(DrawMethod):
         self.peer_losses = torch.zeros(R, A, dtype=torch.float64, device=dev)
         self._arm = torch.zeros(R, dtype=torch.long, device=dev)
         self._before = torch.zeros(R, dtype=torch.float64, device=dev)
-        self._round = 0
         #: Free-riders' first incumbents and lengthscales, what a ``stale`` rider sends.
         self._first: dict[str, Tensor] = {}
 
@@ -194,7 +193,7 @@ class Transfer(DrawMethod):
         if r.free_riders is None:
             return values
         first = self._first.setdefault(name, values)
-        keys = kr.fold(kr.fold((r.agents if r.together else r.others).keys, self._round), name)
+        keys = kr.fold(kr.fold((r.agents if r.together else r.others).keys, r.t), name)  # r.t: this round
         return self.as_sent(values, first, keys, constant=constant, noise=draw(keys))
 
     def _peer_view(self, values: Tensor | None) -> Tensor | None:
@@ -242,7 +241,6 @@ class Transfer(DrawMethod):
         R, dev = r.num_runs, r.device
         rows = torch.arange(R, device=dev)
         assert r.dist is not None
-        self._round = t
         scores, copies = self.peer_scores()
         if r.settings.agent_weights in LEARNED_WEIGHTS:
             r.dist.reweight(fidelity_weights(scores, r.dist.support, copies))

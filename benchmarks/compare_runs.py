@@ -72,6 +72,12 @@ def _max_difference(pairs: list[tuple[list, list]]) -> float:
     return max((difference(x, y) for a, b in pairs for x, y in zip(a, b, strict=True)), default=0.0)
 
 
+def first_difference(pairs: list[tuple[list, list]]) -> int | None:
+    """The first iteration at which a paired curve differs (0: the initial points already), ``None`` if none does."""
+    at = [next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if difference(x, y) != 0), None) for a, b in pairs]
+    return min((i for i in at if i is not None), default=None)
+
+
 def _per_run(m: dict, ref: dict, prefix: bool) -> dict:
     a, b = runs_by_key(m), runs_by_key(ref)
     keys = [k for k in a if k in b]
@@ -81,6 +87,7 @@ def _per_run(m: dict, ref: dict, prefix: bool) -> dict:
         sa, sb = runs_by_key(m, "sources"), runs_by_key(ref, "sources")
         row["same_sources"] = sum(list(sa[k]) == list(sb[k][: len(sa[k])] if prefix else sb[k]) for k in keys)
     row["max_abs_difference"] = _max_difference(list(curves.values()))
+    row["first_difference"] = first_difference(list(curves.values()))
     if not keys:
         return row
     row["before_mean_regret"] = sum(summary(curves[k][1], "mean") for k in keys) / len(keys)
@@ -99,7 +106,9 @@ def _aggregate(m: dict, ref: dict, prefix: bool) -> dict:
     if not same:
         return row
     row["runs"] = m["num_repetitions"]
-    row["max_abs_difference"] = _max_difference([_paired_curves(m["loss_mean"], ref["loss_mean"], prefix)])
+    pair = _paired_curves(m["loss_mean"], ref["loss_mean"], prefix)
+    row["max_abs_difference"] = _max_difference([pair])
+    row["first_difference"] = first_difference([pair])
     if "fraction_queries_from_server" in m and "fraction_queries_from_server" in ref:
         new, old = m["fraction_queries_from_server"], ref["fraction_queries_from_server"]
         row["same_source_fractions"] = _max_difference([_paired_curves(new, old, prefix)]) == 0.0
@@ -109,8 +118,9 @@ def _aggregate(m: dict, ref: dict, prefix: bool) -> dict:
 def compare(before: dict, after: dict, prefix: bool = False) -> list[dict]:
     r"""One row per method of ``after`` that ``before`` has too (same scenario and method names): runs paired,
     runs whose every query came from the same source (``None`` where the records keep no sources), the largest
-    absolute difference of the paired curves and, for runs paired one by one, the paired differences of the
-    final and the averaged loss. ``prefix``: ``after`` may have run fewer iterations than ``before``."""
+    absolute difference of the paired curves, the first iteration where one differs and, for runs paired one
+    by one, the paired differences of the final and the averaged loss. ``prefix``: ``after`` may have run fewer
+    iterations than ``before``."""
     old = {sc["name"]: {m["name"]: m for m in sc["methods"]} for sc in before["scenarios"]}
     rows = []
     for sc in after["scenarios"]:
@@ -133,9 +143,9 @@ def _cell(r: dict, key: str) -> str:
 
 def table(rows: list[dict]) -> str:
     out = [
-        "| scenario | method | runs | same sources | max abs. difference | averaged regret before → after "
-        "| after − before (averaged) | after − before (final) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| scenario | method | runs | same sources | max abs. difference | first differing iteration "
+        "| averaged regret before → after | after − before (averaged) | after − before (final) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         runs = f"{r['runs']}" + (" (aggregate)" if r["pairing"] == "aggregate" else "")
@@ -143,6 +153,7 @@ def table(rows: list[dict]) -> str:
         regret = f"{r['before_mean_regret']:.4f} → {r['after_mean_regret']:.4f}" if "before_mean_regret" in r else "—"
         out.append(
             f"| {r['scenario']} | {r['method']} | {runs} | {same} | {r['max_abs_difference']:.1e} | "
+            f"{'—' if r.get('first_difference') is None else r['first_difference']} | "
             f"{regret} | {_cell(r, 'mean')} | {_cell(r, 'final')} |"
         )
     return "\n".join(out)

@@ -6,19 +6,24 @@ copy of that configuration cut down to a subset — a range of its scenarios (th
 seed shifted by ``1000 i`` when the range does not start at the first, so every
 scenario keeps its seed), its first initializations (FTS) or repetitions
 (DP-FTS-DE), optionally its first target agents, every method, and the recorded
-number of iterations unless ``--iterations`` asks for fewer — runs it with
+number of iterations unless ``--iterations`` asks for fewer; a scenario recorded
+before setups existed runs with ``setup: paper``, the behaviour then, and an
+option of the search domain added since takes the value that kept the behaviour
+before it (:data:`BEFORE_OPTIONS`) — runs it with
 ``fbo-torch run`` into a temporary folder, and pairs the new runs with the
 recorded ones (:func:`compare_runs.compare`: by scenario, method and (target,
 initialization) or (repetition, agent); a shortened run pairs with the first
 iterations of the recorded curves). Per method it prints the runs paired, the
-runs whose every query came from the same source (own GP or the same peer), and
-the largest absolute difference of the curves. The exit status is 0 when every
+runs whose every query came from the same source (own GP or the same peer), the
+largest absolute difference of the curves and the first iteration that differs,
+then what today's resolution of the configuration adds that the record does not
+name (:func:`unrecorded`: settings added since, at today's defaults). The exit status is 0 when every
 method of the subset is bit-identical, 1 when one is not, and 2 when the subset
 cannot be run.
 
-Re-run at least two runs: a method whose runs share batched linear algebra
-(learned ``P_N``) can take another path in a batch of one, and a lone run then
-need not equal the same run recorded among others.
+Re-run at least two runs (the default): with learned ``P_N`` a lone run (a batch
+of one) was seen to differ from the same run recorded among others, while batches
+of two and more agree with it.
 
 A DP-FTS-DE result compacted by ``collect_results.py`` keeps only each method's
 curve averaged over its repetitions: such a folder is re-run with every
@@ -27,12 +32,12 @@ and on the fraction of queries taken from the server in every round.
 
 ``--record FILE`` adds (or replaces) the folder's entry in a JSON file of such
 checks, with the command, the subset, the per-method rows, the machine and
-torch's version (``benchmarks/results/reproduction.json``).
+torch's version; other keys of that file are kept (``benchmarks/results/reproduction.json``).
 
 Usage::
 
     python benchmarks/reproduce.py benchmarks/results/learned_weights/mixtures --targets 1
-    python benchmarks/reproduce.py benchmarks/results/landmine_fts_two_setups --scenarios 1 --targets 1 --inits 1
+    python benchmarks/reproduce.py benchmarks/results/landmine_fts_two_setups --scenarios 1 --targets 1
     python benchmarks/reproduce.py benchmarks/results/landmine_dp_fts_de --iterations 2 \
         --record benchmarks/results/reproduction.json
 """
@@ -59,6 +64,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from compare_runs import compare, table
 
 from fbo_torch.experiments.config import load_yaml
+
+#: Options added since some results were recorded, with the value that keeps the behaviour from before them
+#: (where a record does not name one, the run takes it, not today's default): the search domain's raw-point
+#: ``screen`` (the product set for ``d = 2, 3`` came later) and ``refine_dtype`` (the float32 climb came later).
+BEFORE_OPTIONS: dict[str, dict[str, Any]] = {"domain": {"screen": "sobol", "refine_dtype": None}}
 
 
 class SubsetError(ValueError):
@@ -120,6 +130,11 @@ def subset_config(
     if "optimizer" in cfg:  # the section's old name (same keys); today's loader refuses it
         cfg["domain"] = cfg.pop("optimizer")
         notes.append("`optimizer` read as `domain` (renamed, same keys)")
+    for section, options in BEFORE_OPTIONS.items():
+        for key, value in options.items():
+            if key not in cfg.setdefault(section, {}):
+                cfg[section][key] = value
+                notes.append(f"{section}.{key} not recorded: {value!r}, the behaviour before the option")
     if cfg["experiment"] == "fts":
         cfg.pop("privacy", None)  # the resolution writes its defaults; an FTS config may not name it
     cfg["scenarios"] = [every[i] for i in scenarios]
@@ -128,6 +143,9 @@ def subset_config(
     cfg["objective"] = copy.deepcopy(cfg["scenarios"][0]["objective"])  # each scenario's own overrides it
     whole = compacted({"scenarios": [results["scenarios"][i] for i in scenarios]})
     for i, sc in zip(scenarios, cfg["scenarios"], strict=True):
+        if "setup" not in sc:  # recorded before setups: what is now `paper` (`modern`) was the only behaviour
+            sc["setup"] = "paper"
+            notes.append(f"scenario {sc['name']!r}: no setup recorded, run with `setup: paper` (the default before)")
         recorded = int(sc["runs"]["num_inits"])
         if inits is not None and whole and inits != recorded:
             raise SubsetError(
@@ -156,9 +174,28 @@ def subset_config(
     return cfg, subset
 
 
+def unrecorded(sent: Any, today: Any, where: str = "") -> list[str]:
+    r"""What today's resolution of a configuration adds to or changes in it: a setting the record does not
+    name (added since, with today's default) or a value read differently, as ``"where.key: value"`` lines, the
+    items of a list (scenarios, methods) written ``[*]`` and each line once."""
+    if isinstance(today, dict) and isinstance(sent, dict):
+        out = []
+        for key, value in today.items():
+            if key not in sent:
+                out.append(f"{where}{key}: {value!r} (not recorded)")
+            else:
+                out += unrecorded(sent[key], value, f"{where}{key}" + ("" if isinstance(value, list) else "."))
+        return out
+    if isinstance(today, list) and isinstance(sent, list) and len(today) == len(sent):
+        lines = [line for a, b in zip(sent, today, strict=True) for line in unrecorded(a, b, f"{where}[*].")]
+        return list(dict.fromkeys(lines))
+    return [] if sent == today else [f"{where.rstrip('.')}: recorded {sent!r}, today {today!r}"]
+
+
 def run_subset(cfg: dict[str, Any], work: Path, threads: int) -> dict[str, Any]:
     """Run ``cfg`` with ``fbo-torch run`` (this checkout's package, ``threads`` torch threads) in ``work``;
-    return its ``results.json``, read."""
+    return its ``results.json``, read, with today's resolution of ``cfg`` (its ``config.resolved.yaml``) under
+    ``"resolved"``."""
     import yaml
 
     path, out = work / "subset.yaml", work / "out"
@@ -171,6 +208,7 @@ def run_subset(cfg: dict[str, Any], work: Path, threads: int) -> dict[str, Any]:
     if proc.returncode != 0:
         raise SubsetError(f"`fbo-torch run` of the subset failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     results: dict[str, Any] = json.loads((out / "results.json").read_text())
+    results["resolved"] = load_yaml((out / "config.resolved.yaml").read_text())
     return results
 
 
@@ -182,6 +220,12 @@ def identical(row: dict[str, Any]) -> bool:
         and row["same_sources"] in (None, row["runs"])
         and row.get("same_source_fractions", True) is True
     )
+
+
+#: The largest difference :func:`check` calls rounding (``rounding_only``): the repetition-averaged curve of a
+#: compacted DP-FTS-DE record is a mean over a tensor as long as the run, so a shorter re-run can average the
+#: same values in another order.
+ROUNDING = 1e-12
 
 
 def check(
@@ -203,8 +247,11 @@ def check(
         threads: Torch threads of the run.
 
     Returns:
-        ``subset``, ``rows`` (:func:`compare_runs.compare`'s, each with ``identical``), ``missing`` (methods of
-        the subset without a row), ``reproduces`` and the re-run's ``wall_time_s``.
+        ``subset``, ``rows`` (:func:`compare_runs.compare`'s, each with ``identical`` and ``rounding_only``: not
+        identical, but by at most :data:`ROUNDING`), ``missing`` (methods of
+        the subset without a row), ``unrecorded_settings`` (:func:`unrecorded`: what today's code resolved that
+        the record does not say, the first place to look when a folder differs), ``reproduces`` and the re-run's
+        ``wall_time_s``.
     """
     resolved = load_yaml((folder / "config.resolved.yaml").read_text())
     recorded = json.loads((folder / "results.json").read_text())
@@ -215,10 +262,18 @@ def check(
     with tempfile.TemporaryDirectory(prefix="reproduce-") as tmp:
         rerun = run_subset(cfg, Path(tmp), threads)
     wall = time.perf_counter() - t0
+    subset["threads"] = threads
+    sent = {k: v for k, v in cfg.items() if k != "objective"}  # the top-level copy is resolved into the scenarios
+    changes = unrecorded(sent, rerun.get("resolved", sent))
     prefix = subset["iterations"] != subset["recorded_iterations"]
     rows = compare(recorded, rerun, prefix=prefix)
     for row in rows:
         row["identical"] = identical(row)
+        row["rounding_only"] = (
+            not row["identical"]
+            and identical({**row, "max_abs_difference": 0.0})
+            and (row["max_abs_difference"] <= ROUNDING)
+        )
     paired = {(r["scenario"], r["method"]) for r in rows}
     missing = [f"{sc['name']}: {m['name']}" for sc in rerun["scenarios"] for m in sc["methods"]]
     missing = [name for name in missing if tuple(name.split(": ", 1)) not in paired]
@@ -226,6 +281,7 @@ def check(
         "subset": subset,
         "rows": rows,
         "missing": missing,
+        "unrecorded_settings": changes,
         "reproduces": bool(rows) and not missing and all(r["identical"] for r in rows),
         "wall_time_s": wall,
     }
@@ -256,6 +312,7 @@ def record(path: Path, folder: Path, command: str, outcome: dict[str, Any]) -> N
         "command": command,
         "recorded_command": recorded.get("command"),
         "recorded_torch": (recorded.get("environment") or {}).get("torch"),
+        "recorded_threads": (recorded.get("environment") or {}).get("torch_threads"),
         "checked": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "machine": machine(),
         **outcome,
@@ -294,7 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(outcome["rows"]))
     for name in outcome["missing"]:
         print(f"not in the recorded results: {name}")
-    verdict = "bit-identical" if outcome["reproduces"] else "DIFFERS"
+    for line in outcome["unrecorded_settings"]:
+        print(f"resolved today, not in the record: {line}")
+    rounding = all(r["identical"] or r["rounding_only"] for r in outcome["rows"])
+    verdict = "bit-identical" if outcome["reproduces"] else ("DIFFERS by rounding only" if rounding else "DIFFERS")
     print(f"{verdict} (re-run {outcome['wall_time_s']:.0f} s)")
     command = shlex.join(["python", "benchmarks/reproduce.py", *(sys.argv[1:] if argv is None else argv)])
     if args.out is not None:

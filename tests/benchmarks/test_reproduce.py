@@ -109,6 +109,8 @@ def test_a_changed_curve_or_source_is_reported(
     bad = [(r["scenario"], r["method"]) for r in outcome["rows"] if not r["identical"]]
     assert bad == [("first", "FTS")]
     assert 0 < outcome["rows"][1]["max_abs_difference"] < 1e-12
+    assert outcome["rows"][1]["first_difference"] == 2 and outcome["rows"][0]["first_difference"] is None
+    assert outcome["rows"][1]["rounding_only"]  # reported as such, and still not identical
 
     new = json.loads((fts_folder / "results.json").read_text())
     sources = new["scenarios"][1]["methods"][0]["sources"]
@@ -118,6 +120,7 @@ def test_a_changed_curve_or_source_is_reported(
     assert not outcome["reproduces"]
     row = outcome["rows"][-1]
     assert row["max_abs_difference"] == 0.0 and row["same_sources"] == row["runs"] - 1
+    assert not row["identical"] and not row["rounding_only"]
 
     assert reproduce.main([str(folder), "--scenarios", "1", "--inits", "2"]) == 1  # the exit status
 

@@ -72,8 +72,9 @@ CONFIGS: dict[str, dict] = {
     "FTS learned + trust": dict(algorithm="fts", agent_weights="learned", peer_trust=True, **ENGINE, **MESSAGES),
     "peer prior": dict(algorithm="peer_prior", **ENGINE, **MESSAGES),
     "peer prior learned": dict(algorithm="peer_prior", agent_weights="learned", **ENGINE, **MESSAGES),
-    # the recommended federated configuration: every channel, learned per agent (docs/design.md)
-    "transfer": dict(algorithm="transfer", agent_weights="learned", **ENGINE, **MESSAGES),
+    # the recommended federated configuration: every channel, learned per agent, with the sybil
+    # defence of docs/security.md (corroborated peer weights; docs/design.md)
+    "transfer": dict(algorithm="transfer", agent_weights="corroborated", **ENGINE, **MESSAGES),
 }
 
 #: ``--ablation``: the local engine's ingredients one at a time (``docs/design.md``, "The local

@@ -65,7 +65,7 @@ class FederatedThompsonSampling(AcquisitionFunction):
         agent_weights: ``"uniform"`` (``agent_probs`` as given) or ``"learned"``:
             ``P_N`` re-weighted by how well each message ranks the target's own
             observations (:mod:`fbo_torch.protocol.fidelity`), restricted to the
-            messages ``agent_probs`` allows; or ``"corroborated"`` (opt-in sybil
+            messages ``agent_probs`` allows; or ``"corroborated"`` (the sybil
             defence): learned weights whose near-duplicate count also counts peers
             whose maximizers over ``reference_points`` coincide, times a cross-check
             of each maximizer by the peers outside its group

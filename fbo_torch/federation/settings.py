@@ -282,9 +282,10 @@ class FTSSettings(MethodSettings):
     agent_weights: str = setting(
         "uniform",
         "``P_N`` of FTS: ``uniform`` (the papers), ``learned`` (each round, from how well every peer's "
-        "message ranks the target's own observations; :mod:`fbo_torch.protocol.fidelity`) or ``corroborated`` "
-        "(opt-in sybil defence: learned weights where peers whose maximizers coincide count as one and each "
-        "maximizer is cross-checked by the peers outside its group; ``docs/security.md``).",
+        "message ranks the target's own observations; :mod:`fbo_torch.protocol.fidelity`; no defence against "
+        "sybils whose messages are decorrelated copies) or ``corroborated`` (learned weights with the sybil "
+        "defence: peers whose maximizers coincide count as one and each maximizer is cross-checked by the "
+        "peers outside its group; ``docs/security.md``; what the recommended ``algorithm: transfer`` uses).",
         Rule(lambda key, value: check_agent_weights(value, key), "no-such-weights"),
     )
     peer_trust: bool = setting(

@@ -4,8 +4,8 @@ FTS, the peer prior and the multi-channel transfer all hear the same message
 from every peer, one draw ``ω_n ~ N(ν_n, σ²Σ_n⁻¹)`` of its RFF posterior per
 round (:meth:`~fbo_torch.federation.agents.Agents.message`), and may weight
 their peers by how well each message ranks the agent's own observations
-(:mod:`~fbo_torch.protocol.fidelity`; ``agent_weights: learned`` or the opt-in
-``corroborated``). :class:`DrawMethod` does both for every
+(:mod:`~fbo_torch.protocol.fidelity`; ``agent_weights: learned``, or
+``corroborated`` with the sybil defence). :class:`DrawMethod` does both for every
 run at once:
 
 * agents that optimize *together* each send one draw, which all their peers receive;

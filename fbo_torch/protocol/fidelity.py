@@ -42,7 +42,8 @@ holds anyway — the peers' messages ``ω_n`` and its own observations
   only by adding independent variation of an honest draw's size, which is a
   function of its own away from the agent's data (see ``docs/security.md``
   for what this does not stop).
-* **Corroborated weights** (opt-in, ``agent_weights: corroborated``;
+* **Corroborated weights** (``agent_weights: corroborated``, what the recommended
+  ``algorithm: transfer`` configuration uses;
   :func:`corroborated_counts`): against sybils that escape the message count
   (decorrelated in the null space of the agent's observed features, so their
   messages look unrelated while every one peaks at the attacker's point), two

@@ -25,14 +25,16 @@ def _objective(noise_variance: float = 0.0) -> GPSampleContinuousFederation:
 
 def _together(runs: int = 2, **kw) -> FTSRunner:
     obj = _objective()
-    kw = {"communication": "every-round", **kw}
-    settings = FTSSettings(algorithm="transfer", agent_weights="learned", **TINY, **kw)
+    kw = {"communication": "every-round", "agent_weights": "learned", **kw}
+    settings = FTSSettings(algorithm="transfer", **TINY, **kw)
     domain = Domain(obj.bounds, obj.candidates, **DOMAIN)
     return FTSRunner(obj, settings, torch.arange(obj.num_agents), runs, domain=domain, together=True, seed=1)
 
 
-def test_together_runs_and_every_query_is_accounted_to_one_arm_and_source():
-    runner = _together()
+@pytest.mark.parametrize("weights", ["learned", "corroborated"])
+def test_together_runs_and_every_query_is_accounted_to_one_arm_and_source(weights):
+    """With learned ``P_N`` and with the recommended configuration's sybil-hardened ``corroborated`` one."""
+    runner = _together(agent_weights=weights)
     result = runner.run()
     method = runner.method
     assert isinstance(method, Transfer)
@@ -47,6 +49,9 @@ def test_together_runs_and_every_query_is_accounted_to_one_arm_and_source():
     torch.testing.assert_close((method.peer_wins + method.peer_losses).sum(-1), followed)
     assert bool((method.wins[:, [OPTIMA_ARM, FUNCTION_ARM]].sum(-1) <= method.peer_wins.sum(-1) + 1e-12).all())
     assert OWN_ARM == 0
+    probs = runner.dist.probs  # the P_N it ranked its peers by: a distribution over the others
+    torch.testing.assert_close(probs.sum(-1), torch.ones(R, dtype=probs.dtype))
+    assert not bool(probs[torch.arange(R), runner.targets].any())
 
 
 def test_no_arm_queries_an_input_the_agent_has_observed():

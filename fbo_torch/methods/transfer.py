@@ -185,16 +185,18 @@ class Transfer(DrawMethod):
         self._first: dict[str, Tensor] = {}
 
     # ------------------------------------------------------------ what peers share
-    def _sent(self, values: Tensor, name: str, constant: Tensor, draw: Callable[[Tensor], Tensor]) -> Tensor:
+    def _sent(
+        self, values: Tensor, name: str, constant: Callable[[], Tensor], draw: Callable[[Tensor], Tensor]
+    ) -> Tensor:
         r"""The senders' ``values`` (a row per sending agent: the runs' own agents together, else the
-        peers) as sent (:meth:`~fbo_torch.methods.draws.DrawMethod.as_sent`; ``constant``: what a ``constant``
-        rider sends, ``draw(keys)``: a ``noise`` rider's draws)."""
+        peers) as sent (:meth:`~fbo_torch.methods.draws.DrawMethod.as_sent`; ``constant()``: what a
+        ``constant`` rider sends, ``draw(keys)``: a ``noise`` rider's draws; both built only with free-riders)."""
         r = self.runner
         if r.free_riders is None:
             return values
         first = self._first.setdefault(name, values)
         keys = kr.fold(kr.fold((r.agents if r.together else r.others).keys, r.t), name)  # r.t: this round
-        return self.as_sent(values, first, keys, constant=constant, noise=draw(keys))
+        return self.as_sent(values, first, keys, constant=constant(), noise=draw(keys))
 
     def _peer_view(self, values: Tensor | None) -> Tensor | None:
         """``R x A x ...``: every agent's ``values`` (one row per sending agent) as each run sees them."""
@@ -210,7 +212,7 @@ class Transfer(DrawMethod):
         r = self.runner
         lo, hi = r.domain.bounds
         X = (r.agents if r.together else r.others).incumbents()
-        X = self._sent(X, "incumbent", (lo + hi) / 2, lambda k: lo + (hi - lo) * kr.uniform(k, X.shape[-1]))
+        X = self._sent(X, "incumbent", lambda: (lo + hi) / 2, lambda k: lo + (hi - lo) * kr.uniform(k, X.shape[-1]))
         out = self._peer_view(X)
         assert out is not None
         return out
@@ -224,9 +226,14 @@ class Transfer(DrawMethod):
         ll = (r.agents if r.together else r.others).log_lengthscales()
         if ll is None:
             return None
-        spec_loc, spec_scale = get_spec(r.settings.gp_kernel).ls_prior(r.domain.bounds[0].numel())
-        constant = torch.full_like(ll[0], spec_loc)
-        ll = self._sent(ll, "lengthscales", constant, lambda k: spec_loc + spec_scale * kr.normal(k, ll.shape[-1]))
+        # a constant rider sends the spec prior's median, a noise rider a draw of that prior
+        prior_loc, prior_scale = get_spec(r.settings.gp_kernel).ls_prior(r.domain.bounds[0].numel())
+        ll = self._sent(
+            ll,
+            "lengthscales",
+            lambda: torch.full_like(ll[0], prior_loc),
+            lambda k: prior_loc + prior_scale * kr.normal(k, ll.shape[-1]),
+        )
         ll = self._peer_view(ll)
         assert ll is not None
         w = r.dist.probs.to(ll.dtype).unsqueeze(-1)  # R x A x 1: 0 for the run itself and non-peers

@@ -194,7 +194,7 @@ def test_a_free_rider_sends_nothing_useful_on_any_channel(kind):
     sent_ll = method._sent(
         runner.agents.log_lengthscales(),
         "lengthscales",
-        torch.full((own_ll.shape[-1],), loc),
+        lambda: torch.full((own_ll.shape[-1],), loc),
         lambda k: loc + scale * torch.zeros(k.shape[0], own_ll.shape[-1]),
     )
     sent_ll = sent_ll[runner.peer_runs[0]]

@@ -10,7 +10,7 @@ releases and converts the composition into an (ε, δ)-DP guarantee.
 Accountants are Opacus' own ``IAccountant`` objects, created by name with
 ``opacus.accountants.create_accountant`` (:func:`new_accountant`); importing
 :mod:`fbo_torch.privacy` adds ``"rdp-classic"`` and ``"ddg"`` to Opacus' registry
-(:func:`register_with_opacus`). The names fbo_torch uses (:data:`ACCOUNTANTS`):
+(:func:`register_when_opacus_loads`). The names fbo_torch uses (:data:`ACCOUNTANTS`):
 
 ================= ===========================================================
 ``"rdp"``         Opacus ``RDPAccountant`` (default, :data:`DEFAULT_ACCOUNTANT`):
@@ -62,7 +62,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -227,6 +227,23 @@ def new_accountant(name: str) -> IAccountant:
     from opacus.accountants import create_accountant
 
     return create_accountant(key)
+
+
+def is_accountant(accountant: object) -> TypeGuard[IAccountant]:
+    r"""Whether ``accountant`` is an Opacus accountant (``IAccountant``); a name is not one, and is told
+    apart without importing Opacus.
+
+    Args:
+        accountant: An accountant or a name of one.
+
+    Returns:
+        ``True`` for an Opacus ``IAccountant``.
+    """
+    if isinstance(accountant, str):
+        return False
+    from opacus.accountants import IAccountant
+
+    return isinstance(accountant, IAccountant)
 
 
 class _RegisterAfterExec(importlib.abc.Loader):
@@ -414,9 +431,7 @@ def get_epsilon(
     Raises:
         ValueError: If ``delta`` or the history is out of range.
     """
-    from opacus.accountants import IAccountant
-
-    if not isinstance(accountant, IAccountant):
+    if not is_accountant(accountant):
         raise TypeError(f"`accountant` must be an Opacus IAccountant, got {type(accountant).__name__}.")
     delta = check_delta(delta)
     history = check_history(accountant.history if history is None else history)
@@ -435,6 +450,7 @@ __all__ = [
     "check_accountant_state",
     "check_history",
     "get_epsilon",
+    "is_accountant",
     "new_accountant",
     "num_releases",
     "register_when_opacus_loads",

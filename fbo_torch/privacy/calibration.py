@@ -20,6 +20,7 @@ from fbo_torch.privacy.accountants import (
     check_sample_rate,
     check_steps,
     get_epsilon,
+    is_accountant,
     new_accountant,
 )
 from fbo_torch.utils.validation import check_positive
@@ -31,17 +32,8 @@ if TYPE_CHECKING:
 MAX_NOISE_MULTIPLIER = 1e6
 
 
-def _is_accountant(accountant: object) -> bool:
-    # an Opacus accountant (a name is not one, and is checked without importing Opacus)
-    if isinstance(accountant, str):
-        return False
-    from opacus.accountants import IAccountant
-
-    return isinstance(accountant, IAccountant)
-
-
 def _accountant(accountant: str | IAccountant) -> IAccountant:
-    if _is_accountant(accountant):
+    if is_accountant(accountant):
         return accountant
     return new_accountant(accountant)
 
@@ -76,7 +68,7 @@ def compute_epsilon(
     z = check_noise_multiplier(noise_multiplier)
     steps = check_steps(steps)
     delta = check_delta(delta)
-    if not _is_accountant(accountant):
+    if not is_accountant(accountant):
         check_accountant_name(accountant)
     if steps == 0:
         return 0.0
@@ -138,7 +130,7 @@ def calibrate_noise(
     delta = check_delta(delta)
     check_positive("epsilon_tolerance", epsilon_tolerance)
     check_positive("max_noise_multiplier", max_noise_multiplier)
-    if not _is_accountant(accountant):
+    if not is_accountant(accountant):
         check_accountant_name(accountant)
     if steps == 0:
         return 0.0

@@ -30,6 +30,7 @@ from fbo_torch.privacy.accountants import (
     check_noise_multiplier,
     check_sample_rate,
     get_epsilon,
+    is_accountant,
     new_accountant,
     num_releases,
 )
@@ -122,9 +123,7 @@ class PrivacyLedger:
             check_positive("max_epsilon", max_epsilon)
             max_epsilon = float(max_epsilon)
         self._max_epsilon = max_epsilon
-        from opacus.accountants import IAccountant  # the ledger's accountant is Opacus'
-
-        if isinstance(accountant, IAccountant):
+        if is_accountant(accountant):
             if accountant.history:
                 raise ValueError(
                     f"`accountant` must have no recorded steps, got one with {num_releases(accountant.history)}; "

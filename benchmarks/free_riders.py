@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     for kind in args.kinds.split(","):
         block: dict[str, Any] = {}
-        honest_regret, honest_cum, rider_regret, rider_cum = {}, {}, {}, {}
+        # per configuration, each group's per-federation regret: final and round-averaged
+        regrets: dict[str, dict[str, dict[str, torch.Tensor]]] = {}
         for label, recip, signal in configurations(args.reciprocity.split(","), base):
             s = FTSSettings(
                 algorithm=args.algorithm,
@@ -174,11 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind} {label}: {secs:.1f} s", file=sys.stderr)
             regret = {g: per_federation(res, m) for g, m in groups}
             gain = {g: local_r[g] - regret[g] for g in regret}
-            cum_gain = {g: local_c[g] - per_federation(res, m, True) for g, m in groups}
-            honest_regret[label] = regret["honest"]
-            honest_cum[label] = local_c["honest"] - cum_gain["honest"]
-            rider_regret[label] = regret["free_riders"]
-            rider_cum[label] = local_c["free_riders"] - cum_gain["free_riders"]
+            cumulative = {g: per_federation(res, m, True) for g, m in groups}
+            cum_gain = {g: local_c[g] - cumulative[g] for g in cumulative}
+            regrets[label] = {"regret": regret, "cumulative_regret": cumulative}
             record = result_record(label, res, objective.loss_name)
             acc = method_accounting(record, None)
             follows = (res.sources >= 0).double().mean(-1).view(N, F)
@@ -215,21 +214,13 @@ def main(argv: list[str] | None = None) -> int:
                     "free_rider_others_rate": p0.T[rider].tolist(),
                 }
             block[label] = entry
-        for label in honest_regret:
+        for label in regrets:
             if label != base:
                 suffix = label.removeprefix(base + " + reciprocity")
-                block["honest_regret_reciprocity_minus_plain" + suffix] = mean_se(
-                    honest_regret[label] - honest_regret[base]
-                )
-                block["honest_cumulative_regret_reciprocity_minus_plain" + suffix] = mean_se(
-                    honest_cum[label] - honest_cum[base]
-                )
-                block["free_rider_regret_reciprocity_minus_plain" + suffix] = mean_se(
-                    rider_regret[label] - rider_regret[base]
-                )
-                block["free_rider_cumulative_regret_reciprocity_minus_plain" + suffix] = mean_se(
-                    rider_cum[label] - rider_cum[base]
-                )
+                for group, name in (("honest", "honest"), ("free_riders", "free_rider")):
+                    for measure in ("regret", "cumulative_regret"):
+                        paired = regrets[label][measure][group] - regrets[base][measure][group]
+                        block[f"{name}_{measure}_reciprocity_minus_plain{suffix}"] = mean_se(paired)
         out["kinds"][kind] = block
     out["machine"] = machine_record()
     out["command"] = "PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/free_riders.py " + " ".join(

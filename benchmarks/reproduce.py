@@ -49,7 +49,6 @@ import copy
 import datetime
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -64,6 +63,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from compare_runs import compare, table
 
 from fbo_torch.experiments.config import load_yaml
+from fbo_torch.experiments.report import environment
 
 #: Options added since some results were recorded, with the value that keeps the behaviour from before them
 #: (where a record does not name one, the run takes it, not today's default): the search domain's raw-point
@@ -275,8 +275,8 @@ def check(
             and (row["max_abs_difference"] <= ROUNDING)
         )
     paired = {(r["scenario"], r["method"]) for r in rows}
-    missing = [f"{sc['name']}: {m['name']}" for sc in rerun["scenarios"] for m in sc["methods"]]
-    missing = [name for name in missing if tuple(name.split(": ", 1)) not in paired]
+    ran = [(sc["name"], m["name"]) for sc in rerun["scenarios"] for m in sc["methods"]]
+    missing = [f"{scenario}: {method}" for scenario, method in ran if (scenario, method) not in paired]
     return {
         "subset": subset,
         "rows": rows,
@@ -284,19 +284,6 @@ def check(
         "unrecorded_settings": changes,
         "reproduces": bool(rows) and not missing and all(r["identical"] for r in rows),
         "wall_time_s": wall,
-    }
-
-
-def machine() -> dict[str, Any]:
-    """Where the check ran: platform, processor, cores, Python and torch."""
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
     }
 
 
@@ -314,7 +301,7 @@ def record(path: Path, folder: Path, command: str, outcome: dict[str, Any]) -> N
         "recorded_torch": (recorded.get("environment") or {}).get("torch"),
         "recorded_threads": (recorded.get("environment") or {}).get("torch_threads"),
         "checked": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "machine": machine(),
+        "machine": environment(),  # what every result records: platform, cores, threads, versions
         **outcome,
     }
     data["folders"] = dict(sorted(data["folders"].items()))

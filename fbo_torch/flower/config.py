@@ -78,7 +78,7 @@ from torch import Tensor
 from fbo_torch.federation.release import get_release
 from fbo_torch.federation.secure import min_survivors as fewest_survivors
 from fbo_torch.federation.settings import DPFTSDESettings, PrivacySettings
-from fbo_torch.methods.base import get_method
+from fbo_torch.methods.base import get_method, method_names
 from fbo_torch.objectives import REGISTRY, build_objective
 from fbo_torch.objectives.base import Objective
 from fbo_torch.objectives.search_space import SearchSpace
@@ -100,7 +100,15 @@ from fbo_torch.utils.schema import (
     setting,
 )
 
-METHODS = ("dp-fts-de", "ts")
+
+def deployment_methods() -> list[str]:
+    """The run config's ``method`` choices, read from the method registry when a config is checked:
+    the algorithms of DP-FTS-DE's experiment kind, each by its first alias (its run-config spelling,
+    e.g. ``dp-fts-de``) or else its name (``ts``)."""
+    classes = (get_method(name) for name in method_names("dp_fts_de"))
+    return [cls.aliases[0] if cls.aliases else cls.name for cls in classes]
+
+
 #: Run config keys that name a settings field differently (Flower's word for ``T``).
 RENAMED = {"num-rounds": "num_iterations"}
 #: Settings fields a run config does not set: ``algorithm`` comes from ``method``.
@@ -352,7 +360,7 @@ class FlowerRunConfig:
     method: str = setting(
         "dp-fts-de",
         "``dp-fts-de`` (the FTS family: FTS with ``P = 1``, ``z = 0``) or ``ts`` (no communication).",
-        Choice(METHODS),
+        Choice(deployment_methods),
     )
     num_agents: int = setting(4, "``N``, agents of the federation (one per SuperNode).", Integer(minimum=1))
     objective: dict[str, Any] = setting(

@@ -100,3 +100,21 @@ def test_a_new_algorithm_is_one_class_and_its_registration():
     finally:
         unregister_method("greedy_test")
     assert "greedy_test" not in METHODS
+
+
+def test_a_deployment_takes_its_method_from_the_registry():
+    """A Flower run config's ``method`` choices are the registered algorithms of DP-FTS-DE's kind,
+    by their run-config spelling: an algorithm registered for that kind is offered without an edit
+    to the Flower package, and one of another kind is refused naming the key."""
+    from fbo_torch.flower.config import FlowerRunConfig, deployment_methods
+
+    assert sorted(deployment_methods()) == ["dp-fts-de", "ts"]
+    with pytest.raises(ValueError, match=r"`method` must be one of \['ts', 'dp-fts-de'\], got 'fts'"):
+        FlowerRunConfig(method="fts")
+    plugin = type("Plugin", (Method,), {"name": "plugin_test", "kinds": ("dp_fts_de",), "aliases": ("plugin-test",)})
+    register_method(plugin)
+    try:
+        assert "plugin-test" in deployment_methods()
+    finally:
+        unregister_method("plugin_test")
+    assert "plugin-test" not in deployment_methods()

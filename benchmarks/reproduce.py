@@ -136,11 +136,10 @@ def subset_config(
                 cfg[section][key] = value
                 notes.append(f"{section}.{key} not recorded: {value!r}, the behaviour before the option")
     if cfg["experiment"] == "fts":
-        cfg.pop("privacy", None)  # the resolution writes its defaults; an FTS config may not name it
+        cfg.pop("privacy", None)  # older resolutions wrote its defaults; an FTS config may not name it
     cfg["scenarios"] = [every[i] for i in scenarios]
     recorded_iterations = sorted({int(m["num_iterations"]) for sc in cfg["scenarios"] for m in sc["methods"]})
     cfg["seed"] = int(cfg.get("seed", 0)) + 1000 * scenarios.start
-    cfg["objective"] = copy.deepcopy(cfg["scenarios"][0]["objective"])  # each scenario's own overrides it
     whole = compacted({"scenarios": [results["scenarios"][i] for i in scenarios]})
     for i, sc in zip(scenarios, cfg["scenarios"], strict=True):
         if "setup" not in sc:  # recorded before setups: what is now `paper` (`modern`) was the only behaviour
@@ -263,8 +262,7 @@ def check(
         rerun = run_subset(cfg, Path(tmp), threads)
     wall = time.perf_counter() - t0
     subset["threads"] = threads
-    sent = {k: v for k, v in cfg.items() if k != "objective"}  # the top-level copy is resolved into the scenarios
-    changes = unrecorded(sent, rerun.get("resolved", sent))
+    changes = unrecorded(cfg, rerun.get("resolved", cfg))
     prefix = subset["iterations"] != subset["recorded_iterations"]
     rows = compare(recorded, rerun, prefix=prefix)
     for row in rows:

@@ -130,6 +130,24 @@ def test_resume_of_the_same_config_is_accepted_and_bit_identical(finished, tmp_p
     assert [m["runs"] for m in a] == [m["runs"] for m in b] and a[1]["epsilon"] == b[1]["epsilon"]
 
 
+@pytest.mark.parametrize("kind", ["dp_fts_de", "fts"])
+def test_a_runs_resolved_config_runs_it_again_bit_for_bit(finished, tmp_path, kind):
+    """What a run records as its configuration (``config.resolved.yaml``) is a config file that
+    re-runs it: same curves, same ε."""
+    if kind == "dp_fts_de":
+        _, _, src = finished
+    else:
+        src = tmp_path / "fts"
+        assert _run(_cfg(tmp_path, FTS, "fts.yaml"), "--out", src) == 0
+    out = tmp_path / "again"
+    assert _run(src / "config.resolved.yaml", "--out", out) == 0
+    a = json.loads((src / "results.json").read_text())
+    b = json.loads((out / "results.json").read_text())
+    assert a["fingerprint"] == b["fingerprint"]
+    for m, n in zip(a["scenarios"][0]["methods"], b["scenarios"][0]["methods"], strict=True):
+        assert m["runs"] == n["runs"] and m.get("epsilon") == n.get("epsilon"), m["name"]
+
+
 def test_interrupted_run_resumes_bit_identically_with_exact_epsilon(finished, tmp_path, monkeypatch):
     _, cfg, src = finished
     out = tmp_path / "out"

@@ -355,7 +355,8 @@ class ExperimentConfig:
             "checkpoint_every": self.checkpoint_every,
             "max_failed_fraction": self.max_failed_fraction,
             "domain": dict(self.domain),
-            "privacy": dataclasses.asdict(self.privacy),
+            # an FTS experiment takes no `privacy` section: the resolution names it only where it applies
+            **({"privacy": dataclasses.asdict(self.privacy)} if self.experiment == "dp_fts_de" else {}),
             "scenarios": [
                 {
                     "name": s.name,
@@ -370,8 +371,8 @@ class ExperimentConfig:
         }
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
-    out = copy.deepcopy(base)
+def _merge(base: dict[str, Any] | None, over: dict[str, Any] | None) -> dict[str, Any]:
+    out = copy.deepcopy(base or {})
     out.update(copy.deepcopy(over or {}))
     return out
 
@@ -469,8 +470,10 @@ def check_config(raw: Any, source: str = "config") -> CheckedConfig:
     for key in ("runs", "history", "defaults"):
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             raise ConfigError(f"{source}: `{key}` must be a mapping, got {type(raw[key]).__name__}.")
-    if "objective" not in raw or not isinstance(raw["objective"], dict) or "type" not in raw["objective"]:
-        raise ConfigError(f"{source}: `objective` must be a mapping with a `type`.")
+    if raw.get("objective") is not None and not isinstance(raw["objective"], dict):
+        raise ConfigError(
+            f"{source}: `objective` must be a mapping with a `type`, got {type(raw['objective']).__name__}."
+        )
     scenarios_raw = raw.get("scenarios")
     in_scenarios = scenarios_raw is not None
     if scenarios_raw is None:
@@ -491,6 +494,10 @@ def check_config(raw: Any, source: str = "config") -> CheckedConfig:
         for key in ("objective", "runs", "history", "defaults"):
             if sc.get(key) is not None and not isinstance(sc[key], dict):
                 raise ConfigError(f"{where}: `{key}` must be a mapping, got {type(sc[key]).__name__}.")
+        if "type" not in _merge(raw.get("objective"), sc.get("objective")):
+            raise ConfigError(
+                f"{where}: `objective` must be a mapping with a `type`, at the top level or in every scenario."
+            )
         history = schema.history_fields()
         for part in (raw.get("history") or {}, sc.get("history") or {}):
             check_keys(f"{where}: history", part, list(history))
@@ -559,7 +566,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     settings_cls = settings_class(experiment)
     scenarios = []
     for i, (where, sc, setup) in enumerate(checked.scenarios):
-        objective = _merge(raw["objective"], sc.get("objective"))
+        objective = _merge(raw.get("objective"), sc.get("objective"))
         try:
             cls = objective_class(objective["type"])
         except ValueError as err:

@@ -90,6 +90,21 @@ def parse(**changes):
         ({"seed": True}, r"`seed` must be an integer in \[0, 2\^63\)"),
         ({"seed": 2**64}, r"`seed` must be an integer in \[0, 2\^63\), got 18446744073709551616"),  # was accepted
         ({"runs": [1]}, r"`runs` must be a mapping"),
+        ({"objective": [1]}, r"exp.yaml: `objective` must be a mapping with a `type`, got list"),
+        (
+            {"objective": {"num_groups": 1}},
+            r"exp.yaml: `objective` must be a mapping with a `type`, at the top level or in every scenario",
+        ),
+        (
+            {
+                "objective": None,
+                "scenarios": [
+                    {"name": "a", "objective": dict(BASE["objective"]), "methods": [{"name": "TS"}]},
+                    {"name": "b", "methods": [{"name": "TS"}]},
+                ],
+            },
+            r"scenarios\[1\]: `objective` must be a mapping with a `type`, at the top level or in every scenario",
+        ),
     ],
 )
 def test_config_errors_name_the_key(changes, match):
@@ -396,3 +411,36 @@ def test_unreadable_yaml_is_a_one_line_error_naming_the_file(tmp_path, capsys, c
     err = capsys.readouterr().err
     assert err.startswith(f"error: {cfg}: ") and says in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_each_scenario_may_name_its_own_objective_without_a_top_level_one():
+    cfg = parse(
+        objective=None,
+        scenarios=[
+            {"name": "a", "objective": dict(BASE["objective"]), "methods": [{"name": "TS"}]},
+            {"name": "b", "objective": {**BASE["objective"], "agents_per_group": 3}, "methods": [{"name": "TS"}]},
+        ],
+    )
+    assert [s.objective["agents_per_group"] for s in cfg.scenarios] == [4, 3]
+
+
+def test_every_shipped_config_resolves_to_a_config_that_loads_as_itself(tmp_path, monkeypatch):
+    """``config.resolved.yaml`` is what a run records; it must run again as it is (no section its
+    experiment refuses, every scenario's objective complete), and say the same thing."""
+    import glob
+    import pathlib
+
+    import yaml
+
+    from fbo_torch.experiments.config import load_config
+
+    monkeypatch.setenv("FBO_HAR_PATH", str(tmp_path / "har"))  # read when the objective is built, not here
+    root = pathlib.Path(__file__).resolve().parents[2]
+    paths = sorted(glob.glob(str(root / "configs" / "**" / "*.yaml"), recursive=True))
+    assert len(paths) >= 15
+    for i, path in enumerate(paths):
+        resolved = load_config(path).resolved()
+        again = tmp_path / f"resolved{i}.yaml"
+        again.write_text(yaml.safe_dump(resolved, sort_keys=False))
+        assert load_config(str(again)).resolved() == resolved, path
+        assert ("privacy" in resolved) == (resolved["experiment"] == "dp_fts_de"), path

@@ -21,9 +21,12 @@ name (:func:`unrecorded`: settings added since, at today's defaults). The exit s
 method of the subset is bit-identical, 1 when one is not, and 2 when the subset
 cannot be run.
 
-Re-run at least two runs (the default): with learned ``P_N`` a lone run (a batch
-of one) was seen to differ from the same run recorded among others, while batches
-of two and more agree with it.
+A subset reproduces its runs only where a run's result does not depend on the
+other runs of its batch: true of today's code on a CPU with MKL's strict mode
+(:mod:`fbo_torch.utils.batch_invariant`; every result records the mode as
+``environment.mkl_cbwr``). A record made without it (no ``mkl_cbwr``, or another
+mode) can differ from its subset by rounding that the runs grow; the check says
+so in its notes.
 
 A DP-FTS-DE result compacted by ``collect_results.py`` keeps only each method's
 curve averaged over its repetitions: such a folder is re-run with every
@@ -135,6 +138,11 @@ def subset_config(
             if key not in cfg.setdefault(section, {}):
                 cfg[section][key] = value
                 notes.append(f"{section}.{key} not recorded: {value!r}, the behaviour before the option")
+    mode = (results.get("environment") or {}).get("mkl_cbwr")
+    if mode is None or not str(mode).endswith(",STRICT"):
+        notes.append(
+            f"recorded with MKL mode {mode or 'not recorded'}: its runs may depend on the others of their batch"
+        )
     if cfg["experiment"] == "fts":
         cfg.pop("privacy", None)  # older resolutions wrote its defaults; an FTS config may not name it
     cfg["scenarios"] = [every[i] for i in scenarios]

@@ -15,7 +15,15 @@ BoTorch's pathwise sampling (:mod:`fbo_torch.sampling.pathwise`), so ``draw_math
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+#: MKL (torch's CPU BLAS) computes a product the same whatever its operands' memory alignment, so
+#: that a problem's result does not depend on which others share its batch
+#: (:mod:`fbo_torch.utils.batch_invariant`). Read by MKL at its first computation, so it is set on
+#: import, before any; a value the user set is kept (``MKL_CBWR=AUTO``: MKL's fastest branch without
+#: that guarantee). Recorded with every result (:func:`~fbo_torch.utils.batch_invariant.blas_mode`).
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 #: The one source of the version: the build reads it (pyproject.toml), as do ``fbo-torch --version``,
 #: run manifests and ``results.json``. A release changes it here and in CHANGELOG.md.

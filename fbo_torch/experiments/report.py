@@ -31,6 +31,7 @@ from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from fbo_torch.experiments.outdir import atomic_write_bytes, atomic_write_text
+from fbo_torch.utils.batch_invariant import blas_mode
 
 
 def environment(device: str | torch.device = "cpu") -> dict[str, Any]:
@@ -45,6 +46,7 @@ def environment(device: str | torch.device = "cpu") -> dict[str, Any]:
         "botorch": botorch.__version__,  # type: ignore[attr-defined]  # botorch imports __version__ without re-exporting it
         "gpytorch": gpytorch.__version__,
         "device": str(device),
+        "mkl_cbwr": blas_mode(),
     }
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))

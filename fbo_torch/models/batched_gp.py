@@ -53,6 +53,7 @@ from fbo_torch.models.gp_spec import GP_SPECS, GPSpec, get_spec
 from fbo_torch.optim.quasi_newton import minimize_batched
 from fbo_torch.sampling.gp_paths import GPThompsonPaths
 from fbo_torch.utils import keyed_random as kr
+from fbo_torch.utils.batch_invariant import matmul
 from fbo_torch.utils.constants import constant_tensor
 from fbo_torch.utils.cuda_graphs import GraphCache
 from fbo_torch.utils.dispatch import gpu_path, without_autograd
@@ -396,12 +397,12 @@ class BatchedExactGP:
             # agent's K⁻¹ does not depend on the batch (cholesky_inverse's batched CPU path does)
             eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
             Li = torch.linalg.solve_triangular(L, eye.expand_as(L), upper=False)
-            Kinv = Li.mT @ Li
-            alpha = Kinv @ r  # K⁻¹r; 0 on masked entries
-            quad = (r.mT @ alpha).view(K.shape[:-2])
+            Kinv = matmul(Li.mT, Li)
+            alpha = matmul(Kinv, r)  # K⁻¹r; 0 on masked entries
+            quad = matmul(r.mT, alpha).view(K.shape[:-2])
         else:
             z = torch.linalg.solve_triangular(L, r, upper=False)
-            quad = (z.mT @ z).view(K.shape[:-2])
+            quad = matmul(z.mT, z).view(K.shape[:-2])
         # −n · mll = Σ log L_ii + ½ rᵀK⁻¹r + ½ n log 2π (− log priors)
         acc = torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1).add_(quad, alpha=0.5).add_(c["const"])
         if s.priors:
@@ -419,14 +420,15 @@ class BatchedExactGP:
         if not with_grad:
             return value, None
         # W = ααᵀ − K⁻¹ and GK = W ∘ K_f in K⁻¹'s memory (each fresh n x n batch costs a pass of page faults)
-        nn = Kinv.shape[-1]
         W = Kinv.neg_()
-        W.view(-1, nn, nn).baddbmm_(alpha.reshape(-1, nn, 1), alpha.reshape(-1, 1, nn))  # ... x n x n
+        # ααᵀ elementwise, not as a rank-one product: a batch of one would take BLAS's other path
+        W.addcmul_(alpha, alpha.mT)  # ... x n x n
         diagW = (W.diagonal(dim1=-2, dim2=-1) * c["mask_f"]).sum(-1)
+        assert Kf is not None  # built with the gradient (signal=True)
         GK = W.mul_(Kf)  # zero outside the valid block
         # ∂(n·mll)/∂p: lengthscales ½ Σ GK D_j / ℓ_j³ · (ℓ_j − ℓ_min), i.e. ½ GD · ℓ⁻² · e/ℓ;
         # signal variance ½ Σ GK; noise ½ tr(W) e_σ²; mean Σα (accumulated as −n·∂mll, like acc)
-        GD = (GK.flatten(-2).unsqueeze(-2) @ self.sqdist.flatten(-2).mT).squeeze(-2)  # Σ_ik GK_ik D_jik: ... x k
+        GD = matmul(GK.flatten(-2).unsqueeze(-2), self.sqdist.flatten(-2).mT).squeeze(-2)  # Σ_ik GK_ik D_jik: ... x k
         parts = [GD * (inv_ls2 * e[..., :k] / x[..., :k]).mul_(-0.5)]
         if s.outputscale:
             parts.append(GK.sum((-2, -1)).mul_(-0.5).unsqueeze(-1))
@@ -605,7 +607,7 @@ class BatchedExactGP:
         kinv_diag = Li.square().sum(-2)  # [K⁻¹]_ii = Σ_j (L⁻¹)_ji²: B x n
         r = self.y - self.unpack(self.params)["mean"].unsqueeze(-1)
         r = torch.where(self.mask, r, 0.0).unsqueeze(-1)
-        alpha = (Li.mT @ (Li @ r)).squeeze(-1)  # K⁻¹r
+        alpha = matmul(Li.mT, matmul(Li, r)).squeeze(-1)  # K⁻¹r
         log_p = 0.5 * (kinv_diag.log() - _LOG2PI) - 0.5 * alpha.square() / kinv_diag
         total = torch.where(self.mask, log_p, 0.0).sum(-1)
         return torch.where(info == 0, total, -torch.inf)

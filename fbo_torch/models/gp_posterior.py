@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from fbo_torch.utils.batch_invariant import matmul
+
 
 class FactoredGPs(NamedTuple):
     r"""``B`` exact GPs at fixed hyperparameters, factored: what a posterior or a path is built from.
@@ -144,9 +146,9 @@ class BatchedGPPosterior:
         # ‖a − b‖² = ‖a‖² + ‖b‖² − 2aᵀb (B x C x n memory, not B x C x n x d); +inf for invalid
         # observations, so their kernel values are exactly 0
         bb = torch.where(self.mask, (b * b).sum(-1), torch.inf).unsqueeze(-2)  # B x 1 x n
-        D = (a * a).sum(-1, keepdim=True) + bb - 2.0 * (a @ b.mT)
+        D = (a * a).sum(-1, keepdim=True) + bb - 2.0 * matmul(a, b.mT)
         k = self.os.view(-1, 1, 1) * torch.exp(-0.5 * D.clamp_min(0.0))  # B x C x n
-        ka = k @ self.alpha.unsqueeze(-1)  # B x C x 1
+        ka = matmul(k, self.alpha.unsqueeze(-1))  # B x C x 1
         v = torch.linalg.solve_triangular(self.L.mT, k, upper=True, left=False)  # rows: L⁻¹k
         var_s = self.os.unsqueeze(-1) - (v * v).sum(-1)
         ys = self.y_std.unsqueeze(-1)

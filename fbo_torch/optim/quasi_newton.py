@@ -32,15 +32,17 @@ operations:
   a reset of the curvature information is a flag, not a write of the identity into
   ``H``; ``H`` is stored negated (the quasi-Newton direction and ``−H₀y`` without a
   negation); ``sᵀs, sᵀy, yᵀy`` come from one ``2 x 2`` Gram product; the rank-two BFGS
-  update is one ``baddbmm``; the held set is one comparison with a per-coordinate bound
+  update is one batched product; the held set is one comparison with a per-coordinate bound
   chosen by the gradient's sign; whether a problem accepted a step and which one is one
   ``max``; device scalars instead of Python numbers; unbounded problems skip the
   active-set bookkeeping (``tests/benchmarks/test_op_budget.py`` holds the counts).
 
 The result for one problem does not depend on which other problems share the
-batch (up to floating-point reassociation in batched kernels): a single agent
-on its own device (a federated client) and a simulator batching 10,000 agents
-compute the same thing.
+batch: a single agent on its own device (a federated client) and a simulator
+batching 10,000 agents compute the same bits on one CPU, the products taken with
+:func:`~fbo_torch.utils.batch_invariant.matmul` (a batch of one, which converged
+problems leaving the batch can leave, rounds as a larger one) under MKL's strict
+mode (memory alignment does not change them either).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from typing import cast
 import torch
 from torch import Tensor
 
+from fbo_torch.utils.batch_invariant import matmul
 from fbo_torch.utils.dispatch import gpu_path
 
 ValueAndGrad = Callable[[Tensor], tuple[Tensor, Tensor]]
@@ -400,11 +403,11 @@ def minimize_batched(
         # steepest descent with a step of length init_step: before any curvature pair, and
         # where the quasi-Newton direction is not a descent direction (loss of definiteness)
         sd = pg * (neg_step / gnorm.clamp_min(tiny)).unsqueeze(-1)
-        d = (nH @ pg.unsqueeze(-1)).squeeze(-1)
+        d = matmul(nH, pg.unsqueeze(-1)).squeeze(-1)
         if bounded:
             d = torch.where(cast(Tensor, held), zero, d)  # set above: bounded
         d = torch.where(first.unsqueeze(-1), sd, d)
-        gd = (pg.unsqueeze(-2) @ d.unsqueeze(-1)).view(B)
+        gd = matmul(pg.unsqueeze(-2), d.unsqueeze(-1)).view(B)
         descent = gd < 0  # False also for NaN
         fscale = torch.clamp(f.abs(), min=1.0)
         if dtol is not None:  # a quasi-Newton step predicting no resolvable decrease: converged
@@ -471,18 +474,18 @@ def minimize_batched(
         # superlinear, e.g. 19 instead of 7 iterations of a float64 polish)
         y = g_new - g if held is None else torch.where(held, zero, g_new - g)
         sy_ = torch.stack((s, y), -2)  # B x 2 x p
-        gram = sy_ @ sy_.mT  # B x 2 x 2: sᵀs, sᵀy, yᵀy in one product
+        gram = matmul(sy_, sy_.mT)  # B x 2 x 2: sᵀs, sᵀy, yᵀy in one product
         ss, sy, yy = gram[:, 0, 0], gram[:, 0, 1], gram[:, 1, 1]
         upd = move & (sy > 1e-10 * torch.sqrt(ss * yy))  # also sᵀy > 0
         # before the first update: H₀ = (sᵀy / yᵀy) I (Nocedal & Wright 6.20)
         nH0 = torch.where(first.view(B, 1, 1), neg_eye * (sy / yy.clamp_min(tiny)).view(B, 1, 1), nH)
         rho = torch.where(upd, sy, one).reciprocal()
-        nHy = (nH0 @ y.unsqueeze(-1)).squeeze(-1)  # -H₀y
-        q = (y.unsqueeze(-2) @ nHy.unsqueeze(-1)).view(B)  # -yᵀH₀y
+        nHy = matmul(nH0, y.unsqueeze(-1)).squeeze(-1)  # -H₀y
+        q = matmul(y.unsqueeze(-2), nHy.unsqueeze(-1)).view(B)  # -yᵀH₀y
         # H₀ − ρ(H₀y sᵀ + s yᵀH₀) + (ρ²yᵀH₀y + ρ) ssᵀ = H₀ + a uᵀ + u (−H₀y)ᵀ, u = ρs, a = (1 + ρyᵀH₀y)s − H₀y
         u = rho.unsqueeze(-1) * s
         a = torch.addcmul(nHy, torch.addcmul(one, rho, q, value=-1.0).unsqueeze(-1), s)
-        nH_upd = torch.baddbmm(nH0, torch.stack((a, u), -1), torch.stack((u, nHy), -2), alpha=-1.0)
+        nH_upd = nH0 - matmul(torch.stack((a, u), -1), torch.stack((u, nHy), -2))
         nH = torch.where(upd.view(B, 1, 1), nH_upd, nH)
         first = first > upd  # first & ~upd
         # a failed line search restarts from steepest descent; failing that too, no decrease

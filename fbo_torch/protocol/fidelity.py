@@ -79,6 +79,7 @@ from torch import Tensor
 from torch.quasirandom import SobolEngine
 
 from fbo_torch.features import RandomFourierFeatures
+from fbo_torch.utils.batch_invariant import matmul
 
 if TYPE_CHECKING:  # pragma: no cover
     from fbo_torch.protocol.schedules import AgentDistribution
@@ -125,7 +126,7 @@ def peer_predictions(features: RandomFourierFeatures, omegas: Tensor, X: Tensor)
         ``batch_shape x N x n`` predictions.
     """
     phi = features(X)  # batch x n x M
-    return torch.einsum("...nm,...km->...kn", phi.to(omegas.dtype), omegas)
+    return matmul(omegas, phi.to(omegas.dtype).mT)  # batch x K x n
 
 
 def kendall_tau(predictions: Tensor, y: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -185,7 +186,7 @@ def near_copies(messages: Tensor, threshold: float = DUPLICATE_CORRELATION) -> T
     ``batch_shape x N x M`` ``messages`` (float64): how much each message is a copy of each other one."""
     w = messages.to(torch.float64)
     unit = w / w.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    rho = unit @ unit.transpose(-1, -2)  # batch x N x N
+    rho = matmul(unit, unit.transpose(-1, -2))  # batch x N x N
     return ((rho - threshold) / (1 - threshold)).clamp(0, 1)
 
 
@@ -281,7 +282,7 @@ def reference_values(features: RandomFourierFeatures, messages: Tensor, referenc
         ``batch_shape x N x C`` float64 values.
     """
     phi = features(reference.to(torch.float64))  # C x M
-    return torch.einsum("cm,...nm->...nc", phi, messages.to(torch.float64))
+    return matmul(messages.to(torch.float64), phi.mT)  # batch x N x C
 
 
 def maximizer_correlation(features: RandomFourierFeatures, values: Tensor, reference: Tensor) -> Tensor:
@@ -298,7 +299,7 @@ def maximizer_correlation(features: RandomFourierFeatures, values: Tensor, refer
     """
     phi_top = features(reference.to(torch.float64)[values.argmax(-1)])  # batch x N x M
     unit = phi_top / phi_top.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    return unit @ unit.transpose(-1, -2)
+    return matmul(unit, unit.transpose(-1, -2))
 
 
 def coinciding_maximizers(correlation: Tensor, threshold: float = COINCIDE_CORRELATION) -> Tensor:

@@ -27,8 +27,11 @@ def compact(results: dict) -> dict:
             if "repetition_mean" in m:  # DP: agents x repetitions curves -> repetition curves
                 for key in ("runs", "agents", "repetitions"):  # the curves and the labels of their rows
                     m.pop(key, None)
+            if not (m.get("evaluation_failures") or {}).get("failed", 1):  # none failed: a flag per run and
+                m.pop("failed", None)  # iteration says nothing evaluation_failures does not
     out["note"] = (
-        f"compacted by benchmarks/collect_results.py (dropped: {', '.join(DROP)}, per-agent curves of DP runs)"
+        f"compacted by benchmarks/collect_results.py (dropped: {', '.join(DROP)}, per-agent curves of DP runs, "
+        "the per-evaluation failure flags of methods with no failed evaluation)"
     )
     return out
 

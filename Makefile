@@ -29,7 +29,7 @@ quickstart: $(STAMP)
 # The suite, then the numerically sensitive tests again with torch's portable CPU
 # kernels (no AVX2/AVX-512): a tolerance tuned to one CPU's float rounding fails here.
 NUMERIC_TESTS := tests/objectives/test_vision.py tests/models/test_batched_gp.py tests/optim/test_quasi_newton.py \
-	tests/models/test_rff_blr.py tests/optim/test_optim.py tests/test_features.py
+	tests/models/test_rff_blr.py tests/optim/test_optim.py tests/test_features.py tests/utils/test_batch_invariant.py
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n 2 $(NUMERIC_TESTS)

@@ -297,7 +297,10 @@ def maximizer_correlation(features: RandomFourierFeatures, values: Tensor, refer
     Returns:
         ``batch_shape x N x N`` correlations (1 on the diagonal).
     """
-    phi_top = features(reference.to(torch.float64)[values.argmax(-1)])  # batch x N x M
+    # the reference points' features, then each maximizer's row: what a run gets does not depend on how
+    # many runs share the batch (features of batch x N gathered points would go through one product
+    # whose rounding changes with its row count)
+    phi_top = features(reference.to(torch.float64))[values.argmax(-1)]  # batch x N x M
     unit = phi_top / phi_top.norm(dim=-1, keepdim=True).clamp_min(1e-300)
     return matmul(unit, unit.transpose(-1, -2))
 

@@ -11,7 +11,8 @@ from fbo_torch.federation.settings import FTSSettings
 from fbo_torch.models.batched_gp import BatchedExactGP
 from fbo_torch.models.gp_spec import get_spec
 from fbo_torch.objectives.function_families import FunctionFamilyFederation
-from fbo_torch.simulate.fts import FTSRunner
+from fbo_torch.optim.domain import Domain
+from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 from fbo_torch.utils.batch_invariant import blas_mode, matmul
 
 
@@ -84,20 +85,33 @@ def test_a_gp_fit_is_the_same_alone_and_among_any_others(spec, n):
 @pytest.mark.parametrize(
     "engine",
     [
-        dict(gp_kernel="botorch", own_acquisition="ts"),
-        dict(gp_kernel="fbo", gp_warp="auto", own_acquisition="logei"),
+        dict(algorithm="ts", gp_kernel="botorch", own_acquisition="ts"),
+        dict(algorithm="ts", gp_kernel="fbo", gp_warp="auto", own_acquisition="logei"),
+        dict(
+            algorithm="transfer",
+            agent_weights="corroborated",
+            gp_kernel="fbo",
+            gp_warp="auto",
+            own_acquisition="logei",
+            communication="every-round",
+            num_features=100,
+            message_outputs="warped",
+        ),
     ],
-    ids=["paper", "engine"],
+    ids=["paper", "engine", "transfer"],
 )
 def test_runs_give_the_same_bits_alone_and_among_others(engine):
     """The first runs of a batch of four are, bit for bit, those runs in a batch of two, and the
     first alone: what makes a subset of a recorded result reproducible (benchmarks/reproduce.py)."""
     _strict_or_skip()
     objective = FunctionFamilyFederation(num_agents=4, dim=3, seed=0)
-    settings = FTSSettings(algorithm="ts", num_init=8, num_iterations=4, **engine)
+    settings = FTSSettings(num_init=8, num_iterations=4, **engine)
+    history = None
+    if settings.algorithm != "ts":
+        history = FederationHistory(objective, Domain(objective.bounds, objective.candidates), t_n=10, seed=1)
 
     def run(inits):
-        runner = FTSRunner(objective, settings, torch.tensor([0]), inits, seed=0)
+        runner = FTSRunner(objective, settings, torch.tensor([0]), inits, history=history, seed=0)
         return runner.run().loss, runner.X
 
     loss4, X4 = run(4)

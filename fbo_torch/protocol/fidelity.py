@@ -270,22 +270,27 @@ def reference_points(
     return lo + (hi - lo) * unit
 
 
-def reference_values(features: RandomFourierFeatures, messages: Tensor, reference: Tensor) -> Tensor:
+def reference_values(
+    features: RandomFourierFeatures, messages: Tensor, reference: Tensor, *, reference_features: Tensor | None = None
+) -> Tensor:
     r"""Each peer's sampled function on the reference points: ``φ(x_c)ᵀω_n``.
 
     Args:
         features: The shared feature map.
         messages: ``batch_shape x N x M`` messages.
         reference: ``C x d`` points (:func:`reference_points`).
+        reference_features: Optional ``C x M`` ``features(reference)`` in float64, when the caller has them.
 
     Returns:
         ``batch_shape x N x C`` float64 values.
     """
-    phi = features(reference.to(torch.float64))  # C x M
+    phi = features(reference.to(torch.float64)) if reference_features is None else reference_features  # C x M
     return matmul(messages.to(torch.float64), phi.mT)  # batch x N x C
 
 
-def maximizer_correlation(features: RandomFourierFeatures, values: Tensor, reference: Tensor) -> Tensor:
+def maximizer_correlation(
+    features: RandomFourierFeatures, values: Tensor, reference: Tensor, *, reference_features: Tensor | None = None
+) -> Tensor:
     r"""Kernel correlation of every two peers' maximizers over the reference points:
     ``φ(x̂_n)ᵀφ(x̂_m) / (‖φ(x̂_n)‖ ‖φ(x̂_m)‖)``, ``x̂_n = argmax_c φ(x_c)ᵀω_n``.
 
@@ -293,6 +298,7 @@ def maximizer_correlation(features: RandomFourierFeatures, values: Tensor, refer
         features: The shared feature map.
         values: ``batch_shape x N x C`` (:func:`reference_values`).
         reference: ``C x d`` the points behind ``values``.
+        reference_features: Optional ``C x M`` ``features(reference)`` in float64, when the caller has them.
 
     Returns:
         ``batch_shape x N x N`` correlations (1 on the diagonal).
@@ -300,7 +306,8 @@ def maximizer_correlation(features: RandomFourierFeatures, values: Tensor, refer
     # the reference points' features, then each maximizer's row: what a run gets does not depend on how
     # many runs share the batch (features of batch x N gathered points would go through one product
     # whose rounding changes with its row count)
-    phi_top = features(reference.to(torch.float64))[values.argmax(-1)]  # batch x N x M
+    phi = features(reference.to(torch.float64)) if reference_features is None else reference_features  # C x M
+    phi_top = phi[values.argmax(-1)]  # batch x N x M
     unit = phi_top / phi_top.norm(dim=-1, keepdim=True).clamp_min(1e-300)
     return matmul(unit, unit.transpose(-1, -2))
 
@@ -380,8 +387,9 @@ def corroborated_counts(
 
     Memory: ``batch_shape x N x C`` values and ``batch_shape x N x N`` comparisons.
     """
-    values = reference_values(features, messages, reference)
-    correlation = maximizer_correlation(features, values, reference)
+    phi = features(reference.to(torch.float64))  # C x M: the reference points' features, once for both
+    values = reference_values(features, messages, reference, reference_features=phi)
+    correlation = maximizer_correlation(features, values, reference, reference_features=phi)
     near = torch.maximum(near_copies(messages), coinciding_maximizers(correlation))
     if support is not None:
         near = near * support.unsqueeze(-2).to(near.dtype)

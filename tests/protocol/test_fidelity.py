@@ -436,6 +436,9 @@ def test_corroborated_counts_shapes_dtype_and_batching():
     assert values.shape == (2, 3, 6, 256) and values.dtype == torch.float64
     correlation = maximizer_correlation(rff, values, reference)
     assert correlation.shape == (2, 3, 6, 6)
+    phi = rff(reference.to(torch.float64))  # features the caller already has give the same bits
+    assert torch.equal(reference_values(rff, messages, reference, reference_features=phi), values)
+    assert torch.equal(maximizer_correlation(rff, values, reference, reference_features=phi), correlation)
     torch.testing.assert_close(correlation.diagonal(dim1=-2, dim2=-1), torch.ones(2, 3, 6, dtype=torch.float64))
     same = coinciding_maximizers(correlation)
     assert same.dtype == torch.float64 and same[..., 0, 1].eq(1).all()

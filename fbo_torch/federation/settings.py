@@ -333,7 +333,10 @@ class FTSSettings(MethodSettings):
         "What ``reciprocity: true`` rests on: ``improvements`` (the report's binomial test on how often following "
         "an agent's messages improved its followers) or ``scores`` (each round, an agent may follow a peer with "
         "probability ``min(1, u / median u)``, ``u`` its message's mean helpful posterior as its receivers score "
-        "it on their own observations; :func:`~fbo_torch.protocol.reciprocity.reciprocal_share`).",
+        "it on their own observations; :func:`~fbo_torch.protocol.reciprocity.reciprocal_share`) or ``ranks`` (the "
+        "receivers' scores as ranks among their peers, averaged over the rounds so far: an agent rated in the "
+        "bottom :data:`~fbo_torch.protocol.reciprocity.RATING_THRESHOLD` with confidence follows no peer; "
+        ":func:`~fbo_torch.protocol.reciprocity.flag_low_rated`).",
         Choice(RECIPROCITY_SIGNALS),
     )
     fairness: float = setting(

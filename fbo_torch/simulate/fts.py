@@ -48,7 +48,15 @@ from fbo_torch.objectives.base import Objective
 from fbo_torch.optim.domain import Domain
 from fbo_torch.protocol.fairness import behind_ranks
 from fbo_torch.protocol.fidelity import helpful_posterior
-from fbo_torch.protocol.reciprocity import flag_free_riders, reciprocal_share, sender_usefulness
+from fbo_torch.protocol.reciprocity import (
+    flag_free_riders,
+    flag_low_rated,
+    peer_ratings,
+    rating_record,
+    reciprocal_share,
+    round_ratings,
+    sender_usefulness,
+)
 from fbo_torch.protocol.schedules import AgentDistribution, PtSchedule
 from fbo_torch.simulate.common import Runner, cpu_state
 from fbo_torch.simulate.presets import DEFAULT_SETUP, apply_setup
@@ -149,7 +157,8 @@ class FTSResult:
         elapsed: ``T`` cumulative seconds after each iteration (all runs together).
         parameters_per_agent: Numbers each other agent sends per message (``M``; 0 for TS).
         excluded: With ``reciprocity``, ``R x T`` booleans: the run's agent was flagged as a free-rider
-            before iteration ``t`` (``reciprocity_signal: scores``: lost its share's coin), so it could not
+            before iteration ``t`` (``reciprocity_signal: scores``: lost its share's coin; ``ranks``: rated
+            low with confidence, :func:`~fbo_torch.protocol.reciprocity.flag_low_rated`), so it could not
             follow a peer (``None`` without reciprocity).
         behind: With ``fairness > 0``, ``R x T`` the run's agent's rank in its federation before iteration
             ``t`` (:func:`~fbo_torch.protocol.fairness.behind_ranks`: 0 best, 1 worst; ``None`` without).
@@ -331,6 +340,8 @@ class FTSRunner(Runner[FTSResult]):
         self.behind_history = torch.zeros(R, 0, dtype=torch.float64, device=dev)
         self.sent_follows = torch.zeros(R, dtype=torch.float64, device=dev)
         self.sent_wins = torch.zeros(R, dtype=torch.float64, device=dev)
+        # reciprocity_signal: ranks: per run, its agent's rating record (rating_record's five sums)
+        self.ratings = torch.zeros(5, R, dtype=torch.float64, device=dev)
         self.may_follow: Tensor | None = None
         self.excluded = torch.zeros(R, 0, dtype=torch.bool, device=dev)
         self.num_inits = num_inits
@@ -379,7 +390,12 @@ class FTSRunner(Runner[FTSResult]):
         if self.fairness > 0:
             self._rank_incumbents()
         if self.reciprocity:
-            self.may_follow = ~self.flagged() if self.reciprocity_signal == "improvements" else self._share_coin(t)
+            if self.reciprocity_signal == "improvements":
+                self.may_follow = ~self.flagged()
+            elif self.reciprocity_signal == "scores":
+                self.may_follow = self._share_coin(t)
+            else:
+                self.may_follow = ~self._rated_low()
             self.excluded = torch.cat([self.excluded, (~self.may_follow).unsqueeze(-1)], dim=1)
             before = torch.where(self.agents.mask, self.Y.squeeze(-1), -torch.inf).amax(-1)
         X_next, sources = self.method.step(t)
@@ -422,6 +438,26 @@ class FTSRunner(Runner[FTSResult]):
         mine = share.T.reshape(-1)  # run (a, i) -> share[i, a]
         u = kr.uniform(kr.fold(kr.fold(self.agents.keys, "reciprocity"), t), 1).squeeze(-1)
         return u < mine
+
+    def _rated_low(self) -> Tensor:
+        r"""``R`` booleans for ``reciprocity_signal: ranks``: this round's ratings of the run's agent's latest
+        message by its receivers (their scores as ranks among the peers each received,
+        :func:`~fbo_torch.protocol.reciprocity.peer_ratings`) added to its record, then
+        :func:`~fbo_torch.protocol.reciprocity.flag_low_rated` on the record: rated low with confidence."""
+        A, inits = self.objective.num_agents, self.num_inits
+        assert isinstance(self.method, DrawMethod)  # reciprocity needs a method whose agents follow peers' draws
+        scores, _ = self.method.peer_scores()  # R x A: receiver run, sender agent
+        # runs are target-major: [receiver agent a, federation i, sender j] -> [i, a, j]
+        per_federation = scores.view(A, inits, A).transpose(0, 1)
+        receives = self.peer_mask.view(A, inits, A).transpose(0, 1)
+        mean, count = round_ratings(peer_ratings(per_federation, receives), receives)  # inits x A
+        # each round weighs its receivers' mean number of observations minus one
+        pairs = (self.agents.mask.sum(-1).to(torch.float64) - 1).clamp_min(1).view(A, inits).T  # inits x A receivers
+        weight = (receives.to(torch.float64) * pairs.unsqueeze(-1)).sum(-2) / count.clamp_min(1)  # inits x A senders
+        flat = [v.T.reshape(-1) for v in (mean, count, weight)]  # run (a, i) -> [i, a]
+        self.ratings += rating_record(*flat)
+        flags, _ = flag_low_rated(self.ratings)
+        return flags
 
     def _rank_incumbents(self) -> None:
         """``behind`` (``R``) and ``peer_behind`` (``R x A``): each agent's rank among its federation's
@@ -481,6 +517,7 @@ class FTSRunner(Runner[FTSResult]):
             "method": cpu_state(self.method.state_dict()),
             "sent_follows": self.sent_follows.cpu(),
             "sent_wins": self.sent_wins.cpu(),
+            "ratings": self.ratings.cpu(),
             "excluded": self.excluded.cpu(),
             "behind": self.behind_history.cpu(),
         }
@@ -504,5 +541,7 @@ class FTSRunner(Runner[FTSResult]):
             self.sent_follows = state["sent_follows"].to(dev)
             self.sent_wins = state["sent_wins"].to(dev)
             self.excluded = state["excluded"].to(dev)
+        if "ratings" in state:  # checkpoints from before reciprocity_signal: ranks have none (and ran without it)
+            self.ratings = state["ratings"].to(dev)
         if "behind" in state:  # checkpoints from before fairness have none (and ran without it)
             self.behind_history = state["behind"].to(dev)

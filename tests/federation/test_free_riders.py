@@ -11,7 +11,13 @@ from fbo_torch.federation.free_riders import FreeRiders
 from fbo_torch.federation.settings import DPFTSDESettings, FTSSettings
 from fbo_torch.objectives.synthetic import GPSampleGridFederation
 from fbo_torch.protocol.fidelity import helpful_posterior
-from fbo_torch.protocol.reciprocity import flag_free_riders
+from fbo_torch.protocol.reciprocity import (
+    flag_free_riders,
+    flag_low_rated,
+    peer_ratings,
+    rating_record,
+    round_ratings,
+)
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
 from fbo_torch.utils import keyed_random as kr
 
@@ -228,6 +234,55 @@ def test_the_scores_signal_lets_each_agent_follow_with_its_share_of_its_federati
 
 
 def test_the_scores_signal_is_one_of_the_signals_in_one_line():
-    with pytest.raises(ValueError, match=r"`reciprocity_signal` must be one of \('improvements', 'scores'\)") as info:
+    with pytest.raises(
+        ValueError, match=r"`reciprocity_signal` must be one of \('improvements', 'scores', 'ranks'\)"
+    ) as info:
         FTSSettings(reciprocity_signal="votes")
     assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------- reciprocity on ranks accumulated over rounds
+def test_the_ranks_signal_adds_each_federation_s_round_to_the_record_and_flags_from_it():
+    A, inits = 4, 2
+    r = _runner(A, inits, reciprocity=True, reciprocity_signal="ranks", free_riders={"agents": [0], "kind": "noise"})
+    r.step()
+    r.step()
+    before = r.ratings.clone()
+    scores, _ = r.method.peer_scores()
+    obs = r.agents.mask.sum(-1).double()
+    expected = torch.zeros_like(before)
+    for i in range(inits):  # one federation at a time
+        runs = torch.arange(A) * inits + i
+        receives = ~torch.eye(A, dtype=torch.bool).unsqueeze(0)
+        mean, count = round_ratings(peer_ratings(scores[runs].unsqueeze(0), receives), receives)
+        weight = torch.stack([(obs[runs[[a for a in range(A) if a != j]]] - 1).mean() for j in range(A)])
+        expected[:, runs] = rating_record(mean[0], count[0], weight)
+    flags = r._rated_low()
+    torch.testing.assert_close(r.ratings - before, expected, rtol=0, atol=1e-15)
+    assert torch.equal(flags, flag_low_rated(r.ratings)[0])
+
+
+def test_an_agent_rated_low_follows_no_peer_under_the_ranks_signal():
+    A, inits = 4, 2
+    r = _runner(A, inits, p_t=0.0, num_iterations=3, reciprocity=True, reciprocity_signal="ranks")
+    # run 0 (agent 0, federation 0) rated 0 in a hundred rounds by three receivers: flagged in every round
+    r.ratings[:, 0] = rating_record(torch.zeros(1), torch.full((1,), 3.0), torch.ones(1))[:, 0] * 100
+    res = r.run()
+    assert res.excluded is not None and res.excluded[0].all() and not res.excluded[1:].any()
+    assert (res.sources[0] == -1).all() and (res.sources[1:] >= 0).all()
+
+
+def test_a_resumed_run_under_the_ranks_signal_is_the_uninterrupted_one():
+    kw = dict(
+        num_iterations=4, reciprocity=True, reciprocity_signal="ranks", free_riders={"agents": [1], "kind": "noise"}
+    )
+    whole = _runner(4, 2, **kw)
+    whole.run()
+    first = _runner(4, 2, **kw)
+    first.step()
+    first.step()
+    resumed = _runner(4, 2, **kw)
+    resumed.load_state_dict(first.state_dict())
+    resumed.run()
+    assert torch.equal(resumed.ratings, whole.ratings) and torch.any(whole.ratings != 0)
+    assert torch.equal(resumed.sources, whole.sources) and torch.equal(resumed.excluded, whole.excluded)

@@ -1,5 +1,6 @@
 """The free-rider test: the binomial tail against exact sums, batched as row by row, and its evidence floor;
-reciprocity on what a peer sends: its receivers' mean helpful posterior and the share it keeps."""
+reciprocity on what a peer sends: its receivers' mean helpful posterior and the share it keeps; the ranks
+signal: ratings as ranks, their record and test, and what receivers that misreport can and cannot do."""
 
 import math
 
@@ -7,9 +8,14 @@ import torch
 
 from fbo_torch.protocol.reciprocity import (
     FREE_RIDER_MIN_FOLLOWS,
+    RATING_THRESHOLD,
     binomial_cdf,
     flag_free_riders,
+    flag_low_rated,
+    peer_ratings,
+    rating_record,
     reciprocal_share,
+    round_ratings,
     sender_usefulness,
 )
 
@@ -75,3 +81,114 @@ def test_the_share_is_usefulness_over_the_median_sender_at_most_one():
     assert torch.allclose(share[0], torch.tensor([1.0, 1.0, 0.5, 0.0, 1.0], dtype=torch.float64), atol=1e-15)
     assert torch.equal(share[1], torch.ones(5, dtype=torch.float64))
     assert torch.equal(share[2], torch.ones(5, dtype=torch.float64))
+
+
+# ------------------------------------------------------------------ the ranks signal
+def _receives(A: int, batch: int = 1) -> torch.Tensor:
+    return (~torch.eye(A, dtype=torch.bool)).expand(batch, A, A).clone()
+
+
+def test_ratings_are_each_receiver_s_ranks_with_ties_sharing_and_unreceived_nan():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 4, (3, 6, 6), generator=g).double()  # many ties
+    receives = _receives(6, 3) & (torch.rand(3, 6, 6, generator=g) < 0.8)
+    q = peer_ratings(scores, receives)
+    for b in range(3):
+        for a in range(6):
+            peers = receives[b, a].nonzero().flatten().tolist()
+            for j in range(6):
+                if j not in peers:
+                    assert math.isnan(q[b, a, j])
+                    continue
+                lower = sum(scores[b, a, k] < scores[b, a, j] for k in peers)
+                tied = sum(scores[b, a, k] == scores[b, a, j] for k in peers) - 1
+                expected = (lower + tied / 2) / (len(peers) - 1) if len(peers) > 1 else 0.5
+                assert q[b, a, j].item() == expected
+
+
+def test_whatever_a_receiver_reports_its_ratings_average_one_half():
+    # a receiver's report only orders its peers: it can move reputation between them, not lower them all
+    g = torch.Generator().manual_seed(1)
+    for scores in (
+        torch.randn(4, 7, 7, generator=g),
+        torch.full((4, 7, 7), -1e9),
+        torch.randn(4, 7, 7, generator=g) * 1e6,
+    ):
+        q = peer_ratings(scores, _receives(7, 4))
+        torch.testing.assert_close(q.nansum(-1) / 6, torch.full((4, 7), 0.5, dtype=torch.float64), rtol=0, atol=1e-15)
+
+
+def test_a_round_s_rating_is_the_mean_over_the_sender_s_receivers_only():
+    q = torch.tensor([[[math.nan, 1.0, 0.0], [0.5, math.nan, 0.5], [1.0, 0.0, math.nan]]], dtype=torch.float64)
+    receives = _receives(3)
+    receives[0, 2, 0] = False  # agent 2 did not receive agent 0
+    mean, count = round_ratings(q, receives)
+    assert torch.equal(count, torch.tensor([[1.0, 2.0, 2.0]], dtype=torch.float64))
+    assert torch.equal(mean, torch.tensor([[0.5, 0.5, 0.25]], dtype=torch.float64))
+    mean, count = round_ratings(q, torch.zeros(1, 3, 3, dtype=torch.bool))
+    assert mean.isnan().all() and (count == 0).all()
+
+
+def test_the_record_s_test_is_the_weighted_mean_s_upper_bound():
+    g = torch.Generator().manual_seed(2)
+    T, B = 8, 5
+    r = torch.rand(T, B, generator=g, dtype=torch.float64) * 0.6
+    w = torch.rand(T, B, generator=g, dtype=torch.float64) * 5 + 0.5
+    m = torch.randint(3, 9, (T, B), generator=g).double()
+    record = sum(rating_record(r[t], m[t], w[t]) for t in range(T))
+    flags, upper = flag_low_rated(record, threshold=0.4, z=2.0, min_rounds=3)
+    for b in range(B):
+        mean = (w[:, b] * r[:, b]).sum() / w[:, b].sum()
+        n = w[:, b].sum() ** 2 / (w[:, b] ** 2).sum()
+        var = ((w[:, b] * (r[:, b] - mean) ** 2).sum() / w[:, b].sum()) * n / (n - 1)
+        floor = 1 / (12 * (w[:, b] * m[:, b]).sum() / w[:, b].sum())
+        expected = mean + 2.0 * (max(var, floor) / n).sqrt()
+        torch.testing.assert_close(upper[b], expected, rtol=1e-12, atol=0)
+        assert bool(flags[b]) == bool(expected < 0.4)
+    # nothing rated: no bound, no flag; too few effective rounds: no flag however low
+    flags, upper = flag_low_rated(torch.zeros(5, 2, dtype=torch.float64))
+    assert upper.isnan().all() and not flags.any()
+    two = rating_record(torch.zeros(1), torch.full((1,), 9.0), torch.ones(1)) * 2
+    assert not flag_low_rated(two, min_rounds=3)[0].any() and flag_low_rated(two * 2, min_rounds=3)[0].all()
+    unrated = rating_record(torch.tensor([math.nan]), torch.zeros(1), torch.ones(1))
+    assert torch.equal(unrated, torch.zeros(5, 1, dtype=torch.float64))
+
+
+def _scored_rounds(rounds: int, liars: list[int], target: int, colluders: list[int], rider: int, seed: int = 0):
+    """Ratings of 10 agents over ``rounds``: each receiver scores honest peers ~ N(1, 1) and the free-rider
+    ``rider`` ~ N(-1, 1); ``liars`` score ``target`` lowest of all, ``colluders`` score ``rider`` highest."""
+    A = 10
+    g = torch.Generator().manual_seed(seed)
+    receives = _receives(A)
+    record = torch.zeros(5, A, dtype=torch.float64)
+    for _ in range(rounds):
+        scores = torch.randn(1, A, A, generator=g, dtype=torch.float64) + 1
+        scores[..., rider] -= 2
+        scores[0, liars, target] = -1e9
+        scores[0, colluders, rider] = 1e9
+        mean, count = round_ratings(peer_ratings(scores, receives), receives)
+        record += rating_record(mean[0], count[0], torch.ones(A))
+    return record
+
+
+def test_free_riders_are_flagged_and_honest_senders_are_not():
+    flags, upper = flag_low_rated(_scored_rounds(20, [], 5, [], rider=0))
+    assert flags[0] and not flags[1:].any()
+    assert upper[1:].min() > RATING_THRESHOLD
+
+
+def test_receivers_that_rank_an_honest_sender_last_lower_it_at_most_in_proportion_and_do_not_get_it_flagged():
+    # two of the target's nine receivers lie, every round: each can lower its round's mean by at most 1/9
+    # (by its honest rating / 9: on average the mean falls to (1 - 2/9) of the honest one)
+    honest = _scored_rounds(40, [], 5, [], rider=0)
+    lied = _scored_rounds(40, [1, 2], 5, [], rider=0)
+    mean_honest, mean_lied = honest[1, 5] / honest[0, 5], lied[1, 5] / lied[0, 5]
+    assert mean_honest - 2 / 9 - 1e-12 <= mean_lied < mean_honest
+    flags, upper = flag_low_rated(lied)
+    assert not flags[1:].any() and flags[0]
+    assert upper[5] > RATING_THRESHOLD
+
+
+def test_a_colluder_that_ranks_a_free_rider_first_does_not_save_it():
+    flags, _ = flag_low_rated(_scored_rounds(20, [], 5, [1], rider=0))
+    assert flags[0] and not flags[1:].any()

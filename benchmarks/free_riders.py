@@ -23,10 +23,12 @@ agents' final regret, with and without reciprocity (and their paired difference)
 rounds each group was excluded (reciprocity), and the peers the report flags (pooled over the
 federations, as ``accounting.json`` does).
 
-``--reciprocity improvements,scores`` adds a configuration per signal (``reciprocity_signal``):
+``--reciprocity improvements,scores,ranks`` adds a configuration per signal (``reciprocity_signal``):
 ``scores`` lets an agent follow a peer with probability ``min(1, u / median u)``, ``u`` how helpful its
 receivers score its messages on their own observations
-(:func:`~fbo_torch.protocol.reciprocity.reciprocal_share`). Besides the final regret, each gain is also
+(:func:`~fbo_torch.protocol.reciprocity.reciprocal_share`); ``ranks`` keeps the same scores as each
+receiver's ranks of its peers, accumulated over the rounds, and bars an agent rated low with confidence
+(:func:`~fbo_torch.protocol.reciprocity.flag_low_rated`). Besides the final regret, each gain is also
 given on the regret averaged over rounds ``1..T`` (``cumulative``), where federating's early help shows.
 
 Usage::

@@ -1,7 +1,7 @@
 r"""Copy a finished run's report into ``benchmarks/results/NAME/`` in committable size.
 
 Keeps the plots, the summary and ``results.json`` without the bulkiest raw
-records (per-agent curves of DP runs, queried points); per-run curves of FTS
+records (per-agent curves and broadcast flags of DP runs, queried points); per-run curves of FTS
 runs and per-repetition curves of DP runs stay.
 
     python benchmarks/collect_results.py runs/fts_synthetic fts_synthetic
@@ -25,12 +25,15 @@ def compact(results: dict) -> dict:
             for key in DROP:
                 m.pop(key, None)
             if "repetition_mean" in m:  # DP: agents x repetitions curves -> repetition curves
-                for key in ("runs", "agents", "repetitions"):  # the curves and the labels of their rows
+                # the curves, the labels of their rows, and which of those rows' queries came from the broadcast
+                # (its per-round share, fraction_queries_from_server, stays)
+                for key in ("runs", "agents", "repetitions", "used_server"):
                     m.pop(key, None)
             if not (m.get("evaluation_failures") or {}).get("failed", 1):  # none failed: a flag per run and
                 m.pop("failed", None)  # iteration says nothing evaluation_failures does not
     out["note"] = (
-        f"compacted by benchmarks/collect_results.py (dropped: {', '.join(DROP)}, per-agent curves of DP runs, "
+        f"compacted by benchmarks/collect_results.py (dropped: {', '.join(DROP)}, "
+        "per-agent curves and broadcast flags of DP runs, "
         "the per-evaluation failure flags of methods with no failed evaluation)"
     )
     return out

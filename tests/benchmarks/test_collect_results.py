@@ -26,3 +26,17 @@ def test_compaction_drops_the_bulk_and_keeps_what_a_failure_says():
     assert failing["failed"] == [[False, True]]  # a failure keeps its flags
     assert "failure flags" in out["note"]
     assert "failed" in results["scenarios"][0]["methods"][0]  # the input is not changed
+
+
+def test_a_dp_record_keeps_its_averaged_curves_and_the_broadcast_share_only():
+    m = {
+        "name": "FTS-DE",
+        "repetition_mean": [0.5, 0.4],
+        "runs": [[0.5, 0.4]],
+        "agents": [0],
+        "repetitions": [0],
+        "used_server": [[True]],
+        "fraction_queries_from_server": [1.0],
+    }
+    out = collect_results.compact({"scenarios": [{"methods": [m]}]})["scenarios"][0]["methods"][0]
+    assert set(out) == {"name", "repetition_mean", "fraction_queries_from_server"}

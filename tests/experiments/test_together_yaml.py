@@ -36,9 +36,10 @@ def test_a_together_run_records_every_agent_of_the_federation(tmp_path):
         assert all(b <= a + 1e-12 for run in m["runs"] for a, b in zip(run, run[1:], strict=False))  # regret
 
 
-def test_fairness_and_reciprocity_on_scores_run_from_yaml(tmp_path):
+@pytest.mark.parametrize("signal", ["scores", "ranks"])
+def test_fairness_and_reciprocity_on_scores_or_ranks_run_from_yaml(tmp_path, signal):
     cfg = tmp_path / "cfg.yaml"
-    fair = "{name: fair, algorithm: fts, fairness: 1.0, reciprocity: true, reciprocity_signal: scores}"
+    fair = f"{{name: fair, algorithm: fts, fairness: 1.0, reciprocity: true, reciprocity_signal: {signal}}}"
     cfg.write_text(TOGETHER.replace("{name: peer prior learned, algorithm: peer_prior, agent_weights: learned}", fair))
     out = tmp_path / "out"
     assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--quiet"]) == 0

@@ -99,14 +99,32 @@ def _per_run(m: dict, ref: dict, prefix: bool) -> dict:
     return row
 
 
+def mean_as_recorded(runs: list, length: int) -> list[float]:
+    """The mean over ``runs`` (rows of curves) of a shorter run, computed as the recorded run computed its own:
+    one ``R x length`` float64 tensor averaged over its rows (the columns past the shorter curves are zeros,
+    which do not enter the others' sums). A mean over a tensor of another width may sum in another order,
+    which differs in the last bits."""
+    import torch
+
+    curves = torch.tensor(runs, dtype=torch.float64)
+    padded = torch.zeros(curves.shape[0], length, dtype=torch.float64)
+    padded[:, : curves.shape[1]] = curves
+    return padded.mean(0)[: curves.shape[1]].tolist()
+
+
 def _aggregate(m: dict, ref: dict, prefix: bool) -> dict:
-    """A DP-FTS-DE method compared on its curve averaged over the repetitions (both ran the same ones)."""
+    """A DP-FTS-DE method compared on its curve averaged over the repetitions (both ran the same ones): with
+    ``prefix`` and the shorter run's rows at hand, that average is taken as the recorded run took its own
+    (:func:`mean_as_recorded`)."""
     same = m.get("num_repetitions") == ref.get("num_repetitions") and "loss_mean" in m and "loss_mean" in ref
     row: dict = {"pairing": "aggregate", "runs": 0, "same_sources": None, "max_abs_difference": math.inf}
     if not same:
         return row
     row["runs"] = m["num_repetitions"]
-    pair = _paired_curves(m["loss_mean"], ref["loss_mean"], prefix)
+    mean = m["loss_mean"]
+    if prefix and m.get("runs") and len(ref["loss_mean"]) > len(mean):
+        mean = mean_as_recorded(m["runs"], len(ref["loss_mean"]))
+    pair = _paired_curves(mean, ref["loss_mean"], prefix)
     row["max_abs_difference"] = _max_difference([pair])
     row["first_difference"] = first_difference([pair])
     if "fraction_queries_from_server" in m and "fraction_queries_from_server" in ref:

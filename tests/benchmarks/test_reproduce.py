@@ -170,3 +170,12 @@ def test_a_compacted_dp_record_reruns_every_repetition_and_compares_their_averag
         m.pop("runs")
     outcome = _recheck(monkeypatch, folder, compact(rerun), inits=None)
     assert [r["identical"] for r in outcome["rows"]] == [True, False]
+
+
+def test_a_shorter_dp_run_is_averaged_as_the_recorded_run_averaged_its_own() -> None:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    full = torch.rand(290, 61, generator=g, dtype=torch.float64)  # 29 agents x 10 repetitions, 60 iterations
+    for k in (1, 3, 31):
+        assert compare_runs.mean_as_recorded(full[:, :k].tolist(), 61) == full.mean(0)[:k].tolist()

@@ -101,15 +101,18 @@ def _per_run(m: dict, ref: dict, prefix: bool) -> dict:
 
 def mean_as_recorded(runs: list, length: int) -> list[float]:
     """The mean over ``runs`` (rows of curves) of a shorter run, computed as the recorded run computed its own:
-    one ``R x length`` float64 tensor averaged over its rows (the columns past the shorter curves are zeros,
-    which do not enter the others' sums). A mean over a tensor of another width may sum in another order,
-    which differs in the last bits."""
+    :func:`~fbo_torch.experiments.report.mean_stderr` of one ``R x length`` tensor (the columns past the shorter
+    curves are zeros, which do not enter the others' sums). A mean over a tensor of another width may sum in
+    another order, which differs in the last bits."""
     import torch
+
+    from fbo_torch.experiments.report import mean_stderr
 
     curves = torch.tensor(runs, dtype=torch.float64)
     padded = torch.zeros(curves.shape[0], length, dtype=torch.float64)
     padded[:, : curves.shape[1]] = curves
-    return padded.mean(0)[: curves.shape[1]].tolist()
+    mean, _ = mean_stderr(padded)
+    return mean[: curves.shape[1]]
 
 
 def _aggregate(m: dict, ref: dict, prefix: bool) -> dict:

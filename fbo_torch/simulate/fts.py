@@ -415,27 +415,30 @@ class FTSRunner(Runner[FTSResult]):
         r"""``R`` booleans: the run's agent is flagged as a free-rider in its federation (the agents of
         its initialization) by :func:`~fbo_torch.protocol.reciprocity.flag_free_riders` on the follow
         and improvement counts so far, every federation at once."""
+        flags, _, _ = flag_free_riders(self._by_federation(self.sent_follows), self._by_federation(self.sent_wins))
+        return self._by_run(flags)
+
+    def _by_federation(self, per_run: Tensor) -> Tensor:
+        r"""``R x ...`` per run as ``inits x A x ...``: federation ``i`` holds the runs of initialization ``i``,
+        one per agent (runs are target-major: agent ``a``, initialization ``i`` at ``a·inits + i``)."""
         A, inits = self.objective.num_agents, self.num_inits
-        # runs are target-major (agent a, initialization i at a·inits + i): federation i is column i
-        follows = self.sent_follows.view(A, inits).T
-        wins = self.sent_wins.view(A, inits).T
-        flags, _, _ = flag_free_riders(follows, wins)
-        return flags.T.reshape(-1)
+        return per_run.view(A, inits, *per_run.shape[1:]).transpose(0, 1)
+
+    def _by_run(self, per_federation: Tensor) -> Tensor:
+        r"""``inits x A x ...`` per federation and agent back as ``R x ...`` per run (:meth:`_by_federation`)."""
+        return per_federation.transpose(0, 1).reshape(-1, *per_federation.shape[2:])
 
     def _share_coin(self, t: int) -> Tensor:
         r"""``R`` booleans for ``reciprocity_signal: scores``: the run's agent may follow a peer this round,
         with probability its :func:`~fbo_torch.protocol.reciprocity.reciprocal_share` in its federation: its
         latest message's mean helpful posterior as its receivers score it on their observations
         (:func:`~fbo_torch.protocol.fidelity.helpful_posterior`), relative to the federation's median sender."""
-        A, inits = self.objective.num_agents, self.num_inits
         assert isinstance(self.method, DrawMethod)  # reciprocity needs a method whose agents follow peers' draws
         scores, _ = self.method.peer_scores()  # R x A: receiver run, sender agent
         helpful = helpful_posterior(scores, self.agents.mask.sum(-1))
-        # runs are target-major: [receiver agent a, federation i, sender j] -> [i, a, j]
-        per_federation = helpful.view(A, inits, A).transpose(0, 1)
-        receives = self.peer_mask.view(A, inits, A).transpose(0, 1)
-        share = reciprocal_share(sender_usefulness(per_federation, receives))  # inits x A
-        mine = share.T.reshape(-1)  # run (a, i) -> share[i, a]
+        receives = self._by_federation(self.peer_mask)  # inits x A x A: [federation, receiver, sender]
+        share = reciprocal_share(sender_usefulness(self._by_federation(helpful), receives))  # inits x A
+        mine = self._by_run(share)
         u = kr.uniform(kr.fold(kr.fold(self.agents.keys, "reciprocity"), t), 1).squeeze(-1)
         return u < mine
 
@@ -444,28 +447,23 @@ class FTSRunner(Runner[FTSResult]):
         message by its receivers (their scores as ranks among the peers each received,
         :func:`~fbo_torch.protocol.reciprocity.peer_ratings`) added to its record, then
         :func:`~fbo_torch.protocol.reciprocity.flag_low_rated` on the record: rated low with confidence."""
-        A, inits = self.objective.num_agents, self.num_inits
         assert isinstance(self.method, DrawMethod)  # reciprocity needs a method whose agents follow peers' draws
         scores, _ = self.method.peer_scores()  # R x A: receiver run, sender agent
-        # runs are target-major: [receiver agent a, federation i, sender j] -> [i, a, j]
-        per_federation = scores.view(A, inits, A).transpose(0, 1)
-        receives = self.peer_mask.view(A, inits, A).transpose(0, 1)
-        mean, count = round_ratings(peer_ratings(per_federation, receives), receives)  # inits x A
+        receives = self._by_federation(self.peer_mask)  # inits x A x A: [federation, receiver, sender]
+        mean, count = round_ratings(peer_ratings(self._by_federation(scores), receives), receives)  # inits x A
         # each round weighs its receivers' mean number of observations minus one
-        pairs = (self.agents.mask.sum(-1).to(torch.float64) - 1).clamp_min(1).view(A, inits).T  # inits x A receivers
+        pairs = self._by_federation((self.agents.mask.sum(-1).to(torch.float64) - 1).clamp_min(1))  # receivers
         weight = (receives.to(torch.float64) * pairs.unsqueeze(-1)).sum(-2) / count.clamp_min(1)  # inits x A senders
-        flat = [v.T.reshape(-1) for v in (mean, count, weight)]  # run (a, i) -> [i, a]
-        self.ratings += rating_record(*flat)
+        self.ratings += rating_record(*(self._by_run(v) for v in (mean, count, weight)))
         flags, _ = flag_low_rated(self.ratings)
         return flags
 
     def _rank_incumbents(self) -> None:
         """``behind`` (``R``) and ``peer_behind`` (``R x A``): each agent's rank among its federation's
         incumbents (its best valid observation so far), for ``fairness``."""
-        A, inits = self.objective.num_agents, self.num_inits
         best = torch.where(self.agents.mask, self.Y.squeeze(-1), -torch.inf).amax(-1)
-        ranks = behind_ranks(best.view(A, inits).T)  # inits x A
-        self.behind = ranks.T.reshape(-1)
+        ranks = behind_ranks(self._by_federation(best))  # inits x A
+        self.behind = self._by_run(ranks)
         self.peer_behind = ranks[self.inits]  # R x A: the ranks of run r's federation
         self.behind_history = torch.cat([self.behind_history, self.behind.unsqueeze(-1)], dim=1)
 

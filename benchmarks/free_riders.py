@@ -30,6 +30,8 @@ receivers score its messages on their own observations
 receiver's ranks of its peers, accumulated over the rounds, and bars an agent rated low with confidence
 (:func:`~fbo_torch.protocol.reciprocity.flag_low_rated`). Besides the final regret, each gain is also
 given on the regret averaged over rounds ``1..T`` (``cumulative``), where federating's early help shows.
+``--report collude`` makes the free-riders lie in what they report to reciprocity (``free_riders.report``:
+their fellow riders the most useful peers, every honest agent the least).
 
 Usage::
 
@@ -127,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--reciprocity", default="improvements", help="reciprocity_signal values, one configuration each (comma list)"
     )
+    ap.add_argument(
+        "--report",
+        default="honest",
+        choices=("honest", "collude"),
+        help="what the free-riders report about their peers to reciprocity (free_riders.report)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     N, k, F, T = args.agents, args.riders, args.federations, args.rounds
@@ -151,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "setting": {
             **setting_record(N, F, T, args.p_t, args.num_init),
             "free_riders": list(range(k)),
+            "free_riders_report": args.report,
             "algorithm": args.algorithm,
         },
         "local": {
@@ -167,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, recip, signal in configurations(args.reciprocity.split(","), base):
             s = FTSSettings(
                 algorithm=args.algorithm,
-                free_riders={"agents": list(range(k)), "kind": kind},
+                free_riders={"agents": list(range(k)), "kind": kind, "report": args.report},
                 reciprocity=recip,
                 reciprocity_signal=signal,
                 **common,

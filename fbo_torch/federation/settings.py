@@ -348,9 +348,10 @@ class FTSSettings(MethodSettings):
     )
     free_riders: dict[str, Any] | None = setting(
         None,
-        "Free-riders for incentive studies, ``{agents: [...], kind: constant|noise|stale|copied}``: these "
-        "agents send that in place of their draw (:mod:`~fbo_torch.federation.free_riders`; methods whose "
-        "peers send draws).",
+        "Free-riders for incentive studies, ``{agents: [...], kind: constant|noise|stale|copied, report: "
+        "honest|collude}``: these agents send that in place of their draw, and with ``report: collude`` tell "
+        "reciprocity that their fellow riders are the most useful peers and the honest agents the least "
+        "(:mod:`~fbo_torch.federation.free_riders`; methods whose peers send draws).",
         Rule(lambda key, value: FreeRiders.from_config(value, key), {"agents": [], "kind": "noise"}),
     )
 

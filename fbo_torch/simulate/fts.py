@@ -433,8 +433,7 @@ class FTSRunner(Runner[FTSResult]):
         with probability its :func:`~fbo_torch.protocol.reciprocity.reciprocal_share` in its federation: its
         latest message's mean helpful posterior as its receivers score it on their observations
         (:func:`~fbo_torch.protocol.fidelity.helpful_posterior`), relative to the federation's median sender."""
-        assert isinstance(self.method, DrawMethod)  # reciprocity needs a method whose agents follow peers' draws
-        scores, _ = self.method.peer_scores()  # R x A: receiver run, sender agent
+        scores = self._reported_scores()  # R x A: receiver run, sender agent
         helpful = helpful_posterior(scores, self.agents.mask.sum(-1))
         receives = self._by_federation(self.peer_mask)  # inits x A x A: [federation, receiver, sender]
         share = reciprocal_share(sender_usefulness(self._by_federation(helpful), receives))  # inits x A
@@ -447,8 +446,7 @@ class FTSRunner(Runner[FTSResult]):
         message by its receivers (their scores as ranks among the peers each received,
         :func:`~fbo_torch.protocol.reciprocity.peer_ratings`) added to its record, then
         :func:`~fbo_torch.protocol.reciprocity.flag_low_rated` on the record: rated low with confidence."""
-        assert isinstance(self.method, DrawMethod)  # reciprocity needs a method whose agents follow peers' draws
-        scores, _ = self.method.peer_scores()  # R x A: receiver run, sender agent
+        scores = self._reported_scores()  # R x A: receiver run, sender agent
         receives = self._by_federation(self.peer_mask)  # inits x A x A: [federation, receiver, sender]
         mean, count = round_ratings(peer_ratings(self._by_federation(scores), receives), receives)  # inits x A
         # each round weighs its receivers' mean number of observations minus one
@@ -457,6 +455,16 @@ class FTSRunner(Runner[FTSResult]):
         self.ratings += rating_record(*(self._by_run(v) for v in (mean, count, weight)))
         flags, _ = flag_low_rated(self.ratings)
         return flags
+
+    def _reported_scores(self) -> Tensor:
+        r"""``R x A``: what each run's agent reports to reciprocity about every sender's latest message — its
+        fidelity scores on its own observations (:meth:`~fbo_torch.methods.draws.DrawMethod.peer_scores`), a
+        colluding free-rider's replaced (:meth:`~fbo_torch.federation.free_riders.FreeRiders.reported`)."""
+        assert isinstance(self.method, DrawMethod)  # reciprocity needs a method whose agents follow peers' draws
+        scores, _ = self.method.peer_scores()  # R x A: receiver run, sender agent
+        if self.free_riders is None:
+            return scores
+        return self.free_riders.reported(scores, self.rider[self.targets], self.rider)
 
     def _rank_incumbents(self) -> None:
         """``behind`` (``R``) and ``peer_behind`` (``R x A``): each agent's rank among its federation's

@@ -48,6 +48,8 @@ def _runner(agents: int, inits: int, grid: int = 200, **kw) -> FTSRunner:
         ({"agents": [-1], "kind": "noise"}, "`free_riders.agents`"),
         ({"agents": [True], "kind": "noise"}, "`free_riders.agents`"),
         ({"agents": [0], "kind": "silent"}, "`free_riders.kind`"),
+        ({"agents": [0], "kind": "noise", "report": "lie"}, "`free_riders.report`"),
+        ({"agents": [0], "kind": "noise", "reports": "collude"}, "`free_riders` must be a mapping"),
     ],
 )
 def test_a_bad_free_riders_setting_is_refused_naming_the_key(value, key):
@@ -286,3 +288,62 @@ def test_a_resumed_run_under_the_ranks_signal_is_the_uninterrupted_one():
     resumed.run()
     assert torch.equal(resumed.ratings, whole.ratings) and torch.any(whole.ratings != 0)
     assert torch.equal(resumed.sources, whole.sources) and torch.equal(resumed.excluded, whole.excluded)
+
+
+# ------------------------------------------------------- strategic reports: colluding free-riders
+def test_colluding_free_riders_report_each_other_first_and_honest_agents_last():
+    riders = FreeRiders((0, 2), "noise", "collude")
+    sender = riders.mask(4)
+    scores = torch.tensor([[0.0, 3.0, 1.0, -2.0], [5.0, 0.0, -1.0, 2.0], [0.5, 0.2, 0.0, 0.1]], dtype=torch.float64)
+    receiver = torch.tensor([True, False, True])
+    got = riders.reported(scores, receiver, sender)
+    assert torch.equal(got[1], scores[1])  # an honest receiver reports what it scored
+    for row in (0, 2):  # a rider: fellow riders above every honest agent
+        assert got[row, sender].min() > got[row, ~sender].max()
+    # with the observations to judge, as helpful posteriors: 1 for the riders, 0 for the honest agents
+    helpful = helpful_posterior(got, torch.tensor([20, 20, 20]))
+    assert torch.equal(helpful[0, [0, 2]], torch.ones(2, dtype=torch.float64))
+    assert torch.equal(helpful[0, [1, 3]], torch.zeros(2, dtype=torch.float64))
+    # without any (fewer than two observations) every report is 1/2, a rider's too: no NaN
+    assert torch.equal(helpful_posterior(got, torch.tensor([1, 1, 1])), torch.full((3, 4), 0.5, dtype=torch.float64))
+    assert torch.equal(FreeRiders((0, 2), "noise").reported(scores, receiver, sender), scores)
+
+
+@pytest.mark.parametrize("signal", ["ranks", "scores"])
+def test_colluding_reports_replace_only_the_riders_rows(signal):
+    r = _runner(
+        4,
+        2,
+        reciprocity=True,
+        reciprocity_signal=signal,
+        free_riders={"agents": [0, 1], "kind": "noise", "report": "collude"},
+    )
+    r.step()
+    r.step()
+    truth, _ = r.method.peer_scores()
+    reported = r._reported_scores()
+    rider_run = r.rider[r.targets]  # runs target-major: agents 0 and 1 are the riders
+    assert rider_run.any() and (~rider_run).any()
+    assert torch.equal(reported[~rider_run], truth[~rider_run])
+    assert (reported[rider_run][:, :2] > 0).all() and (reported[rider_run][:, 2:] < 0).all()
+
+
+def test_colluding_reports_move_ratings_from_the_honest_agents_to_the_riders():
+    A, inits = 4, 2
+    r = _runner(A, inits, reciprocity=True, reciprocity_signal="ranks", free_riders={"agents": [0, 1], "kind": "noise"})
+    r.step()
+    r.step()
+    before = r.ratings.clone()
+    r._rated_low()
+    truthful = r.ratings - before
+    r.ratings = before.clone()
+    r.free_riders = FreeRiders((0, 1), "noise", "collude")  # the same state, the riders now lie
+    r._rated_low()
+    lying = r.ratings - before
+    assert torch.equal(lying[0], truthful[0])  # the rounds' weights: observations, not reports
+    up = lying[1] - truthful[1]  # the weighted ratings w·r, per run
+    rider_run = r.rider[r.targets]
+    assert (up[rider_run] > 0).all()  # each rider now ranked first by its fellow rider
+    for i in range(inits):  # what the riders gain the honest agents lose, federation by federation
+        runs = torch.arange(A) * inits + i
+        torch.testing.assert_close(up[runs].sum(), torch.zeros((), dtype=torch.float64), rtol=0, atol=1e-12)

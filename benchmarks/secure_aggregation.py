@@ -27,11 +27,16 @@ seconds; Flower's messages serialized for the bytes), with every pair (SecAgg) a
 ``examples/flower_app/run_demo.sh`` (a SuperLink and N SuperNodes with TLS and
 node authentication) as far as ``--loopback`` lists.
 
+``plot`` — seconds per round and bytes per node per round against N from any ``overhead`` JSON
+files: the loopback runs (SecAgg+'s part of each secure round; a whole central round; a run that did
+not finish marked at its N) and the in-process cryptography (CPU seconds, every pair and the ring).
+
 Usage::
 
     nice -n 10 python benchmarks/secure_aggregation.py utility --reps 20      # ~30-40 min on 2 cores
     python benchmarks/secure_aggregation.py overhead --loopback 4 8 16
     python benchmarks/secure_aggregation.py utility --quick                    # seconds
+    python benchmarks/secure_aggregation.py plot OUT.png benchmarks/results/secure_aggregation/overhead*.json
 """
 
 from __future__ import annotations
@@ -505,9 +510,86 @@ def overhead(args) -> dict:
     return data
 
 
+def scaling_points(files: list[Path]) -> dict[str, list[tuple[int, float, float]]]:
+    r"""``series -> [(N, seconds per round, bytes per node per round)]`` from ``overhead`` JSON files.
+
+    Series: ``secagg_loopback`` (SecAgg+'s part of each finished secure round on 127.0.0.1, bytes the
+    ServerApp sent and received for it over N), ``central_loopback`` (a finished central run's wall time
+    from its SuperLink's start to its end over its rounds; no byte count), ``failed_loopback`` (runs that did
+    not finish: their wall time, NaN bytes), and ``in_process_all`` / ``in_process_ring`` (the cryptography
+    of every node and the server in CPU seconds, with every pair or with ``2⌈log₂ N⌉ + 1`` neighbours).
+    """
+    out: dict[str, list[tuple[int, float, float]]] = {
+        k: [] for k in ("secagg_loopback", "central_loopback", "failed_loopback", "in_process_all", "in_process_ring")
+    }
+    for path in files:
+        data = json.loads(Path(path).read_text())
+        for row in data.get("loopback", []):
+            N = int(row["N"])
+            if row.get("returncode"):
+                out["failed_loopback"].append((N, float(row["wall_s"]), math.nan))
+            elif row["secagg"]:
+                for r in row.get("rounds_log") or []:
+                    sa = r.get("secagg") or {}
+                    if "seconds" in sa:
+                        per_node = (sa["bytes_sent"] + sa["bytes_received"]) / N
+                        out["secagg_loopback"].append((N, float(sa["seconds"]), per_node))
+            else:
+                phases = row.get("phases") or {}
+                start, end = phases.get("superlink-up"), phases.get("run-done")
+                if start is not None and end is not None:
+                    out["central_loopback"].append((N, (end - start) / int(row["rounds"]), math.nan))
+        for row in data.get("in_process", []):
+            N = int(row["N"])
+            series = "in_process_all" if int(row["num_shares"]) >= N else "in_process_ring"
+            per_node = (row["bytes_sent"] + row["bytes_received"]) / N
+            out[series].append((N, float(row["server_s"] + row["nodes_s_total"]), per_node))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def plot_scaling(points: dict[str, list[tuple[int, float, float]]], path: Path) -> None:
+    """Two panels against N: seconds per round, bytes per node per round (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = {
+        "secagg_loopback": ("SecAgg+ part of a secure round, 127.0.0.1 (wall s)", "o-", "tab:red"),
+        "central_loopback": ("a central run over its rounds, start-up included, 127.0.0.1 (wall s)", "s-", "tab:blue"),
+        "failed_loopback": ("did not finish (wall s until it stopped)", "x", "black"),
+        "in_process_all": ("cryptography, every pair (CPU s)", "^--", "tab:green"),
+        "in_process_ring": ("cryptography, ring of 2⌈log₂N⌉+1 (CPU s)", "v--", "tab:olive"),
+    }
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for key, (label, fmt, color) in styles.items():
+        pts = points.get(key) or []
+        if not pts:
+            continue
+        N = [p[0] for p in pts]
+        a.plot(N, [p[1] for p in pts], fmt, color=color, label=label, ms=6)
+        if key not in ("central_loopback", "failed_loopback"):
+            b.plot(N, [p[2] for p in pts], fmt, color=color, label=label, ms=6)
+    for ax, title in ((a, "seconds per round"), (b, "bytes per node per round (sent + received)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("N (nodes)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    a.legend(fontsize=7)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="study", required=True)
+    pl = sub.add_parser("plot", help="seconds and bytes per node per round against N, from overhead JSON files")
+    pl.add_argument("png", type=Path)
+    pl.add_argument("files", type=Path, nargs="+")
     u = sub.add_parser("utility", help="central vs secure at matched ε")
     u.add_argument("--reps", type=int, default=20)
     u.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=list(OBJECTIVES))
@@ -521,6 +603,11 @@ def main() -> None:
         q.add_argument("--out", default=str(OUT))
         q.add_argument("--resume", action="store_true", help="keep the arms / cells already in the JSON")
     args = p.parse_args()
+    if args.study == "plot":
+        points = scaling_points(args.files)
+        plot_scaling(points, args.png)
+        print(json.dumps(points, indent=1))
+        return
     utility(args) if args.study == "utility" else overhead(args)
 
 

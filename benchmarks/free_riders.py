@@ -30,8 +30,9 @@ receivers score its messages on their own observations
 receiver's ranks of its peers, accumulated over the rounds, and bars an agent rated low with confidence
 (:func:`~fbo_torch.protocol.reciprocity.flag_low_rated`). Besides the final regret, each gain is also
 given on the regret averaged over rounds ``1..T`` (``cumulative``), where federating's early help shows.
-``--report collude`` makes the free-riders lie in what they report to reciprocity (``free_riders.report``:
-their fellow riders the most useful peers, every honest agent the least).
+``--reciprocity ranks+replays`` also bars an agent whose message repeats its previous one bit for bit
+(``reciprocity_replays``). ``--report collude`` makes the free-riders lie in what they report to
+reciprocity (``free_riders.report``: their fellow riders the most useful peers, every honest agent the least).
 
 Usage::
 
@@ -173,12 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         block: dict[str, Any] = {}
         # per configuration, each group's per-federation regret: final and round-averaged
         regrets: dict[str, dict[str, dict[str, torch.Tensor]]] = {}
-        for label, recip, signal in configurations(args.reciprocity.split(","), base):
+        for label, recip, signal, replays in configurations(args.reciprocity.split(","), base):
             s = FTSSettings(
                 algorithm=args.algorithm,
                 free_riders={"agents": list(range(k)), "kind": kind, "report": args.report},
                 reciprocity=recip,
                 reciprocity_signal=signal,
+                reciprocity_replays=replays,
                 **common,
                 **MAP,
             )
@@ -243,12 +245,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def configurations(signals: list[str], base: str = "FTS") -> list[tuple[str, bool, str]]:
-    """``(label, reciprocity, reciprocity_signal)`` of the plain method (labelled ``base``) and one reciprocity
-    configuration per signal (``improvements`` keeps the label ``<base> + reciprocity``)."""
-    out = [(base, False, "improvements")]
-    for signal in signals:
-        out.append((f"{base} + reciprocity" + ("" if signal == "improvements" else f" ({signal})"), True, signal))
+def configurations(signals: list[str], base: str = "FTS") -> list[tuple[str, bool, str, bool]]:
+    """``(label, reciprocity, reciprocity_signal, reciprocity_replays)`` of the plain method (labelled ``base``)
+    and one reciprocity configuration per signal (``improvements`` keeps the label ``<base> + reciprocity``;
+    ``SIGNAL+replays`` also bars agents that replay their message, ``reciprocity_replays: true``)."""
+    out = [(base, False, "improvements", False)]
+    for entry in signals:
+        signal, _, extra = entry.partition("+")
+        if extra not in ("", "replays"):
+            raise SystemExit(f"--reciprocity: {entry!r}; expected SIGNAL or SIGNAL+replays")
+        replays = extra == "replays"
+        if signal == "improvements" and not replays:
+            label = f"{base} + reciprocity"
+        else:
+            label = f"{base} + reciprocity ({signal}{', replays' if replays else ''})"
+        out.append((label, True, signal, replays))
     return out
 
 

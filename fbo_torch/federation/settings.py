@@ -339,6 +339,13 @@ class FTSSettings(MethodSettings):
         ":func:`~fbo_torch.protocol.reciprocity.flag_low_rated`).",
         Choice(RECIPROCITY_SIGNALS),
     )
+    reciprocity_replays: bool = setting(
+        False,
+        "With ``reciprocity: true`` and every-round messages, an agent whose latest message repeats its previous "
+        "one bit for bit follows no peer that round, whatever the signal says: an honest agent's posterior draw "
+        "is fresh every round, so a replay (a ``stale`` or ``constant`` free-rider) is proof, not evidence.",
+        Flag(),
+    )
     fairness: float = setting(
         0.0,
         "``λ ≥ 0``: agents whose incumbents rank behind their federation's follow peers more, leaders less, and "

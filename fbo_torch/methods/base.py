@@ -118,6 +118,13 @@ class Method:
                 f"`reciprocity` decides whether an agent may follow a peer's message; algorithm {cls.name!r}'s "
                 "agents follow none (it works with `algorithm: fts` and `transfer`)."
             )
+        if (
+            getattr(settings, "reciprocity_replays", False) is True
+            and getattr(settings, "reciprocity", False) is not True
+        ):
+            raise ValueError(
+                "`reciprocity_replays` bars agents that replay their messages from following; set `reciprocity: true`."
+            )
         if getattr(settings, "fairness", 0.0) > 0 and not cls.fair_help:
             raise ValueError(f"`fairness` > 0 works with `algorithm: fts`; algorithm {cls.name!r} ignores it.")
 

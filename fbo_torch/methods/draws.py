@@ -48,6 +48,10 @@ class DrawMethod(Method):
     _reference: Tensor | None = None
     #: The round-0 draws (what ``free_riders`` of kind ``stale`` send every round).
     first: Tensor | None = None
+    #: ``R x M`` the draws the runs' own agents sent last (agents together), to tell a replay.
+    last_sent: Tensor | None = None
+    #: ``R`` booleans: the run's agent sent the same draw, bit for bit, in its last two rounds (agents together).
+    replayed: Tensor | None = None
 
     def receive(self, round: int) -> None:
         """Every peer's draw of round ``round`` for every run (:attr:`omegas`); free-riders'
@@ -62,6 +66,13 @@ class DrawMethod(Method):
                 assert self.first is not None
                 sent = self.as_sent(sent, self.first, kr.fold(r.agents.keys, round))
             self.omegas = sent[r.peer_runs]  # R x A x M
+            # a posterior draw is fresh every round: the same vector twice is a replay, not a contribution
+            self.replayed = (
+                torch.zeros(sent.shape[0], dtype=torch.bool, device=sent.device)
+                if self.last_sent is None
+                else (sent == self.last_sent).all(-1)
+            )
+            self.last_sent = sent
             self.sent(sent, round)
             return
         rff = r.others.rff
@@ -157,12 +168,19 @@ class DrawMethod(Method):
         return learn_peer_choice(r.dist, scores, r.agents.mask.sum(-1), p, s.agent_weights, s.peer_trust, copies)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"omegas": getattr(self, "omegas", None), "first": self.first}
+        return {
+            "omegas": getattr(self, "omegas", None),
+            "first": self.first,
+            "last_sent": self.last_sent,
+            "replayed": self.replayed,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.omegas = state["omegas"].to(self.runner.device)
-        first = state.get("first")
-        self.first = None if first is None else first.to(self.runner.device)
+        dev = self.runner.device
+        for name in ("first", "last_sent", "replayed"):
+            value = state.get(name)
+            setattr(self, name, None if value is None else value.to(dev))
 
 
 __all__ = ["DrawMethod"]

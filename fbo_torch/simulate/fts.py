@@ -334,6 +334,8 @@ class FTSRunner(Runner[FTSResult]):
         # reciprocity: per run, how often its agent's messages were followed in its federation and improved
         self.reciprocity = bool(getattr(settings, "reciprocity", False)) and self.together
         self.reciprocity_signal = str(getattr(settings, "reciprocity_signal", "improvements"))
+        replays = bool(getattr(settings, "reciprocity_replays", False))
+        self.reciprocity_replays = replays and self.reciprocity  # together: fresh messages every round
         # fairness: per run and round, its agent's rank among its federation's incumbents (0 best, 1 worst)
         self.fairness = float(getattr(settings, "fairness", 0.0)) if self.together else 0.0
         self.behind: Tensor | None = None
@@ -396,6 +398,9 @@ class FTSRunner(Runner[FTSResult]):
                 self.may_follow = self._share_coin(t)
             else:
                 self.may_follow = ~self._rated_low()
+            if self.reciprocity_replays:
+                assert isinstance(self.method, DrawMethod) and self.method.replayed is not None
+                self.may_follow = self.may_follow & ~self.method.replayed
             self.excluded = torch.cat([self.excluded, (~self.may_follow).unsqueeze(-1)], dim=1)
             before = torch.where(self.agents.mask, self.Y.squeeze(-1), -torch.inf).amax(-1)
         X_next, sources = self.method.step(t)

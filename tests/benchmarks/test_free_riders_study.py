@@ -23,3 +23,14 @@ def test_the_study_runs_with_colluding_free_riders_and_records_it(tmp_path):
     excluded = block["FTS + reciprocity (ranks)"]["first_excluded_round"]
     assert len(excluded) == 4 and all(len(row) == 2 for row in excluded)  # per agent and federation
     assert "--report collude" in data["command"]
+
+
+def test_the_study_bars_replaying_riders_with_the_replays_configuration(tmp_path):
+    out = tmp_path / "study.json"
+    args = ["--out", str(out), "--agents", "4", "--riders", "1", "--federations", "2", "--rounds", "4"]
+    args += ["--num-init", "3", "--kinds", "stale", "--reciprocity", "ranks+replays"]
+    assert free_riders.main(args) == 0
+    entry = json.loads(out.read_text())["kinds"]["stale"]["FTS + reciprocity (ranks, replays)"]
+    # the stale rider replays from its second message on: barred in rounds 2..4 of each federation
+    assert entry["share_of_rounds_excluded"]["free_riders"] == 0.75
+    assert entry["first_excluded_round"][0] == [2, 2]

@@ -347,3 +347,61 @@ def test_colluding_reports_move_ratings_from_the_honest_agents_to_the_riders():
     for i in range(inits):  # what the riders gain the honest agents lose, federation by federation
         runs = torch.arange(A) * inits + i
         torch.testing.assert_close(up[runs].sum(), torch.zeros((), dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------- replays: a message sent twice bit for bit
+def test_reciprocity_replays_needs_reciprocity_in_one_line():
+    with pytest.raises(ValueError, match=r"`reciprocity_replays`.*`reciprocity: true`") as info:
+        FTSSettings(algorithm="fts", reciprocity_replays=True)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["stale", "constant", "noise", "copied"])
+def test_only_riders_that_replay_are_barred_from_the_second_round_on(kind):
+    A, inits, T = 4, 2, 4
+    riders = {"agents": [0], "kind": kind}
+    kw = dict(num_iterations=T, reciprocity=True, reciprocity_signal="ranks", free_riders=riders)
+    r = _runner(A, inits, reciprocity_replays=True, **kw)
+    rider_run = r.rider[r.targets]
+    replays = kind in ("stale", "constant")  # the same vector every round; noise and copies are fresh draws
+    for _ in range(T):
+        r.step()
+        assert r.method.replayed is not None and not r.method.replayed[~rider_run].any()  # honest draws are fresh
+        assert bool(r.method.replayed[rider_run].all()) is replays
+    res = r.result()
+    assert res.excluded is not None
+    # a replay shows once two messages were received: from the second round on, whatever the ranks say
+    assert bool(res.excluded[rider_run][:, 1:].all()) is replays
+    if replays:
+        assert (res.sources[rider_run][:, 1:] == -1).all()  # barred: follows no peer
+    else:  # nothing replayed: the run is the one without the rule
+        assert torch.equal(res.excluded, _runner(A, inits, **kw).run().excluded)
+
+
+def test_replays_off_leave_the_run_as_it_was():
+    kw = dict(
+        num_iterations=3, reciprocity=True, reciprocity_signal="ranks", free_riders={"agents": [0], "kind": "stale"}
+    )
+    plain = _runner(4, 2, **kw).run()
+    off = _runner(4, 2, reciprocity_replays=False, **kw).run()
+    assert torch.equal(plain.sources, off.sources) and torch.equal(plain.loss, off.loss)
+
+
+def test_a_resumed_run_with_replays_barred_is_the_uninterrupted_one():
+    kw = dict(
+        num_iterations=4,
+        reciprocity=True,
+        reciprocity_signal="ranks",
+        reciprocity_replays=True,
+        free_riders={"agents": [1], "kind": "stale"},
+    )
+    whole = _runner(4, 2, **kw)
+    whole.run()
+    first = _runner(4, 2, **kw)
+    first.step()
+    first.step()
+    resumed = _runner(4, 2, **kw)
+    resumed.load_state_dict(first.state_dict())
+    resumed.run()
+    assert torch.equal(resumed.sources, whole.sources) and torch.equal(resumed.excluded, whole.excluded)
+    assert resumed.excluded[resumed.rider[resumed.targets]][:, 1:].all()

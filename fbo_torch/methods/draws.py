@@ -48,8 +48,6 @@ class DrawMethod(Method):
     _reference: Tensor | None = None
     #: The round-0 draws (what ``free_riders`` of kind ``stale`` send every round).
     first: Tensor | None = None
-    #: ``R x M`` the draws the runs' own agents sent last (agents together), to tell a replay.
-    last_sent: Tensor | None = None
     #: ``R`` booleans: the run's agent sent the same draw, bit for bit, in its last two rounds (agents together).
     replayed: Tensor | None = None
 
@@ -65,14 +63,15 @@ class DrawMethod(Method):
                     self.first = sent
                 assert self.first is not None
                 sent = self.as_sent(sent, self.first, kr.fold(r.agents.keys, round))
+            last = getattr(self, "omegas", None)  # R x A x M: a run's own agent's row is what it sent last
             self.omegas = sent[r.peer_runs]  # R x A x M
             # a posterior draw is fresh every round: the same vector twice is a replay, not a contribution
+            rows = torch.arange(sent.shape[0], device=sent.device)
             self.replayed = (
                 torch.zeros(sent.shape[0], dtype=torch.bool, device=sent.device)
-                if self.last_sent is None
-                else (sent == self.last_sent).all(-1)
+                if last is None
+                else (sent == last[rows, r.targets]).all(-1)
             )
-            self.last_sent = sent
             self.sent(sent, round)
             return
         rff = r.others.rff
@@ -171,14 +170,13 @@ class DrawMethod(Method):
         return {
             "omegas": getattr(self, "omegas", None),
             "first": self.first,
-            "last_sent": self.last_sent,
             "replayed": self.replayed,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.omegas = state["omegas"].to(self.runner.device)
         dev = self.runner.device
-        for name in ("first", "last_sent", "replayed"):
+        for name in ("first", "replayed"):
             value = state.get(name)
             setattr(self, name, None if value is None else value.to(dev))
 

@@ -12,7 +12,12 @@ optimum is unknown, e.g. ``1 − AUC``):
 * **paired differences** of every configuration against each ``--reference``
   (per task: mean difference, its standard error, a two-sided paired t-test at
   95 %; ``**`` marks a distinguishable difference; "better/worse" counts tasks
-  where it is distinguishable).
+  where it is distinguishable);
+* the same ranks and paired tests for the **anytime** quality of a run: the area
+  under its log-regret curve after the initial design, per evaluation
+  (:func:`log_regret_area`: the mean over evaluations ``fe_init … fe_max`` of
+  ``log`` of the best-so-far regret), which credits reaching a good value early
+  as the final regret does not.
 
 ``svm_landmine``: pyfmto's recorded values are random (Platt scaling's internal
 cross-validation is seeded from NumPy's global state; README), so its runs'
@@ -162,6 +167,30 @@ def reevaluate(paths: list[Path]) -> list[Path]:
 LOG_FLOOR = 1e-6
 
 
+def log_floor(initial: dict[str, dict[int, np.ndarray]], labels: list[str], seeds: list[int]) -> np.ndarray:
+    """Each task's floor of the log scale (:data:`LOG_FLOOR` times its mean regret after the initial design
+    over ``labels`` and ``seeds``), shape ``A``."""
+    return LOG_FLOOR * np.mean([initial[lab][s] for lab in labels for s in seeds], axis=0)
+
+
+def log_regret_area(
+    curves: dict[str, dict[int, np.ndarray]], fe_init: int, floor: np.ndarray
+) -> dict[str, dict[int, np.ndarray]]:
+    r"""Per configuration and seed, each task's area under the log-regret curve per evaluation, shape ``A``.
+
+    For a best-so-far regret curve ``r_1, …, r_{fe_max}`` (``A x fe_max``) the area is
+    ``mean_{t = fe_init}^{fe_max} log max(r_t, floor)``: the regret after the initial design and after every
+    later evaluation weigh alike, so a run that reaches a regret early scores better than one that reaches it
+    at the last evaluation, and an area difference of ``δ`` means regrets ``e^δ`` times as large on average
+    (geometric mean over the evaluations). ``floor`` (``A``) keeps a regret of 0 finite, as in the paired tests
+    of final regret.
+    """
+    return {
+        lab: {s: np.log(np.maximum(c[:, fe_init - 1 :], floor[:, None])).mean(1) for s, c in runs.items()}
+        for lab, runs in curves.items()
+    }
+
+
 def summarize(
     finals: dict[str, dict[int, np.ndarray]],
     references: list[str],
@@ -188,7 +217,7 @@ def summarize(
         "paired": {},
         "scale": scale,
     }
-    floor = LOG_FLOOR * np.mean([initial[lab][s] for lab in labels for s in seeds], axis=0)  # A
+    floor = log_floor(initial, labels, seeds)  # A
     for ref in references:
         if ref not in F:
             raise SystemExit(f"--reference {ref!r} is not a configuration ({labels})")
@@ -221,13 +250,22 @@ def task_names(meta: dict) -> list[str]:
 
 def markdown(meta: dict, summary: dict) -> str:
     names = task_names(meta)
-    labels = sorted(summary["labels"], key=lambda lab: summary["mean_rank"][lab])
     head = f"{meta['problem']}, d = {meta['dim']}, {meta['fe_init']} + {meta['fe_max'] - meta['fe_init']} evaluations, "
     head += f"seeds {summary['seeds'][0]}–{summary['seeds'][-1]} ({len(summary['seeds'])}, paired)"
+    what = "log " if summary.get("scale") == "log" else ""
+    lines = [f"**{head}**", ""]
+    lines += _tables(names, summary, "Mean final simple regret", f"{what}final regret")
+    if "anytime" in summary:
+        lines += ["", "**Anytime**: the area under the log-regret curve after the initial design, per evaluation", ""]
+        title = "Mean area (log best-so-far regret averaged over evaluations)"
+        lines += _tables(names, summary["anytime"], title, "area")
+    return "\n".join(lines) + "\n"
+
+
+def _tables(names: list[str], summary: dict, mean_title: str, paired_title: str) -> list[str]:
+    labels = sorted(summary["labels"], key=lambda lab: summary["mean_rank"][lab])
     lines = [
-        f"**{head}**",
-        "",
-        "Mean final simple regret per task (lower is better) and mean rank over the tasks:",
+        f"{mean_title} per task (lower is better) and mean rank over the tasks:",
         "",
         "| configuration | mean rank | " + " | ".join(f"{i + 1} {n}" for i, n in enumerate(names)) + " |",
         "|---|---|" + "---|" * len(names),
@@ -238,7 +276,7 @@ def markdown(meta: dict, summary: dict) -> str:
     for ref, rows in summary["paired"].items():
         lines += [
             "",
-            f"Paired difference of {'log ' if summary.get('scale') == 'log' else ''}final regret to **{ref}** "
+            f"Paired difference of {paired_title} to **{ref}** "
             f"(configuration − {ref}; negative = better; ** distinguishable, two-sided paired t-test 95 %):",
             "",
             "| configuration | better | worse | " + " | ".join(str(i + 1) for i in range(len(names))) + " |",
@@ -250,7 +288,7 @@ def markdown(meta: dict, summary: dict) -> str:
             r = rows[lab]
             cells = " | ".join(_fmt(c["diff"]) + ("**" if c["distinguishable"] else "") for c in r["per_task"])
             lines.append(f"| {lab} | {r['better']} | {r['worse']} | {cells} |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(meta: dict, curves: dict, summary: dict, path: Path, labels: list[str] | None = None) -> None:
@@ -305,12 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         keep = [c.strip() for c in args.only.split(",")]
         finals = {k: finals[k] for k in keep}
-    summary = summarize(
-        finals,
-        args.reference,
-        args.scale,
-        {k: {s: c[:, int(meta["fe_init"]) - 1] for s, c in v.items()} for k, v in curves.items() if k in finals},
-    )
+    fe_init = int(meta["fe_init"])
+    curves = {k: v for k, v in curves.items() if k in finals}
+    initial = {k: {s: c[:, fe_init - 1] for s, c in v.items()} for k, v in curves.items()}
+    summary = summarize(finals, args.reference, args.scale, initial)
+    floor = log_floor(initial, summary["labels"], summary["seeds"])
+    summary["anytime"] = summarize(log_regret_area(curves, fe_init, floor), args.reference, "raw")
     text = markdown(meta, summary)
     print(text)
     if args.md:

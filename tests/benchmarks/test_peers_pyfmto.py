@@ -126,8 +126,11 @@ OURS = sorted((ROOT / "benchmarks" / "results" / "peers" / "ours").glob("*.json"
 
 
 def _pyfmto_of(ours: dict) -> dict:
+    """The file whose designs ``ours`` started from: pyfmto's runs, or ``lhs_designs.py``'s designs where pyfmto
+    did not run the problem here."""
     name = f"{ours['problem']}_d{ours['dim']}.json"
-    return _load(ROOT / "benchmarks" / "results" / "peers" / "pyfmto" / name)
+    peers = ROOT / "benchmarks" / "results" / "peers"
+    return _load(peers / "pyfmto" / name if (peers / "pyfmto" / name).is_file() else peers / "designs" / name)
 
 
 def _check_ours(data: dict) -> None:

@@ -51,7 +51,8 @@ def design_file(meta: dict, seeds: list[int], fe_init: int, fe_max: int, fmto: P
     d = int(meta["dim"])
     A = objective.num_agents
     lb, ub = objective.lb.to(torch.float64), objective.ub.to(torch.float64)  # A x d
-    names = getattr(objective, "labels", None) or [f"task {a + 1}" for a in range(A)]
+    # the ports' labels are "<n>: <name>"; compare.py numbers the tasks itself
+    names = [str(x).split(": ", 1)[-1] for x in getattr(objective, "labels", None) or ["task"] * A]
     tasks = [
         {"name": str(names[a]), "lb": lb[a].tolist(), "ub": ub[a].tolist(), "y_global": -float(objective.optimum[a])}
         for a in range(A)

@@ -194,6 +194,10 @@ PEER_BENCHMARKS = (
     "svm_landmine_d2_newcomer",
     "gecco2020_d5",
     "gecco2020_d5_newcomer",
+    "tevc2024_d5",
+    "tevc2024_d5_newcomer",
+    "arxiv2017_d5",
+    "synthetic_together",
     "synthetic_newcomer",
 )
 

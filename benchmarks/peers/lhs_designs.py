@@ -35,6 +35,7 @@ from scipy.stats import qmc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ports import build_objective
+from run_ours import parse_seeds
 
 
 def lhs(n: int, d: int, seed: int, task: int) -> np.ndarray:
@@ -54,7 +55,7 @@ def design_file(meta: dict, seeds: list[int], fe_init: int, fe_max: int, fmto: P
     # the ports' labels are "<n>: <name>"; compare.py numbers the tasks itself
     names = [str(x).split(": ", 1)[-1] for x in getattr(objective, "labels", None) or ["task"] * A]
     tasks = [
-        {"name": str(names[a]), "lb": lb[a].tolist(), "ub": ub[a].tolist(), "y_global": -float(objective.optimum[a])}
+        {"name": names[a], "lb": lb[a].tolist(), "ub": ub[a].tolist(), "y_global": -float(objective.optimum[a])}
         for a in range(A)
     ]
     runs = []
@@ -87,10 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fe-max", type=int, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    seeds: list[int] = []
-    for part in args.seeds.split(","):
-        a, _, b = part.partition("-")
-        seeds.extend(range(int(a), int(b or a) + 1))
+    seeds = parse_seeds(args.seeds)
     meta = {"problem": args.problem, "dim": args.dim}
     if args.problem_kwargs:
         meta["problem_kwargs"] = args.problem_kwargs

@@ -16,7 +16,8 @@ Two settings, each paired over seeds across every configuration:
 
 The problem comes from a pyfmto results file (``benchmarks/results/peers/pyfmto/<problem>_d<d>.json``,
 written by ``run_pyfmto.py``: its problem, budget and designs; ``tetci2019``,
-``svm_landmine`` and, through ``benchmarks/peers/ports.py``, the other ports), or is
+``svm_landmine`` and, through ``benchmarks/peers/ports.py``, the other ports) or a designs
+file in the same schema (``benchmarks/results/peers/designs/``, written by ``lhs_designs.py``), or is
 ``synthetic`` — the FTS paper's synthetic family (GP samples on a 1-D grid and their
 copies perturbed by ±0.02, observation noise 0.01; 5 sampled functions with 10 agents
 each; newcomers are each group's first agent, with the other agents' 100 random
@@ -327,7 +328,7 @@ def parse_seeds(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     global FMTO
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("source", help="a pyfmto results file (its problem, budget and designs), or 'synthetic'")
+    ap.add_argument("source", help="a pyfmto or lhs_designs.py results file (problem, budget, designs), or 'synthetic'")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--setting", choices=("together", "newcomer"), default="together")
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated labels of {list(CONFIGS)}")

@@ -353,10 +353,15 @@ class Agents:
         return self.train_X, self.train_Y, self.mask
 
     def own_proposals(
-        self, round: int, which: Tensor | None = None, incumbent: str = "observed", refit: bool = True
+        self,
+        round: int,
+        which: Tensor | None = None,
+        incumbent: str = "observed",
+        refit: bool = True,
+        acquisition: str | None = None,
     ) -> tuple[Tensor, Tensor]:
-        r"""Each agent's maximizer of its own GP's acquisition (``settings.own_acquisition``):
-        ``(B x d, B)`` points and the values reached.
+        r"""Each agent's maximizer of its own GP's acquisition (``acquisition``, by default
+        ``settings.own_acquisition``): ``(B x d, B)`` points and the values reached.
 
         ``"ts"``: a Thompson sample (Matheron path from the agent's key); ``"logei"``:
         log expected improvement over the agent's best valid observation; ``"ucb"``: the
@@ -376,6 +381,8 @@ class Agents:
             refit: ``False`` for a second proposal in the same round: the GPs at their current
                 hyperparameters (:meth:`current_gp`: no refit, the refit schedule untouched)
                 instead of a GP update (:meth:`gp`).
+            acquisition: ``"ts"``, ``"logei"`` or ``"ucb"`` instead of ``settings.own_acquisition``
+                (``None``: the setting), e.g. a second, exploring proposal in the same round.
 
         Returns:
             ``(X, values)``: ``B x d`` points and the ``B`` values reached (NaN rows for the agents left out by
@@ -384,17 +391,20 @@ class Agents:
         B = self.num_agents
         if which is not None and (which.shape != (B,) or which.dtype != torch.bool):
             raise ValueError(f"`which` must be {B} booleans (one per agent), got {which.dtype} {tuple(which.shape)}.")
+        acquisition = self.settings.own_acquisition if acquisition is None else acquisition
+        if acquisition not in ("ts", "logei", "ucb"):
+            raise ValueError(f"`acquisition` must be 'ts', 'logei' or 'ucb', got {acquisition!r}.")
         needed = None if which is None or gpu_path(self._X.device) else which  # a host tensor: read freely
 
         def step(part: Agents, rows: slice) -> tuple[Tensor, Tensor]:
             model = part.gp() if refit else part.current_gp()
             keys = part.round_keys(round, "own-maximize")
             fn: GPThompsonPaths | BatchedAnalyticAcquisition
-            if part.settings.own_acquisition == "ts":
+            if acquisition == "ts":
                 F = part.settings.gp_sample_features or 1024
                 fn = model.draw_paths(part.round_keys(round, "own-sample"), num_features=F)
             else:
-                fn = part.own_acquisition(model, incumbent)
+                fn = part.own_acquisition(model, incumbent, acquisition)
             need = None if needed is None else needed[rows]
             index = None if need is None else needed_rows(need)
             if need is None or index is None:
@@ -492,17 +502,20 @@ class Agents:
         part.prior_choice = None if self.prior_choice is None else self.prior_choice[rows]
         return part
 
-    def own_acquisition(self, model: BatchedExactGP, incumbent: str = "observed") -> BatchedAnalyticAcquisition:
+    def own_acquisition(
+        self, model: BatchedExactGP, incumbent: str = "observed", acquisition: str | None = None
+    ) -> BatchedAnalyticAcquisition:
         r"""The agents' analytic acquisition on ``model`` (their GPs) for ``own_acquisition``
         ``"logei"`` or ``"ucb"``: a ``B x C x d -> B x C`` function (:mod:`fbo_torch.acquisition.batched`);
-        ``incumbent`` as in :meth:`own_proposals`."""
+        ``incumbent`` and ``acquisition`` (``None``: ``settings.own_acquisition``) as in :meth:`own_proposals`."""
         s = self.settings
+        acquisition = s.own_acquisition if acquisition is None else acquisition
         posterior = model.posterior_moments()
-        if s.own_acquisition == "ucb":
+        if acquisition == "ucb":
             return BatchedUpperConfidenceBound(posterior, s.ucb_beta)
-        if s.own_acquisition != "logei":
+        if acquisition != "logei":
             raise ValueError(
-                f"`own_acquisition` {s.own_acquisition!r} has no analytic acquisition (expected 'logei' or 'ucb')."
+                f"`own_acquisition` {acquisition!r} has no analytic acquisition (expected 'logei' or 'ucb')."
             )
         if incumbent not in ("observed", "plug-in"):
             raise ValueError(f"`incumbent` must be 'observed' or 'plug-in', got {incumbent!r}.")

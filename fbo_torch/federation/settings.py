@@ -213,7 +213,11 @@ class MethodSettings:
         "``ucb`` (``UpperConfidenceBound`` with ``β = ucb_beta``); RGPE and TAF ignore it.",
         Choice(OWN_ACQUISITIONS),
     )
-    ucb_beta: float = setting(2.0, "``β ≥ 0`` of ``own_acquisition: ucb``.", Number(strict=False))
+    ucb_beta: float = setting(
+        2.0,
+        "``β ≥ 0`` of ``own_acquisition: ucb`` and of ``algorithm: transfer``'s exploring (UCB) arm.",
+        Number(strict=False),
+    )
     faults: dict[str, Any] | None = setting(
         None,
         "Fault injection for robustness studies, ``{eval_failure_rate, dropout_rate, byzantine_rate, "

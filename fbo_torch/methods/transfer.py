@@ -19,12 +19,19 @@ relatedness (``docs/design.md``, "Transfer that pays"):
   where it predicts the agent's held-out observations better than the fit under the
   spec's prior (leave-one-out, :meth:`~fbo_torch.federation.agents.Agents.gp`).
 
-Each iteration an agent has up to three candidates: its own proposal, the best
-untried peer incumbent, and the maximizer of the message of a peer drawn from
-``P_N``. The own proposal exploits — LogEI over the agent's plug-in incumbent
+Each iteration an agent has up to four candidates: its own proposal, the best
+untried peer incumbent, the maximizer of the message of a peer drawn from
+``P_N``, and its own exploring proposal. The own proposal exploits — LogEI over
+the agent's plug-in incumbent
 (:meth:`~fbo_torch.federation.agents.Agents.plug_in_incumbent`), since the
 peers' arms explore — unless that returns a point the agent has already
 observed; then it is LogEI over the best observation, as the local engine's.
+The exploring proposal is the maximizer of the upper confidence bound
+(``β = ucb_beta``) on the same GP: which of the two local engines (LogEI or UCB)
+suits a task differs from suite to suite (``benchmarks/peers``), and where no
+peer helps the bandit falls back to whichever of them pays on the agent's own
+observations. (With ``own_acquisition: ucb`` the own proposal already is that
+maximizer and the arm is not offered.)
 A message's maximizer the agent has already queried (a message that has not
 changed since) is not offered again. A peer's candidate must also look worth an
 evaluation to the agent's own model — expected improvement at least a tenth of
@@ -81,8 +88,11 @@ from fbo_torch.utils import keyed_random as kr
 
 #: The channels, in the order of the bandit's arms after the agent's own (arm 0).
 CHANNELS = ("optima", "function", "landscape")
-#: Arms of the bandit: the agent's own proposal, a peer's incumbent, a peer's message.
-OWN_ARM, OPTIMA_ARM, FUNCTION_ARM = 0, 1, 2
+#: Arms of the bandit: the agent's own proposal, a peer's incumbent, a peer's message, the agent's
+#: own exploring (UCB) proposal.
+OWN_ARM, OPTIMA_ARM, FUNCTION_ARM, UCB_ARM = 0, 1, 2, 3
+#: The number of arms.
+ARMS = 4
 #: A proposal within this fraction of the box's width of an observed input, in every coordinate, is a repeat.
 REPEAT_TOL = 1e-6
 #: ``β`` of the plausibility screen of a peer's incumbent: ``μ + √β σ`` must exceed the best observation.
@@ -139,8 +149,8 @@ class Transfer(DrawMethod):
     r"""Multi-channel transfer for every run at once (module docstring).
 
     Attributes:
-        wins / losses: ``R x 3`` times each arm (own, optima, function) was followed and
-            improved (did not improve) the run's incumbent.
+        wins / losses: ``R x 4`` times each arm (own, optima, function, own UCB) was followed
+            and improved (did not improve) the run's incumbent.
         peer_wins / peer_losses: ``R x A`` the same per peer, over the optima and function arms.
     """
 
@@ -175,8 +185,8 @@ class Transfer(DrawMethod):
         R, A = runner.num_runs, runner.objective.num_agents
         dev = runner.device
         self.channels = tuple(runner.settings.channels)
-        self.wins = torch.zeros(R, 3, dtype=torch.float64, device=dev)
-        self.losses = torch.zeros(R, 3, dtype=torch.float64, device=dev)
+        self.wins = torch.zeros(R, ARMS, dtype=torch.float64, device=dev)
+        self.losses = torch.zeros(R, ARMS, dtype=torch.float64, device=dev)
         self.peer_wins = torch.zeros(R, A, dtype=torch.float64, device=dev)
         self.peer_losses = torch.zeros(R, A, dtype=torch.float64, device=dev)
         self._arm = torch.zeros(R, dtype=torch.long, device=dev)
@@ -271,7 +281,7 @@ class Transfer(DrawMethod):
         y = torch.where(mask, r.Y.squeeze(-1), -torch.inf)
         self._before = y.amax(-1)
         probs = r.dist.probs
-        available = torch.zeros(R, 3, dtype=torch.bool, device=dev)
+        available = torch.zeros(R, ARMS, dtype=torch.bool, device=dev)
         available[:, OWN_ARM] = True
         X_opt = X_own
         k_opt = torch.full((R,), OWN, dtype=torch.long, device=dev)
@@ -305,24 +315,33 @@ class Transfer(DrawMethod):
             available[:, FUNCTION_ARM] &= ~observed_before(X_msg.unsqueeze(1)).squeeze(1)
         if peers:  # a candidate the agent's own model finds poor is followed only by a channel that has paid
             log_ei = BatchedLogExpectedImprovement(posterior, best)(torch.stack([X_own, X_opt, X_msg], 1))
-            available[:, 1:] &= channel_gate(log_ei, self.wins, self.losses)
+            channels = slice(OPTIMA_ARM, FUNCTION_ARM + 1)
+            available[:, channels] &= channel_gate(log_ei, self.wins[:, :UCB_ARM], self.losses[:, :UCB_ARM])
         if r.may_follow is not None:  # reciprocity: an agent flagged as a free-rider follows no peer
-            available[:, 1:] &= r.may_follow.unsqueeze(-1)
+            available[:, OPTIMA_ARM : FUNCTION_ARM + 1] &= r.may_follow.unsqueeze(-1)
         # Thompson sampling on each arm's probability of improving the incumbent (normal approximation)
         mean = success_rate(self.wins, self.losses)
         draw = mean + (mean * (1 - mean) / (self.wins + self.losses + 3)).sqrt() * kr.normal(
-            r.agents.round_keys(t, "channel"), 3
+            r.agents.round_keys(t, "channel"), ARMS
         )
+        X_ucb = X_own
+        if r.settings.own_acquisition != "ucb":
+            # the exploring proposal is needed only where its draw beats every other available arm's
+            # (off the GPU path only those rows are maximized; the others' rows are NaN and unused)
+            need = draw[:, UCB_ARM] > torch.where(available[:, :UCB_ARM], draw[:, :UCB_ARM], -torch.inf).amax(-1)
+            X_ucb, _ = r.agents.own_proposals(t, which=need, refit=False, acquisition="ucb")
+            available[:, UCB_ARM] = need & ~observed_before(X_ucb.unsqueeze(1)).squeeze(1)
         arm = torch.where(available, draw, -torch.inf).argmax(-1)
         self._arm = arm
         X_next = torch.where((arm == OPTIMA_ARM).unsqueeze(-1), X_opt, X_own)
         X_next = torch.where((arm == FUNCTION_ARM).unsqueeze(-1), X_msg, X_next)
+        X_next = torch.where((arm == UCB_ARM).unsqueeze(-1), X_ucb, X_next)
         sources = torch.where(arm == OPTIMA_ARM, k_opt, torch.where(arm == FUNCTION_ARM, k_msg, OWN))
         return X_next, sources
 
     def observed(self, t: int, y: Tensor, ok: Tensor, sources: Tensor) -> None:
         win = (ok & (y > self._before)).to(self.wins.dtype)
-        arm = torch.nn.functional.one_hot(self._arm, 3).to(self.wins.dtype)
+        arm = torch.nn.functional.one_hot(self._arm, ARMS).to(self.wins.dtype)
         self.wins += arm * win.unsqueeze(-1)
         self.losses += arm * (1 - win).unsqueeze(-1)
         followed = (sources >= 0).to(self.wins.dtype)
@@ -345,7 +364,11 @@ class Transfer(DrawMethod):
         dev = self.runner.device
         for name in ("wins", "losses", "peer_wins", "peer_losses"):
             setattr(self, name, state[name].to(dev))
+        if self.wins.shape[-1] < ARMS:  # a checkpoint from before the exploring arm: it has not been followed
+            pad = (0, ARMS - self.wins.shape[-1])
+            self.wins = torch.nn.functional.pad(self.wins, pad)
+            self.losses = torch.nn.functional.pad(self.losses, pad)
         self._first = {k: v.to(dev) for k, v in state.get("first_sent", {}).items()}
 
 
-__all__ = ["CHANNELS", "Transfer", "channel_gate", "success_rate"]
+__all__ = ["ARMS", "CHANNELS", "Transfer", "channel_gate", "success_rate"]

@@ -1,4 +1,5 @@
-"""algorithm: transfer — the three channels, the arms' bookkeeping, and the own arm that never repeats a query."""
+"""algorithm: transfer — the three channels, the arms' bookkeeping, the exploring arm, and the own arm that never
+repeats a query."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import math
 
 import pytest
 import torch
+from torch import Tensor
 
+from fbo_torch.federation.agents import Agents
 from fbo_torch.federation.settings import FTSSettings
-from fbo_torch.methods.transfer import FUNCTION_ARM, OPTIMA_ARM, OWN_ARM, Transfer, channel_gate
+from fbo_torch.methods.transfer import ARMS, FUNCTION_ARM, OPTIMA_ARM, OWN_ARM, UCB_ARM, Transfer, channel_gate
 from fbo_torch.objectives.synthetic import GPSampleContinuousFederation
 from fbo_torch.optim.domain import Domain
 from fbo_torch.simulate.fts import FederationHistory, FTSRunner
@@ -48,7 +51,7 @@ def test_together_runs_and_every_query_is_accounted_to_one_arm_and_source(weight
     followed = (result.sources >= 0).sum(-1).to(torch.float64)
     torch.testing.assert_close((method.peer_wins + method.peer_losses).sum(-1), followed)
     assert bool((method.wins[:, [OPTIMA_ARM, FUNCTION_ARM]].sum(-1) <= method.peer_wins.sum(-1) + 1e-12).all())
-    assert OWN_ARM == 0
+    assert OWN_ARM == 0 and method.wins.shape == (R, ARMS)
     probs = runner.dist.probs  # the P_N it ranked its peers by: a distribution over the others
     torch.testing.assert_close(probs.sum(-1), torch.ones(R, dtype=probs.dtype))
     assert not bool(probs[torch.arange(R), runner.targets].any())
@@ -211,3 +214,76 @@ def test_a_free_rider_sends_nothing_useful_on_any_channel(kind):
     else:
         torch.testing.assert_close(C[1], own_X[2], rtol=0, atol=0)
         torch.testing.assert_close(sent_ll[1], own_ll[2], rtol=0, atol=0)
+
+
+def test_the_exploring_arm_queries_the_agents_ucb_maximizer_computed_only_where_it_can_win(monkeypatch):
+    """The fourth arm's query is the maximizer of UCB (``β = ucb_beta``) on the round's GPs; off the GPU
+    path it is maximized only for the runs whose Thompson draw of the arms could pick it, and those rows
+    are the numbers a maximization of every row gives (keyed streams). It follows no peer."""
+    proposals = Agents.own_proposals
+    seen: list[tuple[Tensor, Tensor]] = []
+
+    def recorded(self, round, which=None, incumbent="observed", refit=True, acquisition=None):
+        X, v = proposals(self, round, which, incumbent, refit, acquisition)
+        if acquisition == "ucb":
+            assert which is not None and not refit
+            X_all, v_all = proposals(self, round, None, incumbent, refit, acquisition)
+            torch.testing.assert_close(X[which], X_all[which], rtol=0, atol=0)
+            assert bool(X[~which].isnan().all())  # rows it could not win are not maximized on a CPU
+            seen.append((X_all, which))
+        return X, v
+
+    monkeypatch.setattr(Agents, "own_proposals", recorded)
+    runner = _together(runs=3, channels=["landscape"], ucb_beta=4.0)
+    method = runner.method
+    assert isinstance(method, Transfer)
+    followed = 0
+    for t in range(TINY["num_iterations"]):
+        runner.step()
+        X_ucb, need = seen[-1]
+        arm = method._arm
+        assert not bool((arm == UCB_ARM)[~need].any())  # never chosen where it was not maximized
+        query = runner.X[:, TINY["num_init"] + t]
+        picked = arm == UCB_ARM
+        torch.testing.assert_close(query[picked], X_ucb[picked], rtol=0, atol=0)
+        assert bool((runner.sources[:, t][picked] == -1).all())
+        followed += int(picked.sum())
+    assert len(seen) == TINY["num_iterations"] and followed > 0
+    assert float(method.wins[:, UCB_ARM].sum() + method.losses[:, UCB_ARM].sum()) == followed
+
+
+def test_with_own_acquisition_ucb_the_exploring_arm_is_not_offered():
+    """The own proposal already is the UCB maximizer: a second arm for the same point is not offered."""
+    runner = _together(runs=2, own_acquisition="ucb")
+    runner.run()
+    method = runner.method
+    assert isinstance(method, Transfer)
+    assert float(method.wins[:, UCB_ARM].sum() + method.losses[:, UCB_ARM].sum()) == 0.0
+    torch.testing.assert_close(
+        (method.wins + method.losses).sum(-1),
+        torch.full((runner.num_runs,), float(TINY["num_iterations"]), dtype=torch.float64),
+    )
+
+
+def test_a_checkpoint_without_the_exploring_arm_resumes_with_it_unfollowed():
+    """A state saved with three arms (before the exploring one) loads: the fourth arm starts with no record."""
+    runner = _together(runs=2)
+    runner.step()
+    state = runner.state_dict()
+    method_state = state["method"]
+    wins, losses = method_state["wins"].clone(), method_state["losses"].clone()
+    method_state["wins"], method_state["losses"] = wins[:, :UCB_ARM], losses[:, :UCB_ARM]
+    resumed = _together(runs=2)
+    resumed.load_state_dict(state)
+    method = resumed.method
+    assert isinstance(method, Transfer)
+    assert method.wins.shape == (resumed.num_runs, ARMS) and float(method.wins[:, UCB_ARM].abs().sum()) == 0.0
+    torch.testing.assert_close(method.wins[:, :UCB_ARM], wins[:, :UCB_ARM], rtol=0, atol=0)
+    torch.testing.assert_close(method.losses[:, :UCB_ARM], losses[:, :UCB_ARM], rtol=0, atol=0)
+    resumed.run()  # and the run goes on
+
+
+def test_own_proposals_names_an_unknown_acquisition():
+    runner = _together(runs=1)
+    with pytest.raises(ValueError, match="`acquisition` must be 'ts', 'logei' or 'ucb', got 'ei'"):
+        runner.agents.own_proposals(0, acquisition="ei")

@@ -322,7 +322,8 @@ class FTSSettings(MethodSettings):
         None,
         "``transfer``: what peers share and an agent may follow (:mod:`~fbo_torch.methods.transfer`): "
         "``optima`` (their incumbents), ``function`` (FTS's messages), ``landscape`` (their GPs' "
-        "lengthscales, a prior of the agent's own fit).",
+        "lengthscales, a prior of the agent's own fit). The agent's own proposals — ``own_acquisition`` "
+        "and, unless that is ``ucb``, UCB with ``ucb_beta`` — are arms of its bandit besides them.",
         Rule(_channels, "optima"),
         factory=lambda: ["optima", "function", "landscape"],
     )

@@ -50,6 +50,7 @@ from fbo_torch.features import RandomFourierFeatures
 from fbo_torch.federation.chunks import CPU_CHUNK, agents_per_chunk, chunk_slices, own_step_bytes, round_budget
 from fbo_torch.federation.faults import FaultInjector, evaluate_agents
 from fbo_torch.federation.settings import DPFTSDESettings, MethodSettings
+from fbo_torch.methods.base import OWN_ACQUISITIONS
 from fbo_torch.models.batched_gp import BatchedExactGP, log_lengthscales
 from fbo_torch.models.gp_posterior import BatchedGPPosterior
 from fbo_torch.models.gp_spec import get_spec
@@ -392,7 +393,7 @@ class Agents:
         if which is not None and (which.shape != (B,) or which.dtype != torch.bool):
             raise ValueError(f"`which` must be {B} booleans (one per agent), got {which.dtype} {tuple(which.shape)}.")
         acquisition = self.settings.own_acquisition if acquisition is None else acquisition
-        if acquisition not in ("ts", "logei", "ucb"):
+        if acquisition not in OWN_ACQUISITIONS:
             raise ValueError(f"`acquisition` must be 'ts', 'logei' or 'ucb', got {acquisition!r}.")
         needed = None if which is None or gpu_path(self._X.device) else which  # a host tensor: read freely
 

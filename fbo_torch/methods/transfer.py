@@ -91,6 +91,8 @@ CHANNELS = ("optima", "function", "landscape")
 #: Arms of the bandit: the agent's own proposal, a peer's incumbent, a peer's message, the agent's
 #: own exploring (UCB) proposal.
 OWN_ARM, OPTIMA_ARM, FUNCTION_ARM, UCB_ARM = 0, 1, 2, 3
+#: The peers' arms (optima, function): gated by :func:`channel_gate` and barred by reciprocity.
+PEER_ARMS = slice(OPTIMA_ARM, FUNCTION_ARM + 1)
 #: The number of arms.
 ARMS = 4
 #: A proposal within this fraction of the box's width of an observed input, in every coordinate, is a repeat.
@@ -315,10 +317,9 @@ class Transfer(DrawMethod):
             available[:, FUNCTION_ARM] &= ~observed_before(X_msg.unsqueeze(1)).squeeze(1)
         if peers:  # a candidate the agent's own model finds poor is followed only by a channel that has paid
             log_ei = BatchedLogExpectedImprovement(posterior, best)(torch.stack([X_own, X_opt, X_msg], 1))
-            channels = slice(OPTIMA_ARM, FUNCTION_ARM + 1)
-            available[:, channels] &= channel_gate(log_ei, self.wins[:, :UCB_ARM], self.losses[:, :UCB_ARM])
+            available[:, PEER_ARMS] &= channel_gate(log_ei, self.wins[:, :UCB_ARM], self.losses[:, :UCB_ARM])
         if r.may_follow is not None:  # reciprocity: an agent flagged as a free-rider follows no peer
-            available[:, OPTIMA_ARM : FUNCTION_ARM + 1] &= r.may_follow.unsqueeze(-1)
+            available[:, PEER_ARMS] &= r.may_follow.unsqueeze(-1)
         # Thompson sampling on each arm's probability of improving the incumbent (normal approximation)
         mean = success_rate(self.wins, self.losses)
         draw = mean + (mean * (1 - mean) / (self.wins + self.losses + 3)).sqrt() * kr.normal(

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from fbo_torch.experiments.fairness import fairness_indices
+from fbo_torch.experiments.posterior_gain import PosteriorGains, method_posterior_gains
 from fbo_torch.methods.base import METHODS, method_names
 from fbo_torch.protocol.reciprocity import FREE_RIDER_ALPHA, FREE_RIDER_MIN_FOLLOWS, binomial_cdf, flag_free_riders
 
@@ -151,8 +152,12 @@ def _matrix_rounds(T: int) -> list[int]:
     return sorted({round(1 + (T - 1) * k / (MAX_MATRIX_ROUNDS - 1)) for k in range(MAX_MATRIX_ROUNDS)})
 
 
-def method_accounting(record: dict[str, Any], local: dict[str, Any] | None) -> dict[str, Any]:
-    r"""The accounting of one method record against its local counterfactual (``None``: none in its scenario).
+def method_accounting(
+    record: dict[str, Any], local: dict[str, Any] | None, posterior: PosteriorGains | None = None
+) -> dict[str, Any]:
+    r"""The accounting of one method record against its local counterfactual (``None``: none in its scenario)
+    and, where its runs' queries were recorded, their posterior gains
+    (:func:`~fbo_torch.experiments.posterior_gain.method_posterior_gains`).
 
     Returns:
         JSON-able: ``agents`` (the targets, in order), per agent ``final_regret`` / ``_stderr``,
@@ -163,7 +168,10 @@ def method_accounting(record: dict[str, Any], local: dict[str, Any] | None) -> d
         the free-rider test), ``free_riders`` (flagged peers), and, with a counterfactual, ``local`` (its name,
         per-agent regrets and curves), ``gain`` / ``gain_stderr`` per agent, ``gain_mean`` / ``gain_mean_stderr``
         over the independent units and ``paired_starts`` (whether every pair began from the same best value);
-        then ``fairness`` (:func:`~fbo_torch.experiments.fairness.fairness_indices`) and ``local_fairness``.
+        with ``posterior``, per agent ``posterior_gained`` and ``information_gained`` (mean per run of the
+        belief gain and the nats from following each source) and ``belief_final``, and per peer
+        ``posterior_gain_given`` and ``information_given`` (``None`` throughout without); then ``fairness``
+        (:func:`~fbo_torch.experiments.fairness.fairness_indices`) and ``local_fairness``.
     """
     tab = run_table(record)
     agents, receiver = torch.unique(tab["agent"], return_inverse=True)
@@ -194,6 +202,14 @@ def method_accounting(record: dict[str, Any], local: dict[str, Any] | None) -> d
         "help_matrix": help_m[keep].tolist() if T else [],
         "follow_matrix": follow_m[keep].tolist() if T else [],
     }
+    belief_m = info_m = None
+    out["posterior_gained"] = out["information_gained"] = out["belief_final"] = None
+    if posterior is not None and posterior.belief_gain.shape == tab["sources"].shape and T:
+        belief_m = help_over_rounds(tab["sources"], posterior.belief_gain, receiver, columns, G)[0]
+        info_m = help_over_rounds(tab["sources"], posterior.information, receiver, columns, G)[0]
+        out["posterior_gained"] = belief_m[-1].tolist()
+        out["information_gained"] = info_m[-1].tolist()
+        out["belief_final"] = _none_if_nan(group_mean_stderr(posterior.belief[:, -1], receiver, G)[0].tolist())
     # every peer's contribution, summed over its followers' runs (per-run means times runs)
     peers = columns >= 0
     total_runs = runs.unsqueeze(-1)
@@ -201,6 +217,9 @@ def method_accounting(record: dict[str, Any], local: dict[str, Any] | None) -> d
         n = (follow_m[-1] * total_runs).sum(0)[peers]
         k = (win_m[-1] * total_runs).sum(0)[peers]
         given = (help_m[-1] * total_runs).sum(0)[peers]
+        nan = torch.full_like(given, math.nan)
+        belief_given = (belief_m[-1] * total_runs).sum(0)[peers] if belief_m is not None else nan
+        info_given = (info_m[-1] * total_runs).sum(0)[peers] if info_m is not None else nan
         flagged, pvalue, p0 = flag_free_riders(n, k)
         out["contributions"] = [
             {
@@ -208,13 +227,24 @@ def method_accounting(record: dict[str, Any], local: dict[str, Any] | None) -> d
                 "followed": int(round(float(nj))),
                 "improved": int(round(float(kj))),
                 "gain_given": float(gj),
+                "posterior_gain_given": _none_if_nan(float(bj)),
+                "information_given": _none_if_nan(float(ij)),
                 "improvement_rate": float(kj / nj) if nj > 0 else None,
                 "others_rate": _none_if_nan(float(pj)),
                 "p_value": _none_if_nan(float(pv)),
                 "flagged": bool(f),
             }
-            for j, nj, kj, gj, pj, pv, f in zip(
-                columns[peers].tolist(), n, k, given, p0, pvalue, flagged.tolist(), strict=True
+            for j, nj, kj, gj, bj, ij, pj, pv, f in zip(
+                columns[peers].tolist(),
+                n,
+                k,
+                given,
+                belief_given,
+                info_given,
+                p0,
+                pvalue,
+                flagged.tolist(),
+                strict=True,
             )
         ]
         out["free_riders"] = [int(j) for j, f in zip(columns[peers].tolist(), flagged.tolist(), strict=True) if f]
@@ -279,21 +309,37 @@ def privacy_record(record: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def accounting(results: dict[str, Any]) -> dict[str, Any]:
+def all_posterior_gains(results: dict[str, Any]) -> dict[tuple[int, int], PosteriorGains | None]:
+    r"""The posterior gains of every method with per-run curves, keyed by (scenario, method) position:
+    what :func:`accounting` and the tidy table (:func:`~fbo_torch.experiments.report.write_tidy_csv`)
+    share, computed once."""
+    return {
+        (i, j): method_posterior_gains(m, sc.get("domain_bounds"))
+        for i, sc in enumerate(results["scenarios"])
+        for j, m in enumerate(sc["methods"])
+        if m.get("runs")
+    }
+
+
+def accounting(
+    results: dict[str, Any], gains: dict[tuple[int, int], PosteriorGains | None] | None = None
+) -> dict[str, Any]:
     r"""The accounting of every federated method of every scenario of a ``results.json`` dictionary.
 
     Each scenario's local counterfactual is its first method whose agents hear from nobody
-    (:func:`is_local`); a method is accounted only if it is federated. Returns
-    ``{"scenarios": [{"name", "local", "methods": [method_accounting + "privacy"]}]}``.
+    (:func:`is_local`); a method is accounted only if it is federated. ``gains``: the methods'
+    posterior gains (:func:`all_posterior_gains`; computed here for the federated methods when not given).
+    Returns ``{"scenarios": [{"name", "local", "methods": [method_accounting + "privacy"]}]}``.
     """
     scenarios = []
-    for sc in results["scenarios"]:
+    for i, sc in enumerate(results["scenarios"]):
         local = next((m for m in sc["methods"] if is_local(m)), None)
         methods = []
-        for m in sc["methods"]:
+        for j, m in enumerate(sc["methods"]):
             if is_local(m) or not m.get("runs"):
                 continue
-            acc = method_accounting(m, local)
+            pg = gains.get((i, j)) if gains is not None else method_posterior_gains(m, sc.get("domain_bounds"))
+            acc = method_accounting(m, local, pg)
             acc["privacy"] = privacy_record(m)
             methods.append(acc)
         scenarios.append({"name": sc["name"], "local": None if local is None else local["name"], "methods": methods})
@@ -306,6 +352,7 @@ __all__ = [
     "FREE_RIDER_MIN_FOLLOWS",
     "OWN",
     "accounting",
+    "all_posterior_gains",
     "binomial_cdf",
     "flag_free_riders",
     "group_mean_stderr",

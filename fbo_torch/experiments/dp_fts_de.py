@@ -24,6 +24,7 @@ from fbo_torch.experiments.report import (
     save_figure,
     series_styles,
     summarize_curves,
+    values_or_none,
 )
 from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.federation.release import get_release
@@ -158,6 +159,9 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "used_server": res.used_server.tolist(),  # B x T: the row's query came from the broadcast
                 "wall_time_s": res.wall_time,
                 "parameters_per_agent": res.parameters_per_agent,
+                # every row's queries and values (none for a large federation): the accounting's posterior gain
+                "queries": res.queries.tolist() if res.queries is not None else None,
+                "observations": values_or_none(res.observations) if res.observations is not None else None,
             },
         )
         # Agents of one repetition share every broadcast, so their curves are not

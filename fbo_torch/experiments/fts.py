@@ -17,7 +17,7 @@ import torch
 
 from fbo_torch.experiments.config import ConfigError, Scenario
 from fbo_torch.experiments.kind import ExperimentKind, ScenarioContext, ScenarioMethods
-from fbo_torch.experiments.report import plot_message_length, summarize_curves
+from fbo_torch.experiments.report import plot_message_length, summarize_curves, values_or_none
 from fbo_torch.experiments.resources import check_scenario_memory
 from fbo_torch.federation.evaluation_failures import recording
 from fbo_torch.federation.free_riders import FreeRiders
@@ -159,6 +159,7 @@ def result_record(label: str, res: FTSResult, loss_name: str) -> dict[str, Any]:
             "targets": res.targets.tolist(),
             "inits": res.inits.tolist(),
             "queries": res.queries.tolist(),
+            "observations": values_or_none(res.observations) if res.observations is not None else None,
             "best_value_runs": res.best_value.tolist(),
             "failed": res.failed.tolist() if res.failed is not None else None,
             "wall_time_s": res.wall_time,

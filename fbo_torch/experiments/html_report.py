@@ -130,6 +130,22 @@ def help_section(acc: dict[str, Any]) -> str:
     ]
     rows = [[f"agent {a}", *f] for a, f in zip(acc["agents"], acc["followed"], strict=True)]
     parts.append("<h4>Times followed per run (all rounds)</h4>" + table(["agent", *cols], rows))
+    if acc.get("posterior_gained") is None:
+        parts.append(
+            '<p class="note">No posterior gain: this run did not record its queries and observations (a run '
+            "of an older version, or a federation too large to keep them).</p>"
+        )
+        return "".join(parts)
+    parts.append(
+        '<h4>Posterior gain per run (all rounds)</h4><p class="note">Measured on one GP fitted to each '
+        "run's observations after the run (BoTorch's <code>SingleTaskGP</code> model). Belief: the change of "
+        "the agent's best posterior mean over the inputs it has observed, in the objective's units (signed: an "
+        "observation can show a guess was optimistic). Information: nats the observations carried about the "
+        "agent's function, ½ log(1 + σ²/σ²<sub>n</sub>) each.</p>"
+    )
+    for title, key in (("belief gain", "posterior_gained"), ("information (nats)", "information_gained")):
+        rows = [[f"agent {a}", *f] for a, f in zip(acc["agents"], acc[key], strict=True)]
+        parts.append(f"<h4>{esc(title)}</h4>" + table(["agent", *cols], rows))
     return "".join(parts)
 
 
@@ -195,12 +211,25 @@ def contributions_section(acc: dict[str, Any]) -> str:
             c["improvement_rate"],
             c["others_rate"],
             c["gain_given"],
+            c.get("posterior_gain_given"),
+            c.get("information_given"),
             c["p_value"],
         ]
         for c in acc["contributions"]
     ]
     return table(
-        ["peer", "followed", "improved", "rate", "others' rate", "gain given (sum)", "p-value (lower rate)"], rows
+        [
+            "peer",
+            "followed",
+            "improved",
+            "rate",
+            "others' rate",
+            "gain given (sum)",
+            "belief gain given (sum)",
+            "information given (nats)",
+            "p-value (lower rate)",
+        ],
+        rows,
     )
 
 

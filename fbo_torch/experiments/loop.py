@@ -31,7 +31,7 @@ from tqdm.autonotebook import tqdm as _tqdm_autonotebook
 
 import fbo_torch
 from fbo_torch.experiments import dp_fts_de, fts
-from fbo_torch.experiments.accounting import accounting
+from fbo_torch.experiments.accounting import accounting, all_posterior_gains
 from fbo_torch.experiments.checkpoints import Checkpoints
 from fbo_torch.experiments.config import ConfigError, ExperimentConfig, RunsConfig, check_device
 from fbo_torch.experiments.html_report import write_html_report
@@ -238,6 +238,8 @@ def run_scenario(ctx: ScenarioContext, checkpoints: Checkpoints, progress: bool)
         "name": sc.name,
         "objective": sc.objective,
         "num_runs": methods.num_runs,
+        # the search box (2 x d): the accounting's posterior-gain GP normalizes the recorded queries by it
+        "domain_bounds": ctx.domain.bounds.detach().cpu().double().tolist(),
         **methods.record,
         "methods": records,
     }
@@ -439,9 +441,10 @@ def render_reports(
     formats = check_plot_formats(formats if formats is not None else results.get("plot_formats"))
     written = plot_curves(results, out / loss_plot_stem(results), title=results.get("name"), formats=formats)
     written += EXPERIMENTS[results.get("experiment", "fts")].plot(results, out, formats)
-    written.append(write_tidy_csv(results, out / "results.csv"))
+    gains = all_posterior_gains(results)
+    written.append(write_tidy_csv(results, out / "results.csv", gains))
     atomic_write_text(out / "summary.txt", summary_table(results) + "\n")
-    acc = accounting(results)
+    acc = accounting(results, gains)
     write_json(out / "accounting.json", acc)
     return written + [
         out / "summary.txt",

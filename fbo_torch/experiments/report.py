@@ -18,9 +18,9 @@ import math
 import os
 import platform
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import botorch
 import gpytorch
@@ -32,6 +32,9 @@ from torch import Tensor
 
 from fbo_torch.experiments.outdir import atomic_write_bytes, atomic_write_text
 from fbo_torch.utils.batch_invariant import blas_mode
+
+if TYPE_CHECKING:
+    from fbo_torch.experiments.posterior_gain import PosteriorGains
 
 
 def environment(device: str | torch.device = "cpu") -> dict[str, Any]:
@@ -65,6 +68,18 @@ def mean_stderr(curves: Tensor) -> tuple[list[float], list[float]]:
 
 def _tolist(t: Tensor) -> list[Any]:
     return t.detach().cpu().tolist()
+
+
+def values_or_none(t: Tensor) -> list[Any]:
+    r"""``t`` as nested lists with ``None`` for NaN (a failed evaluation's value), the way JSON records it."""
+    values = t.detach().cpu().tolist()
+    return _none_for_nan(values) if bool(t.isnan().any()) else values
+
+
+def _none_for_nan(values: Any) -> Any:
+    if isinstance(values, list):
+        return [_none_for_nan(v) for v in values]
+    return None if values != values else values
 
 
 def summarize_curves(
@@ -395,7 +410,11 @@ def privacy_notes(results: dict[str, Any]) -> list[str]:
 #: ``epsilon`` the privacy loss after that round, an (ε, ``delta``)-DP guarantee under
 #: ``accountant`` (all three empty for non-private methods); ``failed`` is 1 where that iteration's
 #: evaluation failed (the objective raised or returned a non-finite value, or ``faults.eval_failure_rate``
-#: injected a failure), else 0 (empty for iteration 0 and where not recorded).
+#: injected a failure), else 0 (empty for iteration 0 and where not recorded). The last three are the
+#: accounting's (:mod:`~fbo_torch.experiments.accounting`): ``source`` whose proposal the agent queried in that
+#: iteration (``own``, ``broadcast`` or the peer's index), ``belief_gain`` and ``information`` its posterior gain
+#: (:mod:`~fbo_torch.experiments.posterior_gain`; empty where the run's queries were not recorded); all three
+#: empty for iteration 0.
 TIDY_COLUMNS = (
     "scenario",
     "method",
@@ -410,6 +429,9 @@ TIDY_COLUMNS = (
     "delta",
     "accountant",
     "failed",
+    "source",
+    "belief_gain",
+    "information",
 )
 
 
@@ -420,13 +442,22 @@ def _cell(value: Any) -> Any:
     return repr(value) if isinstance(value, float) else value
 
 
-def tidy_rows(results: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
-    r"""The rows of ``results.csv`` (:data:`TIDY_COLUMNS`) from a ``results.json`` dictionary.
+def _source_name(value: Any) -> Any:
+    """A ``sources`` entry as ``results.csv`` writes it: ``own``, ``broadcast`` or the peer's index."""
+    return {-1: "own", -2: "broadcast"}.get(value, value)
+
+
+def tidy_rows(
+    results: dict[str, Any], gains: Mapping[tuple[int, int], PosteriorGains | None] | None = None
+) -> Iterator[tuple[Any, ...]]:
+    r"""The rows of ``results.csv`` (:data:`TIDY_COLUMNS`) from a ``results.json`` dictionary and its methods'
+    posterior gains keyed by (scenario, method) position
+    (:func:`~fbo_torch.experiments.accounting.all_posterior_gains`; none: those columns are empty).
 
     Methods without per-run curves (``runs``; e.g. a compacted DP record) give no rows.
     """
-    for sc in results["scenarios"]:
-        for m in sc["methods"]:
+    for i, sc in enumerate(results["scenarios"]):
+        for j, m in enumerate(sc["methods"]):
             curves = m.get("runs") or []
             if not curves:
                 continue
@@ -446,9 +477,19 @@ def tidy_rows(results: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
             private = m.get("epsilon_final") is not None
             accountant = m.get("accountant") if private else None
             delta = m.get("delta") if private else None
+            if "used_server" in m:
+                sources = [[-2 if u else -1 for u in row] for row in m.get("used_server") or []]
+            else:
+                sources = m.get("sources") or []
+            pg = gains.get((i, j)) if gains is not None else None
+            belief = pg.belief_gain.tolist() if pg is not None else []
+            info = pg.information.tolist() if pg is not None else []
             for b, curve in enumerate(curves):
                 row_best = best[b] if b < len(best) else []
                 row_failed = failed[b] if b < len(failed) else []
+                row_src = sources[b] if b < len(sources) else []
+                row_belief = belief[b] if b < len(belief) else []
+                row_info = info[b] if b < len(info) else []
                 for t, loss in enumerate(curve):
                     e = eps[t - 1] if private and 1 <= t <= len(eps) else None
                     yield (
@@ -465,14 +506,20 @@ def tidy_rows(results: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
                         _cell(delta if e is not None else None),
                         accountant or "",
                         int(row_failed[t - 1]) if 1 <= t <= len(row_failed) else "",
+                        _source_name(row_src[t - 1]) if 1 <= t <= len(row_src) else "",
+                        _cell(row_belief[t - 1]) if 1 <= t <= len(row_belief) else "",
+                        _cell(row_info[t - 1]) if 1 <= t <= len(row_info) else "",
                     )
 
 
-def write_tidy_csv(results: dict[str, Any], path: str | Path) -> Path:
-    r"""Write ``results.csv`` (:data:`TIDY_COLUMNS`, see :func:`tidy_rows`) atomically; returns its path."""
+def write_tidy_csv(
+    results: dict[str, Any], path: str | Path, gains: Mapping[tuple[int, int], PosteriorGains | None] | None = None
+) -> Path:
+    r"""Write ``results.csv`` (:data:`TIDY_COLUMNS`, see :func:`tidy_rows`; ``gains``: the methods' posterior
+    gains) atomically; returns its path."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(TIDY_COLUMNS)
-    writer.writerows(tidy_rows(results))
+    writer.writerows(tidy_rows(results, gains))
     atomic_write_text(path, buf.getvalue())
     return Path(path)

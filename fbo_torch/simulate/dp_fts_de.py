@@ -69,6 +69,11 @@ from fbo_torch.protocol.schedules import PtSchedule
 from fbo_torch.simulate.common import Runner
 from fbo_torch.utils.validation import check_int
 
+#: Most numbers (inputs and values) of every agent's queries a result keeps (``queries``, ``observations``): a
+#: federation of 1,000 agents with 100 queries in d = 9. Larger runs keep none (their records would outgrow
+#: the rest), so their accounting has no posterior gain (:mod:`fbo_torch.experiments.posterior_gain`).
+MAX_RECORDED_QUERIES = 1_000_000
+
 
 @dataclass
 class DPFTSDEResult:
@@ -90,6 +95,8 @@ class DPFTSDEResult:
             region's aggregate ``Σ w clip(ω)/q`` and of its noise.
         data_norm / sample_norm: ``T x P``: the aggregate's two parts, from the agents'
             posterior means ``ν`` and from the sampling randomness ``ω − ν``.
+        queries / observations: ``B x n x d`` and ``B x n``, every row's queries and what they returned (NaN
+            where the evaluation failed); ``None`` above :data:`MAX_RECORDED_QUERIES` numbers.
     """
 
     name: str
@@ -114,6 +121,8 @@ class DPFTSDEResult:
     accountant: str | None
     delta: float | None
     epsilon_server: list[float] | None = None
+    queries: Tensor | None = None
+    observations: Tensor | None = None
 
 
 class DPFTSDERunner(Runner[DPFTSDEResult]):
@@ -390,6 +399,7 @@ class DPFTSDERunner(Runner[DPFTSDEResult]):
         stats = self.round_stats()
         P = self.server.num_regions if self.server is not None else 1
         nan = math.nan
+        kept = self.X.numel() + self.X.shape[0] * self.X.shape[1] <= MAX_RECORDED_QUERIES
 
         def col(i: int) -> list[float]:
             return [row[i] if row else nan for row in stats]
@@ -419,6 +429,8 @@ class DPFTSDERunner(Runner[DPFTSDEResult]):
             epsilon_server=None
             if self.server is None or not self.server.secure
             else [r.epsilon_server for r in self.server.rounds],
+            queries=self.X.cpu() if kept else None,
+            observations=self.Y.squeeze(-1).cpu() if kept else None,
         )
 
     # ----------------------------------------------------------- checkpoints

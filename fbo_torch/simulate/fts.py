@@ -152,6 +152,7 @@ class FTSResult:
             ``-1`` throughout for TS, RGPE and TAF).
         failed: ``R x T`` booleans, the evaluation failed.
         queries: ``R x (n_init + T) x d`` queried points.
+        observations: ``R x (n_init + T)`` what each query returned (NaN where the evaluation failed).
         targets: ``R`` target agent of each run; ``inits``: ``R`` initialization index.
         wall_time: Seconds spent.
         elapsed: ``T`` cumulative seconds after each iteration (all runs together).
@@ -178,6 +179,7 @@ class FTSResult:
     failed: Tensor | None = None
     excluded: Tensor | None = None
     behind: Tensor | None = None
+    observations: Tensor | None = None
 
 
 class FTSRunner(Runner[FTSResult]):
@@ -507,6 +509,7 @@ class FTSRunner(Runner[FTSResult]):
             best_value=self.best.cpu(),
             sources=self.sources.cpu(),
             queries=self.X.cpu(),
+            observations=self.Y.squeeze(-1).cpu(),
             targets=self.targets.cpu(),
             inits=self.inits.cpu(),
             wall_time=self.wall_time,

@@ -126,6 +126,9 @@ def test_the_tidy_csv_has_one_named_row_per_run_agent_and_iteration(tmp_path):
             "delta",
             "accountant",
             "failed",
+            "source",
+            "belief_gain",
+            "information",
         )
     )
     assert len(rows) == 2 * 4  # runs x (iterations + 1)

@@ -1,6 +1,8 @@
 """Per-agent accounting, fairness indices and free-rider flags: the maths on hand-made numbers, the
 test's size and power by simulation with fixed seeds, and the invariants of real (tiny) runs."""
 
+import csv
+import io
 import json
 import math
 
@@ -19,6 +21,7 @@ from fbo_torch.experiments.accounting import (
     incumbent_gains,
 )
 from fbo_torch.experiments.fairness import fair_regret, fairness_indices
+from fbo_torch.experiments.posterior_gain import method_posterior_gains
 
 TOGETHER = """
 experiment: fts
@@ -153,7 +156,23 @@ def test_a_together_run_accounts_every_rounds_gain_and_pairs_it_with_its_local_r
     assert fts["gain_mean"] == pytest.approx(float(diff.mean()), abs=1e-12)
     assert fts["fairness"]["share_lost"] == pytest.approx(float((diff.mean(-1) < 0).double().mean()))
     assert {c["peer"] for c in fts["contributions"]} <= {0, 1, 2, 3}
-    assert (out / "report.html").is_file()
+    # posterior gain: the sources' shares add up to each agent's per-run total, the peers' to what they gave
+    pg = method_posterior_gains(rec, res["scenarios"][0]["domain_bounds"])
+    assert pg is not None and pg.information.shape == (12, T)
+    for key, per_round in (("posterior_gained", pg.belief_gain), ("information_gained", pg.information)):
+        assert [sum(row) for row in fts[key]] == pytest.approx(
+            per_round.sum(-1).view(4, 3).mean(-1).tolist(), abs=1e-12
+        )
+    sources = torch.tensor(rec["sources"])
+    for c in fts["contributions"]:
+        assert c["information_given"] == pytest.approx(float(pg.information[sources == c["peer"]].sum()), abs=1e-9)
+    rows = [r for r in csv.DictReader(io.StringIO((out / "results.csv").read_text())) if r["method"] == "FTS"]
+    assert all(r["source"] == r["belief_gain"] == r["information"] == "" for r in rows if r["iteration"] == "0")
+    later = [r for r in rows if r["iteration"] != "0"]
+    assert {r["source"] for r in later} <= {"own", "0", "1", "2", "3"}
+    assert sum(float(r["information"]) for r in later) == pytest.approx(float(pg.information.sum()), rel=1e-12)
+    page = (out / "report.html").read_text()
+    assert "Posterior gain per run" in page and "information given (nats)" in page
 
 
 def test_a_dp_run_accounts_the_broadcast_and_its_epsilon(tmp_path):
@@ -167,6 +186,14 @@ def test_a_dp_run_accounts_the_broadcast_and_its_epsilon(tmp_path):
     assert dp["privacy"]["epsilon"] == rec["epsilon"] and dp["privacy"]["delta"] == 1e-5
     assert dp["privacy"]["accountant"] == "rdp"
     assert not dp["paired_starts"]  # distributed exploration: the local run starts elsewhere
+    # posterior gain of the rounds that followed the broadcast, per agent (mean per run)
+    assert len(rec["queries"]) == len(rec["observations"]) == 8  # 2 repetitions x 4 agents
+    pg = method_posterior_gains(rec, res["scenarios"][0]["domain_bounds"])
+    assert pg is not None
+    from_server = (pg.information * used).sum(-1).view(2, 4).mean(0)
+    assert [row[0] for row in dp["information_gained"]] == pytest.approx(from_server.tolist(), abs=1e-12)
+    rows = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
+    assert {r["source"] for r in rows if r["method"] == "DP-FTS-DE" and r["iteration"] != "0"} == {"own", "broadcast"}
 
 
 def test_an_agent_without_a_valid_evaluation_is_the_worst_off():

@@ -8,8 +8,11 @@ one of:
 * ``constant``: the zero vector every round (a flat function: its maximizer says nothing);
 * ``noise``: a fresh draw of the RFF prior ``N(0, I)`` every round, unrelated to its data;
 * ``stale``: its round-0 message (fitted to its initial points) every round, never updated;
-* ``copied``: the message the next honest agent of its federation (by index, cyclically) sends
-  in the same round — nothing of its own, though what it forwards is useful.
+* ``copied``: the message the next honest agent of its federation (by index, cyclically) sent in the
+  previous round — nothing of its own, though what it forwards is useful. Messages travel round by
+  round: a server collects every message of a round before it relays any, so the freshest message a
+  copier can forward is one it received the round before (in round 0, having received nothing, it sends
+  its own).
 
 The replacement is one tensor operation over every sender (:meth:`FreeRiders.replace`), in the
 batched runner (:class:`~fbo_torch.simulate.fts.FTSRunner`, through
@@ -145,7 +148,8 @@ class FreeRiders:
             rider: ``batch_shape`` booleans, the sender is a free-rider.
             keys: ``batch_shape`` keys of the senders' round (the ``noise`` kind's draws).
             first: ``batch_shape x M`` the senders' round-0 draws (``stale``).
-            copied: ``batch_shape x M`` the draws the senders would copy this round (``copied``).
+            copied: ``batch_shape x M`` what the senders would copy this round (``copied``: the previous
+                round's messages of the agents they copy).
             constant: What the ``constant`` kind sends, broadcastable to ``messages`` (default zeros:
                 a flat message). Other messages than draws pass their own uninformative value.
             noise: What the ``noise`` kind sends, ``batch_shape x M`` (default standard normal draws from

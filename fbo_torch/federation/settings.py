@@ -346,9 +346,10 @@ class FTSSettings(MethodSettings):
     )
     reciprocity_replays: bool = setting(
         False,
-        "With ``reciprocity: true`` and every-round messages, an agent whose latest message repeats its previous "
-        "one bit for bit follows no peer that round, whatever the signal says: an honest agent's posterior draw "
-        "is fresh every round, so a replay (a ``stale`` or ``constant`` free-rider) is proof, not evidence.",
+        "With ``reciprocity: true`` and every-round messages, an agent whose latest message repeats, bit for bit, "
+        "one that it or any other agent sent the round before follows no peer that round, whatever the signal "
+        "says: an honest agent's posterior draw is fresh every round, so a replay (a ``stale``, ``constant`` or "
+        "``copied`` free-rider) is proof, not evidence.",
         Flag(),
     )
     fairness: float = setting(

@@ -48,8 +48,11 @@ class DrawMethod(Method):
     _reference: Tensor | None = None
     #: The round-0 draws (what ``free_riders`` of kind ``stale`` send every round).
     first: Tensor | None = None
-    #: ``R`` booleans: the run's agent sent the same draw, bit for bit, in its last two rounds (agents together).
+    #: ``R`` booleans: the run's agent's latest draw repeats, bit for bit, one that it or any other agent sent
+    #: the round before (agents together).
     replayed: Tensor | None = None
+    #: Per message name, the senders' values of the latest rounds by round (what ``copied`` riders forward).
+    _rounds: dict[str, dict[int, Tensor]]
 
     def receive(self, round: int) -> None:
         """Every peer's draw of round ``round`` for every run (:attr:`omegas`); free-riders'
@@ -62,15 +65,15 @@ class DrawMethod(Method):
                 if round == 0:
                     self.first = sent
                 assert self.first is not None
-                sent = self.as_sent(sent, self.first, kr.fold(r.agents.keys, round))
-            last = getattr(self, "omegas", None)  # R x A x M: a run's own agent's row is what it sent last
+                sent = self.as_sent(sent, self.first, kr.fold(r.agents.keys, round), round=round)
+            last = getattr(self, "omegas", None)  # R x A x M: what every agent sent last, its own row included
             self.omegas = sent[r.peer_runs]  # R x A x M
-            # a posterior draw is fresh every round: the same vector twice is a replay, not a contribution
-            rows = torch.arange(sent.shape[0], device=sent.device)
+            # a posterior draw is fresh every round: a vector sent before, by the agent itself or by anyone
+            # it could have received it from, is a replay, not a contribution
             self.replayed = (
                 torch.zeros(sent.shape[0], dtype=torch.bool, device=sent.device)
                 if last is None
-                else (sent == last[rows, r.targets]).all(-1)
+                else (sent.unsqueeze(-2) == last).all(-1).any(-1)
             )
             self.sent(sent, round)
             return
@@ -85,11 +88,19 @@ class DrawMethod(Method):
             if round == 0:
                 self.first = self.omegas
             assert self.first is not None
-            self.omegas = self.as_sent(self.omegas, self.first, k)
+            self.omegas = self.as_sent(self.omegas, self.first, k, round=round)
         self.sent(None, round)
 
     def as_sent(
-        self, values: Tensor, first: Tensor, keys: Tensor, constant: Tensor | None = None, noise: Tensor | None = None
+        self,
+        values: Tensor,
+        first: Tensor,
+        keys: Tensor,
+        constant: Tensor | None = None,
+        noise: Tensor | None = None,
+        *,
+        round: int,
+        name: str = "draw",
     ) -> Tensor:
         r"""What the senders of ``values`` send: free-riders' rows replaced by their kind's
         (:meth:`~fbo_torch.federation.free_riders.FreeRiders.replace`; ``free_riders`` must be set).
@@ -101,19 +112,31 @@ class DrawMethod(Method):
             keys: The senders' keys of this round (``noise``), ``values.shape[:-1]``.
             constant: What ``constant`` riders send (``None``: zeros, a flat draw).
             noise: What ``noise`` riders send (``None``: standard normal draws from ``keys``).
+            round: The round the values are sent in.
+            name: The message (``"draw"``, or another channel's): ``copied`` riders forward the values of
+                the same name their honest agent sent in round ``round − 1`` (their own in round 0).
 
         Returns:
             ``values`` as sent, the same shape.
         """
         r = self.runner
         assert r.free_riders is not None
+        rounds = getattr(self, "_rounds", None)
+        if rounds is None:
+            rounds = self._rounds = {}
+        kept = rounds.setdefault(name, {})
+        kept[round] = values
+        for old in [k for k in kept if k < round - 1]:
+            del kept[old]
+        before = kept.get(round - 1)  # what a copier received last round (none in round 0: it sends its own)
         if r.together:
             rows = torch.arange(r.num_runs, device=values.device)
             rider = r.rider[r.targets]
-            copied = values[r.peer_runs[rows, r.copied_from[r.targets]]]  # the next honest agent's run
+            # the next honest agent's run
+            copied = values if before is None else before[r.peer_runs[rows, r.copied_from[r.targets]]]
         else:
             rider = r.rider.expand(values.shape[:-1])
-            copied = values[..., r.copied_from, :]
+            copied = values if before is None else before[..., r.copied_from, :]
         return r.free_riders.replace(values, rider, keys, first, copied, constant=constant, noise=noise)
 
     def sent(self, sent: Tensor | None, round: int) -> None:
@@ -171,6 +194,7 @@ class DrawMethod(Method):
             "omegas": getattr(self, "omegas", None),
             "first": self.first,
             "replayed": self.replayed,
+            "rounds": dict(getattr(self, "_rounds", {})),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -179,6 +203,9 @@ class DrawMethod(Method):
         for name in ("first", "replayed"):
             value = state.get(name)
             setattr(self, name, None if value is None else value.to(dev))
+        self._rounds = {
+            name: {int(k): v.to(dev) for k, v in kept.items()} for name, kept in state.get("rounds", {}).items()
+        }
 
 
 __all__ = ["DrawMethod"]

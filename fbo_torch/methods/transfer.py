@@ -208,7 +208,7 @@ class Transfer(DrawMethod):
             return values
         first = self._first.setdefault(name, values)
         keys = kr.fold(kr.fold((r.agents if r.together else r.others).keys, r.t), name)  # r.t: this round
-        return self.as_sent(values, first, keys, constant=constant(), noise=draw(keys))
+        return self.as_sent(values, first, keys, constant=constant(), noise=draw(keys), round=r.t, name=name)
 
     def _peer_view(self, values: Tensor | None) -> Tensor | None:
         """``R x A x ...``: every agent's ``values`` (one row per sending agent) as each run sees them."""

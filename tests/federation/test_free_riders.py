@@ -2,6 +2,8 @@
 what a free-rider sends, that the report's binomial test flags it in a run, and that an agent
 flagged by the same test on its federation's counts follows no peer."""
 
+import io
+
 import pytest
 import torch
 
@@ -126,8 +128,11 @@ def test_free_riders_send_their_kind_and_honest_agents_their_draw(kind):
     elif kind == "stale":
         assert torch.equal(sent, first[:, [0, 2]])
         assert not torch.allclose(sent, true[:, [0, 2]])  # an honest agent's message moved with its data
-    else:  # copied: agent 0 sends agent 1's message, agent 2 agent 3's
-        assert torch.equal(got[:, 0], got[:, 1]) and torch.equal(got[:, 2], got[:, 3])
+    else:  # copied: agent 0 forwards agent 1's message of the round before, agent 2 agent 3's
+        assert torch.equal(got[:, 0], first[:, 1]) and torch.equal(got[:, 2], first[:, 3])
+        # in round 0 a copier has received nothing to forward: it sent its own draw
+        honest_first = _runner(A, inits).method.omegas
+        assert torch.equal(first[:, [0, 2]], honest_first[:, [0, 2]])
 
 
 def test_stale_free_riders_are_flagged_by_the_report_in_a_run():
@@ -274,7 +279,7 @@ def test_an_agent_rated_low_follows_no_peer_under_the_ranks_signal():
     assert (res.sources[0] == -1).all() and (res.sources[1:] >= 0).all()
 
 
-@pytest.mark.parametrize(("kind", "replays"), [("noise", False), ("stale", True)])
+@pytest.mark.parametrize(("kind", "replays"), [("noise", False), ("stale", True), ("copied", True)])
 def test_a_resumed_run_under_the_ranks_signal_is_the_uninterrupted_one(kind, replays):
     riders = {"agents": [1], "kind": kind}
     kw = dict(
@@ -286,11 +291,13 @@ def test_a_resumed_run_under_the_ranks_signal_is_the_uninterrupted_one(kind, rep
     first.step()
     first.step()
     resumed = _runner(4, 2, **kw)
-    resumed.load_state_dict(first.state_dict())
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)  # through the checkpoint's format: data only
+    resumed.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
     resumed.run()
     assert torch.equal(resumed.ratings, whole.ratings) and torch.any(whole.ratings != 0)
     assert torch.equal(resumed.sources, whole.sources) and torch.equal(resumed.excluded, whole.excluded)
-    if replays:  # the stale rider barred from its second round on, across the checkpoint
+    if replays:  # the stale or copying rider barred from its second round on, across the checkpoint
         assert resumed.excluded[resumed.rider[resumed.targets]][:, 1:].all()
 
 
@@ -367,7 +374,8 @@ def test_only_riders_that_replay_are_barred_from_the_second_round_on(kind):
     kw = dict(num_iterations=T, reciprocity=True, reciprocity_signal="ranks", free_riders=riders)
     r = _runner(A, inits, reciprocity_replays=True, **kw)
     rider_run = r.rider[r.targets]
-    replays = kind in ("stale", "constant")  # the same vector every round; noise and copies are fresh draws
+    # the same vector every round (stale, constant), or the one a peer sent the round before (copied); noise is fresh
+    replays = kind in ("stale", "constant", "copied")
     for _ in range(T):
         r.step()
         assert r.method.replayed is not None and not r.method.replayed[~rider_run].any()  # honest draws are fresh

@@ -510,14 +510,13 @@ class Agents:
         ``"logei"`` or ``"ucb"``: a ``B x C x d -> B x C`` function (:mod:`fbo_torch.acquisition.batched`);
         ``incumbent`` and ``acquisition`` (``None``: ``settings.own_acquisition``) as in :meth:`own_proposals`."""
         s = self.settings
+        name = "own_acquisition" if acquisition is None else "acquisition"  # the argument the value came from
         acquisition = s.own_acquisition if acquisition is None else acquisition
+        if acquisition not in ("logei", "ucb"):
+            raise ValueError(f"`{name}` {acquisition!r} has no analytic acquisition (expected 'logei' or 'ucb').")
         posterior = model.posterior_moments()
         if acquisition == "ucb":
             return BatchedUpperConfidenceBound(posterior, s.ucb_beta)
-        if acquisition != "logei":
-            raise ValueError(
-                f"`own_acquisition` {acquisition!r} has no analytic acquisition (expected 'logei' or 'ucb')."
-            )
         if incumbent not in ("observed", "plug-in"):
             raise ValueError(f"`incumbent` must be 'observed' or 'plug-in', got {incumbent!r}.")
         best = self.best_observed(model) if incumbent == "observed" else self.plug_in_incumbent(model, posterior)

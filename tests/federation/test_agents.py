@@ -139,3 +139,6 @@ def test_plug_in_incumbent_is_the_largest_posterior_mean_at_the_valid_observatio
     assert torch.equal(agents.own_acquisition(model).best_f, agents.best_observed(model))
     with pytest.raises(ValueError, match="`incumbent` must be 'observed' or 'plug-in'"):
         agents.own_acquisition(model, "mean")
+    # the error names the argument the bad value came from
+    with pytest.raises(ValueError, match="^`acquisition` 'ts' has no analytic acquisition"):
+        agents.own_acquisition(model, acquisition="ts")

@@ -1,7 +1,7 @@
 r"""Copy a finished run's report into ``benchmarks/results/NAME/`` in committable size.
 
 Keeps the plots, the summary and ``results.json`` without the bulkiest raw
-records (per-agent curves and broadcast flags of DP runs, queried points); per-run curves of FTS
+records (per-agent curves and broadcast flags of DP runs, queried points and their values); per-run curves of FTS
 runs and per-repetition curves of DP runs stay.
 
     python benchmarks/collect_results.py runs/fts_synthetic fts_synthetic
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DROP = ("queries", "best_value_runs")
+DROP = ("queries", "observations", "best_value_runs")
 
 
 def compact(results: dict) -> dict:

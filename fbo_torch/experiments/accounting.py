@@ -32,11 +32,8 @@ from fbo_torch.experiments.fairness import fairness_indices
 from fbo_torch.experiments.posterior_gain import PosteriorGains, method_posterior_gains
 from fbo_torch.methods.base import METHODS, method_names
 from fbo_torch.protocol.reciprocity import FREE_RIDER_ALPHA, FREE_RIDER_MIN_FOLLOWS, binomial_cdf, flag_free_riders
+from fbo_torch.protocol.schedules import BROADCAST, OWN
 
-#: ``sources`` of a round in which the agent followed its own proposal.
-OWN = -1
-#: ``sources`` of a round in which the agent followed the server's broadcast (DP-FTS-DE).
-BROADCAST = -2
 #: Most rounds at which the who-helped-whom matrix is kept (evenly spaced, the last round included).
 MAX_MATRIX_ROUNDS = 30
 

@@ -31,6 +31,7 @@ from matplotlib.ticker import MaxNLocator
 from torch import Tensor
 
 from fbo_torch.experiments.outdir import atomic_write_bytes, atomic_write_text
+from fbo_torch.protocol.schedules import BROADCAST, OWN
 from fbo_torch.utils.batch_invariant import blas_mode
 
 if TYPE_CHECKING:
@@ -444,7 +445,7 @@ def _cell(value: Any) -> Any:
 
 def _source_name(value: Any) -> Any:
     """A ``sources`` entry as ``results.csv`` writes it: ``own``, ``broadcast`` or the peer's index."""
-    return {-1: "own", -2: "broadcast"}.get(value, value)
+    return {OWN: "own", BROADCAST: "broadcast"}.get(value, value)
 
 
 def tidy_rows(
@@ -478,7 +479,7 @@ def tidy_rows(
             accountant = m.get("accountant") if private else None
             delta = m.get("delta") if private else None
             if "used_server" in m:
-                sources = [[-2 if u else -1 for u in row] for row in m.get("used_server") or []]
+                sources = [[BROADCAST if u else OWN for u in row] for row in m.get("used_server") or []]
             else:
                 sources = m.get("sources") or []
             pg = gains.get((i, j)) if gains is not None else None

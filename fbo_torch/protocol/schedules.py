@@ -28,8 +28,11 @@ from fbo_torch.sampling.draws import uniform
 from fbo_torch.utils import keyed_random as kr
 from fbo_torch.utils.validation import check_int, check_probability, check_tensor
 
-#: Source code meaning "the agent's own GP sample" in :func:`draw_sources`.
+#: Source code meaning "the agent's own GP sample" in :func:`draw_sources` (a run's ``sources``: it followed its own
+#: proposal).
 OWN = -1
+#: Source code of a round in which a DP-FTS-DE agent followed the server's broadcast (the accounting's records).
+BROADCAST = -2
 
 _NAMED: dict[str, Callable[[int], float]] = {
     "1-1/sqrt(t)": lambda t: 1.0 - 1.0 / math.sqrt(t),

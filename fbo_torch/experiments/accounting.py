@@ -30,21 +30,13 @@ from torch import Tensor
 
 from fbo_torch.experiments.fairness import fairness_indices
 from fbo_torch.experiments.posterior_gain import PosteriorGains, method_posterior_gains
+from fbo_torch.experiments.report import nan_for_none, none_if_nan
 from fbo_torch.methods.base import METHODS, method_names
 from fbo_torch.protocol.reciprocity import FREE_RIDER_ALPHA, FREE_RIDER_MIN_FOLLOWS, binomial_cdf, flag_free_riders
 from fbo_torch.protocol.schedules import BROADCAST, OWN
 
 #: Most rounds at which the who-helped-whom matrix is kept (evenly spaced, the last round included).
 MAX_MATRIX_ROUNDS = 30
-
-
-def _none_if_nan(values: Any) -> Any:
-    """``values`` (a float or nested lists) with NaN and infinities replaced by ``None`` (JSON has no NaN)."""
-    if isinstance(values, list):
-        return [_none_if_nan(v) for v in values]
-    if isinstance(values, float) and not math.isfinite(values):
-        return None
-    return values
 
 
 def is_local(record: dict[str, Any]) -> bool:
@@ -56,9 +48,9 @@ def is_local(record: dict[str, Any]) -> bool:
 def run_table(record: dict[str, Any]) -> dict[str, Tensor]:
     r"""A method record's runs as tensors: ``agent`` and ``init`` (``R``), ``loss`` and ``best``
     (``R x (T+1)``), ``sources`` (``R x T``: :data:`OWN`, :data:`BROADCAST` or a peer's index)."""
-    loss = torch.tensor(_nan_for_none(record["runs"]), dtype=torch.float64)
+    loss = torch.tensor(nan_for_none(record["runs"]), dtype=torch.float64)
     R, T1 = loss.shape
-    best = torch.tensor(_nan_for_none(record.get("best_value_runs") or [[math.nan] * T1] * R), dtype=torch.float64)
+    best = torch.tensor(nan_for_none(record.get("best_value_runs") or [[math.nan] * T1] * R), dtype=torch.float64)
     if "num_agents" in record:  # DP-FTS-DE: row r·N + n is agent n of repetition r
         N = int(record["num_agents"])
         agent = torch.tensor(record.get("agents") or [b % N for b in range(R)], dtype=torch.long)
@@ -78,10 +70,6 @@ def run_table(record: dict[str, Any]) -> dict[str, Tensor]:
             else torch.full((R, T1 - 1), OWN, dtype=torch.long)
         )
     return {"agent": agent, "init": init, "loss": loss, "best": best, "sources": sources}
-
-
-def _nan_for_none(rows: list[list[Any]]) -> list[list[float]]:
-    return [[math.nan if v is None else float(v) for v in row] for row in rows]
 
 
 def group_mean_stderr(values: Tensor, groups: Tensor, num_groups: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -190,8 +178,8 @@ def method_accounting(
         "runs_per_agent": runs.tolist(),
         "rounds": T,
         "final_regret": reg_mean.tolist(),
-        "final_regret_stderr": _none_if_nan(reg_se.tolist()),
-        "regret_curve": _none_if_nan(curve.tolist()),
+        "final_regret_stderr": none_if_nan(reg_se.tolist()),
+        "regret_curve": none_if_nan(curve.tolist()),
         "sources": names,
         "followed": follow_m[-1].tolist() if T else [],
         "gained": help_m[-1].tolist() if T else [],
@@ -206,7 +194,7 @@ def method_accounting(
         info_m = help_over_rounds(tab["sources"], posterior.information, receiver, columns, G)[0]
         out["posterior_gained"] = belief_m[-1].tolist()
         out["information_gained"] = info_m[-1].tolist()
-        out["belief_final"] = _none_if_nan(group_mean_stderr(posterior.belief[:, -1], receiver, G)[0].tolist())
+        out["belief_final"] = none_if_nan(group_mean_stderr(posterior.belief[:, -1], receiver, G)[0].tolist())
     # every peer's contribution, summed over its followers' runs (per-run means times runs)
     peers = columns >= 0
     total_runs = runs.unsqueeze(-1)
@@ -224,11 +212,11 @@ def method_accounting(
                 "followed": int(round(float(nj))),
                 "improved": int(round(float(kj))),
                 "gain_given": float(gj),
-                "posterior_gain_given": _none_if_nan(float(bj)),
-                "information_given": _none_if_nan(float(ij)),
+                "posterior_gain_given": none_if_nan(float(bj)),
+                "information_given": none_if_nan(float(ij)),
                 "improvement_rate": float(kj / nj) if nj > 0 else None,
-                "others_rate": _none_if_nan(float(pj)),
-                "p_value": _none_if_nan(float(pv)),
+                "others_rate": none_if_nan(float(pj)),
+                "p_value": none_if_nan(float(pv)),
                 "flagged": bool(f),
             }
             for j, nj, kj, gj, bj, ij, pj, pv, f in zip(
@@ -269,15 +257,15 @@ def method_accounting(
             starts = (lp[:, 0] - tab["loss"][:, 0])[ok].abs()
             out["local"] = {
                 "name": local["name"],
-                "final_regret": _none_if_nan(l_mean.tolist()),
-                "final_regret_stderr": _none_if_nan(l_se.tolist()),
-                "regret_curve": _none_if_nan(l_curve.tolist()),
+                "final_regret": none_if_nan(l_mean.tolist()),
+                "final_regret_stderr": none_if_nan(l_se.tolist()),
+                "regret_curve": none_if_nan(l_curve.tolist()),
             }
             out.update(
-                gain=_none_if_nan(gain.tolist()),
-                gain_stderr=_none_if_nan(gain_se.tolist()),
+                gain=none_if_nan(gain.tolist()),
+                gain_stderr=none_if_nan(gain_se.tolist()),
                 gain_mean=float(g_mean[0]),
-                gain_mean_stderr=_none_if_nan(float(g_se[0])),
+                gain_mean_stderr=none_if_nan(float(g_se[0])),
                 gain_stderr_over=over,
                 paired_runs=int(ok.sum()),
                 paired_starts=bool((starts <= 1e-12).all()),

@@ -20,6 +20,7 @@ from fbo_torch.experiments.report import (
     band_label,
     integer_ticks,
     mean_stderr,
+    none_if_nan,
     num_runs,
     save_figure,
     series_styles,
@@ -31,10 +32,6 @@ from fbo_torch.federation.release import get_release
 from fbo_torch.privacy import compute_epsilon
 from fbo_torch.protocol.partition import SubRegionPartition
 from fbo_torch.simulate.dp_fts_de import DPFTSDERunner
-
-
-def _finite_or_none(values: list[float]) -> list[float | None]:
-    return [v if (v is not None and math.isfinite(v)) else None for v in values]
 
 
 def _other_epsilons(settings: Any, releases: int, delta: float | None, names: list[str]) -> dict[str, float | None]:
@@ -140,21 +137,21 @@ def scenario_methods(ctx: ScenarioContext) -> ScenarioMethods:
                 "repetition_stderr": run_se,
                 "accountant": res.accountant,
                 "delta": res.delta,
-                "epsilon": _finite_or_none(res.epsilon),
+                "epsilon": none_if_nan(res.epsilon),
                 "epsilon_final": res.epsilon[-1] if res.epsilon and math.isfinite(res.epsilon[-1]) else None,
                 "epsilon_other_accountants": _other_epsilons(settings, releases, res.delta, extra),
                 "aggregation": settings.aggregation,
                 # secure aggregation: ε against the server (it knows the sample: no amplification);
                 # `epsilon` is then against other agents and outsiders
-                "epsilon_server": None if res.epsilon_server is None else _finite_or_none(res.epsilon_server),
+                "epsilon_server": None if res.epsilon_server is None else none_if_nan(res.epsilon_server),
                 "epsilon_server_final": res.epsilon_server[-1]
                 if res.epsilon_server and math.isfinite(res.epsilon_server[-1])
                 else None,
                 "releases": releases,
                 "released": res.released,
-                "fraction_clipped": _finite_or_none(res.fraction_clipped),
+                "fraction_clipped": none_if_nan(res.fraction_clipped),
                 "fraction_clipped_mean": _nanmean(res.fraction_clipped),
-                "num_sampled": _finite_or_none(res.num_sampled),
+                "num_sampled": none_if_nan(res.num_sampled),
                 "fraction_queries_from_server": res.used_server.double().mean(0).tolist(),
                 "used_server": res.used_server.tolist(),  # B x T: the row's query came from the broadcast
                 "wall_time_s": res.wall_time,

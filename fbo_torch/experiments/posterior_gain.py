@@ -138,6 +138,8 @@ def method_posterior_gains(record: dict[str, Any], bounds: Any = None) -> Poster
     if not queries or not observations or not runs:
         return None
     X = torch.tensor(queries, dtype=torch.float64)
+    # ``None`` (a failed evaluation, as :func:`~fbo_torch.experiments.report.none_if_nan` wrote it) read as NaN;
+    # not through :func:`~fbo_torch.experiments.report.nan_for_none`: the report's tidy table names this module
     y = torch.tensor([[math.nan if v is None else float(v) for v in row] for row in observations], dtype=torch.float64)
     if X.ndim != 3 or y.shape != X.shape[:2] or X.shape[0] != len(runs):
         return None

@@ -71,16 +71,23 @@ def _tolist(t: Tensor) -> list[Any]:
     return t.detach().cpu().tolist()
 
 
-def values_or_none(t: Tensor) -> list[Any]:
-    r"""``t`` as nested lists with ``None`` for NaN (a failed evaluation's value), the way JSON records it."""
-    values = t.detach().cpu().tolist()
-    return _none_for_nan(values) if bool(t.isnan().any()) else values
-
-
-def _none_for_nan(values: Any) -> Any:
+def none_if_nan(values: Any) -> Any:
+    """``values`` (a float or nested lists) with NaN and infinities replaced by ``None`` (JSON has no NaN)."""
     if isinstance(values, list):
-        return [_none_for_nan(v) for v in values]
-    return None if values != values else values
+        return [none_if_nan(v) for v in values]
+    if isinstance(values, float) and not math.isfinite(values):
+        return None
+    return values
+
+
+def nan_for_none(rows: list[list[Any]]) -> list[list[float]]:
+    """Rows of a JSON record as floats, ``None`` (what :func:`none_if_nan` wrote for NaN) read back as NaN."""
+    return [[math.nan if v is None else float(v) for v in row] for row in rows]
+
+
+def values_or_none(t: Tensor) -> list[Any]:
+    r"""``t`` as nested lists with ``None`` for a non-finite entry (a failed evaluation's value), as JSON records it."""
+    return list(none_if_nan(t.detach().cpu().tolist()))
 
 
 def summarize_curves(

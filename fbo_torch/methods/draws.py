@@ -54,6 +54,10 @@ class DrawMethod(Method):
     #: Per message name, the senders' values of the latest rounds by round (what ``copied`` riders forward).
     _rounds: dict[str, dict[int, Tensor]]
 
+    def __init__(self, runner: Any) -> None:
+        super().__init__(runner)
+        self._rounds = {}
+
     def receive(self, round: int) -> None:
         """Every peer's draw of round ``round`` for every run (:attr:`omegas`); free-riders'
         (``free_riders``) replaced by what they send (:meth:`~fbo_torch.federation.free_riders.FreeRiders.replace`)."""
@@ -121,10 +125,7 @@ class DrawMethod(Method):
         """
         r = self.runner
         assert r.free_riders is not None
-        rounds = getattr(self, "_rounds", None)
-        if rounds is None:
-            rounds = self._rounds = {}
-        kept = rounds.setdefault(name, {})
+        kept = self._rounds.setdefault(name, {})
         kept[round] = values
         for old in [k for k in kept if k < round - 1]:
             del kept[old]
@@ -194,7 +195,7 @@ class DrawMethod(Method):
             "omegas": getattr(self, "omegas", None),
             "first": self.first,
             "replayed": self.replayed,
-            "rounds": dict(getattr(self, "_rounds", {})),
+            "rounds": dict(self._rounds),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
